@@ -1,0 +1,171 @@
+// Tally browser tracker. One small dependency-free script.
+//
+// Two ways to use it:
+//  * script tag: the IIFE build (dist/tally.min.js) calls boot(window), which
+//    reads data-* attributes from its own <script> and exposes window.tally;
+//  * ES module: import { createTracker } from 'dist/tally.esm.js'.
+//
+// Every function that touches the browser takes the window as an argument
+// (defaulting to the real one) so the unit tests can pass a hand-made fake.
+
+// Replaced with the package version at build time (see build.mjs); the tests
+// set globalThis.__TALLY_VERSION__ before importing this file.
+const VERSION = typeof __TALLY_VERSION__ == 'string' ? __TALLY_VERSION__ : 'dev'
+
+// Server-side limits of the event fields (spec: POST /api/service/event).
+const LIMITS = { n: 64, u: 2048, p: 2048, r: 2048, t: 512, sid: 64 }
+
+const LOCAL_HOST = /^(localhost|127\.0\.0\.1|\[::1\])$/
+
+const path = (loc) => loc.pathname + loc.search
+
+// Random in-memory session id: 16 random bytes as 32 hex characters.
+const newSid = (w) =>
+  Array.from(w.crypto.getRandomValues(new Uint8Array(16)), (b) => (b + 256).toString(16).slice(1)).join('')
+
+/**
+ * createTracker({ site, api, defaultProps, beforeSend, auto, outbound,
+ *                 respectDnt, allowLocalhost })
+ * Returns { track, identify, reset, setDefaultProps }.
+ */
+export function createTracker(o, w = window) {
+  const loc = w.location
+  const doc = w.document
+  const nav = w.navigator
+  const url = (o.api || '').replace(/\/+$/, '') + '/api/service/event'
+  const defaults = Object.assign({}, o.defaultProps)
+  let sid
+
+  // Opt-outs are looked up at send time, so setting the flag later works.
+  const ignored = () => {
+    try {
+      if (w.localStorage.getItem('tally_ignore') == 'true') return 1
+    } catch (e) {
+      // storage blocked (sandboxed iframe, privacy mode): not an opt-out
+    }
+    return (
+      (o.respectDnt && (nav.doNotTrack == '1' || w.doNotTrack == '1')) ||
+      (!o.allowLocalhost && (LOCAL_HOST.test(loc.hostname) || loc.protocol == 'file:'))
+    )
+  }
+
+  const send = (name, props) => {
+    if (!o.site || ignored()) return
+    let e = {
+      s: o.site,
+      n: '' + name,
+      u: loc.href,
+      p: path(loc),
+      r: doc.referrer,
+      t: doc.title,
+      w: w.innerWidth,
+      props: Object.assign({}, defaults, props),
+      sid: sid || (sid = newSid(w)),
+      v: VERSION,
+      ts: Date.now(),
+    }
+    if (o.beforeSend) {
+      // The hook gets a copy: if it throws half-way, the original is sent.
+      const copy = JSON.parse(JSON.stringify(e))
+      try {
+        const r = o.beforeSend(copy)
+        if (r === false) return
+        e = r && typeof r == 'object' ? r : copy
+      } catch (err) {
+        console.warn('tally: beforeSend failed', err)
+      }
+    }
+    for (const k in LIMITS) if (typeof e[k] == 'string') e[k] = e[k].slice(0, LIMITS[k])
+    const body = JSON.stringify(e)
+    try {
+      if (w.fetch) {
+        // text/plain keeps this a "simple" request: no CORS preflight.
+        w.fetch(url, { method: 'POST', body, keepalive: true, headers: { 'Content-Type': 'text/plain' } }).catch(() => {})
+      } else if (nav.sendBeacon) {
+        nav.sendBeacon(url, body)
+      }
+    } catch (err) {
+      // never let analytics break the page
+    }
+  }
+
+  const t = {
+    track: send,
+    identify: (traits) => send('identify', traits),
+    reset: () => {
+      sid = 0
+    },
+    setDefaultProps: (props) => {
+      Object.assign(defaults, props)
+    },
+  }
+  autotrack(t, w, o.auto !== false, o.outbound !== false)
+  return t
+}
+
+// Automatic events, built on the public track(): pageviews on load and on
+// SPA navigation (deduplicated on pathname+search), and outbound link clicks.
+function autotrack(t, w, pageviews, outbound) {
+  const loc = w.location
+  if (pageviews) {
+    let last
+    const page = () => {
+      const p = path(loc)
+      if (p != last) {
+        last = p
+        t.track('pageview')
+      }
+    }
+    const h = w.history
+    for (const k of ['pushState', 'replaceState']) {
+      const orig = h[k]
+      h[k] = function () {
+        const r = orig.apply(this, arguments)
+        page()
+        return r
+      }
+    }
+    w.addEventListener('popstate', page)
+    page()
+  }
+  if (outbound) {
+    const click = (e) => {
+      const a = e.target && e.target.closest && e.target.closest('a[href]')
+      // hostname is '' for mailto:, tel:, javascript: links: not outbound.
+      if (a && a.hostname && a.hostname != loc.hostname) t.track('outbound', { url: a.href })
+    }
+    w.document.addEventListener('click', click)
+    // middle-click opens the link in a new tab
+    w.document.addEventListener('auxclick', (e) => e.button == 1 && click(e))
+  }
+}
+
+// Script-tag setup: <script defer src=".../tracker.js" data-site="ID"
+// data-api="https://host" data-respect-dnt="true" data-allow-localhost="true"
+// data-auto="false">. Replays calls queued in window.tally.q, in order.
+export function boot(w = window) {
+  const s = w.document.currentScript
+  const attr = (k) => s && s.getAttribute('data-' + k)
+  const queue = (w.tally && w.tally.q) || []
+  const t = createTracker(
+    {
+      site: attr('site'),
+      api: attr('api') || (s && s.src ? new URL(s.src).origin : ''),
+      respectDnt: attr('respect-dnt') == 'true',
+      allowLocalhost: attr('allow-localhost') == 'true',
+      auto: false,
+      outbound: false,
+    },
+    w,
+  )
+  if (!attr('site')) console.warn('tally: data-site is missing')
+  const tally = function (method) {
+    if (t[method]) t[method].apply(0, [].slice.call(arguments, 1))
+  }
+  Object.assign(tally, t)
+  w.tally = tally
+  w.Tally = { createTracker: (o) => createTracker(o, w) }
+  // Replay first, so queued setDefaultProps/identify precede the first pageview.
+  for (const args of queue) tally.apply(0, args)
+  autotrack(t, w, attr('auto') != 'false', true)
+}
