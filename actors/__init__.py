@@ -1,0 +1,1 @@
+"""Per-site and per-workspace asyncio actors: bounded mailboxes, batched durable flushes."""

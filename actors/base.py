@@ -1,0 +1,155 @@
+"""The actor: a bounded mailbox drained by one asyncio task that flushes batches durably.
+
+Group commit: every submitter awaits the future of its message, which resolves only after the
+batch holding it is committed. A failed flush fails exactly the messages of that batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from app import metrics
+
+log = logging.getLogger("tally.actors")
+
+
+class Overloaded(Exception):
+    """The mailbox is full (or the actor is shutting down): answer 503 with Retry-After."""
+
+    retry_after = 1
+
+
+class StoreFailed(Exception):
+    """The batch holding this message could not be committed."""
+
+
+# Errors that mean "the database refused or was unreachable": the actor survives them.
+STORE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+
+
+@dataclass(slots=True)
+class Message:
+    kind: str
+    items: list
+    future: asyncio.Future
+    enqueued: float = 0.0
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = len(self.items)
+
+
+class Actor:
+    kind = "actor"
+
+    def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float) -> None:
+        self.key = key
+        self.max_batch = max_batch
+        self.capacity = capacity
+        self.linger = linger
+        self._mail: deque[Message] = deque()
+        self.pending = 0
+        self._wakeup = asyncio.Event()
+        self.closing = False
+        self.busy = False
+        self.last_active = asyncio.get_running_loop().time()
+
+    # -- called by request handlers ------------------------------------------------------------
+    def submit(self, kind: str, items: list) -> asyncio.Future:
+        if self.closing:
+            raise Overloaded("shutting down")
+        if self.pending and self.pending + len(items) > self.capacity:
+            raise Overloaded("mailbox full")
+        loop = asyncio.get_running_loop()
+        msg = Message(kind, items, loop.create_future(), loop.time())
+        self._mail.append(msg)
+        self.pending += msg.size
+        metrics.MAILBOX_DEPTH.labels(self.kind).inc(msg.size)
+        self._wakeup.set()
+        return msg.future
+
+    # -- to be provided by concrete actors -------------------------------------------------------
+    async def flush(self, batch: list[Message]) -> None:
+        raise NotImplementedError
+
+    def after_commit(self, batch: list[Message]) -> None:
+        """In-memory bookkeeping once a batch is durable (realtime counters, sessions)."""
+
+    # -- the task ----------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        return not self._mail and not self.busy
+
+    def close(self) -> None:
+        """Stop accepting; the task exits once the mailbox is drained."""
+        self.closing = True
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._mail:
+                if self.closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            if self.linger and self.pending < self.max_batch and not self.closing:
+                await asyncio.sleep(self.linger)
+            batch = self._take()
+            self.busy = True
+            try:
+                await self._flush_batch(batch, loop)
+            finally:
+                self.busy = False
+                self.last_active = loop.time()
+
+    def _take(self) -> list[Message]:
+        batch: list[Message] = []
+        taken = 0
+        while self._mail and (not batch or taken + self._mail[0].size <= self.max_batch):
+            msg = self._mail.popleft()
+            batch.append(msg)
+            taken += msg.size
+        self.pending -= taken
+        metrics.MAILBOX_DEPTH.labels(self.kind).dec(taken)
+        return batch
+
+    async def _flush_batch(self, batch: list[Message], loop: asyncio.AbstractEventLoop) -> None:
+        started = loop.time()
+        try:
+            await self.flush(batch)
+        except STORE_ERRORS as exc:
+            log.error("flush failed actor=%s key=%s events=%d error=%s", self.kind, self.key,
+                      sum(m.size for m in batch), type(exc).__name__)
+            _fail(batch, StoreFailed(str(exc)))
+            return
+        except BaseException:
+            # A crash: nothing of this batch was committed (the transaction rolled back), so its
+            # submitters learn it failed; the supervisor restarts the task on the same mailbox.
+            _fail(batch, StoreFailed("actor crashed"))
+            raise
+        now = loop.time()
+        events = 0
+        for msg in batch:
+            events += msg.size
+            if not msg.future.done():
+                msg.future.set_result(None)
+            metrics.INGEST_SECONDS.labels(self.kind).observe(now - msg.enqueued)
+        metrics.FLUSH_SECONDS.labels(self.kind).observe(now - started)
+        metrics.BATCH_EVENTS.labels(self.kind).observe(events)
+        metrics.EVENTS_INGESTED.labels(self.kind).inc(events)
+        self.after_commit(batch)
+
+
+def _fail(batch: list[Message], exc: Exception) -> None:
+    for msg in batch:
+        if not msg.future.done():
+            msg.future.set_exception(exc)
+            # Retrieve it here too, so a submitter that already went away leaves no warning.
+            msg.future.exception()

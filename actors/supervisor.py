@@ -1,0 +1,80 @@
+"""Starts actors on demand, restarts crashed ones, stops idle ones, drains all on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Hashable
+
+from actors.base import Actor, Overloaded
+from app import metrics
+
+log = logging.getLogger("tally.supervisor")
+
+
+class Supervisor:
+    def __init__(self, factory: Callable[[Hashable], Actor], *, idle_seconds: float) -> None:
+        self._factory = factory
+        self.idle_seconds = idle_seconds
+        self.actors: dict[Hashable, Actor] = {}
+        self._tasks: dict[Hashable, asyncio.Task] = {}
+        self.closing = False
+        self._reaper: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap_idle(), name="actor-reaper")
+
+    def actor(self, key: Hashable) -> Actor:
+        actor = self.actors.get(key)
+        if actor is None:
+            if self.closing:
+                raise Overloaded("shutting down")
+            actor = self._factory(key)
+            self.actors[key] = actor
+            self._spawn(actor)
+            metrics.ACTORS_RUNNING.labels(actor.kind).inc()
+        return actor
+
+    def _spawn(self, actor: Actor) -> None:
+        task = asyncio.create_task(actor.run(), name=f"actor:{actor.kind}:{actor.key}")
+        self._tasks[actor.key] = task
+        task.add_done_callback(lambda t, a=actor: self._on_exit(a, t))
+
+    def _on_exit(self, actor: Actor, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        if self.actors.get(actor.key) is not actor:
+            return
+        log.error("actor crashed, restarting kind=%s key=%s error=%r", actor.kind, actor.key, task.exception())
+        metrics.ACTOR_RESTARTS.labels(actor.kind).inc()
+        # Same actor object, same mailbox: queued messages are served by the new task.
+        self._spawn(actor)
+
+    async def _reap_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(self.idle_seconds / 4, 0.05))
+            now = loop.time()
+            for key, actor in list(self.actors.items()):
+                # No await between the check and the removal: a submit cannot slip in between.
+                if actor.idle() and now - actor.last_active > self.idle_seconds:
+                    del self.actors[key]
+                    actor.close()
+                    metrics.ACTORS_RUNNING.labels(actor.kind).dec()
+
+    async def close(self) -> None:
+        """Refuse new work, let every actor drain its mailbox and flush, then return."""
+        self.closing = True
+        if self._reaper:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for actor in self.actors.values():
+            actor.close()
+        while True:
+            running = [t for t in self._tasks.values() if not t.done()]
+            if not running:
+                break
+            await asyncio.gather(*running, return_exceptions=True)
+        self.actors.clear()

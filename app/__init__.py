@@ -1,0 +1,1 @@
+"""Tally HTTP edge: routes, middlewares, settings and the CLI."""

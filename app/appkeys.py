@@ -1,0 +1,22 @@
+"""Typed keys for what the application holds (aiohttp AppKey)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import asyncpg
+from aiohttp import web
+from redis.asyncio import Redis
+
+if TYPE_CHECKING:
+    from actors.supervisor import Supervisor
+    from app.keys import KeyCache
+    from app.ratelimit import MemoryLimiter, RedisLimiter
+    from app.settings import Settings
+
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
+REDIS: web.AppKey[Redis | None] = web.AppKey("redis")
+SUPERVISOR: web.AppKey[Supervisor] = web.AppKey("supervisor")
+KEYS: web.AppKey[KeyCache] = web.AppKey("keys")
+LIMITER: web.AppKey[MemoryLimiter | RedisLimiter] = web.AppKey("limiter")

@@ -1,0 +1,45 @@
+"""Reading and decoding request bodies with msgspec, turning its errors into 400s."""
+
+from __future__ import annotations
+
+import re
+from typing import TypeVar
+
+import msgspec
+from aiohttp import web
+
+from app.responses import ApiError, invalid
+
+T = TypeVar("T")
+
+_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(413, "payload_too_large", f"request body exceeds {limit} bytes")
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise ApiError(413, "payload_too_large", f"request body exceeds {limit} bytes")
+    return body
+
+
+def field_of(error: msgspec.ValidationError) -> tuple[str, str]:
+    """Split msgspec's 'Expected `str`, got `int` - at `$.event`' into (field, message)."""
+    text = str(error)
+    match = _PATH.search(text)
+    if not match:
+        return "", text
+    return match.group(1) or "", text[: match.start()]
+
+
+def decode(body: bytes, schema: type[T]) -> T:
+    try:
+        return msgspec.json.decode(body, type=schema)
+    except msgspec.ValidationError as exc:
+        field, message = field_of(exc)
+        raise invalid(
+            f"{field}: {message}" if field else message, fields=[{"field": field, "message": message}]
+        ) from None
+    except msgspec.DecodeError:
+        raise invalid("request body is not valid JSON") from None

@@ -1,0 +1,175 @@
+"""The `tally` command: serve, keys, plans and migrations."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import asyncpg
+
+from app.embedded import EmbeddedPostgres
+from app.keys import SCOPES, create_key
+from app.plans import parse_limit
+from app.settings import ConfigError, Settings
+from storage import workspaces as store
+from storage.db import create_pool
+from storage.migrate import migrate
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> None:
+    import uvloop
+    from aiohttp import web
+
+    from app.logs import AccessLogger, setup_logging
+    from app.server import init_app
+
+    setup_logging()
+    uvloop.install()
+    web.run_app(
+        init_app(settings), host=args.host or settings.host, port=args.port or settings.port,
+        access_log_class=AccessLogger, shutdown_timeout=30, print=None,
+    )
+
+
+async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[int]]) -> int:
+    embedded = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        dsn = await asyncio.to_thread(embedded.start)
+    try:
+        pool = await create_pool(dsn, min_size=1, max_size=2)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+                return await work(conn)
+        finally:
+            await pool.close()
+    finally:
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+
+
+def _scopes(text: str) -> list[str]:
+    scopes = sorted({s.strip() for s in text.split(",") if s.strip()})
+    bad = [s for s in scopes if s not in SCOPES]
+    if bad or not scopes:
+        raise argparse.ArgumentTypeError(f"scopes must be a comma list of {', '.join(SCOPES)}")
+    return scopes
+
+
+def _iso(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected an ISO 8601 timestamp") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError("the timestamp needs a timezone, e.g. 2027-01-01T00:00:00Z")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tally", description="Tally analytics server")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+
+    ck = sub.add_parser("create-key", help="create an API key and print it (shown only once)")
+    ck.add_argument("--workspace", required=True)
+    ck.add_argument("--scopes", required=True, type=_scopes)
+    ck.add_argument("--test", action="store_true", help="a test-environment key (tally_test_sk_...)")
+    ck.add_argument("--name", default="default")
+    ck.add_argument("--expires", type=_iso)
+
+    rk = sub.add_parser("revoke-key", help="revoke a key by its id")
+    rk.add_argument("key_id")
+
+    lk = sub.add_parser("list-keys", help="list a workspace's keys (never their values)")
+    lk.add_argument("--workspace", required=True)
+
+    sp = sub.add_parser("set-plan", help="set a workspace's plan and custom limits")
+    sp.add_argument("--workspace", required=True)
+    sp.add_argument("--plan", required=True, choices=["free", "pro", "enterprise"])
+    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE")
+
+    sub.add_parser("migrate", help="apply pending database migrations")
+    return p
+
+
+async def _create_key(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+    _, raw = await create_key(conn, workspace=args.workspace, scopes=args.scopes, test=args.test,
+                              name=args.name, expires_at=args.expires)
+    print(raw)
+    return 0
+
+
+async def _revoke_key(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+    if await store.revoke_key(conn, args.key_id):
+        print(f"revoked {args.key_id}")
+        return 0
+    print(f"no active key with id {args.key_id}", file=sys.stderr)
+    return 1
+
+
+async def _list_keys(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+    workspace = await store.workspace_by_name(conn, args.workspace)
+    if workspace is None:
+        print(f"no workspace named {args.workspace}", file=sys.stderr)
+        return 1
+    print("id\tenv\tname\tscopes\tprefix\texpires_at\trevoked_at\tcreated_at")
+    for k in await store.list_keys(conn, workspace["id"]):
+        print("\t".join(str(v) if v is not None else "-" for v in (
+            k["id"], k["env"], k["name"], ",".join(k["scopes"]), k["prefix"] + "…",
+            k["expires_at"], k["revoked_at"], k["created_at"])))
+    return 0
+
+
+async def _set_plan(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+    limits = {}
+    for item in args.limit:
+        group, value = parse_limit(item)
+        limits[group] = list(value)
+    if limits and args.plan != "enterprise":
+        print("custom limits are for the enterprise plan", file=sys.stderr)
+        return 2
+    workspace_id = await store.ensure_workspace(conn, args.workspace)
+    await store.set_plan(conn, workspace_id, args.plan, limits)
+    print(f"workspace {args.workspace}: plan {args.plan}")
+    return 0
+
+
+async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+    print("database schema is up to date")
+    return 0
+
+
+COMMANDS = {
+    "create-key": _create_key, "revoke-key": _revoke_key, "list-keys": _list_keys,
+    "set-plan": _set_plan, "migrate": _migrate,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        if args.command == "serve":
+            _serve(args, settings)
+            return
+        if args.command == "set-plan":
+            try:
+                for item in args.limit:
+                    parse_limit(item)
+            except ValueError as exc:
+                parser().error(str(exc))
+        command = COMMANDS[args.command]
+        code = asyncio.run(_with_db(settings, lambda conn: command(conn, args)))
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)

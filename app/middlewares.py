@@ -1,0 +1,72 @@
+"""Request metrics and error rendering: every failure leaves as JSON in its API's shape."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import web
+
+from app import metrics
+from app.auth import Handler
+from app.responses import ApiError, SiteError, json_response
+
+log = logging.getLogger("tally.http")
+
+_CODES = {
+    400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type",
+    429: "rate_limited", 503: "unavailable",
+}
+
+
+def _route_name(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        route = _route_name(request)
+        metrics.REQUESTS.labels(request.method, route, str(status)).inc()
+        metrics.REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)
+
+
+def _is_site_api(request: web.Request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def _render_http_exception(request: web.Request, exc: web.HTTPException) -> web.Response:
+    headers = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+    message = exc.reason if exc.status != 404 else f"no route for {request.method} {request.path}"
+    if _is_site_api(request):
+        return json_response({"error": message.lower()}, exc.status, headers)
+    code = _CODES.get(exc.status, "error")
+    return json_response({"error": {"code": code, "message": message}}, exc.status, headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except (ApiError, SiteError) as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _render_http_exception(request, exc)
+    except Exception:
+        log.exception("unhandled error method=%s path=%s", request.method, request.path)
+        if _is_site_api(request):
+            return json_response({"error": "internal error"}, 500)
+        return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)

@@ -1,0 +1,61 @@
+"""JSON responses (orjson) and the two error shapes: /v1 nests {code, message}, /api is flat."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data), status=status, headers=headers, content_type="application/json"
+    )
+
+
+def iso_ms(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with milliseconds and a Z suffix."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class ApiError(Exception):
+    """A keyed-API failure: rendered as {"error": {"code", "message", ...}}."""
+
+    def __init__(self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+        self.extra = extra
+
+    def response(self) -> web.Response:
+        body = {"code": self.code, "message": self.message, **self.extra}
+        return json_response({"error": body}, self.status, self.headers)
+
+
+def invalid(message: str, **extra: Any) -> ApiError:
+    return ApiError(400, "invalid_request", message, **extra)
+
+
+def not_found(message: str = "not found") -> ApiError:
+    return ApiError(404, "not_found", message)
+
+
+class SiteError(Exception):
+    """A site-API failure: rendered as {"error": "<message>", ...}."""
+
+    def __init__(self, status: int, error: str, *, headers: dict[str, str] | None = None, **extra: Any):
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.headers = headers or {}
+        self.extra = extra
+
+    def response(self) -> web.Response:
+        return json_response({"error": self.error, **self.extra}, self.status, self.headers)

@@ -1,0 +1,22 @@
+"""Every route of the service, in one table."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from app.views import events, health, users
+
+
+def setup_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/healthz", health.healthz)
+    r.add_get("/readyz", health.readyz)
+    r.add_get("/metrics", health.prometheus)
+
+    r.add_post("/v1/events", events.post_event)
+    r.add_post("/v1/events/batch", events.post_batch)
+    r.add_get("/v1/events", events.list_events)
+    r.add_post("/v1/identify", users.identify)
+    r.add_get("/v1/users", users.list_users)
+    r.add_get("/v1/users/{user_id}", users.get_user)
+    r.add_delete("/v1/users/{user_id}", users.delete_user)

@@ -1,0 +1,122 @@
+"""POST /v1/events, POST /v1/events/batch, GET /v1/events."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import msgspec
+from aiohttp import web
+
+from actors.base import Overloaded, StoreFailed
+from actors.workspace import EVENTS
+from app import metrics
+from app.appkeys import POOL, SUPERVISOR
+from app.auth import key_of, requires
+from app.bodies import decode, field_of, read_body
+from app.keys import KeyInfo
+from app.responses import ApiError, invalid, iso_ms, json_response
+from app.schemas import MAX_BATCH, BatchIn, EventIn
+from app.views.params import int_param, time_param
+from storage import events as event_store
+from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+
+SINGLE_LIMIT = 64 * 1024
+BATCH_LIMIT = 8 * 1024 * 1024
+
+
+def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> tuple:
+    # Order follows storage.events.EVENT_COLUMNS.
+    return (
+        event_id, key.workspace_id, key.env, None, event.event, event.user_id, event.anonymous_id, None,
+        event.properties, None, None, None, None, None, None, None,
+        event.timestamp or received, received,
+    )
+
+
+async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> None:
+    """Hand items to the workspace actor and wait until they are durable."""
+    try:
+        actor = request.app[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
+        await asyncio.shield(actor.submit(kind, items))
+    except Overloaded as exc:
+        metrics.EVENTS_REJECTED.labels("overloaded").inc(len(items))
+        raise ApiError(503, "overloaded", "the server is busy; retry shortly",
+                       headers={"Retry-After": str(exc.retry_after)}) from None
+    except StoreFailed:
+        metrics.EVENTS_REJECTED.labels("store_failed").inc(len(items))
+        raise ApiError(500, "store_failed", "the event could not be stored; it was not recorded") from None
+
+
+@requires("write", "events")
+async def post_event(request: web.Request) -> web.Response:
+    key = key_of(request)
+    event = decode(await read_body(request, SINGLE_LIMIT), EventIn)
+    received = datetime.now(UTC)
+    event_id = new_id("evt")
+    await commit(request, key, EVENTS, [_record(key, event, event_id, received)])
+    return json_response({"id": event_id, "status": "received", "received_at": iso_ms(received)})
+
+
+@requires("write", "events")
+async def post_batch(request: web.Request) -> web.Response:
+    key = key_of(request)
+    batch = decode(await read_body(request, BATCH_LIMIT), BatchIn)
+    if len(batch.events) > MAX_BATCH:
+        raise invalid(f"a batch holds at most {MAX_BATCH} events, got {len(batch.events)}",
+                      fields=[{"field": "events", "message": f"more than {MAX_BATCH} items"}])
+    received = datetime.now(UTC)
+    records, errors = [], []
+    for index, raw in enumerate(batch.events):
+        try:
+            event = msgspec.json.decode(raw, type=EventIn)
+        except msgspec.ValidationError as exc:
+            field, message = field_of(exc)
+            errors.append({"index": index, "code": "invalid_request",
+                           "message": f"{field}: {message}" if field else message})
+            continue
+        records.append(_record(key, event, new_id("evt"), received))
+    if errors:
+        metrics.EVENTS_REJECTED.labels("invalid").inc(len(errors))
+    if records:
+        await commit(request, key, EVENTS, records)
+    body: dict = {"received": len(records), "failed": len(errors)}
+    if errors:
+        body["errors"] = errors
+    return json_response(body)
+
+
+def event_json(row) -> dict:
+    return {
+        "id": row["id"], "event": row["name"], "user_id": row["user_id"],
+        "anonymous_id": row["anonymous_id"], "properties": row["properties"] or {},
+        "timestamp": iso_ms(row["ts"]), "received_at": iso_ms(row["received_at"]),
+    }
+
+
+@requires("read", "query")
+async def list_events(request: web.Request) -> web.Response:
+    key = key_of(request)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    filters = {
+        "event": request.query.get("event") or None,
+        "user_id": request.query.get("user_id") or None,
+        "from": time_param(request, "from"),
+        "to": time_param(request, "to"),
+    }
+    after = None
+    if request.query.get("cursor"):
+        try:
+            stamp, last_id = decode_cursor(request.query["cursor"], 2)
+            after = (datetime.fromisoformat(stamp), str(last_id))
+        except (BadCursor, TypeError, ValueError):
+            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    async with request.app[POOL].acquire() as conn:
+        rows = await event_store.list_events(
+            conn, key.workspace_id, key.env, filters=filters, after=after, limit=limit + 1
+        )
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = encode_cursor(rows[-1]["ts"].isoformat(), rows[-1]["id"]) if has_more else None
+    return json_response({"data": [event_json(r) for r in rows], "next_cursor": next_cursor,
+                          "has_more": has_more})

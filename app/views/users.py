@@ -1,0 +1,88 @@
+"""POST /v1/identify and the user-profile endpoints, including right-to-erasure."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from actors.workspace import IDENTIFY
+from app.appkeys import POOL
+from app.auth import key_of, requires
+from app.bodies import decode, read_body
+from app.responses import invalid, iso_ms, json_response, not_found
+from app.schemas import IdentifyIn
+from app.views.events import SINGLE_LIMIT, commit
+from app.views.params import int_param
+from storage import events as event_store
+from storage import users as user_store
+from storage.ids import BadCursor, decode_cursor, encode_cursor
+
+_TRAIT = re.compile(r"^trait\[(.{1,255})\]$")
+
+
+@requires("write", "identify")
+async def identify(request: web.Request) -> web.Response:
+    key = key_of(request)
+    body = decode(await read_body(request, SINGLE_LIMIT), IdentifyIn)
+    received = datetime.now(UTC)
+    await commit(request, key, IDENTIFY, [(body.user_id, body.traits, body.timestamp or received)])
+    return json_response({"id": body.user_id, "status": "identified", "received_at": iso_ms(received)})
+
+
+def profile_json(row) -> dict:
+    return {
+        "id": row["user_id"], "traits": row["traits"], "created_at": iso_ms(row["created_at"]),
+        "last_seen_at": iso_ms(row["last_seen_at"]), "event_count": row["event_count"],
+    }
+
+
+@requires("read", "query")
+async def list_users(request: web.Request) -> web.Response:
+    key = key_of(request)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    traits: dict[str, str] = {}
+    for name, value in request.query.items():
+        match = _TRAIT.match(name)
+        if match:
+            traits[match.group(1)] = value
+    after = 0
+    if request.query.get("cursor"):
+        try:
+            (after,) = decode_cursor(request.query["cursor"], 1)
+            if not isinstance(after, int):
+                raise BadCursor
+        except BadCursor:
+            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    async with request.app[POOL].acquire() as conn:
+        rows = await user_store.list_profiles(
+            conn, key.workspace_id, key.env, trait_filters=traits, after_seq=after, limit=limit + 1
+        )
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return json_response({
+        "data": [profile_json(r) for r in rows],
+        "next_cursor": encode_cursor(rows[-1]["seq"]) if has_more else None,
+        "has_more": has_more,
+    })
+
+
+@requires("read", "query")
+async def get_user(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await user_store.get_profile(conn, key.workspace_id, key.env, request.match_info["user_id"])
+    if row is None:
+        raise not_found("no user with that id")
+    return json_response(profile_json(row))
+
+
+@requires("admin", "admin")
+async def delete_user(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        await event_store.erase_user(
+            conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
+        )
+    return web.Response(status=204)

@@ -1,0 +1,1 @@
+"""PostgreSQL: connection pool, migrations and every query Tally runs."""

@@ -1,0 +1,54 @@
+"""Numbered SQL migrations, applied once under an advisory lock so that processes starting together
+migrate exactly once."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import asyncpg
+
+log = logging.getLogger("tally.migrate")
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+_LOCK_KEY = 7_264_001  # arbitrary, constant across versions
+
+CREATE_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def available() -> list[tuple[int, str, Path]]:
+    found = []
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        match = re.match(r"(\d+)_(.+)\.sql$", path.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), path))
+    return found
+
+
+async def migrate(conn: asyncpg.Connection) -> list[int]:
+    """Apply pending migrations; returns the versions applied by this call."""
+    applied_now: list[int] = []
+    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+    try:
+        await conn.execute(CREATE_LEDGER)
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        for version, name, path in available():
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(path.read_text())
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name
+                )
+            log.info("applied migration %04d_%s", version, name)
+            applied_now.append(version)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+    return applied_now

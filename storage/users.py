@@ -1,0 +1,81 @@
+"""User profiles: per-batch upkeep from events and identify calls, and the profile reads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+UPSERT_ACTIVITY = """
+INSERT INTO user_profiles AS u (workspace_id, env, user_id, created_at, last_seen_at, event_count)
+SELECT $1, $2, t.user_id, t.first_seen, t.last_seen, t.n
+FROM unnest($3::text[], $4::timestamptz[], $5::timestamptz[], $6::bigint[]) AS t(user_id, first_seen, last_seen, n)
+ON CONFLICT (workspace_id, env, user_id) DO UPDATE
+SET event_count = u.event_count + EXCLUDED.event_count,
+    last_seen_at = GREATEST(u.last_seen_at, EXCLUDED.last_seen_at)
+"""
+
+UPSERT_TRAITS = """
+INSERT INTO user_profiles AS u (workspace_id, env, user_id, traits, created_at)
+SELECT $1, $2, t.user_id, t.traits, t.at
+FROM unnest($3::text[], $4::jsonb[], $5::timestamptz[]) AS t(user_id, traits, at)
+ON CONFLICT (workspace_id, env, user_id) DO UPDATE
+SET traits = u.traits || EXCLUDED.traits
+"""
+
+PROFILE_COLUMNS = "user_id, traits, created_at, last_seen_at, event_count, seq"
+
+
+async def record_activity(
+    conn: asyncpg.Connection, workspace_id: int, env: str,
+    activity: dict[str, tuple[datetime, datetime, int]],
+) -> None:
+    """activity: user_id -> (first received, last event time, count). Sorted so that concurrent
+    flushes lock rows in one order."""
+    if not activity:
+        return
+    users = sorted(activity)
+    await conn.execute(
+        UPSERT_ACTIVITY, workspace_id, env, users,
+        [activity[u][0] for u in users], [activity[u][1] for u in users], [activity[u][2] for u in users],
+    )
+
+
+async def merge_traits(
+    conn: asyncpg.Connection, workspace_id: int, env: str, traits: dict[str, tuple[dict, datetime]]
+) -> None:
+    """traits: user_id -> (traits merged in call order, first identify time)."""
+    if not traits:
+        return
+    users = sorted(traits)
+    await conn.execute(
+        UPSERT_TRAITS, workspace_id, env, users, [traits[u][0] for u in users], [traits[u][1] for u in users]
+    )
+
+
+async def get_profile(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str):
+    return await conn.fetchrow(
+        f"SELECT {PROFILE_COLUMNS} FROM user_profiles WHERE workspace_id = $1 AND env = $2 AND user_id = $3",
+        workspace_id, env, user_id,
+    )
+
+
+LIST_PROFILES = f"""
+SELECT {PROFILE_COLUMNS} FROM user_profiles p
+WHERE workspace_id = $1 AND env = $2 AND seq > $3
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest($4::text[], $5::text[]) AS f(k, v)
+      WHERE (p.traits ->> f.k) IS DISTINCT FROM f.v)
+ORDER BY seq
+LIMIT $6
+"""
+
+
+async def list_profiles(
+    conn: asyncpg.Connection, workspace_id: int, env: str, *,
+    trait_filters: dict[str, str], after_seq: int, limit: int,
+) -> list[asyncpg.Record]:
+    keys = list(trait_filters)
+    return await conn.fetch(
+        LIST_PROFILES, workspace_id, env, after_seq, keys, [trait_filters[k] for k in keys], limit
+    )

