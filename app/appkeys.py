@@ -9,6 +9,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 if TYPE_CHECKING:
+    from actors.scheduler import Scheduler
     from actors.supervisor import Supervisor
     from app.keys import KeyCache
     from app.ratelimit import MemoryLimiter, RedisLimiter
@@ -20,3 +21,4 @@ REDIS: web.AppKey[Redis | None] = web.AppKey("redis")
 SUPERVISOR: web.AppKey[Supervisor] = web.AppKey("supervisor")
 KEYS: web.AppKey[KeyCache] = web.AppKey("keys")
 LIMITER: web.AppKey[MemoryLimiter | RedisLimiter] = web.AppKey("limiter")
+SCHEDULER: web.AppKey[Scheduler] = web.AppKey("scheduler")

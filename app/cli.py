@@ -14,6 +14,7 @@ from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
 from app.plans import parse_limit
 from app.settings import ConfigError, Settings
+from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
 from storage.migrate import migrate
@@ -97,6 +98,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--plan", required=True, choices=["free", "pro", "enterprise"])
     sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE")
 
+    cu = sub.add_parser("create-user", help="create a dashboard user (or reset its password)")
+    cu.add_argument("--workspace", required=True)
+    cu.add_argument("--email", required=True)
+    cu.add_argument("--password", required=True)
+
     sub.add_parser("migrate", help="apply pending database migrations")
     return p
 
@@ -143,6 +149,17 @@ async def _set_plan(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _create_user(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+    from app.dashboard_session import hash_password
+
+    if "@" not in args.email or len(args.password) < 8:
+        print("need an email address and a password of at least 8 characters", file=sys.stderr)
+        return 2
+    await accounts.upsert_account(conn, args.email.strip().lower(), hash_password(args.password), args.workspace)
+    print(f"user {args.email} in workspace {args.workspace}")
+    return 0
+
+
 async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     print("database schema is up to date")
     return 0
@@ -150,7 +167,7 @@ async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "create-key": _create_key, "revoke-key": _revoke_key, "list-keys": _list_keys,
-    "set-plan": _set_plan, "migrate": _migrate,
+    "set-plan": _set_plan, "create-user": _create_user, "migrate": _migrate,
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.views import events, health, users
+from app.views import dashboard_auth, events, health, users
 
 
 def setup_routes(app: web.Application) -> None:
@@ -20,3 +20,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/v1/users", users.list_users)
     r.add_get("/v1/users/{user_id}", users.get_user)
     r.add_delete("/v1/users/{user_id}", users.delete_user)
+
+    r.add_post("/api/auth/login", dashboard_auth.login)
+    r.add_post("/api/auth/logout", dashboard_auth.logout)
+    r.add_get("/api/auth/me", dashboard_auth.me)

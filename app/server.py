@@ -11,9 +11,11 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 from redis.asyncio import Redis
 
+from actors.scheduler import Scheduler
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
-from app.appkeys import KEYS, LIMITER, POOL, REDIS, SETTINGS, SUPERVISOR
+from app import dashboard_session
+from app.appkeys import KEYS, LIMITER, POOL, REDIS, SCHEDULER, SETTINGS, SUPERVISOR
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
@@ -71,9 +73,7 @@ async def _partition_timer(app: web.Application) -> None:
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
-    url = app[SETTINGS].redis_url
-    redis = Redis.from_url(url) if url else None
-    app[REDIS] = redis
+    redis = app[REDIS]
     app[LIMITER] = RedisLimiter(redis) if redis else MemoryLimiter()
     try:
         yield
@@ -107,13 +107,35 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
         await supervisor.close()
 
 
+async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Background jobs; areas register theirs in JOB_REGISTRARS."""
+    scheduler = Scheduler(app[POOL])
+    for register in JOB_REGISTRARS:
+        register(app, scheduler)
+    app[SCHEDULER] = scheduler
+    if app[SETTINGS].run_scheduler:
+        scheduler.start()
+    try:
+        yield
+    finally:
+        await scheduler.stop()
+
+
+# Each entry: (app, scheduler) -> None, calling scheduler.every(...).
+JOB_REGISTRARS: list = []
+
+
 def init_app(settings: Settings) -> web.Application:
     app = web.Application(
         middlewares=[metrics_middleware, error_middleware, keyed_middleware], client_max_size=MAX_BODY
     )
     app[SETTINGS] = settings
+    # The client connects lazily; created here because the session storage needs it at set-up.
+    app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
+    dashboard_session.install(app, settings, app[REDIS])
     app.cleanup_ctx.append(database_ctx)
     app.cleanup_ctx.append(redis_ctx)
     app.cleanup_ctx.append(actors_ctx)
+    app.cleanup_ctx.append(scheduler_ctx)
     setup_routes(app)
     return app

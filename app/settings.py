@@ -39,6 +39,8 @@ class Settings:
     actor_idle_seconds: float = 300.0
     key_cache_seconds: float = 2.0
     pool_max: int = 10
+    # Tests turn the timers off and call Scheduler.run_now() instead.
+    run_scheduler: bool = True
     extra: dict = field(default_factory=dict)
 
     @property

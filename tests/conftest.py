@@ -78,7 +78,8 @@ def redis_url() -> str:
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    return Settings(database_url=database_url, secret="test-secret-" + "x" * 32, data_dir=tmp_path)
+    return Settings(database_url=database_url, secret="test-secret-" + "x" * 32, data_dir=tmp_path,
+                    run_scheduler=False)
 
 
 @pytest.fixture
@@ -126,3 +127,24 @@ def make_key(client: TestClient, database_url: str, workspace: str):
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def login(client: TestClient, database_url: str, workspace: str):
+    """Create a dashboard account in the test's workspace and sign the test client in."""
+    from app.dashboard_session import hash_password
+    from storage import accounts
+
+    async def sign_in(email: str | None = None, password: str = "correct horse battery", *,
+                      workspace_name: str | None = None, the_client: TestClient | None = None) -> str:
+        email = email or f"{secrets.token_hex(4)}@example.com"
+        conn = await asyncpg.connect(database_url)
+        try:
+            await accounts.upsert_account(conn, email, hash_password(password), workspace_name or workspace)
+        finally:
+            await conn.close()
+        resp = await (the_client or client).post("/api/auth/login", json={"email": email, "password": password})
+        assert resp.status == 200, await resp.text()
+        return email
+
+    return sign_in

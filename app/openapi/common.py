@@ -1,0 +1,63 @@
+"""Shared pieces: error shapes, rate-limit headers, helpers for fragments."""
+
+from __future__ import annotations
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+RATE_HEADERS = {
+    "X-RateLimit-Limit": {"schema": {"type": "integer"}},
+    "X-RateLimit-Remaining": {"schema": {"type": "integer"}},
+    "X-RateLimit-Reset": {"schema": {"type": "integer"}},
+}
+
+
+def json_body(schema: dict, description: str = "OK", headers: dict | None = None) -> dict:
+    out = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+def keyed_errors(*statuses: int) -> dict:
+    """Keyed-API error responses ({"error": {"code", "message"}}) for the given statuses."""
+    return {str(s): json_body(ref("KeyedError"), "error", RATE_HEADERS) for s in statuses}
+
+
+def site_errors(*statuses: int) -> dict:
+    """Site-API error responses ({"error": "..."}) for the given statuses."""
+    return {str(s): json_body(ref("SiteError"), "error") for s in statuses}
+
+
+def query(name: str, schema: dict, required: bool = False, description: str = "") -> dict:
+    param = {"name": name, "in": "query", "required": required, "schema": schema}
+    if description:
+        param["description"] = description
+    return param
+
+
+def path_param(name: str) -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+
+
+KEYED = [{"apiKey": []}]
+SESSION = [{"dashboardSession": []}]
+
+PATHS: dict = {}
+SCHEMAS = {
+    "KeyedError": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }},
+    },
+    "SiteError": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {"type": "string"}, "issues": {"type": "array"}},
+    },
+    "Cursor": {"type": ["string", "null"]},
+}

@@ -1,0 +1,76 @@
+"""POST /api/auth/login, POST /api/auth/logout, GET /api/auth/me."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from aiohttp import web
+
+from app import dashboard_session as ds
+from app.appkeys import LIMITER, POOL, SETTINGS
+from app.net import client_ip
+from app.responses import SiteError, json_response
+from storage import accounts
+
+# Attempts per (IP, email) and per email, (per second, per minute): slows password guessing
+# without locking out a whole office behind one address.
+LOGIN_LIMITS = {"ip_email": (5, 20), "email": (10, 60)}
+
+
+async def _credentials(request: web.Request) -> tuple[str, str]:
+    if request.content_type == "application/json":
+        try:
+            data = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            raise SiteError(400, "invalid json") from None
+    else:
+        data = dict(await request.post())
+    if not isinstance(data, dict):
+        raise SiteError(400, "invalid payload", issues=["body must be an object"])
+    email, password = data.get("email"), data.get("password")
+    issues = [f"{name} is required" for name, value in (("email", email), ("password", password))
+              if not isinstance(value, str) or not value]
+    if issues:
+        raise SiteError(400, "invalid payload", issues=issues)
+    return email.strip().lower(), password
+
+
+async def login(request: web.Request) -> web.Response:
+    email, password = await _credentials(request)
+    limiter = request.app[LIMITER]
+    ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
+    for bucket, limits in ((f"login:{ip}:{email}", LOGIN_LIMITS["ip_email"]),
+                           (f"login:{email}", LOGIN_LIMITS["email"])):
+        verdict = await limiter.hit(bucket, limits)
+        if not verdict.allowed:
+            raise SiteError(429, "too many login attempts", headers={"Retry-After": str(verdict.retry_after)})
+    async with request.app[POOL].acquire() as conn:
+        account = await accounts.account_by_email(conn, email)
+        # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop.
+        ok = account is not None and await asyncio.to_thread(ds.check_password, account["password_hash"], password)
+        if not ok:
+            raise SiteError(401, "invalid email or password")
+        workspaces = await accounts.workspaces_of(conn, account["id"])
+        if ds.needs_rehash(account["password_hash"]):
+            await accounts.set_password_hash(conn, account["id"], await asyncio.to_thread(ds.hash_password, password))
+    if not workspaces:
+        raise SiteError(401, "invalid email or password")
+    await ds.sign_in(request, account["id"], email, workspaces[0]["id"])
+    return json_response({"email": email, "workspace": {"id": workspaces[0]["id"], "name": workspaces[0]["name"]}})
+
+
+async def logout(request: web.Request) -> web.Response:
+    await ds.sign_out(request)
+    return json_response({"status": "signed_out"})
+
+
+async def me(request: web.Request) -> web.Response:
+    account = await ds.current_account(request)
+    async with request.app[POOL].acquire() as conn:
+        workspaces = await accounts.workspaces_of(conn, account.id)
+    return json_response({
+        "email": account.email,
+        "workspace_id": account.workspace_id,
+        "workspaces": [{"id": w["id"], "name": w["name"], "plan": w["plan"]} for w in workspaces],
+    })

@@ -1,0 +1,39 @@
+async def test_login_me_logout(client, login):
+    assert (await client.get("/api/auth/me")).status == 401
+    email = await login()
+    me = await (await client.get("/api/auth/me")).json()
+    assert me["email"] == email and len(me["workspaces"]) == 1
+    assert (await client.post("/api/auth/logout")).status == 200
+    resp = await client.get("/api/auth/me")
+    assert resp.status == 401
+    assert await resp.json() == {"error": "unauthorized"}
+
+
+async def test_wrong_password_is_generic_401(client, login):
+    email = await login()
+    await client.post("/api/auth/logout")
+    resp = await client.post("/api/auth/login", json={"email": email, "password": "wrong"})
+    assert resp.status == 401
+    assert await resp.json() == {"error": "invalid email or password"}
+    resp = await client.post("/api/auth/login", json={"email": "nobody@example.com", "password": "wrong"})
+    assert (await resp.json()) == {"error": "invalid email or password"}
+
+
+async def test_login_by_form_sets_httponly_lax_cookie(client, login):
+    email = await login(password="form password 1")
+    await client.post("/api/auth/logout")
+    resp = await client.post("/api/auth/login", data={"email": email, "password": "form password 1"})
+    assert resp.status == 200
+    cookie = resp.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" not in cookie
+
+
+async def test_repeated_failures_are_rate_limited(client, login):
+    email = await login()
+    statuses = []
+    for _ in range(8):
+        resp = await client.post("/api/auth/login", json={"email": email, "password": "nope"})
+        statuses.append(resp.status)
+    assert statuses[:5] == [401] * 5
+    assert 429 in statuses
+    assert "Retry-After" in resp.headers
