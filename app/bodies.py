@@ -13,6 +13,7 @@ from app.responses import ApiError, invalid
 T = TypeVar("T")
 
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -28,9 +29,11 @@ def field_of(error: msgspec.ValidationError) -> tuple[str, str]:
     """Split msgspec's 'Expected `str`, got `int` - at `$.event`' into (field, message)."""
     text = str(error)
     match = _PATH.search(text)
-    if not match:
-        return "", text
-    return match.group(1) or "", text[: match.start()]
+    prefix, message = ("", text) if not match else (match.group(1), text[: match.start()])
+    missing = _MISSING.search(message)
+    if missing:
+        return ".".join(p for p in (prefix, missing.group(1)) if p), message
+    return prefix, message
 
 
 def decode(body: bytes, schema: type[T]) -> T:

@@ -12,6 +12,7 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/healthz", health.healthz)
     r.add_get("/readyz", health.readyz)
     r.add_get("/metrics", health.prometheus)
+    r.add_get("/openapi.json", health.openapi)
 
     r.add_post("/v1/events", events.post_event)
     r.add_post("/v1/events/batch", events.post_batch)

@@ -148,3 +148,12 @@ def login(client: TestClient, database_url: str, workspace: str):
         return email
 
     return sign_in
+
+
+async def connect(database_url: str) -> asyncpg.Connection:
+    """A direct connection with the app's JSON codecs, for arranging and checking rows."""
+    from storage.db import init_connection
+
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    return conn

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.appkeys import POOL
 from app.metrics import REGISTRY
+from app.openapi import document
 from app.responses import json_response
 
 
@@ -29,3 +30,7 @@ async def readyz(request: web.Request) -> web.Response:
 async def prometheus(request: web.Request) -> web.Response:
     body = generate_latest(REGISTRY)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return json_response(document())

@@ -1,0 +1,43 @@
+"""Run `python -m app serve` as a real process for tests that need signals or a fresh data folder."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(env: dict[str, str], timeout: float = 60) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early: {proc.stdout.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(base + "/readyz", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc, base
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not become ready")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60) -> str:
+    proc.terminate()
+    out, _ = proc.communicate(timeout=timeout)
+    return out.decode()

@@ -1,0 +1,135 @@
+"""Group commit, crash recovery, backpressure, store failures, idle reaping and draining."""
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from actors.base import Overloaded
+from actors.supervisor import Supervisor
+from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
+from app import metrics
+from app.appkeys import SUPERVISOR
+from storage.events import erasure_lock_key
+from tests.conftest import bearer, connect
+
+
+async def _workspace_id(database_url, workspace):
+    conn = await connect(database_url)
+    try:
+        return await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+    finally:
+        await conn.close()
+
+
+async def _stored_ids(database_url, workspace_id):
+    conn = await connect(database_url)
+    try:
+        return {r["id"] for r in await conn.fetch("SELECT id FROM events WHERE workspace_id = $1", workspace_id)}
+    finally:
+        await conn.close()
+
+
+async def _send(client, key, i):
+    return await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": f"u{i}"})
+
+
+async def test_crash_mid_batch_loses_no_acknowledged_event(client, make_key, monkeypatch, database_url, workspace):
+    key = await make_key("write")
+    original = WorkspaceActor.flush
+    crashes = []
+
+    async def flaky(self, batch):
+        if not crashes:
+            crashes.append(len(batch))
+            raise RuntimeError("bug in the middle of a batch")
+        await original(self, batch)
+
+    monkeypatch.setattr(WorkspaceActor, "flush", flaky)
+    before = metrics.ACTOR_RESTARTS.labels("workspace")._value.get()
+    responses = await asyncio.gather(*[_send(client, key, i) for i in range(40)])
+    statuses = [r.status for r in responses]
+    acked = {(await r.json())["id"] for r in responses if r.status == 200}
+    assert statuses.count(500) == crashes[0]  # exactly the crashed batch failed, and said so
+    assert all(s in (200, 500) for s in statuses) and acked
+    assert acked <= await _stored_ids(database_url, await _workspace_id(database_url, workspace))
+    assert metrics.ACTOR_RESTARTS.labels("workspace")._value.get() == before + 1
+    assert (await _send(client, key, 99)).status == 200  # the restarted actor serves on
+
+
+async def test_store_failure_fails_the_batch_with_500_and_stores_nothing(client, make_key, database_url, workspace):
+    key = await make_key("read,write")
+    await _send(client, key, 0)
+    workspace_id = await _workspace_id(database_url, workspace)
+    conn = await connect(database_url)
+    constraint = f"poison_{workspace_id}"
+    try:
+        await conn.execute(f"ALTER TABLE events ADD CONSTRAINT {constraint} "
+                           f"CHECK (NOT (workspace_id = {int(workspace_id)} AND name = 'poison')) NOT VALID")
+        resp = await client.post("/v1/events", headers=bearer(key), json={"event": "poison", "user_id": "u"})
+        assert resp.status == 500
+        assert (await resp.json())["error"]["code"] == "store_failed"
+    finally:
+        await conn.execute(f"ALTER TABLE events DROP CONSTRAINT {constraint}")
+        await conn.close()
+    names = [e["event"] for e in (await (await client.get("/v1/events", headers=bearer(key))).json())["data"]]
+    assert names == ["e"]
+    assert (await _send(client, key, 1)).status == 200
+
+
+async def test_full_mailbox_answers_503_and_memory_stays_bounded(make_client, settings, make_key, database_url,
+                                                                 workspace):
+    client = await make_client(dataclasses.replace(settings, mailbox_events=5, batch_linger_ms=0))
+    key = await make_key("write")
+    assert (await _send(client, key, 0)).status == 200
+    workspace_id = await _workspace_id(database_url, workspace)
+    blocker = await connect(database_url)
+    # Hold the erasure lock: flushes of this workspace wait, so the mailbox fills up.
+    await blocker.execute("SELECT pg_advisory_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
+    try:
+        tasks = [asyncio.create_task(_send(client, key, i)) for i in range(1, 30)]
+        await asyncio.sleep(0.5)
+        actor = client.app[SUPERVISOR].actors[("ws", workspace_id, "live")]
+        assert actor.pending <= 5
+    finally:
+        await blocker.execute("SELECT pg_advisory_unlock($1, $2)", *erasure_lock_key(workspace_id, "live"))
+        await blocker.close()
+    responses = await asyncio.gather(*tasks)
+    rejected = [r for r in responses if r.status == 503]
+    acked = {(await r.json())["id"] for r in responses if r.status == 200}
+    assert rejected and len(acked) >= 5
+    assert rejected[0].headers["Retry-After"] == "1"
+    assert (await rejected[0].json())["error"]["code"] == "overloaded"
+    assert acked <= await _stored_ids(database_url, workspace_id)
+
+
+async def test_idle_actors_are_stopped_and_come_back(make_client, settings, make_key, database_url, workspace):
+    client = await make_client(dataclasses.replace(settings, actor_idle_seconds=0.2))
+    key = await make_key("write")
+    assert (await _send(client, key, 0)).status == 200
+    workspace_id = await _workspace_id(database_url, workspace)
+    assert ("ws", workspace_id, "live") in client.app[SUPERVISOR].actors
+    await asyncio.sleep(0.6)
+    assert ("ws", workspace_id, "live") not in client.app[SUPERVISOR].actors
+    assert (await _send(client, key, 1)).status == 200
+
+
+async def test_close_drains_every_mailbox_before_returning(pool, client, make_key, database_url, workspace):
+    await make_key("write")
+    workspace_id = await _workspace_id(database_url, workspace)
+    supervisor = Supervisor(lambda k: WorkspaceActor(k, pool, PartitionCache(), max_batch=3, capacity=100,
+                                                     linger=0), idle_seconds=60)
+    supervisor.start()
+    actor = supervisor.actor(("ws", workspace_id, "live"))
+    from datetime import UTC, datetime
+
+    from storage.ids import new_id
+    now = datetime.now(UTC)
+    records = [(new_id("evt"), workspace_id, "live", None, "drained", None, "anon", None, {}, None, None, None,
+                None, None, None, None, now, now) for _ in range(10)]
+    futures = [actor.submit(EVENTS, [r]) for r in records]
+    await supervisor.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert {r[0] for r in records} <= await _stored_ids(database_url, workspace_id)
+    with pytest.raises(Overloaded):
+        supervisor.actor(("ws", workspace_id, "test"))

@@ -1,0 +1,36 @@
+"""/openapi.json documents exactly the operations the router serves."""
+
+from aiohttp import web
+
+from app.openapi import document
+from app.server import init_app
+
+
+def _router_operations(app: web.Application) -> set[tuple[str, str]]:
+    ops = set()
+    for route in app.router.routes():
+        resource = route.resource
+        if resource is None or isinstance(resource, web.StaticResource) or route.method in ("HEAD", "*"):
+            continue
+        ops.add((route.method.lower(), resource.canonical))
+    return ops
+
+
+def _documented_operations() -> set[tuple[str, str]]:
+    methods = {"get", "post", "put", "patch", "delete", "options"}
+    return {(m, path) for path, item in document()["paths"].items() for m in item if m in methods}
+
+
+def test_document_matches_router(settings):
+    served = _router_operations(init_app(settings))
+    documented = _documented_operations()
+    assert served - documented == set(), "served but not documented"
+    assert documented - served == set(), "documented but not served"
+
+
+async def test_served_document_is_openapi_31(client):
+    resp = await client.get("/openapi.json")
+    assert resp.status == 200
+    doc = await resp.json()
+    assert doc["openapi"].startswith("3.1")
+    assert "/v1/events" in doc["paths"]

@@ -1,0 +1,82 @@
+"""Per-key rolling-window limits: plans, custom enterprise limits, 429, Redis shared across processes."""
+
+import dataclasses
+
+import pytest
+
+from app.plans import limits_for, parse_limit
+from storage import workspaces as store
+from tests.conftest import bearer, connect
+
+
+async def _set_plan(database_url: str, workspace: str, plan: str, limits: dict) -> None:
+    conn = await connect(database_url)
+    try:
+        workspace_id = await store.ensure_workspace(conn, workspace)
+        await store.set_plan(conn, workspace_id, plan, limits)
+    finally:
+        await conn.close()
+
+
+def test_plan_tables():
+    assert limits_for("free", "events") == (1000, 50_000)
+    assert limits_for("free", "admin") == (10, 300)
+    assert limits_for("pro", "query") > limits_for("free", "query")
+    assert limits_for("enterprise", "identify", {"identify": [7, 70]}) == (7, 70)
+    assert limits_for("pro", "identify", {"identify": [7, 70]}) == limits_for("pro", "identify")
+    assert parse_limit("events=5/100") == ("events", (5, 100))
+    with pytest.raises(ValueError):
+        parse_limit("nope=1/2")
+
+
+async def _exhaust(client, key, path="/v1/events", n=6):
+    return [await client.post(path, headers=bearer(key), json={"event": "e", "user_id": "u"}) for _ in range(n)]
+
+
+async def test_429_with_retry_after_once_the_allowance_is_spent(client, make_key, workspace, database_url):
+    key = await make_key("read,write")
+    await _set_plan(database_url, workspace, "enterprise", {"events": [3, 100]})
+    responses = await _exhaust(client, key, n=5)
+    statuses = [r.status for r in responses]
+    assert statuses[:3] == [200, 200, 200] and statuses[3:] == [429, 429]
+    limited = responses[-1]
+    assert (await limited.json())["error"]["code"] == "rate_limited"
+    assert limited.headers["X-RateLimit-Limit"] == "3"
+    assert limited.headers["X-RateLimit-Remaining"] == "0"
+    assert int(limited.headers["Retry-After"]) >= 1
+    # Another group keeps its own allowance.
+    assert (await client.get("/v1/events", headers=bearer(key))).status == 200
+
+
+async def test_rate_limited_requests_store_nothing(client, make_key, workspace, database_url):
+    key = await make_key("read,write")
+    await _set_plan(database_url, workspace, "enterprise", {"events": [1, 100]})
+    await _exhaust(client, key, n=4)
+    body = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert len(body["data"]) == 1
+
+
+async def test_each_key_has_its_own_allowance(client, make_key, workspace, database_url):
+    first, second = await make_key("write"), await make_key("write")
+    await _set_plan(database_url, workspace, "enterprise", {"events": [2, 100]})
+    assert [r.status for r in await _exhaust(client, first, n=3)] == [200, 200, 429]
+    assert [r.status for r in await _exhaust(client, second, n=2)] == [200, 200]
+
+
+async def test_requests_without_a_key_are_limited_per_ip(client):
+    statuses = [(await client.get("/v1/events")).status for _ in range(60)]
+    assert statuses[0] == 401 and 429 in statuses
+
+
+async def test_redis_limits_are_shared_between_processes(make_client, settings, redis_url, make_key, workspace,
+                                                         database_url):
+    shared = dataclasses.replace(settings, redis_url=redis_url)
+    one, two = await make_client(shared), await make_client(shared)
+    key = await make_key("write")
+    await _set_plan(database_url, workspace, "enterprise", {"events": [4, 100]})
+    statuses = []
+    for i in range(6):
+        target = one if i % 2 else two
+        statuses.append((await target.post("/v1/events", headers=bearer(key),
+                                           json={"event": "e", "user_id": "u"})).status)
+    assert statuses.count(200) == 4 and statuses[-2:] == [429, 429]

@@ -1,0 +1,122 @@
+"""POST /v1/identify, GET /v1/users, GET/DELETE /v1/users/{id}."""
+
+import asyncio
+
+import asyncpg
+
+from tests.conftest import bearer
+
+
+async def test_identify_creates_then_merges_traits(client, make_key):
+    key = await make_key("read,write")
+    resp = await client.post("/v1/identify", headers=bearer(key), json={
+        "user_id": "ada", "traits": {"name": "Ada", "plan": "free"}, "timestamp": "2026-11-01T09:00:00Z"})
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["id"] == "ada" and body["status"] == "identified" and body["received_at"].endswith("Z")
+    await client.post("/v1/identify", headers=bearer(key),
+                      json={"user_id": "ada", "traits": {"plan": "pro", "seats": 5}})
+    profile = await (await client.get("/v1/users/ada", headers=bearer(key))).json()
+    assert profile["traits"] == {"name": "Ada", "plan": "pro", "seats": 5}
+    assert profile["created_at"] == "2026-11-01T09:00:00.000Z"
+    assert profile["event_count"] == 0 and profile["last_seen_at"] is None
+
+
+async def test_events_keep_profile_counters(client, make_key):
+    key = await make_key("read,write")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "bo", "traits": {}})
+    await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": "a", "user_id": "bo", "timestamp": "2026-11-03T00:00:00Z"},
+        {"event": "b", "user_id": "bo", "timestamp": "2026-11-05T00:00:00Z"},
+        {"event": "c", "user_id": "bo", "timestamp": "2026-11-04T00:00:00Z"}]})
+    await client.post("/v1/events", headers=bearer(key), json={"event": "d", "user_id": "bo",
+                                                                "timestamp": "2026-11-02T00:00:00Z"})
+    profile = await (await client.get("/v1/users/bo", headers=bearer(key))).json()
+    assert profile["event_count"] == 4
+    assert profile["last_seen_at"] == "2026-11-05T00:00:00.000Z"
+
+
+async def test_identify_validation(client, make_key):
+    key = await make_key("write")
+    for body in ({}, {"user_id": ""}, {"user_id": "u", "traits": "x"}, {"user_id": 5}):
+        resp = await client.post("/v1/identify", headers=bearer(key), json=body)
+        assert resp.status == 400
+        assert (await resp.json())["error"]["code"] == "invalid_request"
+
+
+async def test_unknown_user_is_404(client, make_key):
+    key = await make_key("read")
+    resp = await client.get("/v1/users/nobody", headers=bearer(key))
+    assert resp.status == 404
+    assert (await resp.json())["error"]["code"] == "not_found"
+
+
+async def test_list_users_with_trait_filters_and_pagination(client, make_key):
+    key = await make_key("read,write")
+    for i in range(25):
+        traits = {"plan": "pro" if i % 2 else "free", "company": "acme" if i % 3 == 0 else "globex", "n": i}
+        await client.post("/v1/identify", headers=bearer(key), json={"user_id": f"user{i:02d}", "traits": traits})
+
+    async def page(**params):
+        resp = await client.get("/v1/users", headers=bearer(key), params=params)
+        assert resp.status == 200
+        return await resp.json()
+
+    everyone = await page()
+    assert len(everyone["data"]) == 25 and everyone["has_more"] is False
+    pro = await page(**{"trait[plan]": "pro"})
+    assert {u["id"] for u in pro["data"]} == {f"user{i:02d}" for i in range(25) if i % 2}
+    both = await page(**{"trait[plan]": "pro", "trait[company]": "acme"})
+    assert {u["id"] for u in both["data"]} == {f"user{i:02d}" for i in range(25) if i % 2 and i % 3 == 0}
+    numeric = await page(**{"trait[n]": "7"})
+    assert [u["id"] for u in numeric["data"]] == ["user07"]
+
+    seen, cursor = [], None
+    while True:
+        body = await page(limit="10", **({"cursor": cursor} if cursor else {}))
+        seen += [u["id"] for u in body["data"]]
+        if not body["has_more"]:
+            break
+        cursor = body["next_cursor"]
+    assert sorted(seen) == sorted(u["id"] for u in everyone["data"]) and len(set(seen)) == 25
+    assert (await client.get("/v1/users", headers=bearer(key), params={"limit": "1001"})).status == 400
+    assert (await client.get("/v1/users", headers=bearer(key), params={"cursor": "bm9wZQ"})).status == 400
+
+
+async def test_delete_erases_profile_and_every_event(client, make_key, database_url):
+    key = await make_key("read,write,admin")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "gone", "traits": {"email": "g@x.io"}})
+    await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": "a", "user_id": "gone"}, {"event": "b", "user_id": "stays"}]})
+    resp = await client.delete("/v1/users/gone", headers=bearer(key))
+    assert resp.status == 204 and await resp.read() == b""
+    assert (await client.get("/v1/users/gone", headers=bearer(key))).status == 404
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert [e["user_id"] for e in listed["data"]] == ["stays"]
+    # Events after the erasure are a new life for that id.
+    await client.post("/v1/events", headers=bearer(key), json={"event": "back", "user_id": "gone"})
+    assert (await (await client.get("/v1/users/gone", headers=bearer(key))).json())["event_count"] == 1
+
+
+async def test_erasure_racing_with_ingestion_leaves_nothing_received_before_it(client, make_key, database_url):
+    """Events in flight while the erasure runs (still in a batch, or flushing) never survive it."""
+    key = await make_key("read,write,admin")
+    await client.post("/v1/events", headers=bearer(key), json={"event": "first", "user_id": "racer"})
+
+    async def send(i):
+        return await client.post("/v1/events", headers=bearer(key), json={"event": "tick", "user_id": "racer",
+                                                                          "properties": {"i": i}})
+
+    sends = [asyncio.create_task(send(i)) for i in range(60)]
+    await asyncio.sleep(0)
+    erase = await client.delete("/v1/users/racer", headers=bearer(key))
+    assert erase.status == 204
+    results = await asyncio.gather(*sends)
+    assert all(r.status == 200 for r in results)
+    conn = await asyncpg.connect(database_url)
+    try:
+        erased_at = await conn.fetchval("SELECT max(erased_at) FROM erasures WHERE user_id = 'racer'")
+        survivors = await conn.fetch("SELECT received_at FROM events WHERE user_id = 'racer'")
+    finally:
+        await conn.close()
+    assert all(r["received_at"] > erased_at for r in survivors)
