@@ -5,6 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from app.views import dashboard_auth, events, health, users
+from app.views.api_keys import setup_api_key_routes
+from app.views.pages import setup_page_routes
 
 
 def setup_routes(app: web.Application) -> None:
@@ -25,3 +27,6 @@ def setup_routes(app: web.Application) -> None:
     r.add_post("/api/auth/login", dashboard_auth.login)
     r.add_post("/api/auth/logout", dashboard_auth.logout)
     r.add_get("/api/auth/me", dashboard_auth.me)
+
+    setup_api_key_routes(r)
+    setup_page_routes(r)

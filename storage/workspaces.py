@@ -76,3 +76,32 @@ async def list_keys(conn: asyncpg.Connection, workspace_id: int) -> list[asyncpg
         """,
         workspace_id,
     )
+
+
+# Dashboard key management (app/views/api_keys.py): every query is scoped by the session's workspace.
+
+
+async def workspace_name(conn: asyncpg.Connection, workspace_id: int) -> str | None:
+    return await conn.fetchval("SELECT name FROM workspaces WHERE id = $1", workspace_id)
+
+
+async def workspace_key(conn: asyncpg.Connection, workspace_id: int, key_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        """
+        SELECT id, env, name, scopes, prefix, expires_at, revoked_at, created_at
+        FROM api_keys WHERE workspace_id = $1 AND id = $2
+        """,
+        workspace_id, key_id,
+    )
+
+
+async def revoke_workspace_key(conn: asyncpg.Connection, workspace_id: int, key_id: str) -> asyncpg.Record | None:
+    """Revoke a key of this workspace; an already revoked key keeps its first revocation time."""
+    return await conn.fetchrow(
+        """
+        UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
+        WHERE workspace_id = $1 AND id = $2
+        RETURNING id, env, name, scopes, prefix, expires_at, revoked_at, created_at
+        """,
+        workspace_id, key_id,
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import import_module
 
-FRAGMENTS = ["app.openapi.common", "app.openapi.core"]
+FRAGMENTS = ["app.openapi.common", "app.openapi.core", "app.openapi.api_keys", "app.openapi.pages"]
 
 
 @cache

@@ -1,0 +1,43 @@
+// Thin fetch wrapper for the dashboard's same-origin JSON API.
+export class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error) || `HTTP ${status}`)
+    this.status = status
+    this.body = body
+  }
+}
+
+function signIn() {
+  location.assign('/login?next=' + encodeURIComponent(location.pathname + location.search))
+}
+
+export async function api(path, { method = 'GET', json, form, signal } = {}) {
+  const init = { method, headers: { Accept: 'application/json' }, signal, credentials: 'same-origin' }
+  if (json !== undefined) {
+    init.headers['Content-Type'] = 'application/json'
+    init.body = JSON.stringify(json)
+  } else if (form !== undefined) {
+    init.body = new URLSearchParams(form)
+  }
+  const resp = await fetch(path, init)
+  if (resp.status === 401) {
+    signIn()
+    throw new ApiError(401, { error: 'unauthorized' })
+  }
+  const text = await resp.text()
+  let body = null
+  try {
+    body = text ? JSON.parse(text) : null
+  } catch (e) {
+    body = { error: text }
+  }
+  if (!resp.ok) throw new ApiError(resp.status, body)
+  return body
+}
+
+// A query string from an object, skipping empty values.
+export function qs(params) {
+  const out = new URLSearchParams()
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') out.set(k, v)
+  return out.toString()
+}

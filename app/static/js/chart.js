@@ -1,0 +1,32 @@
+// Time-series chart on uPlot (vendored in /static/vendor), resized with its container.
+import { h } from './dom.js'
+
+export function timeChart(points, label) {
+  const box = h('div', { class: 'chart' })
+  if (!window.uPlot) {
+    box.append(h('p', { class: 'muted', text: 'Chart library failed to load.' }))
+    return { el: box, destroy() {} }
+  }
+  const xs = points.map((p) => new Date(p.timestamp).getTime() / 1000)
+  const ys = points.map((p) => p.value)
+  const css = getComputedStyle(document.documentElement)
+  const accent = css.getPropertyValue('--accent').trim() || '#4f46e5'
+  const opts = {
+    width: 600,
+    height: 220,
+    legend: { show: true, live: true },
+    cursor: { drag: { x: false, y: false } },
+    scales: { y: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
+    axes: [{ stroke: '#6b7280', grid: { stroke: '#eef0f4' } },
+      { stroke: '#6b7280', grid: { stroke: '#eef0f4' }, size: 50, values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? v : '')) }],
+    series: [{}, { label, stroke: accent, width: 2, fill: accent + '22', points: { show: points.length < 50 } }],
+  }
+  const plot = new window.uPlot(opts, [xs, ys], box)
+  const resize = () => {
+    const width = Math.max(240, box.clientWidth)
+    if (width !== plot.width) plot.setSize({ width, height: width < 500 ? 180 : 220 })
+  }
+  const observer = new ResizeObserver(resize)
+  observer.observe(box)
+  return { el: box, destroy() { observer.disconnect(); plot.destroy() } }
+}

@@ -1,0 +1,90 @@
+// Small DOM helpers. Text always goes in through textContent, so server data is never parsed as HTML.
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag)
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue
+    if (k === 'class') el.className = v
+    else if (k === 'text') el.textContent = v
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v)
+    else if (k === 'dataset') Object.assign(el.dataset, v)
+    else el.setAttribute(k, v === true ? '' : v)
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)))
+  }
+  return el
+}
+
+export const fmt = new Intl.NumberFormat()
+
+export function number(n) {
+  return typeof n === 'number' && isFinite(n) ? fmt.format(Math.round(n * 10) / 10) : '–'
+}
+
+export function percent(n) {
+  return typeof n === 'number' && isFinite(n) ? `${Math.round(n * 10) / 10}%` : '–'
+}
+
+export function duration(ms) {
+  if (typeof ms !== 'number' || !isFinite(ms)) return '–'
+  const s = Math.round(ms / 1000)
+  if (s < 60) return `${s}s`
+  const m = Math.floor(s / 60)
+  if (m < 60) return `${m}m ${s % 60}s`
+  return `${Math.floor(m / 60)}h ${m % 60}m`
+}
+
+export function when(iso) {
+  const d = new Date(iso)
+  return isNaN(d) ? String(iso || '') : d.toLocaleString()
+}
+
+export function ago(iso) {
+  const s = Math.max(0, Math.round((Date.now() - new Date(iso).getTime()) / 1000))
+  if (!isFinite(s)) return ''
+  if (s < 60) return `${s}s ago`
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`
+  return `${Math.floor(s / 3600)}h ago`
+}
+
+export function snippet(siteId) {
+  return `<script defer src="${location.origin}/tracker.js" data-site="${siteId}"></script>`
+}
+
+// A copyable code block with a Copy button.
+export function codeBlock(text, label = 'Copy') {
+  const code = h('code', { text })
+  const button = h('button', {
+    type: 'button', class: 'small', text: label,
+    onclick: async () => {
+      try {
+        await navigator.clipboard.writeText(text)
+        button.textContent = 'Copied'
+      } catch (e) {
+        const range = document.createRange()
+        range.selectNodeContents(code)
+        getSelection().removeAllRanges()
+        getSelection().addRange(range)
+        button.textContent = 'Selected: press Ctrl+C'
+      }
+      setTimeout(() => (button.textContent = label), 2000)
+    },
+  })
+  return h('div', { class: 'codeblock' }, h('pre', {}, code), button)
+}
+
+export function trackerHelp(siteId) {
+  return h('div', { class: 'empty' },
+    h('h3', { text: 'No events yet' }),
+    h('p', { text: 'Add this snippet to the <head> of every page of your site. Pageviews, SPA navigation and outbound link clicks are tracked automatically:' }),
+    codeBlock(snippet(siteId)),
+    h('p', { class: 'muted small' },
+      'Custom events: ', h('code', { text: "tally.track('signup', { plan: 'pro' })" }),
+      '. While testing on localhost, add ', h('code', { text: 'data-allow-localhost="true"' }), '.'),
+  )
+}
+
+export function errorBox(error) {
+  return h('p', { class: 'error', role: 'alert', text: `Could not load: ${error.message || error}` })
+}

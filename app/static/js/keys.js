@@ -1,0 +1,85 @@
+// API keys of the workspace: create (the value is shown once), list, revoke.
+import { api } from './api.js'
+import { codeBlock, errorBox, h, when } from './dom.js'
+
+function keyRow(key, reload) {
+  const revoke = h('button', { type: 'button', class: 'small danger', text: 'Revoke' })
+  revoke.addEventListener('click', async () => {
+    if (revoke.dataset.confirm !== 'yes') {
+      revoke.dataset.confirm = 'yes'
+      revoke.textContent = 'Confirm revoke'
+      return
+    }
+    revoke.disabled = true
+    try {
+      await api(`/api/keys/${encodeURIComponent(key.id)}`, { method: 'DELETE' })
+      reload()
+    } catch (e) {
+      revoke.textContent = `Failed: ${e.message}`
+    }
+  })
+  return h('tr', { dataset: { key: key.id } },
+    h('td', { class: 'ellipsis', text: key.name }),
+    h('td', { class: 'mono ellipsis', text: key.prefix + '…' }),
+    h('td', { text: key.scopes.join(', ') }),
+    h('td', {}, h('span', { class: key.env === 'live' ? 'badge ok' : 'badge', text: key.env })),
+    h('td', { class: 'nowrap', text: when(key.createdAt) }),
+    h('td', {}, h('span', { class: key.status === 'active' ? 'badge ok' : 'badge off', text: key.status })),
+    h('td', {}, key.status === 'active' ? revoke : ''),
+  )
+}
+
+export function renderKeys(container) {
+  const created = h('div')
+  const error = h('p', { class: 'error', role: 'alert', hidden: true })
+  const list = h('div')
+  const scope = (name, checked) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'scope', value: name, checked }), name)
+  const form = h('form', { class: 'key-form' },
+    h('label', {}, 'Name ', h('input', { name: 'name', required: true, maxlength: 64, placeholder: 'e.g. backend server' })),
+    h('fieldset', { class: 'row' }, h('legend', { text: 'Scopes' }), scope('read', true), scope('write', true), scope('admin', false)),
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'test' }), 'Test environment key (tally_test_…, sees only test data)'),
+    h('button', { type: 'submit', class: 'primary', text: 'Create key' }))
+
+  async function reload() {
+    try {
+      const { keys } = await api('/api/keys')
+      if (!keys.length) {
+        list.replaceChildren(h('p', { class: 'empty', text: 'No API keys yet. Create one above to send events from a server with POST /v1/events.' }))
+        return
+      }
+      list.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { class: 'keys' },
+        h('thead', {}, h('tr', {}, ['Name', 'Key', 'Scopes', 'Env', 'Created', 'Status', ''].map((t) => h('th', { text: t })))),
+        h('tbody', {}, keys.map((k) => keyRow(k, reload))))))
+    } catch (e) {
+      list.replaceChildren(errorBox(e))
+    }
+  }
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault()
+    error.hidden = true
+    const scopes = [...form.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
+    try {
+      const key = await api('/api/keys', { method: 'POST', json: { name: form.name.value.trim(), scopes, test: form.test.checked } })
+      form.reset()
+      created.replaceChildren(h('section', { class: 'card notice', role: 'status' },
+        h('h3', { text: `Key “${key.name}” created` }),
+        h('p', { text: 'Copy it now: this is the only time it is shown. Store it as a secret; send it as Authorization: Bearer <key>.' }),
+        codeBlock(key.key),
+        h('button', { type: 'button', class: 'small', text: 'Done, hide it', onclick: () => created.replaceChildren() })))
+      reload()
+    } catch (e) {
+      error.textContent = e.status === 400 ? 'Give the key a name and at least one scope.' : `Could not create the key: ${e.message}`
+      error.hidden = false
+    }
+  })
+
+  container.append(
+    h('div', { class: 'page-head' }, h('h1', { text: 'API keys' }),
+      h('p', { class: 'muted', text: 'Keys authenticate the /v1 REST API from your servers. The browser tracker needs no key.' })),
+    created,
+    h('section', { class: 'card' }, h('h3', { text: 'Create a key' }), form, error),
+    h('section', { class: 'card' }, h('h3', { text: 'Keys' }), list),
+  )
+  reload()
+}

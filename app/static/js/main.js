@@ -1,0 +1,60 @@
+// Dashboard shell: a tiny path router over the /app/... pages, with pushState navigation.
+import { api } from './api.js'
+import { h } from './dom.js'
+import { renderEvents } from './events.js'
+import { renderKeys } from './keys.js'
+import { renderOverview } from './overview.js'
+import { renderRealtime } from './realtime.js'
+import { renderSites } from './sites.js'
+
+const view = document.getElementById('view')
+const routes = [
+  [/^\/app\/?$/, renderSites, 'sites'],
+  [/^\/app\/keys\/?$/, renderKeys, 'keys'],
+  [/^\/app\/sites\/([^/]+)\/?$/, renderOverview, 'sites'],
+  [/^\/app\/sites\/([^/]+)\/realtime\/?$/, renderRealtime, 'sites'],
+  [/^\/app\/sites\/([^/]+)\/events\/?$/, renderEvents, 'sites'],
+]
+let cleanup = null
+
+export function navigate(url, { replace = false } = {}) {
+  history[replace ? 'replaceState' : 'pushState'](null, '', url)
+  render()
+}
+
+function render() {
+  if (cleanup) cleanup()
+  cleanup = null
+  view.replaceChildren()
+  for (const [re, page, section] of routes) {
+    const m = location.pathname.match(re)
+    if (!m) continue
+    for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === section)
+    const params = m.slice(1).map(decodeURIComponent)
+    cleanup = page(view, ...params) || null
+    window.scrollTo(0, 0)
+    return
+  }
+  view.append(h('div', { class: 'empty' }, h('h2', { text: 'Page not found' }), h('a', { href: '/app', text: 'Back to your sites' })))
+}
+
+// Same-origin /app links navigate without a page load.
+document.addEventListener('click', (event) => {
+  if (event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return
+  const a = event.target.closest && event.target.closest('a[href]')
+  if (!a || a.target || a.hasAttribute('download') || a.origin !== location.origin || !a.pathname.startsWith('/app')) return
+  event.preventDefault()
+  navigate(a.pathname + a.search)
+})
+window.addEventListener('popstate', render)
+
+document.getElementById('logout').addEventListener('click', async () => {
+  await fetch('/api/auth/logout', { method: 'POST' }).catch(() => {})
+  location.assign('/login')
+})
+
+api('/api/auth/me').then((me) => {
+  document.getElementById('whoami').textContent = me.email
+}).catch(() => {})
+
+render()

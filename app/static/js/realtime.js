@@ -1,0 +1,69 @@
+// Realtime panel: polls /api/analytics/realtime every few seconds while the tab is visible.
+import { api, qs } from './api.js'
+import { ago, errorBox, h, number, trackerHelp } from './dom.js'
+import { siteHeader } from './sites.js'
+
+export const POLL_MS = 3000
+const WINDOWS = [['60', 'Last minute'], ['300', 'Last 5 minutes'], ['1800', 'Last 30 minutes']]
+
+function big(label, value, id) {
+  return h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: value }))
+}
+
+export function renderRealtime(container, siteId) {
+  let windowSeconds = new URLSearchParams(location.search).get('window') || '60'
+  const picker = h('select', { 'aria-label': 'Realtime window' },
+    WINDOWS.map(([v, label]) => h('option', { value: v, text: label, selected: v === windowSeconds })))
+  const updated = h('span', { class: 'muted small', role: 'status' })
+  const body = h('div', { class: 'realtime' })
+  container.append(siteHeader(siteId, 'realtime'), h('div', { class: 'row controls' }, picker, h('span', { class: 'spacer' }), updated), body)
+  let alive = true
+
+  async function poll() {
+    try {
+      const rt = await api('/api/analytics/realtime?' + qs({ siteId, window: windowSeconds }))
+      if (!alive) return
+      const pages = h('ol', { class: 'toplist' })
+      for (const p of rt.topActivePages || []) {
+        pages.append(h('li', {}, h('div', { class: 'toprow' }, h('span', { class: 'key ellipsis', text: p.key }), h('span', { class: 'count', text: number(p.count) }))))
+      }
+      if (!pages.firstChild) pages.append(h('li', { class: 'muted small', text: 'Nobody is on the site right now.' }))
+      const feed = h('ul', { class: 'feed' })
+      for (const e of rt.recentEvents || []) {
+        feed.append(h('li', { dataset: { event: e.id } },
+          h('span', { class: 'badge', text: e.name }), h('span', { class: 'ellipsis path', text: e.path || '' }),
+          h('span', { class: 'muted small', text: e.country || '' }), h('time', { class: 'muted small', datetime: e.timestamp, text: ago(e.timestamp) })))
+      }
+      const idle = !(rt.recentEvents || []).length
+      body.replaceChildren(
+        h('div', { class: 'stats' },
+          big('Current visitors', number(rt.activeVisitors), 'activeVisitors'),
+          big('Pageviews / min', number(rt.pageviewsPerMinute), 'pageviewsPerMinute'),
+          big('Events / min', number(rt.eventsPerMinute), 'eventsPerMinute')),
+        h('div', { class: 'grid2' },
+          h('section', { class: 'card' }, h('h3', { text: 'Active pages' }), pages),
+          h('section', { class: 'card' }, h('h3', { text: 'Latest events' }),
+            idle ? h('p', { class: 'muted small', text: 'No events yet. They appear here within seconds of happening.' }) : feed)),
+        ...(idle ? [trackerHelp(siteId)] : []),
+      )
+      updated.textContent = `Live · updated ${new Date().toLocaleTimeString()}`
+    } catch (e) {
+      if (alive && e.status !== 401) body.replaceChildren(errorBox(e))
+    }
+  }
+
+  picker.addEventListener('change', () => {
+    windowSeconds = picker.value
+    history.replaceState(null, '', location.pathname + (windowSeconds === '60' ? '' : '?window=' + windowSeconds))
+    poll()
+  })
+  poll()
+  const timer = setInterval(() => document.visibilityState === 'visible' && poll(), POLL_MS)
+  const onVisible = () => document.visibilityState === 'visible' && poll()
+  document.addEventListener('visibilitychange', onVisible)
+  return () => {
+    alive = false
+    clearInterval(timer)
+    document.removeEventListener('visibilitychange', onVisible)
+  }
+}

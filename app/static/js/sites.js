@@ -1,0 +1,140 @@
+// Site list: add a site, publish its DNS TXT record and verify it; the shared header of per-site pages.
+import { api, qs } from './api.js'
+import { codeBlock, errorBox, h, snippet } from './dom.js'
+
+let sitesCache = null
+
+export async function loadSites(force = false) {
+  if (!sitesCache || force) sitesCache = api('/api/sites').catch((e) => { sitesCache = null; throw e })
+  return sitesCache
+}
+
+export function isVerified(site) {
+  return site.verified === true || site.status === 'verified' || !!site.verifiedAt || !!site.verified_at
+}
+
+function badge(verified) {
+  return h('span', { class: verified ? 'badge ok' : 'badge', text: verified ? '✓ verified' : 'pending verification' })
+}
+
+function verifyPanel(site, onVerified) {
+  const out = h('div', { class: 'verify' })
+  const status = h('p', { class: 'muted small', role: 'status' })
+  const check = h('button', { type: 'button', class: 'small', text: 'Check DNS now' })
+  const show = (data) => {
+    out.replaceChildren(
+      h('p', {}, 'Prove you own ', h('strong', { text: data.domain || site.domain }),
+        ' by publishing this TXT record at the domain apex, then check:'),
+      codeBlock(data.record || ''),
+      h('div', { class: 'row' }, check, status),
+    )
+  }
+  check.addEventListener('click', async () => {
+    check.disabled = true
+    status.textContent = 'Checking…'
+    try {
+      const data = await api('/api/verify?' + qs({ site: site.id }), { method: 'POST' })
+      if (data.status === 'verified') {
+        onVerified()
+        return
+      }
+      status.textContent = data.status === 'not_found' ? 'This site no longer exists.'
+        : 'Record not found yet. DNS changes can take a few minutes to appear; try again shortly.'
+      if (data.record) show(data)
+    } catch (e) {
+      status.textContent = `Check failed: ${e.message}`
+    } finally {
+      check.disabled = false
+    }
+  })
+  api('/api/verify?' + qs({ site: site.id })).then(show, (e) => out.replaceChildren(errorBox(e)))
+  return out
+}
+
+function siteCard(site, openSetup) {
+  const verified = isVerified(site)
+  const setup = h('div', { class: 'setup', hidden: !openSetup })
+  const fill = () => setup.replaceChildren(
+    h('h4', { text: 'Install the tracker' }),
+    codeBlock(snippet(site.id)),
+    ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, () => renderInto(document.getElementById('view'), site.id))]),
+  )
+  if (openSetup) fill()
+  const toggle = h('button', {
+    type: 'button', class: 'small', text: verified ? 'Snippet' : 'Set up & verify',
+    onclick: () => {
+      if (setup.hidden && !setup.firstChild) fill()
+      setup.hidden = !setup.hidden
+    },
+  })
+  return h('li', { class: 'card site', dataset: { site: site.id } },
+    h('div', { class: 'row' },
+      h('a', { class: 'site-domain ellipsis', href: `/app/sites/${encodeURIComponent(site.id)}`, text: site.domain }),
+      badge(verified), h('span', { class: 'spacer' }), toggle),
+    h('div', { class: 'muted small ellipsis' }, 'Site id ', h('code', { text: site.id })),
+    setup,
+  )
+}
+
+async function renderInto(container, openId = null) {
+  const list = h('ul', { class: 'cards' })
+  const error = h('p', { class: 'error', role: 'alert', hidden: true })
+  const input = h('input', { name: 'domain', placeholder: 'example.com', required: true, autocomplete: 'off', 'aria-label': 'Domain' })
+  const form = h('form', { class: 'add-site row' }, input, h('button', { type: 'submit', class: 'primary', text: 'Add site' }))
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault()
+    error.hidden = true
+    try {
+      const site = await api('/api/sites', { method: 'POST', form: { domain: input.value.trim() } })
+      await loadSites(true)
+      renderInto(container, site.id)
+    } catch (e) {
+      error.textContent = e.status === 400 ? 'That is not a valid domain. Enter it like example.com.' : `Could not add the site: ${e.message}`
+      error.hidden = false
+    }
+  })
+  container.replaceChildren(
+    h('div', { class: 'page-head' }, h('h1', { text: 'Sites' })),
+    h('section', { class: 'card' }, h('h3', { text: 'Add a site' }), form, error),
+    list,
+  )
+  try {
+    const sites = await loadSites(openId !== null)
+    if (!sites.length) {
+      list.append(h('li', { class: 'empty' },
+        h('h3', { text: 'No sites yet' }),
+        h('p', { text: 'Add the domain of your website above. You will get a one-line script tag to put on its pages.' })))
+    }
+    for (const site of sites) list.append(siteCard(site, site.id === openId))
+  } catch (e) {
+    list.append(errorBox(e))
+  }
+}
+
+export function renderSites(container) {
+  renderInto(container)
+}
+
+// Header of a site's pages: domain, verification mark and the page tabs.
+export function siteHeader(siteId, active) {
+  const title = h('h1', { class: 'ellipsis', text: siteId })
+  const mark = h('span')
+  loadSites().then((sites) => {
+    const site = sites.find((s) => s.id === siteId)
+    if (!site) return
+    title.textContent = site.domain
+    mark.replaceWith(badge(isVerified(site)))
+  }).catch(() => {})
+  const base = `/app/sites/${encodeURIComponent(siteId)}`
+  const tab = (href, label, key) => h('a', { href: href + location.search, class: active === key ? 'tab active' : 'tab', text: label })
+  return h('div', { class: 'page-head' },
+    h('div', { class: 'row title-row' }, h('a', { href: '/app', class: 'muted', text: 'Sites /' }), title, mark),
+    h('nav', { class: 'tabs' }, tab(base, 'Overview', 'overview'), tab(`${base}/realtime`, 'Realtime', 'realtime'),
+      tab(`${base}/events`, 'Events', 'events')),
+  )
+}
+
+// Keep the tabs' links carrying the current range and filters.
+export function syncTabs() {
+  for (const a of document.querySelectorAll('.tabs a')) a.search = location.search
+}

@@ -1,0 +1,104 @@
+"""Session-authenticated API-key management for the dashboard: GET/POST /api/keys, DELETE /api/keys/{key_id}.
+
+Keys belong to the signed-in account's active workspace. A key's value is returned once, by the create
+call; listings show only its prefix. Revocation clears this process's key cache at once; other processes
+stop accepting the key within `key_cache_seconds`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+import asyncpg
+import msgspec
+from aiohttp import web
+from msgspec import Meta
+
+from app.appkeys import KEYS, POOL
+from app.dashboard_session import current_account
+from app.keys import create_key
+from app.responses import SiteError, iso_ms, json_response
+from storage import workspaces as store
+
+MAX_BODY = 16 * 1024
+
+
+class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(min_length=1, max_length=64)]
+    scopes: Annotated[list[Literal["read", "write", "admin"]], Meta(min_length=1)]
+    test: bool = False
+    expiresAt: datetime | None = None
+
+
+def key_json(row: asyncpg.Record) -> dict:
+    if row["revoked_at"] is not None:
+        status = "revoked"
+    elif row["expires_at"] is not None and row["expires_at"] <= datetime.now(UTC):
+        status = "expired"
+    else:
+        status = "active"
+    return {
+        "id": row["id"], "name": row["name"], "env": row["env"], "scopes": list(row["scopes"]),
+        "prefix": row["prefix"], "status": status, "createdAt": iso_ms(row["created_at"]),
+        "expiresAt": iso_ms(row["expires_at"]), "revokedAt": iso_ms(row["revoked_at"]),
+    }
+
+
+def _parse(body: bytes) -> KeyIn:
+    try:
+        data = msgspec.json.decode(body, type=KeyIn)
+    except msgspec.ValidationError as exc:
+        raise SiteError(400, "invalid payload", issues=[str(exc)]) from None
+    except msgspec.DecodeError:
+        raise SiteError(400, "invalid json") from None
+    if data.expiresAt is not None:
+        if data.expiresAt.tzinfo is None:
+            raise SiteError(400, "invalid payload", issues=["expiresAt needs a timezone - at `$.expiresAt`"])
+        if data.expiresAt <= datetime.now(UTC):
+            raise SiteError(400, "invalid payload", issues=["expiresAt must be in the future - at `$.expiresAt`"])
+    data.name = data.name.strip()
+    if not data.name:
+        raise SiteError(400, "invalid payload", issues=["name must not be blank - at `$.name`"])
+    return data
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    account = await current_account(request)
+    async with request.app[POOL].acquire() as conn:
+        rows = await store.list_keys(conn, account.workspace_id)
+    # Newest first, as a dashboard list reads best.
+    return json_response({"keys": [key_json(r) for r in reversed(rows)]})
+
+
+async def create(request: web.Request) -> web.Response:
+    account = await current_account(request)
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise SiteError(413, "payload too large")
+    data = _parse(await request.content.read(MAX_BODY + 1))
+    async with request.app[POOL].acquire() as conn:
+        workspace = await store.workspace_name(conn, account.workspace_id)
+        if workspace is None:
+            raise SiteError(401, "unauthorized")
+        key_id, raw = await create_key(
+            conn, workspace=workspace, scopes=sorted(set(data.scopes)), test=data.test, name=data.name,
+            expires_at=data.expiresAt,
+        )
+        row = await store.workspace_key(conn, account.workspace_id, key_id)
+    return json_response({**key_json(row), "key": raw}, 201, {"Cache-Control": "no-store"})
+
+
+async def revoke(request: web.Request) -> web.Response:
+    account = await current_account(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.revoke_workspace_key(conn, account.workspace_id, request.match_info["key_id"])
+    if row is None:
+        raise SiteError(404, "key not found")
+    request.app[KEYS].forget_all()
+    return json_response(key_json(row))
+
+
+def setup_api_key_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/api/keys", list_keys)
+    router.add_post("/api/keys", create)
+    router.add_delete("/api/keys/{key_id}", revoke)
