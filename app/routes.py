@@ -6,7 +6,9 @@ from aiohttp import web
 
 from app.views import dashboard_auth, events, health, users
 from app.views.api_keys import setup_api_key_routes
+from app.views.dashboards import setup_dashboard_routes
 from app.views.pages import setup_page_routes
+from app.views.public_dashboards import setup_public_dashboard_routes
 
 
 def setup_routes(app: web.Application) -> None:
@@ -29,4 +31,6 @@ def setup_routes(app: web.Application) -> None:
     r.add_get("/api/auth/me", dashboard_auth.me)
 
     setup_api_key_routes(r)
+    setup_dashboard_routes(r)
+    setup_public_dashboard_routes(r)
     setup_page_routes(r)

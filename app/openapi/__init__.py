@@ -9,7 +9,13 @@ from __future__ import annotations
 from functools import cache
 from importlib import import_module
 
-FRAGMENTS = ["app.openapi.common", "app.openapi.core", "app.openapi.api_keys", "app.openapi.pages"]
+FRAGMENTS = [
+    "app.openapi.common",
+    "app.openapi.core",
+    "app.openapi.api_keys",
+    "app.openapi.pages",
+    "app.openapi.dashboards",
+]
 
 
 @cache

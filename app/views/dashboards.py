@@ -1,0 +1,355 @@
+"""Keyed dashboards and charts: list/get (spec), create/change/delete, chart data and public sharing."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from aiohttp import web
+from msgspec import UNSET, Meta, UnsetType
+
+from app.appkeys import POOL, SETTINGS
+from app.auth import key_of, requires
+from app.bodies import field_of, read_body
+from app.net import _trusted
+from app.responses import ApiError, invalid, iso_ms, json_response, not_found
+from app.schemas import EventName
+from app.views.params import int_param, time_param
+from storage import chart_data
+from storage import dashboards as store
+from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+
+T = TypeVar("T")
+BODY_LIMIT = 256 * 1024
+MAX_CHARTS = 50
+MAX_BUCKETS = 1000
+DEFAULT_RANGE = timedelta(days=7)
+
+Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Description = Annotated[str, Meta(max_length=2000)]
+Property = Annotated[str, Meta(min_length=1, max_length=255)]
+ChartType = Literal["line", "bar", "pie", "funnel", "table"]
+Operator = Literal["eq", "neq", "contains", "gt", "lt"]
+Steps = Annotated[list[EventName], Meta(min_length=1, max_length=9)]
+
+
+class FilterIn(msgspec.Struct, forbid_unknown_fields=True):
+    property: Property
+    operator: Operator
+    value: Annotated[str, Meta(max_length=1000)] | int | float | bool
+
+    def __post_init__(self) -> None:
+        if self.operator in ("gt", "lt") and isinstance(self.value, (bool, str)):
+            raise ValueError(f"value: must be a number for operator '{self.operator}'")
+
+
+class ChartIn(msgspec.Struct, forbid_unknown_fields=True):
+    title: Name
+    type: ChartType
+    event: EventName
+    filters: Annotated[list[FilterIn], Meta(max_length=20)] = []
+    group_by: Property | None = None
+    # Funnel charts only: the events after `event`, in order (the funnel is [event, *steps]).
+    steps: Steps | None = None
+
+    def __post_init__(self) -> None:
+        if self.type == "funnel":
+            if not self.steps:
+                raise ValueError("steps: a funnel chart needs at least one step after `event`")
+            if self.group_by is not None:
+                raise ValueError("group_by: funnel charts cannot be grouped")
+        elif self.steps is not None:
+            raise ValueError("steps: only funnel charts have steps")
+
+
+class ChartPatch(msgspec.Struct, forbid_unknown_fields=True):
+    title: Name | UnsetType = UNSET
+    type: ChartType | UnsetType = UNSET
+    event: EventName | UnsetType = UNSET
+    filters: Annotated[list[FilterIn], Meta(max_length=20)] | UnsetType = UNSET
+    group_by: Property | UnsetType | None = UNSET
+    steps: Steps | UnsetType | None = UNSET
+
+
+class DashboardIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+    description: Description | None = None
+    charts: Annotated[list[ChartIn], Meta(max_length=MAX_CHARTS)] = []
+
+
+class DashboardPatch(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name | UnsetType = UNSET
+    description: Description | UnsetType | None = UNSET
+
+
+_OWN_FIELD = re.compile(r"^([a-z_]+): (.*)$", re.S)
+
+
+def _problem(exc: msgspec.ValidationError) -> ApiError:
+    field, message = field_of(exc)
+    # __post_init__ errors start with the field they are about; join it to msgspec's path.
+    own = _OWN_FIELD.match(message)
+    if own:
+        field = f"{field}.{own.group(1)}" if field else own.group(1)
+        message = own.group(2)
+    return invalid(f"{field}: {message}" if field else message, fields=[{"field": field, "message": message}])
+
+
+def _decode(body: bytes, schema: type[T]) -> T:
+    try:
+        return msgspec.json.decode(body, type=schema)
+    except msgspec.ValidationError as exc:
+        raise _problem(exc) from None
+    except msgspec.DecodeError:
+        raise invalid("request body is not valid JSON") from None
+
+
+def _chart_fields(chart: ChartIn) -> dict[str, Any]:
+    return {"title": chart.title, "type": chart.type, "event": chart.event,
+            "filters": msgspec.to_builtins(chart.filters), "group_by": chart.group_by, "steps": chart.steps}
+
+
+def chart_json(row) -> dict:
+    out = {"id": row["id"], "title": row["title"], "type": row["type"], "event": row["event"],
+           "filters": row["filters"], "group_by": row["group_by"]}
+    if row["type"] == "funnel":
+        out["steps"] = row["steps"] or []
+    return out
+
+
+def base_url(request: web.Request) -> str:
+    """The service root as the caller sees it; X-Forwarded-Proto/Host only from trusted proxies."""
+    scheme, host = request.scheme, request.host
+    proxies = request.app[SETTINGS].trusted_proxies
+    if proxies and _trusted(request.remote or "", proxies):
+        scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
+        host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
+    return f"{scheme}://{host}"
+
+
+def dashboard_json(request: web.Request, row, charts) -> dict:
+    token = row["public_token"]
+    return {"id": row["id"], "name": row["name"], "description": row["description"],
+            "charts": [chart_json(c) for c in charts],
+            "created_at": iso_ms(row["created_at"]), "updated_at": iso_ms(row["updated_at"]),
+            "public_url": f"{base_url(request)}/public/dashboards/{token}" if token else None}
+
+
+def data_range(request: web.Request) -> tuple[datetime, datetime, str]:
+    """from/to/interval query parameters: default the last 7 days by day; at most MAX_BUCKETS buckets."""
+    interval = request.query.get("interval") or "day"
+    if interval not in chart_data.INTERVALS:
+        raise invalid("interval must be hour or day", fields=[{"field": "interval", "message": "hour or day"}])
+    end = time_param(request, "to") or datetime.now(UTC)
+    start = time_param(request, "from") or end - DEFAULT_RANGE
+    if start > end:
+        raise invalid("from must not be after to", fields=[{"field": "from", "message": "after to"}])
+    if (chart_data.truncate(end, interval) - chart_data.truncate(start, interval)) / chart_data.INTERVALS[
+            interval] >= MAX_BUCKETS:
+        raise invalid(f"the range holds more than {MAX_BUCKETS} {interval} buckets; narrow it or use a wider interval",
+                      fields=[{"field": "interval", "message": f"more than {MAX_BUCKETS} buckets"}])
+    return start, end, interval
+
+
+async def chart_data_json(conn, workspace_id: int, env: str, chart, start: datetime, end: datetime,
+                          interval: str) -> dict:
+    """line/bar: one series per group with a point per bucket. pie/table/funnel: one series per group
+    (or funnel step) holding one point, stamped with the range start, that carries the total."""
+    if chart["type"] in chart_data.TIME_SERIES_TYPES:
+        found = await chart_data.time_series(conn, workspace_id, env, chart, start, end, interval)
+        series = [{"name": s.name, "points": [{"timestamp": iso_ms(t), "value": v} for t, v in s.points]}
+                  for s in found]
+    else:
+        if chart["type"] == "funnel":
+            totals = await chart_data.funnel(conn, workspace_id, env, chart, start, end)
+        else:
+            totals = await chart_data.grouped_totals(conn, workspace_id, env, chart, start, end)
+        series = [{"name": name, "points": [{"timestamp": iso_ms(start), "value": value}]}
+                  for name, value in totals]
+    return {"chart_id": chart["id"], "type": chart["type"], "interval": interval,
+            "from": iso_ms(start), "to": iso_ms(end), "series": series}
+
+
+async def _full(request: web.Request, conn, row) -> web.Response:
+    return json_response(dashboard_json(request, row, await store.charts_of(conn, row["id"])))
+
+
+@requires("read", "query")
+async def list_dashboards(request: web.Request) -> web.Response:
+    key = key_of(request)
+    limit = int_param(request, "limit", 50, 1, 200)
+    after = ""
+    if request.query.get("cursor"):
+        try:
+            (after,) = decode_cursor(request.query["cursor"], 1)
+            if not isinstance(after, str):
+                raise BadCursor
+        except BadCursor:
+            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    async with request.app[POOL].acquire() as conn:
+        rows = await store.list_dashboards(conn, key.workspace_id, key.env, after_id=after, limit=limit + 1)
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return json_response({
+        "data": [{"id": r["id"], "name": r["name"], "created_at": iso_ms(r["created_at"]),
+                  "updated_at": iso_ms(r["updated_at"]), "chart_count": r["chart_count"]} for r in rows],
+        "next_cursor": encode_cursor(rows[-1]["id"]) if has_more else None,
+        "has_more": has_more,
+    })
+
+
+@requires("write", "query")
+async def create_dashboard(request: web.Request) -> web.Response:
+    key = key_of(request)
+    body = _decode(await read_body(request, BODY_LIMIT), DashboardIn)
+    dashboard_id = new_id("dsh")
+    async with request.app[POOL].acquire() as conn:
+        await store.create_dashboard(
+            conn, key.workspace_id, key.env, dashboard_id, name=body.name, description=body.description,
+            charts=[(new_id("chrt"), _chart_fields(c)) for c in body.charts],
+        )
+        row = await store.get_dashboard(conn, key.workspace_id, key.env, dashboard_id)
+        response = await _full(request, conn, row)
+    response.set_status(201)
+    return response
+
+
+async def _own_dashboard(request: web.Request, conn):
+    key = key_of(request)
+    row = await store.get_dashboard(conn, key.workspace_id, key.env, request.match_info["id"])
+    if row is None:
+        raise not_found("no dashboard with that id")
+    return row
+
+
+@requires("read", "query")
+async def get_dashboard(request: web.Request) -> web.Response:
+    async with request.app[POOL].acquire() as conn:
+        return await _full(request, conn, await _own_dashboard(request, conn))
+
+
+@requires("write", "query")
+async def patch_dashboard(request: web.Request) -> web.Response:
+    key = key_of(request)
+    body = _decode(await read_body(request, BODY_LIMIT), DashboardPatch)
+    changes = {k: v for k, v in msgspec.structs.asdict(body).items() if v is not UNSET}
+    async with request.app[POOL].acquire() as conn:
+        row = await store.update_dashboard(conn, key.workspace_id, key.env, request.match_info["id"],
+                                           changes=changes)
+        if row is None:
+            raise not_found("no dashboard with that id")
+        return await _full(request, conn, row)
+
+
+@requires("write", "query")
+async def delete_dashboard(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        if not await store.delete_dashboard(conn, key.workspace_id, key.env, request.match_info["id"]):
+            raise not_found("no dashboard with that id")
+    return web.Response(status=204)
+
+
+@requires("write", "query")
+async def add_chart(request: web.Request) -> web.Response:
+    key = key_of(request)
+    chart = _decode(await read_body(request, BODY_LIMIT), ChartIn)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.add_chart(conn, key.workspace_id, key.env, request.match_info["id"], new_id("chrt"),
+                                    _chart_fields(chart), max_charts=MAX_CHARTS)
+    if row is None:
+        raise not_found("no dashboard with that id")
+    if row == "full":
+        raise ApiError(409, "dashboard_full", f"a dashboard holds at most {MAX_CHARTS} charts")
+    return json_response(chart_json(row), 201)
+
+
+async def _own_chart(request: web.Request, conn):
+    key = key_of(request)
+    row = await store.get_chart(conn, key.workspace_id, key.env, request.match_info["id"],
+                                request.match_info["chart_id"])
+    if row is None:
+        raise not_found("no chart with that id on that dashboard")
+    return row
+
+
+@requires("write", "query")
+async def patch_chart(request: web.Request) -> web.Response:
+    key = key_of(request)
+    patch = _decode(await read_body(request, BODY_LIMIT), ChartPatch)
+    async with request.app[POOL].acquire() as conn:
+        current = await _own_chart(request, conn)
+        merged = {k: current[k] for k in ("title", "type", "event", "filters", "group_by", "steps")}
+        merged.update(msgspec.to_builtins(patch))  # UNSET fields are left out
+        # Leaving a funnel drops its steps, unless the patch sets them (then validation speaks).
+        if merged["type"] != "funnel" and patch.steps is UNSET:
+            merged["steps"] = None
+        try:
+            chart = msgspec.convert(merged, ChartIn)
+        except msgspec.ValidationError as exc:
+            raise _problem(exc) from None
+        row = await store.update_chart(conn, key.workspace_id, key.env, current["dashboard_id"], current["id"],
+                                       _chart_fields(chart))
+    if row is None:
+        raise not_found("no chart with that id on that dashboard")
+    return json_response(chart_json(row))
+
+
+@requires("write", "query")
+async def delete_chart(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        deleted = await store.delete_chart(conn, key.workspace_id, key.env, request.match_info["id"],
+                                           request.match_info["chart_id"])
+    if not deleted:
+        raise not_found("no chart with that id on that dashboard")
+    return web.Response(status=204)
+
+
+@requires("read", "query")
+async def chart_data_view(request: web.Request) -> web.Response:
+    key = key_of(request)
+    start, end, interval = data_range(request)
+    async with request.app[POOL].acquire() as conn:
+        chart = await _own_chart(request, conn)
+        body = await chart_data_json(conn, key.workspace_id, key.env, chart, start, end, interval)
+    return json_response(body)
+
+
+@requires("write", "query")
+async def share(request: web.Request) -> web.Response:
+    """Make the dashboard public; sharing a shared dashboard keeps its URL."""
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.set_public(conn, key.workspace_id, key.env, request.match_info["id"],
+                                     secrets.token_urlsafe(24))
+        if row is None:
+            raise not_found("no dashboard with that id")
+        return await _full(request, conn, row)
+
+
+@requires("write", "query")
+async def unshare(request: web.Request) -> web.Response:
+    """Make the dashboard private; its public URL stops working at once."""
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        if await store.set_public(conn, key.workspace_id, key.env, request.match_info["id"], None) is None:
+            raise not_found("no dashboard with that id")
+    return web.Response(status=204)
+
+
+def setup_dashboard_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/v1/dashboards", list_dashboards)
+    router.add_post("/v1/dashboards", create_dashboard)
+    router.add_get("/v1/dashboards/{id}", get_dashboard)
+    router.add_patch("/v1/dashboards/{id}", patch_dashboard)
+    router.add_delete("/v1/dashboards/{id}", delete_dashboard)
+    router.add_post("/v1/dashboards/{id}/charts", add_chart)
+    router.add_patch("/v1/dashboards/{id}/charts/{chart_id}", patch_chart)
+    router.add_delete("/v1/dashboards/{id}/charts/{chart_id}", delete_chart)
+    router.add_get("/v1/dashboards/{id}/charts/{chart_id}/data", chart_data_view)
+    router.add_post("/v1/dashboards/{id}/share", share)
+    router.add_delete("/v1/dashboards/{id}/share", unshare)
