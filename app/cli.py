@@ -29,9 +29,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
 
     setup_logging()
     uvloop.install()
+    logging_args = {"access_log_class": AccessLogger} if settings.access_log else {"access_log": None}
     web.run_app(
         init_app(settings), host=args.host or settings.host, port=args.port or settings.port,
-        access_log_class=AccessLogger, shutdown_timeout=30, print=None,
+        shutdown_timeout=30, print=None, **logging_args,
     )
 
 

@@ -33,14 +33,27 @@ class Settings:
     port: int = 8000
     trusted_proxies: tuple[str, ...] = ()
     # Actor tuning: batch size cap, linger before a flush, mailbox bound (events).
-    batch_max: int = 2000
+    batch_max: int = 5000
     batch_linger_ms: float = 1.0
-    mailbox_events: int = 20000
+    mailbox_events: int = 50000
     actor_idle_seconds: float = 300.0
     key_cache_seconds: float = 2.0
     pool_max: int = 10
+    access_log: bool = True
     # Tests turn the timers off and call Scheduler.run_now() instead.
     run_scheduler: bool = True
+    # Site ingestion: events per minute per site and per visitor IP (0 disables), DNS-over-HTTPS
+    # resolver for domain verification, optional MaxMind country database.
+    site_events_per_min: int = 60_000
+    ip_events_per_min: int = 600
+    doh_url: str = "https://cloudflare-dns.com/dns-query"
+    geoip_db: str | None = None
+    # Reports: synchronous run timeout; custom SQL's own timeout and row cap; SMTP for scheduled delivery.
+    report_timeout_seconds: float = 30.0
+    custom_sql_timeout_seconds: float = 5.0
+    custom_sql_max_rows: int = 10_000
+    smtp_url: str | None = None
+    smtp_from: str = "Tally Reports <reports@tally.localhost>"
     extra: dict = field(default_factory=dict)
 
     @property
@@ -68,9 +81,18 @@ class Settings:
             host=os.environ.get("HOST", "0.0.0.0"),
             port=_int("PORT", 8000),
             trusted_proxies=proxies,
-            batch_max=_int("TALLY_BATCH_MAX", 2000),
-            mailbox_events=_int("TALLY_MAILBOX_EVENTS", 20000),
+            batch_max=_int("TALLY_BATCH_MAX", 5000),
+            batch_linger_ms=float(_int("TALLY_BATCH_LINGER_US", 1000)) / 1000,
+            mailbox_events=_int("TALLY_MAILBOX_EVENTS", 50000),
             pool_max=_int("TALLY_DB_POOL_MAX", 10),
+            access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
+            report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),
+            smtp_url=os.environ.get("TALLY_SMTP_URL") or None,
+            smtp_from=os.environ.get("TALLY_SMTP_FROM") or "Tally Reports <reports@tally.localhost>",
+            site_events_per_min=_int("TALLY_SITE_EVENTS_PER_MIN", 60_000),
+            ip_events_per_min=_int("TALLY_IP_EVENTS_PER_MIN", 600),
+            doh_url=os.environ.get("TALLY_DOH_URL") or "https://cloudflare-dns.com/dns-query",
+            geoip_db=os.environ.get("TALLY_GEOIP_DB") or None,
         )
 
 

@@ -1,0 +1,231 @@
+"""Ingestion benchmark: durable Tally ingestion beside a hello-world server and raw COPY, one run.
+
+    .venv/bin/python bench/ingest.py [--duration 10] [--connections 64]
+
+Needs wrk (apt-get install wrk) and a PostgreSQL server (BENCH_PG, default the local one). Creates and
+drops its own database. Keys run on an enterprise plan with limits far above the load, so the numbers
+measure ingestion rather than rate limiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse
+
+import asyncpg
+import orjson
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.keys import create_key  # noqa: E402
+from storage import workspaces  # noqa: E402
+from storage.db import init_connection  # noqa: E402
+from storage.events import EVENT_COLUMNS  # noqa: E402
+from storage.ids import new_id  # noqa: E402
+from storage.migrate import migrate  # noqa: E402
+from tests.server_process import free_port  # noqa: E402
+
+ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+HUGE = [1_000_000, 60_000_000]
+
+SINGLE_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer %s"
+request = function()
+  local body = '{"event":"page_viewed","user_id":"u' .. math.random(1, 5000) ..
+               '","properties":{"path":"/pricing","plan":"pro"}}'
+  return wrk.format(nil, nil, nil, body)
+end
+"""
+STATIC_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "%s"
+wrk.headers["Authorization"] = "Bearer %s"
+wrk.body = [[%s]]
+"""
+
+
+def batch_body(n: int) -> str:
+    return orjson.dumps({"events": [{"event": "page_viewed", "user_id": f"u{i % 5000}",
+                                     "properties": {"path": "/pricing", "plan": "pro"}} for i in range(n)]}).decode()
+
+
+def site_body() -> str:
+    return orjson.dumps({"s": "bench.example", "n": "pageview", "u": "https://bench.example/pricing",
+                         "p": "/pricing", "r": "https://news.example/", "t": "Pricing", "w": 1280}).decode()
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.proc, self.peak, self.running = psutil.Process(pid), 0, True
+
+    def run(self) -> None:
+        while self.running:
+            try:
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.1)
+
+
+def wrk(url: str, script: str, duration: int, connections: int, pid: int) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(script)
+    sampler = RssSampler(pid)
+    sampler.start()
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", f.name, url],
+                         capture_output=True, text=True, check=True).stdout
+    sampler.running = False
+    os.unlink(f.name)
+
+    def ms(label: str) -> float:
+        m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50": ms("50"), "p99": ms("99"),
+            "requests": total, "non2xx": int(non2xx.group(1)) if non2xx else 0,
+            "socket_errors": errors.group(1) if errors else "", "rss_mb": sampler.peak / 2**20}
+
+
+def start(cmd: list[str], env: dict, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            import urllib.request
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return proc
+        except OSError as exc:
+            if getattr(exc, "code", None):  # an HTTP error means it is listening
+                return proc
+            time.sleep(0.1)
+    raise RuntimeError(f"{cmd} did not start")
+
+
+async def raw_copy(dsn: str, workspace_id: int, duration: float, batch: int, connections: int) -> float:
+    """asyncpg copy_records_to_table of the same rows into the same table, as fast as it goes."""
+    now = datetime.now(UTC)
+
+    def rows() -> list[tuple]:
+        return [(new_id("evt"), workspace_id, "live", None, "page_viewed", f"u{i % 5000}", None, None,
+                 {"path": "/pricing", "plan": "pro"}, None, None, None, None, None, None, None, now, now)
+                for i in range(batch)]
+
+    copied = 0
+
+    async def worker() -> None:
+        nonlocal copied
+        conn = await asyncpg.connect(dsn)
+        await init_connection(conn)
+        deadline = time.monotonic() + duration
+        while time.monotonic() < deadline:
+            records = rows()
+            await conn.copy_records_to_table("events", records=records, columns=EVENT_COLUMNS)
+            copied += len(records)
+        await conn.close()
+
+    started = time.monotonic()
+    await asyncio.gather(*[worker() for _ in range(connections)])
+    return copied / (time.monotonic() - started)
+
+
+async def setup(dsn: str) -> tuple[str, int]:
+    conn = await asyncpg.connect(dsn)
+    await init_connection(conn)
+    await migrate(conn)
+    _, key = await create_key(conn, workspace="bench", scopes=["read", "write"], test=False, name="bench",
+                              expires_at=None)
+    workspace_id = await workspaces.ensure_workspace(conn, "bench")
+    await workspaces.set_plan(conn, workspace_id, "enterprise", {g: HUGE for g in ("events", "identify", "query")})
+    await conn.execute("SELECT tally_ensure_event_partition(now())")
+    await conn.close()
+    return key, workspace_id
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=64)
+    args = parser.parse_args()
+
+    name = f"tally_bench_{secrets.token_hex(4)}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
+    procs: list[subprocess.Popen] = []
+    results: list[tuple[str, dict, int]] = []
+    try:
+        key, workspace_id = asyncio.run(setup(dsn))
+        hello_port, tally_port = free_port(), free_port()
+        hello = start([sys.executable, str(ROOT / "bench" / "hello_server.py"), str(hello_port)], {}, hello_port)
+        procs.append(hello)
+        env = {"DATABASE_URL": dsn, "TALLY_ACCESS_LOG": "0", "TALLY_ENV": "development", "REDIS_URL": ""}
+        tally = start([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(tally_port)],
+                      env, tally_port)
+        procs.append(tally)
+        d, c = args.duration, args.connections
+        single = SINGLE_LUA % key
+        batch = STATIC_LUA % ("application/json", key, batch_body(500))
+        site = STATIC_LUA % ("text/plain", "", site_body())
+
+        results.append(("hello-world POST (baseline)", wrk(f"http://127.0.0.1:{hello_port}/", single, d, c,
+                                                           hello.pid), 1))
+        results.append(("POST /v1/events (durable)", wrk(f"http://127.0.0.1:{tally_port}/v1/events", single, d, c,
+                                                         tally.pid), 1))
+        results.append(("POST /v1/events/batch x500", wrk(f"http://127.0.0.1:{tally_port}/v1/events/batch", batch,
+                                                          d, c, tally.pid), 500))
+        site_probe = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                                     "-H", "Content-Type: text/plain", "--data", site_body(),
+                                     f"http://127.0.0.1:{tally_port}/api/service/event"], capture_output=True,
+                                    text=True).stdout
+        if site_probe == "202":
+            results.append(("POST /api/service/event (durable)",
+                            wrk(f"http://127.0.0.1:{tally_port}/api/service/event", site, d, c, tally.pid), 1))
+        copy_rate = asyncio.run(raw_copy(dsn, workspace_id, d, 500, 2))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=60)
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    hello_rps = results[0][1]["rps"]
+    print(f"\nwrk -t2 -c{args.connections} -d{args.duration}s on loopback, {os.cpu_count()} cores; "
+          f"single-event and site bodies ~100 B, batch body 500 events\n")
+    print(f"{'target':36} {'req/s':>9} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
+          f"{'peak RSS MB':>11} {'vs baseline':>12}")
+    for label, r, per in results:
+        events = r["rps"] * per * (r["requests"] - r["non2xx"]) / max(r["requests"], 1)  # acknowledged only
+        versus = f"{r['rps'] / hello_rps:.0%} req" if per == 1 else f"{events / copy_rate:.0%} COPY"
+        print(f"{label:36} {r['rps']:9.0f} {events:10.0f} {r['p50']:8.2f} {r['p99']:8.2f} {r['non2xx']:8d} "
+              f"{r['rss_mb']:11.0f} {versus:>12}")
+    print(f"{'raw copy_records_to_table x500 (2 conns)':36} {'':>9} {copy_rate:10.0f}")
+
+
+async def _admin(sql: str) -> None:
+    conn = await asyncpg.connect(ADMIN)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+if __name__ == "__main__":
+    main()
