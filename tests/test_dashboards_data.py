@@ -1,0 +1,207 @@
+"""GET /v1/dashboards/{id}/charts/{chart_id}/data: bucketed counts, filters, group_by, totals, funnels."""
+
+import pytest
+
+from tests.conftest import bearer
+
+DAY1, DAY3 = "2025-03-01", "2025-03-03"
+RANGE = "from=2025-03-01T00:00:00Z&to=2025-03-03T23:59:59Z"
+
+SIGNUPS = [
+    {"event": "signup", "user_id": "u1", "timestamp": f"{DAY1}T09:15:00Z",
+     "properties": {"plan": "pro", "country": "US", "seats": 5}},
+    {"event": "signup", "user_id": "u2", "timestamp": f"{DAY1}T09:45:00Z",
+     "properties": {"plan": "free", "country": "FR", "seats": 1}},
+    {"event": "signup", "user_id": "u3", "timestamp": f"{DAY1}T11:00:00Z",
+     "properties": {"plan": "pro", "country": "US", "seats": "12"}},
+    {"event": "signup", "user_id": "u4", "timestamp": f"{DAY3}T08:00:00Z",
+     "properties": {"plan": "Enterprise", "country": "DE", "seats": "many"}},
+    {"event": "signup", "anonymous_id": "a1", "timestamp": f"{DAY3}T23:00:00Z", "properties": {}},
+    # Not the chart's event, and outside the range: never counted.
+    {"event": "login", "user_id": "u1", "timestamp": f"{DAY1}T10:00:00Z", "properties": {"plan": "pro"}},
+    {"event": "signup", "user_id": "u9", "timestamp": "2025-02-28T23:59:59Z", "properties": {"plan": "pro"}},
+    {"event": "signup", "user_id": "u9", "timestamp": "2025-03-04T00:00:00Z", "properties": {"plan": "pro"}},
+]
+
+
+async def _ingest(client, key, events):
+    resp = await client.post("/v1/events/batch", headers=bearer(key), json={"events": events})
+    body = await resp.json()
+    assert resp.status == 200 and body["failed"] == 0, body
+
+
+async def _data(client, key, chart, query=RANGE):
+    made = await (await client.post("/v1/dashboards", headers=bearer(key),
+                                    json={"name": "d", "charts": [chart]})).json()
+    resp = await client.get(f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}/data?{query}",
+                            headers=bearer(key))
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
+
+
+def _values(body):
+    return {s["name"]: [p["value"] for p in s["points"]] for s in body["series"]}
+
+
+@pytest.fixture
+async def key(client, make_key):
+    key = await make_key("read,write")
+    await _ingest(client, key, SIGNUPS)
+    return key
+
+
+def _line(**extra):
+    return {"title": "t", "type": "line", "event": "signup", **extra}
+
+
+async def test_daily_counts_with_zero_buckets(client, key):
+    body = await _data(client, key, _line())
+    assert body["type"] == "line" and body["interval"] == "day"
+    assert body["from"] == "2025-03-01T00:00:00.000Z" and body["to"] == "2025-03-03T23:59:59.000Z"
+    assert body["series"] == [{"name": "signup", "points": [
+        {"timestamp": "2025-03-01T00:00:00.000Z", "value": 3},
+        {"timestamp": "2025-03-02T00:00:00.000Z", "value": 0},
+        {"timestamp": "2025-03-03T00:00:00.000Z", "value": 2},
+    ]}]
+
+
+async def test_hourly_buckets(client, key):
+    body = await _data(client, key, _line(type="bar"),
+                       "from=2025-03-01T09:00:00Z&to=2025-03-01T11:30:00Z&interval=hour")
+    assert [p["timestamp"][11:16] for p in body["series"][0]["points"]] == ["09:00", "10:00", "11:00"]
+    assert _values(body) == {"signup": [2, 0, 1]}
+
+
+@pytest.mark.parametrize(("operator", "value", "expected"), [
+    ("eq", "pro", [2, 0, 0]),
+    ("neq", "pro", [1, 0, 2]),  # events without the property are "not equal"
+    ("contains", "PRO", [2, 0, 0]),  # case-insensitive
+    ("contains", "terp", [0, 0, 1]),
+])
+async def test_text_filters(client, key, operator, value, expected):
+    body = await _data(client, key, _line(filters=[{"property": "plan", "operator": operator, "value": value}]))
+    assert _values(body) == {"signup": expected}
+
+
+@pytest.mark.parametrize(("operator", "value", "expected"), [
+    ("gt", 2, [2, 0, 0]),  # 5 and "12"; "many" and missing never match
+    ("gt", 12, [0, 0, 0]),
+    ("lt", 5.5, [2, 0, 0]),  # 5 and 1
+    ("lt", 1, [0, 0, 0]),
+])
+async def test_numeric_filters(client, key, operator, value, expected):
+    body = await _data(client, key, _line(filters=[{"property": "seats", "operator": operator, "value": value}]))
+    assert _values(body) == {"signup": expected}
+
+
+async def test_filters_combine_and_numbers_compare_as_text_for_eq(client, key):
+    body = await _data(client, key, _line(filters=[
+        {"property": "plan", "operator": "eq", "value": "pro"},
+        {"property": "seats", "operator": "eq", "value": 5}]))
+    assert _values(body) == {"signup": [1, 0, 0]}
+
+
+async def test_group_by_splits_series(client, key):
+    body = await _data(client, key, _line(group_by="plan"))
+    assert [s["name"] for s in body["series"]] == ["pro", "(none)", "Enterprise", "free"]
+    assert _values(body) == {"pro": [2, 0, 0], "(none)": [0, 0, 1], "Enterprise": [0, 0, 1], "free": [1, 0, 0]}
+
+
+async def test_group_by_with_filter(client, key):
+    body = await _data(client, key, _line(group_by="country",
+                                          filters=[{"property": "plan", "operator": "neq", "value": "free"}]))
+    assert _values(body) == {"US": [2, 0, 0], "(none)": [0, 0, 1], "DE": [0, 0, 1]}
+
+
+async def test_pie_and_table_give_grouped_totals(client, key):
+    pie = await _data(client, key, {"title": "t", "type": "pie", "event": "signup", "group_by": "country"})
+    assert pie["series"] == [
+        {"name": "US", "points": [{"timestamp": "2025-03-01T00:00:00.000Z", "value": 2}]},
+        {"name": "(none)", "points": [{"timestamp": "2025-03-01T00:00:00.000Z", "value": 1}]},
+        {"name": "DE", "points": [{"timestamp": "2025-03-01T00:00:00.000Z", "value": 1}]},
+        {"name": "FR", "points": [{"timestamp": "2025-03-01T00:00:00.000Z", "value": 1}]},
+    ]
+    table = await _data(client, key, {"title": "t", "type": "table", "event": "signup"})
+    assert _values(table) == {"signup": [5]}
+
+
+async def test_empty_range_gives_zeros(client, key):
+    body = await _data(client, key, _line(), "from=2024-01-01T00:00:00Z&to=2024-01-02T00:00:00Z")
+    assert _values(body) == {"signup": [0, 0]}
+    grouped = await _data(client, key, _line(group_by="plan"), "from=2024-01-01T00:00:00Z&to=2024-01-02T00:00:00Z")
+    assert grouped["series"] == []
+
+
+async def test_many_groups_fold_into_other(client, make_key):
+    key = await make_key("read,write")
+    events = [{"event": "tap", "user_id": f"u{i}", "timestamp": f"{DAY1}T12:00:00Z",
+               "properties": {"button": f"b{i:02d}"}} for i in range(25)]
+    events += [{"event": "tap", "user_id": "x", "timestamp": f"{DAY1}T12:00:00Z", "properties": {"button": "b00"}}]
+    await _ingest(client, key, events)
+    body = await _data(client, key, {"title": "t", "type": "pie", "event": "tap", "group_by": "button"})
+    names = [s["name"] for s in body["series"]]
+    assert len(names) == 21 and names[0] == "b00" and names[-1] == "(other)"
+    assert body["series"][0]["points"][0]["value"] == 2
+    assert body["series"][-1]["points"][0]["value"] == 5
+    assert sum(s["points"][0]["value"] for s in body["series"]) == 26
+
+
+async def test_funnel_counts_users_in_order(client, make_key):
+    key = await make_key("read,write")
+    t = "2025-03-02T10:0{}:00Z"
+    await _ingest(client, key, [
+        {"event": "view", "user_id": "u1", "timestamp": t.format(1), "properties": {"src": "ad"}},
+        {"event": "cart", "user_id": "u1", "timestamp": t.format(2), "properties": {"src": "ad"}},
+        {"event": "buy", "user_id": "u1", "timestamp": t.format(3), "properties": {"src": "ad"}},
+        {"event": "view", "user_id": "u2", "timestamp": t.format(1), "properties": {"src": "ad"}},
+        {"event": "cart", "user_id": "u2", "timestamp": t.format(2), "properties": {"src": "ad"}},
+        {"event": "cart", "user_id": "u3", "timestamp": t.format(0), "properties": {"src": "ad"}},
+        {"event": "view", "user_id": "u3", "timestamp": t.format(1), "properties": {"src": "ad"}},
+        {"event": "view", "anonymous_id": "a1", "timestamp": t.format(1), "properties": {"src": "mail"}},
+        {"event": "buy", "anonymous_id": "a1", "timestamp": t.format(2), "properties": {"src": "mail"}},
+    ])
+    chart = {"title": "f", "type": "funnel", "event": "view", "steps": ["cart", "buy"]}
+    body = await _data(client, key, chart)
+    assert body["type"] == "funnel"
+    assert [(s["name"], s["points"][0]["value"]) for s in body["series"]] == [("view", 4), ("cart", 2), ("buy", 1)]
+    body = await _data(client, key, {**chart, "steps": ["buy"]})
+    assert [s["points"][0]["value"] for s in body["series"]] == [4, 2]
+    filtered = await _data(client, key, {**chart, "steps": ["buy"],
+                                         "filters": [{"property": "src", "operator": "eq", "value": "mail"}]})
+    assert [s["points"][0]["value"] for s in filtered["series"]] == [1, 1]
+    repeated = await _data(client, key, {**chart, "event": "cart", "steps": ["cart"]})
+    assert [s["points"][0]["value"] for s in repeated["series"]] == [3, 0]
+
+
+async def test_other_env_events_are_not_counted(client, key, make_key):
+    sandbox = await make_key("read,write", test=True)
+    await _ingest(client, sandbox, SIGNUPS)
+    body = await _data(client, sandbox, _line(filters=[{"property": "plan", "operator": "eq", "value": "pro"}]))
+    assert _values(body) == {"signup": [2, 0, 0]}  # the sandbox's own events only, not live's as well
+
+
+async def test_default_range_is_last_seven_days(client, key):
+    body = await _data(client, key, _line(), "")
+    assert body["interval"] == "day" and len(body["series"][0]["points"]) == 8
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("interval=week", "interval"),
+    ("from=yesterday", "from"),
+    ("from=2025-03-02T00:00:00Z&to=2025-03-01T00:00:00Z", "from"),
+    ("from=2020-01-01T00:00:00Z&to=2025-01-01T00:00:00Z&interval=hour", "interval"),
+])
+async def test_bad_range(client, key, query, field):
+    made = await (await client.post("/v1/dashboards", headers=bearer(key),
+                                    json={"name": "d", "charts": [_line()]})).json()
+    resp = await client.get(f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}/data?{query}",
+                            headers=bearer(key))
+    assert resp.status == 400
+    assert (await resp.json())["error"]["fields"][0]["field"] == field
+
+
+async def test_property_names_are_data_not_sql(client, key):
+    nasty = "plan') OR 1=1 --"
+    body = await _data(client, key, _line(group_by=nasty,
+                                          filters=[{"property": nasty, "operator": "gt", "value": 1}]))
+    assert body["series"] == []
