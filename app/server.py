@@ -12,6 +12,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from actors.scheduler import Scheduler
+from actors.site import SITE_RUNTIME, SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
@@ -21,8 +22,10 @@ from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
 from app.middlewares import error_middleware, metrics_middleware
 from app.ratelimit import MemoryLimiter, RedisLimiter
+from app.reports import schedule as report_schedule
 from app.routes import setup_routes
 from app.settings import Settings
+from app.sources import runner as source_runner
 from storage.db import create_pool
 from storage.migrate import migrate
 
@@ -92,6 +95,8 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
     }
 
     def factory(key):
+        if key[0] == "site":
+            return SiteActor(key, pool, partitions, app[SITE_RUNTIME], **tuning)
         if key[0] == "ws":
             return WorkspaceActor(key, pool, partitions, **tuning)
         raise KeyError(key)
@@ -123,6 +128,8 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
 JOB_REGISTRARS: list = []
+JOB_REGISTRARS.append(source_runner.register)
+JOB_REGISTRARS.append(report_schedule.register)
 
 
 def init_app(settings: Settings) -> web.Application:
@@ -137,5 +144,6 @@ def init_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(redis_ctx)
     app.cleanup_ctx.append(actors_ctx)
     app.cleanup_ctx.append(scheduler_ctx)
+    app.cleanup_ctx.append(source_runner.sources_ctx)  # stops data-source runs before the scheduler/pool
     setup_routes(app)
     return app

@@ -1,0 +1,168 @@
+"""Sliding-window realtime state per site, fed by the site actor after each commit.
+
+Per-second buckets (events, pageviews, pageviews per path) over the last hour, the last event time
+of each session, and the 20 newest events. In memory by default; in Redis when configured, so that
+every process answers with the whole service's traffic. GET /api/analytics/realtime reads only this.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+from redis.asyncio import Redis
+
+from app.responses import iso_ms
+
+MAX_WINDOW = 3600
+RECENT = 20
+TOP_PAGES = 10
+PAGEVIEW = "pageview"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    id: str
+    name: str
+    path: str | None
+    country: str | None
+    session_id: str
+    at_ms: int
+
+    def public(self) -> dict:
+        stamp = datetime.fromtimestamp(self.at_ms / 1000, UTC)
+        return {"id": self.id, "name": self.name, "path": self.path, "country": self.country,
+                "timestamp": iso_ms(stamp)}
+
+
+def summary(events: int, pageviews: int, pages: Counter, visitors: int, recent: list[LiveEvent],
+            window: int) -> dict:
+    per_minute = 60 / window
+    return {
+        "activeVisitors": visitors,
+        "pageviewsPerMinute": round(pageviews * per_minute, 2),
+        "eventsPerMinute": round(events * per_minute, 2),
+        "topActivePages": [{"key": k, "count": c} for k, c in pages.most_common(TOP_PAGES)],
+        "recentEvents": [e.public() for e in recent],
+    }
+
+
+class _SiteWindow:
+    __slots__ = ("buckets", "last_trim", "recent", "sessions")
+
+    def __init__(self) -> None:
+        self.last_trim = 0
+        self.buckets: dict[int, list] = {}  # second -> [events, pageviews, Counter(path)]
+        self.sessions: dict[str, int] = {}  # session id -> last event ms
+        self.recent: deque[LiveEvent] = deque(maxlen=RECENT)
+
+
+class MemoryRealtime:
+    def __init__(self) -> None:
+        self._sites: dict[str, _SiteWindow] = {}
+
+    async def record(self, site_id: str, events: list[LiveEvent]) -> None:
+        win = self._sites.setdefault(site_id, _SiteWindow())
+        newest = 0
+        for e in events:
+            bucket = win.buckets.setdefault(e.at_ms // 1000, [0, 0, Counter()])
+            bucket[0] += 1
+            if e.name == PAGEVIEW:
+                bucket[1] += 1
+                if e.path:
+                    bucket[2][e.path] += 1
+            win.sessions[e.session_id] = max(win.sessions.get(e.session_id, 0), e.at_ms)
+            win.recent.append(e)
+            newest = max(newest, e.at_ms)
+        self._trim(win, newest)
+
+    @staticmethod
+    def _trim(win: _SiteWindow, now_ms: int) -> None:
+        """Once a minute, forget what fell out of the largest window."""
+        if now_ms - win.last_trim < 60_000:
+            return
+        win.last_trim = now_ms
+        oldest = now_ms // 1000 - MAX_WINDOW
+        for sec in [s for s in win.buckets if s < oldest]:
+            del win.buckets[sec]
+        horizon = now_ms - MAX_WINDOW * 1000
+        win.sessions = {k: t for k, t in win.sessions.items() if t > horizon}
+
+    async def snapshot(self, site_id: str, now_ms: int, window: int) -> dict:
+        win = self._sites.get(site_id)
+        if win is None:
+            return summary(0, 0, Counter(), 0, [], window)
+        since_ms = now_ms - window * 1000
+        now_sec = now_ms // 1000
+        events = pageviews = 0
+        pages: Counter = Counter()
+        for sec, (n, pv, paths) in win.buckets.items():
+            if now_sec - window < sec <= now_sec:
+                events += n
+                pageviews += pv
+                pages.update(paths)
+        visitors = sum(1 for t in win.sessions.values() if since_ms < t <= now_ms)
+        recent = sorted((e for e in win.recent if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
+        return summary(events, pageviews, pages, visitors, recent, window)
+
+
+def _key(site_id: str, part: str) -> str:
+    return f"tally:rt:{site_id}:{part}"
+
+
+class RedisRealtime:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def record(self, site_id: str, events: list[LiveEvent]) -> None:
+        ttl = MAX_WINDOW + 120
+        newest = max(e.at_ms for e in events)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for e in events:
+                bucket = _key(site_id, f"b:{e.at_ms // 1000}")
+                pipe.hincrby(bucket, "e", 1)
+                if e.name == PAGEVIEW:
+                    pipe.hincrby(bucket, "pv", 1)
+                    if e.path:
+                        pipe.hincrby(bucket, "p:" + e.path, 1)
+                pipe.expire(bucket, ttl)
+                pipe.zadd(_key(site_id, "sessions"), {e.session_id: e.at_ms}, gt=True)
+                pipe.lpush(_key(site_id, "recent"), orjson.dumps(
+                    [e.id, e.name, e.path, e.country, e.session_id, e.at_ms]))
+            pipe.ltrim(_key(site_id, "recent"), 0, RECENT - 1)
+            pipe.zremrangebyscore(_key(site_id, "sessions"), "-inf", newest - MAX_WINDOW * 1000)
+            pipe.expire(_key(site_id, "sessions"), ttl)
+            pipe.expire(_key(site_id, "recent"), ttl)
+            await pipe.execute()
+
+    async def snapshot(self, site_id: str, now_ms: int, window: int) -> dict:
+        since_ms = now_ms - window * 1000
+        now_sec = now_ms // 1000
+        seconds = range(now_sec - window + 1, now_sec + 1)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for sec in seconds:
+                pipe.hgetall(_key(site_id, f"b:{sec}"))
+            pipe.zcount(_key(site_id, "sessions"), f"({since_ms}", now_ms)
+            pipe.lrange(_key(site_id, "recent"), 0, RECENT - 1)
+            replies = await pipe.execute()
+        events = pageviews = 0
+        pages: Counter = Counter()
+        for bucket in replies[: len(seconds)]:
+            for field, value in bucket.items():
+                name = field.decode()
+                if name == "e":
+                    events += int(value)
+                elif name == "pv":
+                    pageviews += int(value)
+                elif name.startswith("p:"):
+                    pages[name[2:]] += int(value)
+        visitors = int(replies[-2])
+        recent = [LiveEvent(*orjson.loads(raw)) for raw in replies[-1]]
+        recent = sorted((e for e in recent if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
+        return summary(events, pageviews, pages, visitors, recent, window)
+
+
+def make_realtime(redis: Redis | None) -> MemoryRealtime | RedisRealtime:
+    return RedisRealtime(redis) if redis is not None else MemoryRealtime()

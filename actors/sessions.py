@@ -1,0 +1,90 @@
+"""Open visitor sessions: visitor key -> (session id, last event time).
+
+A session ends after 30 minutes without events; the next event of that visitor opens a new one. The
+state lives in process memory, or in Redis when configured so that every process continues the same
+sessions. Times come from the events (server receive times), so tests move a clock, not the wall.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from storage.ids import new_id
+
+SESSION_TIMEOUT_MS = 30 * 60 * 1000
+
+# KEYS[1]: the visitor's key. ARGV: event time ms, timeout ms, candidate id, key TTL ms.
+# Continues the open session (moving its last-seen time forward) or opens the candidate one.
+ASSIGN = """
+local now = tonumber(ARGV[1])
+local v = redis.call('GET', KEYS[1])
+if v then
+  local sep = string.find(v, '|', 1, true)
+  local sid = string.sub(v, 1, sep - 1)
+  local last = tonumber(string.sub(v, sep + 1))
+  if now - last <= tonumber(ARGV[2]) then
+    if now > last then redis.call('SET', KEYS[1], sid .. '|' .. now, 'PX', ARGV[4]) end
+    return sid
+  end
+end
+redis.call('SET', KEYS[1], ARGV[3] .. '|' .. now, 'PX', ARGV[4])
+return ARGV[3]
+"""
+
+
+def new_session_id() -> str:
+    return new_id("ses")
+
+
+class MemorySessions:
+    def __init__(self, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+        self.timeout_ms = timeout_ms
+        self._open: dict[tuple[str, str], list] = {}  # (site, visitor) -> [session id, last ms]
+        self._last_sweep = 0
+
+    async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
+        """Session ids for (visitor key, event time ms) pairs, in order."""
+        out = []
+        for visitor, at in visits:
+            entry = self._open.get((site_id, visitor))
+            if entry is None or at - entry[1] > self.timeout_ms:
+                entry = self._open[(site_id, visitor)] = [new_session_id(), at]
+            else:
+                entry[1] = max(entry[1], at)
+            out.append(entry[0])
+        if visits:
+            self._sweep(max(at for _, at in visits))
+        return out
+
+    def _sweep(self, now_ms: int) -> None:
+        """Forget ended sessions once a minute, so memory follows the number of live visitors."""
+        if now_ms - self._last_sweep < 60_000:
+            return
+        self._last_sweep = now_ms
+        ended = [k for k, (_, last) in self._open.items() if now_ms - last > self.timeout_ms]
+        for key in ended:
+            del self._open[key]
+
+    def open_count(self) -> int:
+        return len(self._open)
+
+
+class RedisSessions:
+    def __init__(self, redis: Redis, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+        self.timeout_ms = timeout_ms
+        self._redis = redis
+        self._script = redis.register_script(ASSIGN)
+
+    async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
+        # Keys outlive the timeout a little; the script compares times itself, so an injected clock works.
+        ttl = self.timeout_ms + 5 * 60 * 1000
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for visitor, at in visits:
+                await self._script(keys=[f"tally:visit:{site_id}:{visitor}"],
+                                   args=[at, self.timeout_ms, new_session_id(), ttl], client=pipe)
+            replies = await pipe.execute()
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
+
+
+def make_sessions(redis: Redis | None) -> MemorySessions | RedisSessions:
+    return RedisSessions(redis) if redis is not None else MemorySessions()

@@ -1,0 +1,126 @@
+"""What the server adds to a site event: the hashed IP, the country, the visitor key for sessions.
+
+Privacy: the raw IP and User-Agent are never stored. `ip_hash` uses a fixed salt derived from the
+server secret (so the same visitor hashes alike across days); the visitor key used for session
+assignment uses a random salt that rotates every UTC day and is never written to disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+from datetime import date
+
+from multidict import CIMultiDictProxy
+from redis.asyncio import Redis
+
+log = logging.getLogger("tally.enrich")
+
+# CDN and edge headers carrying the visitor's ISO 3166-1 alpha-2 country, most common first.
+COUNTRY_HEADERS = (
+    "CF-IPCountry",
+    "CloudFront-Viewer-Country",
+    "X-Vercel-IP-Country",
+    "Fastly-Client-Country",
+    "X-Country-Code",
+    "X-Appengine-Country",
+    "X-Geo-Country",
+    "X-Client-Geo-Country",
+)
+# XX: unknown, T1: Tor (Cloudflare); neither is a country.
+NOT_COUNTRIES = frozenset({"XX", "T1", "ZZ", "A1", "A2", "O1", "EU", "AP"})
+_ALPHA2 = re.compile(r"^[A-Za-z]{2}$")
+
+
+def ip_salt(secret: str) -> bytes:
+    return hashlib.sha256(b"tally-ip-hash:" + secret.encode()).digest()
+
+
+def ip_hash(salt: bytes, ip: str) -> str:
+    """First 16 hex characters of SHA-256(salt + IP)."""
+    return hashlib.sha256(salt + ip.encode()).hexdigest()[:16]
+
+
+def _country_code(value: str | None) -> str | None:
+    if not value:
+        return None
+    value = value.strip()
+    if not _ALPHA2.match(value):
+        return None
+    code = value.upper()
+    return None if code in NOT_COUNTRIES else code
+
+
+def country_from_headers(headers: CIMultiDictProxy[str]) -> str | None:
+    for name in COUNTRY_HEADERS:
+        code = _country_code(headers.get(name))
+        if code:
+            return code
+    return None
+
+
+class GeoIP:
+    """Optional MaxMind (GeoLite2/GeoIP2 Country or City) lookup, used when no CDN header is present."""
+
+    def __init__(self, path: str) -> None:
+        import maxminddb
+
+        self._reader = maxminddb.open_database(path)
+
+    def country(self, ip: str) -> str | None:
+        try:
+            record = self._reader.get(ip)
+        except ValueError:  # not an IP address (e.g. a unix socket peer)
+            return None
+        if not isinstance(record, dict):
+            return None
+        for key in ("country", "registered_country"):
+            entry = record.get(key)
+            if isinstance(entry, dict):
+                code = _country_code(entry.get("iso_code"))
+                if code:
+                    return code
+        return None
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def open_geoip(path: str | None) -> GeoIP | None:
+    if not path:
+        return None
+    try:
+        return GeoIP(path)
+    except (OSError, ValueError) as exc:
+        # A missing or corrupt database must not stop ingestion; countries then come from headers only.
+        log.error("cannot open TALLY_GEOIP_DB path=%s error=%s", path, exc)
+        return None
+
+
+class DailySalt:
+    """A random salt per UTC day. With Redis all processes share it (first writer wins); it expires
+    after two days so yesterday's visitor keys become unlinkable."""
+
+    def __init__(self, redis: Redis | None) -> None:
+        self._redis = redis
+        self._day: date | None = None
+        self._salt = b""
+
+    async def get(self, day: date) -> bytes:
+        if day == self._day:
+            return self._salt
+        salt = secrets.token_bytes(32)
+        if self._redis is not None:
+            key = f"tally:visitor-salt:{day.isoformat()}"
+            await self._redis.set(key, salt, nx=True, ex=2 * 86400)
+            salt = await self._redis.get(key) or salt
+        self._day, self._salt = day, salt
+        return salt
+
+
+def visitor_key(salt: bytes, site_id: str, ip: str, user_agent: str) -> str:
+    """Identifies a visitor for one day without storing who they are."""
+    data = b"\0".join((salt, site_id.encode(), ip.encode(), user_agent.encode("utf-8", "replace")))
+    return hashlib.sha256(data).hexdigest()[:32]

@@ -1,0 +1,243 @@
+"""POST /api/service/event (and its CORS preflight): one site event per request, no key.
+
+Order of checks: body size, JSON, fields, site, origin, verification (production), bots, rate limits;
+then the event goes to the site's actor and the 202 is sent once it is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+import orjson
+from aiohttp import web
+from msgspec import Meta
+
+from actors.base import Overloaded, StoreFailed
+from actors.site import SITE_EVENTS, SITE_RUNTIME, SiteInfo, SiteItem, SiteRuntime, make_runtime
+from app import bots, cors, metrics
+from app.appkeys import LIMITER, POOL, REDIS, SETTINGS, SUPERVISOR
+from app.bodies import field_of
+from app.enrich import country_from_headers, ip_hash, visitor_key
+from app.net import client_ip
+from app.responses import SiteError
+from storage import sites as site_store
+from storage.ids import new_id
+
+BODY_LIMIT = 32 * 1024
+DEV_WORKSPACE = "default"
+MAX_VIEWPORT = 100_000
+
+Url = Annotated[str, Meta(max_length=2048)]
+
+
+class SiteEventIn(msgspec.Struct):
+    s: Annotated[str, Meta(min_length=1, max_length=255)]
+    n: Annotated[str, Meta(min_length=1, max_length=64)]
+    u: Url | None = None
+    p: Url | None = None
+    r: Url | None = None
+    t: Annotated[str, Meta(max_length=512)] | None = None
+    w: int | float | None = None
+    props: Any = None
+    sid: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+    v: str | None = None
+    ts: int | float | None = None
+
+
+_TEXT_FIELDS = ("s", "n", "u", "p", "r", "t", "sid")
+
+
+def _issue(field: str, message: str) -> dict[str, str]:
+    return {"field": field, "message": message}
+
+
+def _invalid(issues: list[dict[str, str]]) -> SiteError:
+    metrics.EVENTS_REJECTED.labels("invalid").inc()
+    return SiteError(400, "invalid payload", issues=issues)
+
+
+def _all_issues(data: dict) -> list[dict[str, str]]:
+    """Check each field on its own, so that every failing field is reported, not only the first."""
+    issues = []
+    for f in msgspec.structs.fields(SiteEventIn):
+        if f.encode_name not in data:
+            if f.required:
+                issues.append(_issue(f.encode_name, "required"))
+            continue
+        try:
+            msgspec.convert(data[f.encode_name], f.type)
+        except msgspec.ValidationError as exc:
+            issues.append(_issue(f.encode_name, field_of(exc)[1]))
+    return issues
+
+
+def parse_event(body: bytes) -> SiteEventIn:
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise SiteError(400, "invalid json") from None
+    except msgspec.ValidationError as exc:  # e.g. a number beyond double range
+        field, message = field_of(exc)
+        raise _invalid([_issue(field, message)]) from None
+    if not isinstance(data, dict):
+        raise _invalid([_issue("", "expected a JSON object")])
+    try:
+        event = msgspec.convert(data, SiteEventIn)
+    except msgspec.ValidationError as exc:
+        field, message = field_of(exc)
+        raise _invalid(_all_issues(data) or [_issue(field, message)]) from None
+    # PostgreSQL text and jsonb cannot hold NUL, and orjson cannot encode integers beyond 64 bits:
+    # refuse those here rather than fail the whole batch at COPY time.
+    issues = [_issue(name, "must not contain NUL characters") for name in _TEXT_FIELDS
+              if "\x00" in (getattr(event, name) or "")]
+    if event.props is not None:
+        try:
+            if b"\\u0000" in orjson.dumps(event.props):
+                issues.append(_issue("props", "must not contain NUL characters"))
+        except orjson.JSONEncodeError:
+            issues.append(_issue("props", "contains a number that cannot be stored"))
+    if issues:
+        raise _invalid(issues)
+    return event
+
+
+async def _read_body(request: web.Request) -> bytes:
+    too_large = SiteError(413, "payload too large", limit=BODY_LIMIT)
+    if request.content_length is not None and request.content_length > BODY_LIMIT:
+        raise too_large
+    body = await request.content.read(BODY_LIMIT + 1)
+    if len(body) > BODY_LIMIT:
+        raise too_large
+    return body
+
+
+async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str) -> SiteInfo | None:
+    cached, info = runtime.sites.get(site_id)
+    if cached and (info is not None or runtime.settings.production):
+        return info
+    async with request.app[POOL].acquire() as conn:
+        row = await site_store.site_by_id(conn, site_id)
+        if row is None and not runtime.settings.production:
+            row = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+    return runtime.sites.put(site_id, row)
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+def _check_access(site: SiteInfo, page: cors.PageOrigin) -> None:
+    """Production rules: the page must be on the site's domain, and the domain verified."""
+    if page.present and not cors.host_matches(page.host, site.domain):
+        metrics.EVENTS_REJECTED.labels("origin").inc()
+        raise SiteError(403, "origin not allowed")
+    if not site.verified:
+        metrics.EVENTS_REJECTED.labels("unverified").inc()
+        raise SiteError(403, "site not verified")
+
+
+async def _within_limits(request: web.Request, site_id: str, ip: str) -> bool:
+    settings, limiter = request.app[SETTINGS], request.app[LIMITER]
+    for reason, bucket, per_minute in (("rate_limited_ip", f"site-ip:{ip}", settings.ip_events_per_min),
+                                       ("rate_limited_site", f"site:{site_id}", settings.site_events_per_min)):
+        if per_minute <= 0:
+            continue
+        # Only the minute window binds: the second window gets the same allowance.
+        verdict = await limiter.hit(bucket, (per_minute, per_minute))
+        if not verdict.allowed:
+            metrics.EVENTS_REJECTED.labels(reason).inc()
+            return False
+    return True
+
+
+def _viewport(w: float | None) -> int | None:
+    if w is None or not math.isfinite(w) or not 0 <= w <= MAX_VIEWPORT:
+        return None
+    return round(w)
+
+
+def _record(site: SiteInfo, event: SiteEventIn, country: str | None, hashed_ip: str,
+            received: datetime) -> tuple:
+    # Order follows storage.events.EVENT_COLUMNS; ts is the server's receive time.
+    return (
+        new_id("evt"), site.workspace_id, "live", site.id, event.n, None, None, event.sid,
+        event.props, event.u, event.p, event.r, event.t, _viewport(event.w), country, hashed_ip,
+        received, received,
+    )
+
+
+async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
+    try:
+        actor = request.app[SUPERVISOR].actor(("site", site_id))
+        await asyncio.shield(actor.submit(SITE_EVENTS, [item]))
+    except Overloaded as exc:
+        metrics.EVENTS_REJECTED.labels("overloaded").inc()
+        raise SiteError(503, "overloaded", headers={"Retry-After": str(exc.retry_after)}) from None
+    except StoreFailed:
+        metrics.EVENTS_REJECTED.labels("store_failed").inc()
+        raise SiteError(500, "store failed") from None
+
+
+async def post_event(request: web.Request) -> web.Response:
+    runtime = request.app[SITE_RUNTIME]
+    production = runtime.settings.production
+    page = cors.page_origin(request)
+    # Development answers any page; production only pages the site's domain admitted.
+    allow = {} if production else cors.mirror(page.origin)
+    try:
+        event = parse_event(await _read_body(request))
+        site = await resolve_site(request, runtime, event.s)
+        if site is None:
+            metrics.EVENTS_REJECTED.labels("unknown_site").inc()
+            raise SiteError(404, "unknown site")
+        if production:
+            _check_access(site, page)
+            allow = cors.mirror(page.origin)
+        accepted = web.Response(status=202, headers=allow)
+        user_agent = request.headers.get("User-Agent", "")
+        if bots.is_bot(user_agent, from_page=page.present):
+            metrics.EVENTS_REJECTED.labels("bot").inc()
+            return accepted
+        ip = client_ip(request, runtime.settings.trusted_proxies)
+        if not await _within_limits(request, site.id, ip):
+            return accepted
+        country = country_from_headers(request.headers)
+        if country is None and runtime.geoip is not None:
+            country = runtime.geoip.country(ip)
+        received = runtime.clock()
+        visitor = "" if event.sid else visitor_key(
+            await runtime.salt.get(received.astimezone(UTC).date()), site.id, ip, user_agent)
+        record = _record(site, event, country, ip_hash(runtime.ip_salt, ip), received)
+        await _commit(request, site.id, SiteItem(record, visitor))
+        return accepted
+    except SiteError as exc:
+        exc.headers.update(allow)
+        raise
+
+
+async def preflight(request: web.Request) -> web.Response:
+    """CORS preflight. The body (and so the site) is unknown here: production admits an origin whose
+    host is, or is a subdomain of, some registered site's domain; the POST then checks the site."""
+    page = cors.page_origin(request)
+    if page.origin is None:
+        return web.Response(status=204, headers={"Allow": cors.ALLOW_METHODS})
+    if request.app[SETTINGS].production:
+        allowed = False
+        if page.host:
+            async with request.app[POOL].acquire() as conn:
+                allowed = await site_store.any_domain_registered(conn, cors.candidate_domains(page.host))
+        if not allowed:
+            raise SiteError(403, "origin not allowed")
+    return web.Response(status=204, headers=cors.preflight_headers(page.origin))
+
+
+def setup(app: web.Application) -> None:
+    """Create the site runtime (used by the site views and actors too) and add the routes."""
+    app[SITE_RUNTIME] = make_runtime(app[SETTINGS], app[REDIS])
+    app.router.add_post("/api/service/event", post_event)
+    app.router.add_route("OPTIONS", "/api/service/event", preflight)

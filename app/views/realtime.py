@@ -1,0 +1,56 @@
+"""GET /api/analytics/realtime: live numbers of one site from the realtime window, not the database."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from actors.site import SITE_RUNTIME, SiteInfo
+from app.appkeys import POOL
+from app.dashboard_session import current_account
+from app.responses import SiteError, json_response
+from storage import sites as site_store
+
+DEFAULT_WINDOW = 60
+MAX_WINDOW = 3600
+_WINDOW_ISSUE = {"field": "window", "message": f"an integer of seconds from 1 to {MAX_WINDOW}"}
+
+
+async def site_in_workspace(request: web.Request, site_id: str, workspace_id: int) -> SiteInfo:
+    """The site from the runtime's cache (read through); 404 unless it belongs to the workspace."""
+    cache = request.app[SITE_RUNTIME].sites
+    cached, info = cache.get(site_id)
+    if not cached:
+        async with request.app[POOL].acquire() as conn:
+            info = cache.put(site_id, await site_store.site_by_id(conn, site_id))
+    if info is None or info.workspace_id != workspace_id:
+        raise SiteError(404, "not found")
+    return info
+
+
+def _window(request: web.Request) -> int:
+    raw = request.query.get("window")
+    if raw in (None, ""):
+        return DEFAULT_WINDOW
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SiteError(400, "invalid window", issues=[_WINDOW_ISSUE]) from None
+    if not 1 <= value <= MAX_WINDOW:
+        raise SiteError(400, "invalid window", issues=[_WINDOW_ISSUE])
+    return value
+
+
+async def realtime(request: web.Request) -> web.Response:
+    account = await current_account(request)
+    site_id = request.query.get("siteId")
+    if not site_id:
+        raise SiteError(400, "missing siteId")
+    window = _window(request)
+    site = await site_in_workspace(request, site_id, account.workspace_id)
+    runtime = request.app[SITE_RUNTIME]
+    now_ms = int(runtime.clock().timestamp() * 1000)
+    return json_response(await runtime.realtime.snapshot(site.id, now_ms, window))
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/api/analytics/realtime", realtime)

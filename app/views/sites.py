@@ -1,0 +1,188 @@
+"""GET/POST /api/sites and GET/POST /api/verify: site registration and DNS TXT verification.
+
+Site ids are derived from the normalized domain: the first 16 hex characters of
+SHA-256("tally-site:" + domain). The same domain always gets the same id, so one domain belongs to one
+workspace; registering a domain another workspace holds answers 409.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from actors.site import SITE_RUNTIME
+from app.appkeys import POOL, SETTINGS
+from app.dashboard_session import current_account
+from app.responses import SiteError, iso_ms, json_response
+from app.views import ingest, realtime
+from app.views.ingest import new_token
+from storage import sites as site_store
+
+log = logging.getLogger("tally.sites")
+
+RECORD_PREFIX = "tally-verify"
+MAX_SITES = 50
+DOH_TIMEOUT = aiohttp.ClientTimeout(total=5)
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+def normalize_domain(raw: str) -> str | None:
+    """'HTTPS://www.Example.com:8080/path?q' -> 'example.com'; None when it is not a domain name."""
+    value = raw.strip().lower()
+    value = _SCHEME.sub("", value)
+    value = re.split(r"[/?#]", value, maxsplit=1)[0]
+    value = value.rpartition("@")[2]  # user:pass@
+    value = value.split(":", 1)[0].rstrip(".")
+    if value.startswith("www."):
+        value = value[4:]
+    try:
+        value = value.encode("idna").decode("ascii")
+    except UnicodeError:
+        return None
+    labels = value.split(".")
+    if len(labels) < 2 or len(value) > 253 or not all(_LABEL.match(label) for label in labels):
+        return None
+    if labels[-1].isdigit():  # an IPv4 address, not a domain
+        return None
+    return value
+
+
+def site_id_for(domain: str) -> str:
+    return hashlib.sha256(b"tally-site:" + domain.encode()).hexdigest()[:16]
+
+
+def record_for(token: str) -> str:
+    return f"{RECORD_PREFIX}={token}"
+
+
+def site_json(row) -> dict:
+    verified = row["verified_at"] is not None
+    return {
+        "id": row["id"], "domain": row["domain"], "status": "verified" if verified else "pending",
+        "verified": verified, "verifiedAt": iso_ms(row["verified_at"]), "createdAt": iso_ms(row["created_at"]),
+    }
+
+
+async def list_sites(request: web.Request) -> web.Response:
+    account = await current_account(request)
+    async with request.app[POOL].acquire() as conn:
+        rows = await site_store.list_sites(conn, account.workspace_id, MAX_SITES)
+    return json_response([site_json(r) for r in rows])
+
+
+async def _domain_field(request: web.Request) -> str:
+    if request.content_type == "application/json":
+        try:
+            data = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            raise SiteError(400, "invalid json") from None
+        value = data.get("domain") if isinstance(data, dict) else None
+    else:
+        value = (await request.post()).get("domain")
+    if not isinstance(value, str):
+        raise SiteError(400, "invalid domain")
+    return value
+
+
+async def create_site(request: web.Request) -> web.Response:
+    account = await current_account(request)
+    domain = normalize_domain(await _domain_field(request))
+    if domain is None:
+        raise SiteError(400, "invalid domain")
+    site_id = site_id_for(domain)
+    async with request.app[POOL].acquire() as conn:
+        row = await site_store.create_site(conn, site_id, account.workspace_id, domain, new_token())
+        if row is None:  # already registered: by this workspace (same answer again) or another one
+            row = await site_store.site_by_domain(conn, account.workspace_id, domain)
+        if row is None:
+            row = await site_store.site_by_id(conn, site_id)
+    if row is None or row["workspace_id"] != account.workspace_id:
+        # Taken by another workspace (or, in development, this domain was auto-registered elsewhere).
+        raise SiteError(409, "domain already registered")
+    request.app[SITE_RUNTIME].sites.forget(site_id)
+    return json_response({"id": row["id"], "domain": row["domain"]})
+
+
+async def _own_site(request: web.Request):
+    """The ?site= row when it is in the caller's workspace; None when no such site exists."""
+    account = await current_account(request)
+    site_id = request.query.get("site")
+    if not site_id:
+        raise SiteError(400, "missing site")
+    async with request.app[POOL].acquire() as conn:
+        row = await site_store.site_by_id(conn, site_id)
+    if row is not None and row["workspace_id"] != account.workspace_id:
+        raise SiteError(404, "not found")
+    return row
+
+
+def _status(row) -> dict:
+    if row["verified_at"] is not None:
+        return {"status": "verified", "domain": row["domain"]}
+    return {"status": "pending", "record": record_for(row["verification_token"]), "domain": row["domain"]}
+
+
+async def get_verify(request: web.Request) -> web.Response:
+    row = await _own_site(request)
+    if row is None:
+        return json_response({"status": "not_found"})
+    return json_response(_status(row))
+
+
+async def post_verify(request: web.Request) -> web.Response:
+    row = await _own_site(request)
+    if row is None:
+        return json_response({"status": "not_found"})
+    if row["verified_at"] is None:
+        expected = record_for(row["verification_token"])
+        if expected in await txt_records(request.app[SETTINGS].doh_url, row["domain"]):
+            async with request.app[POOL].acquire() as conn:
+                await site_store.mark_verified(conn, row["id"])
+            request.app[SITE_RUNTIME].sites.forget(row["id"])
+            return json_response({"status": "verified", "domain": row["domain"]})
+    return json_response(_status(row))
+
+
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _txt_value(data: str) -> str:
+    """DoH JSON gives TXT data as one or more quoted strings ('"a" "b"'): join them, as DNS does."""
+    parts = _QUOTED.findall(data)
+    if not parts:
+        return data.strip()
+    return "".join(re.sub(r"\\(.)", r"\1", p) for p in parts)
+
+
+async def txt_records(doh_url: str, domain: str) -> set[str]:
+    """TXT records at the domain apex through a DNS-over-HTTPS JSON resolver; empty on any failure."""
+    try:
+        async with aiohttp.ClientSession(timeout=DOH_TIMEOUT) as http, http.get(
+            doh_url, params={"name": domain, "type": "TXT"}, headers={"Accept": "application/dns-json"}
+        ) as resp:
+            if resp.status != 200:
+                log.warning("DoH lookup failed domain=%s status=%s", domain, resp.status)
+                return set()
+            answer = orjson.loads(await resp.read())
+    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+        log.warning("DoH lookup failed domain=%s error=%r", domain, exc)
+        return set()
+    records = answer.get("Answer") if isinstance(answer, dict) else None
+    return {_txt_value(r["data"]) for r in records or []
+            if isinstance(r, dict) and r.get("type") == 16 and isinstance(r.get("data"), str)}
+
+
+def setup_site_api(app: web.Application) -> None:
+    """Ingestion (creates the site runtime), realtime, sites and verification routes."""
+    ingest.setup(app)
+    realtime.setup(app)
+    app.router.add_get("/api/sites", list_sites)
+    app.router.add_post("/api/sites", create_site)
+    app.router.add_get("/api/verify", get_verify)
+    app.router.add_post("/api/verify", post_verify)

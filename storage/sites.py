@@ -1,0 +1,65 @@
+"""Sites: registration per workspace, lookups for ingestion, DNS verification state."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from storage.workspaces import ensure_workspace
+
+_COLUMNS = "id, workspace_id, domain, verification_token, verified_at, created_at"
+
+
+async def site_by_id(conn: asyncpg.Connection, site_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(f"SELECT {_COLUMNS} FROM sites WHERE id = $1", site_id)
+
+
+async def list_sites(conn: asyncpg.Connection, workspace_id: int, limit: int) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        f"SELECT {_COLUMNS} FROM sites WHERE workspace_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
+        workspace_id, limit,
+    )
+
+
+async def create_site(
+    conn: asyncpg.Connection, site_id: str, workspace_id: int, domain: str, token: str
+) -> asyncpg.Record | None:
+    """Insert the site; None when the id or (workspace, domain) is already taken."""
+    return await conn.fetchrow(
+        f"""
+        INSERT INTO sites (id, workspace_id, domain, verification_token) VALUES ($1, $2, $3, $4)
+        ON CONFLICT DO NOTHING
+        RETURNING {_COLUMNS}
+        """,
+        site_id, workspace_id, domain, token,
+    )
+
+
+async def site_by_domain(conn: asyncpg.Connection, workspace_id: int, domain: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM sites WHERE workspace_id = $1 AND domain = $2", workspace_id, domain
+    )
+
+
+async def create_dev_site(conn: asyncpg.Connection, site_id: str, workspace: str, token: str) -> asyncpg.Record:
+    """Development auto-registration: the unknown id becomes a site of the named workspace, with the
+    id as its domain (or a suffixed one if that domain is already registered there)."""
+    async with conn.transaction():
+        workspace_id = await ensure_workspace(conn, workspace)
+        row = await create_site(conn, site_id, workspace_id, site_id, token)
+        if row is None:
+            row = await site_by_id(conn, site_id)
+        if row is None:
+            row = await create_site(conn, site_id, workspace_id, f"{site_id} (auto)", token)
+        if row is None:
+            row = await site_by_id(conn, site_id)
+    return row
+
+
+async def any_domain_registered(conn: asyncpg.Connection, domains: list[str]) -> bool:
+    return await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sites WHERE domain = ANY($1::text[]))", domains)
+
+
+async def mark_verified(conn: asyncpg.Connection, site_id: str) -> None:
+    await conn.execute(
+        "UPDATE sites SET verified_at = now() WHERE id = $1 AND verified_at IS NULL", site_id
+    )

@@ -1,0 +1,83 @@
+"""Shared helpers of the site-API tests: posting events, registering sites, reading stored rows."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+
+import asyncpg
+import orjson
+
+from app.views.sites import site_id_for
+from storage import sites as site_store
+from storage.db import init_connection
+from storage.workspaces import ensure_workspace
+
+BROWSER_UA = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/124.0.0.0 Safari/537.36"
+)
+INGEST = "/api/service/event"
+
+
+def unique_domain() -> str:
+    return f"site-{secrets.token_hex(5)}.example"
+
+
+async def post_event(client, body, headers: dict | None = None, *, content_type: str = "text/plain"):
+    data = body if isinstance(body, bytes | str) else orjson.dumps(body)
+    return await client.post(INGEST, data=data, headers={
+        "Content-Type": content_type, "User-Agent": BROWSER_UA, **(headers or {})})
+
+
+async def register_site(database_url: str, workspace: str, domain: str | None = None, *,
+                        verified: bool = True) -> tuple[str, str]:
+    """A site of the workspace, created in the database directly: (site id, domain)."""
+    domain = domain or unique_domain()
+    site_id = site_id_for(domain)
+    conn = await asyncpg.connect(database_url)
+    try:
+        workspace_id = await ensure_workspace(conn, workspace)
+        await site_store.create_site(conn, site_id, workspace_id, domain, secrets.token_hex(16))
+        if verified:
+            await site_store.mark_verified(conn, site_id)
+    finally:
+        await conn.close()
+    return site_id, domain
+
+
+async def _connect(database_url: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    return conn
+
+
+async def stored_events(database_url: str, site_id: str) -> list[dict]:
+    conn = await _connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT * FROM events WHERE site_id = $1 ORDER BY ts, id", site_id)
+        return [dict(r) for r in rows]
+    finally:
+        await conn.close()
+
+
+async def stored_sessions(database_url: str, site_id: str) -> list[dict]:
+    conn = await _connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT * FROM sessions WHERE site_id = $1 ORDER BY started_at, id", site_id)
+        return [dict(r) for r in rows]
+    finally:
+        await conn.close()
+
+
+class FakeClock:
+    """Stands in for SiteRuntime.clock: time moves only when a test says so."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime.now(UTC).replace(microsecond=0)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta) -> None:
+        self.now = self.now + delta

@@ -1,0 +1,179 @@
+"""POST /api/service/event: validation, error bodies, stored rows, enrichment (development mode)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+import asyncpg
+import orjson
+import pytest
+
+from tests.site_helpers import INGEST, post_event, stored_events
+
+
+def dev_site() -> str:
+    return f"dev-{secrets.token_hex(6)}"
+
+
+async def test_pageview_is_stored_with_every_field(client, database_url):
+    site = dev_site()
+    body = {"s": site, "n": "pageview", "u": "https://shop.example/a?b=1", "p": "/a?b=1",
+            "r": "https://google.com/", "t": "Title", "w": 1280, "props": {"plan": "pro", "n": [1, 2]},
+            "sid": "abc123", "v": "1.2.3", "ts": 1700000000000}
+    resp = await post_event(client, body, {"CF-IPCountry": "de"})
+    assert resp.status == 202
+    assert await resp.read() == b""
+    [row] = await stored_events(database_url, site)
+    assert row["id"].startswith("evt_")
+    assert (row["name"], row["url"], row["path"], row["referrer"], row["title"], row["viewport_w"]) == (
+        "pageview", "https://shop.example/a?b=1", "/a?b=1", "https://google.com/", "Title", 1280)
+    assert row["properties"] == {"plan": "pro", "n": [1, 2]}
+    assert row["session_id"] == "abc123"
+    assert row["country"] == "DE"
+    assert row["env"] == "live"
+    assert row["ts"] == row["received_at"]
+    assert re.fullmatch(r"[0-9a-f]{16}", row["ip_hash"])
+    # v and ts are validated and not stored; the raw IP appears nowhere.
+    assert "127.0.0.1" not in orjson.dumps({k: str(v) for k, v in row.items()}).decode()
+
+
+async def test_unknown_site_is_auto_created_in_default_workspace(client, database_url):
+    site = dev_site()
+    assert (await post_event(client, {"s": site, "n": "signup"})).status == 202
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT s.domain, s.verified_at, w.name FROM sites s JOIN workspaces w ON w.id = s.workspace_id "
+            "WHERE s.id = $1", site)
+    finally:
+        await conn.close()
+    assert row["name"] == "default" and row["domain"] == site and row["verified_at"] is None
+    [event] = await stored_events(database_url, site)
+    assert event["name"] == "signup" and event["properties"] is None
+
+
+async def test_application_json_and_json_props_of_any_type(client, database_url):
+    site = dev_site()
+    for props in ([1, "a"], "text", 3.5, None):
+        resp = await post_event(client, {"s": site, "n": "custom", "props": props}, content_type="application/json")
+        assert resp.status == 202
+    rows = await stored_events(database_url, site)
+    assert sorted(map(repr, (r["properties"] for r in rows))) == sorted(map(repr, ([1, "a"], "text", 3.5, None)))
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"not json", b"{'s': 1}", b'{"s":"a",}'])
+async def test_invalid_json(client, body):
+    resp = await post_event(client, body)
+    assert resp.status == 400
+    assert await resp.json() == {"error": "invalid json"}
+
+
+def _fields(payload: dict) -> set[str]:
+    assert payload["error"] == "invalid payload"
+    return {issue["field"] for issue in payload["issues"]}
+
+
+@pytest.mark.parametrize(("field", "limit"), [("n", 64), ("u", 2048), ("p", 2048), ("r", 2048), ("t", 512),
+                                              ("sid", 64)])
+async def test_string_limits(client, database_url, field, limit):
+    site = dev_site()
+    ok = {"s": site, "n": "pageview", field: "x" * limit}
+    assert (await post_event(client, ok)).status == 202
+    resp = await post_event(client, {**ok, field: "x" * (limit + 1)})
+    assert resp.status == 400
+    assert _fields(await resp.json()) == {field}
+    assert len(await stored_events(database_url, site)) == 1
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("s", 5), ("n", None), ("n", ""), ("u", 1), ("p", ["/"]), ("r", {}), ("t", True), ("w", "wide"),
+    ("w", True), ("sid", 7), ("sid", ""), ("v", 1), ("ts", "yesterday"),
+])
+async def test_wrong_types(client, field, value):
+    resp = await post_event(client, {"s": dev_site(), "n": "pageview", field: value})
+    assert resp.status == 400
+    body = await resp.json()
+    assert _fields(body) == {field}
+    assert all(issue["message"] for issue in body["issues"])
+
+
+async def test_every_failing_field_is_reported(client):
+    resp = await post_event(client, {"n": "x" * 65, "t": "y" * 513, "w": "wide", "u": None})
+    assert resp.status == 400
+    assert _fields(await resp.json()) == {"s", "n", "t", "w"}
+
+
+async def test_missing_required_fields(client):
+    resp = await post_event(client, {})
+    assert resp.status == 400
+    body = await resp.json()
+    assert {(i["field"], i["message"]) for i in body["issues"]} == {("s", "required"), ("n", "required")}
+
+
+async def test_non_object_body_and_nul_characters(client):
+    resp = await post_event(client, [1, 2])
+    assert resp.status == 400 and (await resp.json())["error"] == "invalid payload"
+    resp = await post_event(client, {"s": dev_site(), "n": "a\u0000b", "props": {"k": "\u0000"}})
+    assert resp.status == 400
+    assert _fields(await resp.json()) == {"n", "props"}
+
+
+async def test_unknown_fields_are_ignored_and_nulls_mean_absent(client, database_url):
+    site = dev_site()
+    resp = await post_event(client, {"s": site, "n": "pageview", "extra": 1, "u": None, "w": None, "sid": None})
+    assert resp.status == 202
+    [row] = await stored_events(database_url, site)
+    assert row["url"] is None and row["viewport_w"] is None and row["session_id"] is not None
+
+
+async def test_out_of_range_viewport_is_not_stored(client, database_url):
+    site = dev_site()
+    for w in (-5, 10**12, 1280.6):
+        assert (await post_event(client, {"s": site, "n": "pageview", "w": w})).status == 202
+    rows = await stored_events(database_url, site)
+    assert sorted(r["viewport_w"] for r in rows if r["viewport_w"] is not None) == [1281]
+
+
+async def test_body_over_32_kb_is_413(client):
+    resp = await post_event(client, {"s": dev_site(), "n": "big", "props": {"x": "y" * 33_000}})
+    assert resp.status == 413
+    assert (await resp.json())["error"] == "payload too large"
+
+
+async def test_store_failure_is_500(client, database_url, monkeypatch):
+    from storage import events as event_store
+
+    async def broken(conn, records):
+        raise asyncpg.PostgresError("disk full")
+
+    monkeypatch.setattr(event_store, "copy_events", broken)
+    site = dev_site()
+    resp = await post_event(client, {"s": site, "n": "pageview"})
+    assert resp.status == 500
+    assert await resp.json() == {"error": "store failed"}
+    assert await stored_events(database_url, site) == []
+
+
+async def test_development_mirrors_any_origin(client):
+    origin = "http://localhost:3000"
+    resp = await post_event(client, {"s": dev_site(), "n": "pageview"}, {"Origin": origin})
+    assert resp.status == 202
+    assert resp.headers["Access-Control-Allow-Origin"] == origin
+    assert "Origin" in resp.headers["Vary"]
+    pre = await client.options(INGEST, headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                                "Access-Control-Request-Headers": "content-type"})
+    assert pre.status == 204
+    assert pre.headers["Access-Control-Allow-Origin"] == origin
+    assert pre.headers["Access-Control-Max-Age"] == "86400"
+    assert "POST" in pre.headers["Access-Control-Allow-Methods"]
+    assert "content-type" in pre.headers["Access-Control-Allow-Headers"].lower()
+    # Errors are readable by the page too.
+    bad = await post_event(client, b"{", {"Origin": origin})
+    assert bad.status == 400 and bad.headers["Access-Control-Allow-Origin"] == origin
+
+
+async def test_metrics_count_rejections(client):
+    await post_event(client, b"{}")
+    text = await (await client.get("/metrics")).text()
+    assert 'tally_events_rejected_total{reason="invalid"}' in text
