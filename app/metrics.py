@@ -38,3 +38,7 @@ ACTOR_RESTARTS = Counter(
     registry=REGISTRY,
 )
 ACTORS_RUNNING = Gauge("tally_actors_running", "Live actor tasks", ["actor"], registry=REGISTRY)
+SOURCE_RUNS = Counter(
+    "tally_source_runs_total", "Data-source check/sync runs by type and outcome", ["type", "outcome"], registry=REGISTRY
+)
+SOURCE_ROWS = Counter("tally_source_rows_total", "Rows imported from data sources", ["type"], registry=REGISTRY)

@@ -15,6 +15,8 @@ FRAGMENTS = [
     "app.openapi.api_keys",
     "app.openapi.pages",
     "app.openapi.dashboards",
+    "app.openapi.data_sources",
+    "app.openapi.site_analytics",
 ]
 
 

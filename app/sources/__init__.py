@@ -1,0 +1,21 @@
+"""Data-source connectors, one module per family, behind app.sources.base.Connector."""
+
+from __future__ import annotations
+
+from app.sources.base import Connector
+from app.sources.hubspot import HubSpotConnector
+from app.sources.sql import MysqlConnector, PostgresConnector, RedshiftConnector
+from app.sources.stripe import StripeConnector
+from app.sources.stubs import BigQueryConnector, SalesforceConnector, SegmentConnector, SnowflakeConnector
+
+CONNECTORS: dict[str, type[Connector]] = {
+    "postgres": PostgresConnector,
+    "redshift": RedshiftConnector,
+    "mysql": MysqlConnector,
+    "stripe": StripeConnector,
+    "hubspot": HubSpotConnector,
+    "bigquery": BigQueryConnector,
+    "snowflake": SnowflakeConnector,
+    "salesforce": SalesforceConnector,
+    "segment": SegmentConnector,
+}

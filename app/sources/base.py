@@ -1,0 +1,110 @@
+"""The connector interface and the shapes a connector hands to the runner."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any, Protocol
+
+from app.sources.schemas import Options, Secret
+
+
+class SourceError(Exception):
+    """A failure with a reason fit for status_reason (no secrets, no stack)."""
+
+
+@dataclass
+class Imported:
+    """One event to store: name, user (may be None), properties and event time."""
+
+    name: str
+    user_id: str | None
+    properties: dict[str, Any]
+    ts: datetime
+
+
+@dataclass
+class Batch:
+    events: list[Imported] = field(default_factory=list)
+    # user_id -> (traits, first seen): merged into user profiles.
+    traits: dict[str, tuple[dict[str, Any], datetime]] = field(default_factory=dict)
+    # The cursor once this batch is stored; committed in the same transaction as the rows.
+    cursor: Any = None
+
+    @property
+    def size(self) -> int:
+        return len(self.events) + len(self.traits)
+
+
+class Sink(Protocol):
+    async def commit(self, batch: Batch) -> None: ...
+
+
+class Connector:
+    """check() verifies credentials and reachability; sync(cursor) imports what is new since cursor,
+    committing pages through the sink, and returns (rows imported, new cursor)."""
+
+    def __init__(self, credentials: Secret, options: Options, sink: Sink, *, timeout: float) -> None:
+        self.credentials = credentials
+        self.options = options
+        self.sink = sink
+        self.timeout = timeout
+
+    async def check(self) -> None:
+        raise NotImplementedError
+
+    async def sync(self, cursor: Any) -> tuple[int, Any]:
+        raise NotImplementedError
+
+
+def snake(value: object, fallback: str = "imported_row") -> str:
+    """An arbitrary label as a snake_case event name."""
+    text = re.sub(r"[^a-z0-9]+", "_", str(value).lower()).strip("_")[:128]
+    if not text:
+        return fallback
+    return text if text[0].isalpha() else f"e_{text}"[:128]
+
+
+def utc(value: object) -> datetime | None:
+    """A peer's timestamp as an aware UTC datetime (naive values are taken as UTC)."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, date):
+        return datetime.combine(value, time(), UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, str):
+        try:
+            return utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return None
+    return None
+
+
+def jsonable(value: Any) -> Any:
+    """A database value as something JSON can hold."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text

@@ -1,0 +1,194 @@
+"""Runs data-source checks and syncs in the background and moves the status machine.
+
+    (created) -> testing --check fails--> error
+    testing --check passes--> syncing --sync ok--> active, or --sync fails--> error
+    active/error --schedule or POST .../sync--> syncing --> active (last_synced_at set) or error
+    any --pause--> paused --resume--> active (next sync per schedule)
+
+A run holds a lease on the row (lease_until) and extends it with every committed page; a lease left
+by a process that died expires and the scheduled job picks the source up again. Each page's events,
+profile updates and cursor are committed in one transaction that first locks the source row, so a
+source deleted mid-sync imports nothing more and a paused one stops at the next page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import asyncpg
+import msgspec
+from aiohttp import web
+
+from actors.scheduler import Scheduler
+from actors.workspace import month_start
+from app import metrics
+from app.appkeys import POOL, SETTINGS
+from app.crypto import CredentialBox
+from app.sources import CONNECTORS
+from app.sources.base import Batch, SourceError, redact
+from app.sources.schedule import next_sync
+from app.sources.schemas import CREDENTIALS, Options, Secret
+from storage import data_sources as store
+from storage import events as event_store
+from storage import users as user_store
+from storage.ids import new_id
+
+log = logging.getLogger("tally.sources")
+
+JOB = "data_source_syncs"
+JOB_SECONDS = 60.0
+LEASE_SECONDS = 900.0
+CONCURRENCY = 4
+
+
+class SourceGone(Exception):
+    """The source was deleted while it synced."""
+
+
+class SourcePaused(Exception):
+    """The source was paused while it synced."""
+
+
+class PageSink:
+    def __init__(self, pool: asyncpg.Pool, row: asyncpg.Record) -> None:
+        self.pool = pool
+        self.source_id, self.workspace_id, self.env = row["id"], row["workspace_id"], row["env"]
+
+    async def commit(self, batch: Batch) -> None:
+        received = datetime.now(UTC)
+        records = [
+            (new_id("evt"), self.workspace_id, self.env, None, e.name, e.user_id, None, None, e.properties,
+             None, None, None, None, None, None, None, e.ts, received)
+            for e in batch.events
+        ]
+        async with self.pool.acquire() as conn:
+            await event_store.ensure_partitions(conn, sorted({month_start(e.ts) for e in batch.events}))
+            async with conn.transaction():
+                status = await store.lock_for_commit(conn, self.source_id)
+                if status is None:
+                    raise SourceGone
+                if status == "paused":
+                    raise SourcePaused
+                kept = await event_store.drop_erased(conn, self.workspace_id, self.env, records)
+                if kept:
+                    await event_store.copy_events(conn, kept)
+                await user_store.record_activity(conn, self.workspace_id, self.env, _activity(kept, received))
+                await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
+                await store.advance(conn, self.source_id, batch.cursor, batch.size, LEASE_SECONDS)
+
+
+def _activity(records: list[tuple], received: datetime) -> dict[str, tuple[datetime, datetime, int]]:
+    out: dict[str, tuple[datetime, datetime, int]] = {}
+    for r in records:
+        user, ts = r[5], r[16]
+        if user is not None:
+            _, last, n = out.get(user, (received, ts, 0))
+            out[user] = (received, max(last, ts), n + 1)
+    return out
+
+
+class SourceRunner:
+    def __init__(self, pool: asyncpg.Pool, box: CredentialBox, timeout: float) -> None:
+        self.pool = pool
+        self.box = box
+        self.timeout = timeout
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    def start(self, source_id: str) -> None:
+        """Run a source the caller has already leased, in the background."""
+        task = asyncio.create_task(self.run(source_id), name=f"source:{source_id}")
+        self._tasks[source_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(source_id, None))
+
+    async def close(self) -> None:
+        """Stop runs in progress and release their leases so that the next start resumes them at once."""
+        running = list(self._tasks)
+        for task in list(self._tasks.values()):
+            task.cancel()
+        for task in list(self._tasks.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if running:
+            async with self.pool.acquire() as conn:
+                await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", running)
+
+    async def run(self, source_id: str) -> None:
+        async with self.pool.acquire() as conn:
+            row = await store.runnable(conn, source_id)
+        if row is not None:
+            await self._run(row)
+
+    async def run_due(self) -> None:
+        """The scheduled job: every source whose sync is due (or whose runner died), a few at a time."""
+        async with self.pool.acquire() as conn:
+            due = await store.due(conn, 100)
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(source_id: str) -> None:
+            async with gate:
+                async with self.pool.acquire() as conn:
+                    row = await store.claim_due(conn, source_id, LEASE_SECONDS)
+                if row is not None:
+                    await self._run(row)
+
+        await asyncio.gather(*(one(s) for s in due))
+
+    async def _run(self, row: asyncpg.Record) -> None:
+        source_id, kind = row["id"], row["type"]
+        credentials: Secret = msgspec.json.decode(self.box.open(row["credentials"], source_id),
+                                                  type=CREDENTIALS[kind])
+        options = msgspec.convert(row["options"], Options)
+        connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout)
+        ok, reason, rows = False, None, 0
+        try:
+            if row["status"] == "testing":
+                async with asyncio.timeout(self.timeout * 2):  # belt and braces over the connector's own
+                    await connector.check()
+                async with self.pool.acquire() as conn:
+                    await store.set_syncing(conn, source_id)
+            rows, _ = await connector.sync(row["sync_cursor"])
+            ok = True
+        except SourceGone:
+            return
+        except SourcePaused:
+            reason = None
+        except SourceError as exc:
+            reason = redact(str(exc), credentials.values())
+        except TimeoutError:
+            reason = f"the {kind} connection check did not finish within {self.timeout * 2:g}s"
+        except Exception as exc:
+            reason = f"unexpected {type(exc).__name__} while syncing"
+            text = redact("".join(traceback.format_exception(exc)), credentials.values())
+            log.error("data source run failed source=%s type=%s\n%s", source_id, kind, text)
+        metrics.SOURCE_RUNS.labels(kind, "ok" if ok else "error").inc()
+        metrics.SOURCE_ROWS.labels(kind).inc(rows)
+        if not ok and reason:
+            log.warning("data source sync failed source=%s type=%s reason=%s", source_id, kind, reason)
+        next_at = next_sync(row["frequency"], row["sync_time"], datetime.now(UTC))
+        async with self.pool.acquire() as conn:
+            await store.finish(conn, source_id, ok=ok, reason=reason, next_sync_at=next_at)
+
+
+RUNNER: web.AppKey[SourceRunner] = web.AppKey("source_runner", SourceRunner)
+
+
+def register(app: web.Application, scheduler: Scheduler) -> None:
+    """JOB_REGISTRARS entry: creates the runner and schedules the due-sync job."""
+    settings = app[SETTINGS]
+    runner = SourceRunner(app[POOL], CredentialBox(settings.secret),
+                          float(settings.extra.get("source_timeout", 10.0)))
+    app[RUNNER] = runner
+    scheduler.every(JOB, JOB_SECONDS, runner.run_due)
+
+
+async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context (after the scheduler's): stops background runs before the pool closes."""
+    yield
+    runner = app.get(RUNNER)
+    if runner is not None:
+        await runner.close()

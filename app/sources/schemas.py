@@ -1,0 +1,174 @@
+"""Request bodies of POST /v1/data-sources: the envelope, then credentials and options per type."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+import msgspec
+from msgspec import Meta
+
+from app.bodies import field_of
+from app.responses import invalid
+
+SOURCE_TYPES = ("postgres", "mysql", "bigquery", "snowflake", "redshift", "stripe", "salesforce", "hubspot",
+                "segment")
+SQL_TYPES = ("postgres", "mysql", "redshift")
+
+Text = Annotated[str, Meta(min_length=1, max_length=1024)]
+Port = Annotated[int, Meta(ge=1, le=65535)]
+# A column or table name, optionally schema-qualified; it is quoted before use in the peer's SQL.
+Ident = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$")]
+Column = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")]
+EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*$")]
+Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#]+(/[^\s]*)?$")]
+
+
+def _fail(field: str, message: str) -> ValueError:
+    # The " - at `$.x`" suffix makes app.bodies.field_of name the field, as msgspec's own errors do.
+    return ValueError(f"{message} - at `$.{field}`")
+
+
+class Schedule(msgspec.Struct, forbid_unknown_fields=True):
+    frequency: Literal["hourly", "daily", "weekly"] = "daily"
+    time: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")] = "00:00"
+
+
+class CreateIn(msgspec.Struct):
+    name: Annotated[str, Meta(min_length=1, max_length=200)]
+    type: Literal[SOURCE_TYPES]  # type: ignore[valid-type]
+    credentials: msgspec.Raw
+    options: msgspec.Raw = msgspec.Raw(b"{}")
+    schedule: Schedule | None = None
+
+
+class Secret(msgspec.Struct, forbid_unknown_fields=True):
+    """Credentials never print their values, whatever formats them."""
+
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(<redacted>)"
+
+    def values(self) -> list[str]:
+        """The secret strings inside (passwords, keys, tokens), for scrubbing peer error messages."""
+        found: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, str) and value:
+                found.append(value)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    walk(item)
+
+        for field in self.secret_fields:
+            walk(getattr(self, field))
+        return found
+
+
+class SqlCredentials(Secret):
+    secret_fields: ClassVar[tuple[str, ...]] = ("password",)
+    host: Text
+    database: Text
+    username: Text
+    password: Annotated[str, Meta(max_length=1024)]  # may be empty: some servers allow password-less users
+    port: Port | None = None
+
+
+class BigQueryCredentials(Secret):
+    secret_fields: ClassVar[tuple[str, ...]] = ("service_account_key",)
+    project_id: Text
+    dataset: Text
+    service_account_key: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        for needed in ("client_email", "private_key"):
+            if not isinstance(self.service_account_key.get(needed), str):
+                raise _fail("service_account_key", f"the service account key JSON lacks `{needed}`")
+
+
+class SnowflakeCredentials(Secret):
+    secret_fields: ClassVar[tuple[str, ...]] = ("password",)
+    account: Text
+    warehouse: Text
+    database: Text
+    username: Text
+    password: Text
+
+
+class StripeCredentials(Secret):
+    secret_fields: ClassVar[tuple[str, ...]] = ("api_key",)
+    api_key: Annotated[str, Meta(pattern=r"^(sk|rk)_(live|test)_[A-Za-z0-9]{4,}$")]
+
+
+class OAuthCredentials(Secret):
+    """An access token, or an OAuth app's client id/secret with a refresh token."""
+
+    secret_fields: ClassVar[tuple[str, ...]] = ("access_token", "client_secret", "refresh_token")
+
+    access_token: Text | None = None
+    client_id: Text | None = None
+    client_secret: Text | None = None
+    refresh_token: Text | None = None
+
+    def __post_init__(self) -> None:
+        if self.access_token is not None:
+            return
+        for needed in ("client_id", "client_secret", "refresh_token"):
+            if getattr(self, needed) is None:
+                raise _fail(needed if self.client_id else "access_token",
+                            "give access_token, or client_id, client_secret and refresh_token")
+
+
+class SegmentCredentials(Secret):
+    secret_fields: ClassVar[tuple[str, ...]] = ("access_token",)
+    access_token: Text  # a Segment Public API token
+
+
+CREDENTIALS: dict[str, type[msgspec.Struct]] = {
+    "postgres": SqlCredentials, "mysql": SqlCredentials, "redshift": SqlCredentials,
+    "bigquery": BigQueryCredentials, "snowflake": SnowflakeCredentials, "stripe": StripeCredentials,
+    "salesforce": OAuthCredentials, "hubspot": OAuthCredentials, "segment": SegmentCredentials,
+}
+
+
+class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """What to import and how rows map to events; all optional."""
+
+    table: Ident | None = None
+    query: Annotated[str, Meta(min_length=1, max_length=20_000)] | None = None
+    cursor_column: Column | None = None
+    timestamp_column: Column | None = None
+    event_column: Column | None = None
+    event_name: EventName | None = None
+    user_id_column: Column | None = None
+    base_url: Url | None = None
+
+    def __post_init__(self) -> None:
+        if self.table is not None and self.query is not None:
+            raise _fail("query", "give either table or query, not both")
+        if self.event_column is not None and self.event_name is not None:
+            raise _fail("event_name", "give either event_column or event_name, not both")
+
+
+def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:
+    try:
+        return msgspec.json.decode(raw, type=schema)
+    except msgspec.ValidationError as exc:
+        field, message = field_of(exc)
+        if not field:
+            # Root-level messages name the field themselves, e.g. "Object missing required field `host`".
+            found = re.search(r"field `([^`]+)`", message)
+            field = found.group(1) if found else ""
+        name = f"{prefix}.{field}" if field else prefix
+        raise invalid(f"{name}: {message}", fields=[{"field": name, "message": message}]) from None
+
+
+def decode_parts(body: CreateIn) -> tuple[msgspec.Struct, Options]:
+    """Validate credentials for the body's type and the options; 400 naming e.g. credentials.host."""
+    credentials = _decode_part(body.credentials, CREDENTIALS[body.type], "credentials")
+    options = _decode_part(body.options, Options, "options")
+    if body.type not in SQL_TYPES and (options.table or options.query or options.cursor_column):
+        raise invalid("options: table, query and cursor_column apply to postgres, mysql and redshift only",
+                      fields=[{"field": "options.table", "message": "not used by this type"}])
+    return credentials, options

@@ -1,0 +1,211 @@
+"""SQL warehouses: PostgreSQL and Redshift (asyncpg), MySQL/MariaDB (aiomysql).
+
+Rows of options.table (or options.query) become events. With options.cursor_column, each sync
+streams only rows whose cursor value is greater than the last one stored, in cursor order; without
+it the source is a one-time import. Pages are committed with their cursor, and a page never ends
+inside a run of equal cursor values, so a sync cut short resumes without gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import aiomysql
+import asyncpg
+import pymysql
+
+from app.sources.base import Batch, Connector, Imported, SourceError, jsonable, snake, utc
+from app.sources.schemas import SqlCredentials
+
+PAGE = 1000
+DONE = {"done": True}
+
+
+def encode_value(value: Any) -> list:
+    """A cursor value as JSON that keeps its type (the peer compares it with a typed column)."""
+    if isinstance(value, datetime):
+        return ["dt", value.isoformat()]
+    if isinstance(value, date):
+        return ["d", value.isoformat()]
+    if isinstance(value, Decimal):
+        return ["dec", str(value)]
+    if isinstance(value, bool | int | float | str):
+        return ["v", value]
+    raise SourceError(f"cursor_column values of type {type(value).__name__} are not supported")
+
+
+def decode_value(pair: list) -> Any:
+    kind, raw = pair
+    return {"dt": datetime.fromisoformat, "d": date.fromisoformat, "dec": Decimal}.get(kind, lambda v: v)(raw)
+
+
+class SqlConnector(Connector):
+    quote = '"'
+    default_port = 5432
+    credentials: SqlCredentials
+
+    # --- dialect hooks ---------------------------------------------------------------------------
+    def placeholder(self, index: int) -> str:
+        raise NotImplementedError
+
+    async def open(self) -> Any:
+        raise NotImplementedError
+
+    async def close(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def stream(self, conn: Any, sql: str, args: list) -> AsyncIterator[list[dict]]:
+        raise NotImplementedError
+
+    # --- shared ----------------------------------------------------------------------------------
+    def ident(self, name: str) -> str:
+        q = self.quote
+        return ".".join(f"{q}{part}{q}" for part in name.split("."))
+
+    def relation(self) -> str | None:
+        if self.options.table:
+            return self.ident(self.options.table)
+        if self.options.query:
+            return f"({self.options.query.rstrip().rstrip(';')}) AS tally_src"
+        return None
+
+    async def check(self) -> None:
+        async with asyncio.timeout(self.timeout):
+            conn = await self.open()
+            try:
+                relation = self.relation()
+                # Reading no rows still proves the table/query and the columns named in options exist.
+                columns = [c for c in (self.options.cursor_column, self.options.timestamp_column,
+                                       self.options.event_column, self.options.user_id_column) if c]
+                select = ", ".join(self.ident(c) for c in columns) or "*"
+                sql = f"SELECT {select} FROM {relation} LIMIT 0" if relation else "SELECT 1"
+                async for _ in self.stream(conn, sql, []):
+                    pass
+            finally:
+                await self.close(conn)
+
+    async def sync(self, cursor: Any) -> tuple[int, Any]:
+        relation = self.relation()
+        if relation is None or cursor == DONE:
+            return 0, cursor
+        column = self.options.cursor_column
+        sql, args = f"SELECT * FROM {relation}", []
+        if column:
+            if cursor is not None:
+                args.append(decode_value(cursor))
+                sql += f" WHERE {self.ident(column)} > {self.placeholder(1)}"
+            sql += f" ORDER BY {self.ident(column)}"
+        async with asyncio.timeout(self.timeout):
+            conn = await self.open()
+        try:
+            return await self._import(conn, sql, args, cursor)
+        finally:
+            await self.close(conn)
+
+    async def _import(self, conn: Any, sql: str, args: list, cursor: Any) -> tuple[int, Any]:
+        column, total, pending = self.options.cursor_column, 0, []
+        async for rows in self.stream(conn, sql, args):
+            pending.extend(rows)
+            if len(pending) < PAGE:
+                continue
+            cut = len(pending)
+            if column:  # keep the trailing run of equal cursor values for the next page
+                last = pending[-1][column]
+                while cut > 0 and pending[cut - 1][column] == last:
+                    cut -= 1
+                if cut == 0:
+                    continue
+            page, pending = pending[:cut], pending[cut:]
+            cursor = encode_value(page[-1][column]) if column else {"done": False}
+            await self.sink.commit(self._batch(page, cursor))
+            total += len(page)
+        final = encode_value(pending[-1][column]) if column and pending else (cursor if column else DONE)
+        await self.sink.commit(self._batch(pending, final))
+        return total + len(pending), final
+
+    def _batch(self, rows: list[dict], cursor: Any) -> Batch:
+        opts = self.options
+        user_col = opts.user_id_column or "user_id"
+        ts_col = opts.timestamp_column or opts.cursor_column
+        default_name = opts.event_name or (snake(opts.table.split(".")[-1]) if opts.table else "query_row")
+        now = datetime.now(UTC)
+        events = []
+        for row in rows:
+            name = snake(row.get(opts.event_column)) if opts.event_column else default_name
+            user = row.get(user_col)
+            ts = utc(row.get(ts_col)) if ts_col else None
+            props = {k: jsonable(v) for k, v in row.items() if k not in (opts.event_column, user_col)}
+            events.append(Imported(name, None if user is None else str(user), props, ts or now))
+        return Batch(events=events, cursor=cursor)
+
+
+class PostgresConnector(SqlConnector):
+    def placeholder(self, index: int) -> str:
+        return f"${index}"
+
+    async def open(self) -> asyncpg.Connection:
+        c = self.credentials
+        try:
+            return await asyncpg.connect(
+                host=c.host, port=c.port or self.default_port, user=c.username, password=c.password,
+                database=c.database, timeout=self.timeout,
+            )
+        except (TimeoutError, OSError) as exc:
+            raise SourceError(f"could not connect to {c.host}:{c.port or self.default_port}: {exc}") from None
+        except asyncpg.PostgresError as exc:
+            raise SourceError(f"the database refused the connection: {exc}") from None
+
+    async def close(self, conn: asyncpg.Connection) -> None:
+        await conn.close(timeout=5)
+
+    async def stream(self, conn: asyncpg.Connection, sql: str, args: list) -> AsyncIterator[list[dict]]:
+        try:
+            async with conn.transaction(readonly=True):
+                page: list[dict] = []
+                async for record in conn.cursor(sql, *args, prefetch=PAGE):
+                    page.append(dict(record))
+                    if len(page) >= PAGE:
+                        yield page
+                        page = []
+                if page:
+                    yield page
+        except asyncpg.PostgresError as exc:
+            raise SourceError(f"query failed: {exc}") from None
+
+
+class RedshiftConnector(PostgresConnector):
+    default_port = 5439
+
+
+class MysqlConnector(SqlConnector):
+    quote = "`"
+    default_port = 3306
+
+    def placeholder(self, index: int) -> str:
+        return "%s"
+
+    async def open(self) -> aiomysql.Connection:
+        c = self.credentials
+        try:
+            return await aiomysql.connect(
+                host=c.host, port=c.port or self.default_port, user=c.username, password=c.password,
+                db=c.database, connect_timeout=self.timeout, autocommit=True, charset="utf8mb4",
+            )
+        except pymysql.err.OperationalError as exc:
+            raise SourceError(f"could not connect to {c.host}:{c.port or self.default_port}: {exc.args[-1]}") from None
+
+    async def close(self, conn: aiomysql.Connection) -> None:
+        conn.close()
+
+    async def stream(self, conn: aiomysql.Connection, sql: str, args: list) -> AsyncIterator[list[dict]]:
+        try:
+            async with conn.cursor(aiomysql.SSDictCursor) as cur:
+                await cur.execute(sql, args or None)
+                while rows := await cur.fetchmany(PAGE):
+                    yield list(rows)
+        except pymysql.err.MySQLError as exc:
+            raise SourceError(f"query failed: {exc.args[-1]}") from None

@@ -1,0 +1,144 @@
+"""/v1/data-sources: connect, list, inspect, pause/resume, sync now and remove data sources."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+from aiohttp import web
+
+from app.appkeys import POOL
+from app.auth import key_of, requires
+from app.bodies import decode, read_body
+from app.responses import ApiError, invalid, iso_ms, json_response, not_found
+from app.sources.runner import LEASE_SECONDS, RUNNER
+from app.sources.schedule import next_sync
+from app.sources.schemas import CreateIn, Schedule, decode_parts
+from app.views.params import int_param
+from storage import data_sources as store
+from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+
+BODY_LIMIT = 64 * 1024
+
+
+def source_json(row) -> dict:
+    return {
+        "id": row["id"], "name": row["name"], "type": row["type"], "status": row["status"],
+        "status_reason": row["status_reason"], "last_synced_at": iso_ms(row["last_synced_at"]),
+        "schedule": {"frequency": row["frequency"], "time": row["sync_time"]},
+        "next_sync_at": iso_ms(row["next_sync_at"]), "options": row["options"],
+        "rows_imported": row["rows_imported"], "created_at": iso_ms(row["created_at"]),
+    }
+
+
+@requires("admin", "admin")
+async def create_source(request: web.Request) -> web.Response:
+    key = key_of(request)
+    body = decode(await read_body(request, BODY_LIMIT), CreateIn)
+    credentials, options = decode_parts(body)
+    schedule = body.schedule or Schedule()
+    runner = request.app[RUNNER]
+    source_id = new_id("src")
+    sealed = runner.box.seal(msgspec.json.encode(credentials), source_id)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.insert(
+            conn, source_id=source_id, workspace_id=key.workspace_id, env=key.env, name=body.name,
+            type_=body.type, credentials=sealed, options=msgspec.to_builtins(options),
+            frequency=schedule.frequency, sync_time=schedule.time, lease_seconds=LEASE_SECONDS,
+        )
+    runner.start(source_id)  # the connection check and first sync run after the 201
+    return json_response({"id": row["id"], "name": row["name"], "type": row["type"], "status": row["status"],
+                          "created_at": iso_ms(row["created_at"])}, status=201)
+
+
+@requires("read", "query")
+async def list_sources(request: web.Request) -> web.Response:
+    key = key_of(request)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    after = ""
+    if request.query.get("cursor"):
+        try:
+            (after,) = decode_cursor(request.query["cursor"], 1)
+            if not isinstance(after, str):
+                raise BadCursor
+        except BadCursor:
+            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    async with request.app[POOL].acquire() as conn:
+        rows = await store.page(conn, key.workspace_id, key.env, after, limit + 1)
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return json_response({
+        "data": [source_json(r) for r in rows],
+        "next_cursor": encode_cursor(rows[-1]["id"]) if has_more else None,
+        "has_more": has_more,
+    })
+
+
+@requires("read", "query")
+async def get_source(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.get(conn, key.workspace_id, key.env, request.match_info["id"])
+    if row is None:
+        raise not_found("no data source with that id")
+    return json_response(source_json(row))
+
+
+@requires("admin", "admin")
+async def delete_source(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        deleted = await store.delete(conn, key.workspace_id, key.env, request.match_info["id"])
+    if not deleted:
+        raise not_found("no data source with that id")
+    return web.Response(status=204)
+
+
+@requires("admin", "admin")
+async def pause_source(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.pause(conn, key.workspace_id, key.env, request.match_info["id"])
+    if row is None:
+        raise not_found("no data source with that id")
+    return json_response(source_json(row))
+
+
+@requires("admin", "admin")
+async def resume_source(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.get(conn, key.workspace_id, key.env, request.match_info["id"])
+        if row is None:
+            raise not_found("no data source with that id")
+        next_at = next_sync(row["frequency"], row["sync_time"], datetime.now(UTC))
+        row = await store.resume(conn, key.workspace_id, key.env, row["id"], next_at)
+    return json_response(source_json(row))
+
+
+@requires("admin", "admin")
+async def sync_source(request: web.Request) -> web.Response:
+    """Start a sync now (202). 409 when paused or still being tested, or when a sync is already running."""
+    key = key_of(request)
+    source_id = request.match_info["id"]
+    async with request.app[POOL].acquire() as conn:
+        claimed = await store.claim_manual(conn, key.workspace_id, key.env, source_id, LEASE_SECONDS)
+        row = await store.get(conn, key.workspace_id, key.env, source_id)
+    if row is None:
+        raise not_found("no data source with that id")
+    if claimed is None:
+        if row["status"] == "paused":
+            raise ApiError(409, "conflict", "the data source is paused; resume it first")
+        raise ApiError(409, "conflict", f"the data source is {row['status']}; a run is already in progress")
+    request.app[RUNNER].start(source_id)
+    return json_response(source_json(row), status=202)
+
+
+def setup_data_source_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/v1/data-sources", list_sources)
+    router.add_post("/v1/data-sources", create_source)
+    router.add_get("/v1/data-sources/{id}", get_source)
+    router.add_delete("/v1/data-sources/{id}", delete_source)
+    router.add_post("/v1/data-sources/{id}/pause", pause_source)
+    router.add_post("/v1/data-sources/{id}/resume", resume_source)
+    router.add_post("/v1/data-sources/{id}/sync", sync_source)

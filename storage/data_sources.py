@@ -1,0 +1,154 @@
+"""Data sources: rows, the status machine's atomic transitions, and the page commit of a sync."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+PUBLIC = (
+    "id, name, type, status, status_reason, options, frequency, sync_time, next_sync_at, "
+    "last_synced_at, rows_imported, created_at"
+)
+# What a runner needs to sync (includes the sealed credentials; never rendered).
+RUNNABLE = "id, workspace_id, env, type, status, credentials, options, frequency, sync_time, sync_cursor"
+
+
+async def insert(
+    conn: asyncpg.Connection, *, source_id: str, workspace_id: int, env: str, name: str, type_: str,
+    credentials: bytes, options: dict, frequency: str, sync_time: str, lease_seconds: float,
+) -> asyncpg.Record:
+    """New sources start in 'testing', already leased to the creating process's background check."""
+    return await conn.fetchrow(
+        f"""INSERT INTO data_sources (id, workspace_id, env, name, type, status, credentials, options,
+                                     frequency, sync_time, lease_until)
+            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, now() + make_interval(secs => $10))
+            RETURNING {PUBLIC}""",
+        source_id, workspace_id, env, name, type_, credentials, options, frequency, sync_time, lease_seconds,
+    )
+
+
+async def get(conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {PUBLIC} FROM data_sources WHERE workspace_id = $1 AND env = $2 AND id = $3",
+        workspace_id, env, source_id,
+    )
+
+
+async def page(conn: asyncpg.Connection, workspace_id: int, env: str, after: str, limit: int) -> list:
+    return await conn.fetch(
+        f"SELECT {PUBLIC} FROM data_sources WHERE workspace_id = $1 AND env = $2 AND id > $3 ORDER BY id LIMIT $4",
+        workspace_id, env, after, limit,
+    )
+
+
+async def delete(conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str) -> bool:
+    """Removes the row (and with it the credentials); imported events stay where they are."""
+    done = await conn.execute(
+        "DELETE FROM data_sources WHERE workspace_id = $1 AND env = $2 AND id = $3", workspace_id, env, source_id
+    )
+    return done != "DELETE 0"
+
+
+async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"""UPDATE data_sources SET status = 'paused', status_reason = NULL
+            WHERE workspace_id = $1 AND env = $2 AND id = $3 RETURNING {PUBLIC}""",
+        workspace_id, env, source_id,
+    )
+
+
+async def resume(
+    conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str, next_sync_at: datetime
+) -> asyncpg.Record | None:
+    """paused -> active with the next sync per schedule; other states are left as they are."""
+    await conn.execute(
+        """UPDATE data_sources SET status = 'active', next_sync_at = $4, lease_until = NULL
+           WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status = 'paused'""",
+        workspace_id, env, source_id, next_sync_at,
+    )
+    return await get(conn, workspace_id, env, source_id)
+
+
+async def claim_manual(
+    conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str, lease_seconds: float
+) -> asyncpg.Record | None:
+    """Take the lease for an on-demand sync of an active or errored source; None when it cannot run now."""
+    return await conn.fetchrow(
+        """UPDATE data_sources SET status = 'syncing', lease_until = now() + make_interval(secs => $4)
+           WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status IN ('active', 'error')
+             AND (lease_until IS NULL OR lease_until < now())
+           RETURNING id""",
+        workspace_id, env, source_id, lease_seconds,
+    )
+
+
+DUE = """
+SELECT id FROM data_sources
+WHERE status <> 'paused' AND (lease_until IS NULL OR lease_until < now())
+  AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
+ORDER BY next_sync_at NULLS FIRST
+LIMIT $1
+"""
+
+
+async def due(conn: asyncpg.Connection, limit: int) -> list[str]:
+    """Sources whose scheduled sync is due, and those whose runner died (expired lease)."""
+    return [r["id"] for r in await conn.fetch(DUE, limit)]
+
+
+async def claim_due(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> asyncpg.Record | None:
+    """Lease a due source. A source still 'testing' stays so (its check has not passed yet)."""
+    return await conn.fetchrow(
+        f"""UPDATE data_sources
+            SET status = CASE WHEN status = 'testing' THEN 'testing' ELSE 'syncing' END,
+                lease_until = now() + make_interval(secs => $2)
+            WHERE id = $1 AND status <> 'paused' AND (lease_until IS NULL OR lease_until < now())
+              AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
+            RETURNING {RUNNABLE}""",
+        source_id, lease_seconds,
+    )
+
+
+async def runnable(conn: asyncpg.Connection, source_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(f"SELECT {RUNNABLE} FROM data_sources WHERE id = $1", source_id)
+
+
+async def set_syncing(conn: asyncpg.Connection, source_id: str) -> None:
+    await conn.execute(
+        "UPDATE data_sources SET status = 'syncing' WHERE id = $1 AND status = 'testing'", source_id
+    )
+
+
+async def finish(
+    conn: asyncpg.Connection, source_id: str, *, ok: bool, reason: str | None, next_sync_at: datetime | None,
+) -> None:
+    """End a run: release the lease and move testing/syncing to active or error. A source paused
+    meanwhile stays paused; last_synced_at moves only on success."""
+    await conn.execute(
+        """UPDATE data_sources
+           SET status = CASE WHEN status IN ('testing', 'syncing') THEN $2 ELSE status END,
+               status_reason = CASE WHEN status = 'paused' THEN status_reason ELSE $3 END,
+               last_synced_at = CASE WHEN $4 THEN now() ELSE last_synced_at END,
+               next_sync_at = COALESCE($5, next_sync_at),
+               lease_until = NULL
+           WHERE id = $1""",
+        source_id, "active" if ok else "error", reason, ok, next_sync_at,
+    )
+
+
+async def lock_for_commit(conn: asyncpg.Connection, source_id: str) -> str | None:
+    """Inside a page's transaction: the source's status, locked, or None when it was deleted."""
+    return await conn.fetchval("SELECT status FROM data_sources WHERE id = $1 FOR UPDATE", source_id)
+
+
+async def advance(
+    conn: asyncpg.Connection, source_id: str, cursor: object, rows: int, lease_seconds: float
+) -> None:
+    """Store the cursor with the page it covers, and extend the lease while a long sync progresses."""
+    await conn.execute(
+        """UPDATE data_sources SET sync_cursor = $2, rows_imported = rows_imported + $3,
+                  lease_until = now() + make_interval(secs => $4)
+           WHERE id = $1""",
+        source_id, cursor, rows, lease_seconds,
+    )

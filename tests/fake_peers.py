@@ -1,0 +1,86 @@
+"""Local stand-ins for Stripe's and HubSpot's HTTP APIs (aiohttp servers on loopback), with the
+paging, filtering and auth behaviour the connectors rely on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+
+@dataclass
+class FakeStripe:
+    api_key: str
+    customers: list[dict] = field(default_factory=list)
+    charges: list[dict] = field(default_factory=list)
+    requests: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/customers", self._lister(lambda: self.customers))
+        app.router.add_get("/v1/charges", self._lister(lambda: self.charges))
+        return app
+
+    def _lister(self, objects):
+        async def handle(request: web.Request) -> web.Response:
+            self.requests += 1
+            if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+                # Stripe masks the key in its message; so does the fake.
+                return web.json_response({"error": {"type": "invalid_request_error",
+                                                    "message": "Invalid API Key provided"}}, status=401)
+            q = request.query
+            limit = int(q.get("limit", "10"))
+            items = sorted(objects(), key=lambda o: (o["created"], o["id"]), reverse=True)  # newest first
+            if "created[gte]" in q:
+                items = [o for o in items if o["created"] >= int(q["created[gte]"])]
+            if "starting_after" in q:
+                ids = [o["id"] for o in items]
+                items = items[ids.index(q["starting_after"]) + 1:]
+            return web.json_response({"object": "list", "data": items[:limit], "has_more": len(items) > limit,
+                                      "url": request.path})
+
+        return handle
+
+
+@dataclass
+class FakeHubSpot:
+    access_token: str
+    client_id: str = "hub-client"
+    client_secret: str = "hub-client-secret"
+    refresh_token: str = "hub-refresh-token"
+    contacts: list[dict] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/oauth/v1/token", self._token)
+        app.router.add_get("/crm/v3/objects/contacts", self._contacts)
+        return app
+
+    async def _token(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        if (form.get("grant_type"), form.get("client_id"), form.get("client_secret"), form.get("refresh_token")) != (
+                "refresh_token", self.client_id, self.client_secret, self.refresh_token):
+            return web.json_response({"status": "BAD_REFRESH_TOKEN"}, status=400)
+        return web.json_response({"access_token": self.access_token, "expires_in": 1800})
+
+    async def _contacts(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            return web.json_response({"status": "error", "category": "INVALID_AUTHENTICATION"}, status=401)
+        limit = int(request.query.get("limit", "10"))
+        start = int(request.query.get("after", "0"))
+        page = self.contacts[start:start + limit]
+        body: dict = {"results": page}
+        if start + limit < len(self.contacts):
+            body["paging"] = {"next": {"after": str(start + limit)}}
+        return web.json_response(body)
+
+
+async def serve(app: web.Application) -> TestServer:
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+def base_url(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")

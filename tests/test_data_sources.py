@@ -1,0 +1,200 @@
+"""/v1/data-sources: scopes, validation per type, isolation, pagination, pause/resume, delete."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.crypto import CredentialBox
+from app.sources.schedule import next_sync
+from tests.conftest import bearer
+
+CLOSED = "http://127.0.0.1:1"  # nothing listens on port 1: checks fail at once
+SEGMENT = {"name": "seg", "type": "segment", "credentials": {"access_token": "seg-token-123"},
+           "options": {"base_url": CLOSED}}
+
+
+async def wait_status(client, key: str, source_id: str, *wanted: str, tries: int = 400) -> dict:
+    """Poll GET /v1/data-sources/{id} (bounded) until its status is one of `wanted`."""
+    body: dict = {}
+    for _ in range(tries):
+        resp = await client.get(f"/v1/data-sources/{source_id}", headers=bearer(key))
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        if body["status"] in wanted:
+            return body
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"source stayed {body.get('status')} ({body.get('status_reason')}), wanted {wanted}")
+
+
+async def create(client, key: str, body: dict) -> dict:
+    resp = await client.post("/v1/data-sources", json=body, headers=bearer(key))
+    assert resp.status == 201, await resp.text()
+    return await resp.json()
+
+
+async def test_create_returns_testing_then_check_failure_is_error(client, make_key):
+    key = await make_key("admin,read")
+    created = await create(client, key, SEGMENT)
+    assert set(created) == {"id", "name", "type", "status", "created_at"}
+    assert created["id"].startswith("src_") and created["status"] == "testing" and created["type"] == "segment"
+    body = await wait_status(client, key, created["id"], "error")
+    assert "could not reach Segment at 127.0.0.1:1" in body["status_reason"]
+    assert body["last_synced_at"] is None
+    assert body["schedule"] == {"frequency": "daily", "time": "00:00"}
+    assert "credentials" not in body
+
+
+@pytest.mark.parametrize("scopes", ["read", "write", "read,write"])
+async def test_admin_scope_required_to_connect_pause_and_remove(client, make_key, scopes):
+    admin = await make_key("admin,read")
+    created = await create(client, admin, SEGMENT)
+    key = await make_key(scopes)
+    resp = await client.post("/v1/data-sources", json=SEGMENT, headers=bearer(key))
+    assert resp.status == 403 and (await resp.json())["error"]["code"] == "forbidden"
+    for path in ("pause", "resume", "sync"):
+        assert (await client.post(f"/v1/data-sources/{created['id']}/{path}", headers=bearer(key))).status == 403
+    assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 403
+    await wait_status(client, admin, created["id"], "error")
+
+
+async def test_read_key_lists_and_gets(client, make_key):
+    admin = await make_key("admin")
+    created = await create(client, admin, SEGMENT)
+    reader = await make_key("read")
+    listed = await client.get("/v1/data-sources", headers=bearer(reader))
+    assert listed.status == 200
+    assert "X-RateLimit-Limit" in listed.headers
+    [item] = (await listed.json())["data"]
+    assert item["id"] == created["id"] and item["name"] == "seg"
+    assert {"id", "name", "type", "status", "last_synced_at", "status_reason", "schedule"} <= set(item)
+    await wait_status(client, reader, created["id"], "error")
+
+
+async def test_other_workspace_and_env_see_404(client, make_key, workspace):
+    live = await make_key("admin,read")
+    created = await create(client, live, SEGMENT)
+    test_env = await make_key("admin,read", test=True)
+    other = await make_key("admin,read", workspace_name=workspace + "-other")
+    for key in (test_env, other):
+        assert (await client.get(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 404
+        assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 404
+        assert (await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(key))).status == 404
+        assert (await (await client.get("/v1/data-sources", headers=bearer(key))).json())["data"] == []
+    await wait_status(client, live, created["id"], "error")
+    resp = await client.get("/v1/data-sources/src_nope", headers=bearer(live))
+    assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
+
+
+SQL = {"host": "127.0.0.1", "database": "d", "username": "u", "password": "p"}
+OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BEGIN PRIVATE KEY-----"}
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"type": "postgres", "credentials": {k: v for k, v in SQL.items() if k != "host"}}, "credentials.host"),
+    ({"type": "mysql", "credentials": {**SQL, "port": 70000}}, "credentials.port"),
+    ({"type": "redshift", "credentials": {**SQL, "pasword": "typo"}}, "credentials.pasword"),
+    ({"type": "bigquery", "credentials": {"project_id": "p", "dataset": "d"}}, "credentials.service_account_key"),
+    ({"type": "bigquery", "credentials": {"project_id": "p", "dataset": "d", "service_account_key": {"x": 1}}},
+     "credentials.service_account_key"),
+    ({"type": "bigquery", "credentials": {"dataset": "d", "service_account_key": OK_KEY}}, "credentials.project_id"),
+    ({"type": "snowflake", "credentials": {"account": "a", "database": "d", "username": "u", "password": "p"}},
+     "credentials.warehouse"),
+    ({"type": "stripe", "credentials": {}}, "credentials.api_key"),
+    ({"type": "stripe", "credentials": {"api_key": "pk_live_abcdef"}}, "credentials.api_key"),
+    ({"type": "hubspot", "credentials": {}}, "credentials.access_token"),
+    ({"type": "salesforce", "credentials": {"client_id": "c", "refresh_token": "r"}}, "credentials.client_secret"),
+    ({"type": "segment", "credentials": {}}, "credentials.access_token"),
+    ({"type": "oracle", "credentials": {}}, "type"),
+    ({"type": "postgres"}, "credentials"),
+    ({"type": "postgres", "credentials": SQL, "schedule": {"frequency": "daily", "time": "25:00"}}, "schedule.time"),
+    ({"type": "postgres", "credentials": SQL, "schedule": {"frequency": "monthly"}}, "schedule.frequency"),
+    ({"type": "postgres", "credentials": SQL, "options": {"table": "t; drop table x"}}, "options.table"),
+    ({"type": "postgres", "credentials": SQL, "options": {"table": "t", "query": "select 1"}}, "options.query"),
+    ({"type": "postgres", "credentials": SQL, "options": {"event_name": "Bad Name"}}, "options.event_name"),
+    ({"type": "stripe", "credentials": {"api_key": "sk_test_abcdef"}, "options": {"table": "t"}}, "options.table"),
+])
+async def test_validation_names_the_field(client, make_key, body, field):
+    key = await make_key("admin,read")
+    resp = await client.post("/v1/data-sources", json={"name": "x", **body}, headers=bearer(key))
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request"
+    assert error["fields"][0]["field"] == field, error
+    assert (await (await client.get("/v1/data-sources", headers=bearer(key))).json())["data"] == []
+
+
+async def test_missing_name_and_bad_json(client, make_key):
+    key = await make_key("admin")
+    resp = await client.post("/v1/data-sources", json={"type": "segment", "credentials": {"access_token": "abcd"}},
+                             headers=bearer(key))
+    assert resp.status == 400 and "name" in (await resp.json())["error"]["message"]
+    resp = await client.post("/v1/data-sources", data=b"{", headers={**bearer(key), "Content-Type": "application/json"})
+    assert resp.status == 400
+
+
+async def test_pagination(client, make_key):
+    key = await make_key("admin,read")
+    ids = [(await create(client, key, {**SEGMENT, "name": f"s{i}"}))["id"] for i in range(3)]
+    first = await (await client.get("/v1/data-sources?limit=2", headers=bearer(key))).json()
+    assert [s["id"] for s in first["data"]] == ids[:2] and first["has_more"] is True
+    second = await (await client.get(f"/v1/data-sources?limit=2&cursor={first['next_cursor']}",
+                                     headers=bearer(key))).json()
+    assert [s["id"] for s in second["data"]] == ids[2:]
+    assert second["has_more"] is False and second["next_cursor"] is None
+    assert (await client.get("/v1/data-sources?cursor=@@", headers=bearer(key))).status == 400
+    assert (await client.get("/v1/data-sources?limit=0", headers=bearer(key))).status == 400
+    for source_id in ids:
+        await wait_status(client, key, source_id, "error")
+
+
+async def test_pause_resume_and_sync_conflicts(client, make_key):
+    key = await make_key("admin,read")
+    created = await create(client, key, {**SEGMENT, "schedule": {"frequency": "weekly", "time": "06:30"}})
+    await wait_status(client, key, created["id"], "error")
+    paused = await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(key))
+    assert paused.status == 200 and (await paused.json())["status"] == "paused"
+    resp = await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))
+    assert resp.status == 409 and (await resp.json())["error"]["code"] == "conflict"
+    resumed = await (await client.post(f"/v1/data-sources/{created['id']}/resume", headers=bearer(key))).json()
+    assert resumed["status"] == "active"
+    assert resumed["schedule"] == {"frequency": "weekly", "time": "06:30"}
+    assert resumed["next_sync_at"].endswith("06:30:00.000Z")
+    # A manual sync of the (still unreachable) source runs and fails again.
+    resp = await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))
+    assert resp.status == 202 and (await resp.json())["status"] == "syncing"
+    body = await wait_status(client, key, created["id"], "error")
+    assert "Segment" in body["status_reason"]
+
+
+async def test_delete_is_204_then_404(client, make_key):
+    key = await make_key("admin,read")
+    created = await create(client, key, SEGMENT)
+    await wait_status(client, key, created["id"], "error")
+    resp = await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))
+    assert resp.status == 204 and await resp.read() == b""
+    assert (await client.get(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 404
+    assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 404
+
+
+def test_schedule_next_sync():
+    from datetime import UTC, datetime
+
+    at = datetime(2024, 5, 15, 10, 20, tzinfo=UTC)  # a Wednesday
+    assert next_sync("hourly", "00:00", at) == datetime(2024, 5, 15, 11, 0, tzinfo=UTC)
+    assert next_sync("daily", "09:00", at) == datetime(2024, 5, 16, 9, 0, tzinfo=UTC)
+    assert next_sync("daily", "23:15", at) == datetime(2024, 5, 15, 23, 15, tzinfo=UTC)
+    assert next_sync("weekly", "09:00", at) == datetime(2024, 5, 20, 9, 0, tzinfo=UTC)
+    assert next_sync("weekly", "09:00", datetime(2024, 5, 20, 8, 0, tzinfo=UTC)) == datetime(2024, 5, 20, 9, 0,
+                                                                                              tzinfo=UTC)
+
+
+def test_credential_box_binds_the_source_id():
+    box = CredentialBox("s" * 40)
+    sealed = box.seal(b'{"password":"pw"}', "src_1")
+    assert b"pw" not in sealed and box.open(sealed, "src_1") == b'{"password":"pw"}'
+    with pytest.raises(Exception):  # noqa: B017 - cryptography raises InvalidTag
+        box.open(sealed, "src_2")
+    with pytest.raises(Exception):  # noqa: B017
+        CredentialBox("t" * 40).open(sealed, "src_1")
