@@ -1,0 +1,129 @@
+"""Report request bodies and per-type configs, validated with msgspec (errors name the field)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from app.bodies import field_of
+from app.responses import invalid
+from app.schemas import EventName
+
+ReportType = Literal["event_volume", "funnel", "retention", "custom"]
+Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Email = Annotated[str, Meta(max_length=254, pattern=r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;]+$")]
+# "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name.
+GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s][^\s]*$")]
+Timestamp = Annotated[datetime, Meta(tz=True)]
+
+DEFAULT_RANGE = timedelta(days=30)
+MAX_BUCKETS = 10_000
+INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+
+
+def _at(field: str, message: str) -> ValueError:
+    # msgspec reports a ValueError raised in __post_init__ with this suffix as the failing path.
+    return ValueError(f"{message} - at `$.{field}`")
+
+
+class _Ranged(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """from/to are optional: without them a run covers the 30 days before `to` (default: now),
+    which is what a scheduled report wants."""
+
+    from_: Timestamp | None = msgspec.field(default=None, name="from")
+    to: Timestamp | None = None
+
+    def window(self, now: datetime) -> tuple[datetime, datetime]:
+        end = self.to or now
+        return self.from_ or end - DEFAULT_RANGE, end
+
+    def _check_range(self) -> None:
+        if self.from_ and self.to and self.from_ >= self.to:
+            raise _at("from", "from must be before to")
+
+
+class EventVolumeConfig(_Ranged):
+    events: Annotated[list[EventName], Meta(min_length=1, max_length=20)]
+    interval: Literal["hour", "day", "week"] = "day"
+    group_by: GroupBy | None = None
+
+    def __post_init__(self) -> None:
+        self._check_range()
+        start, end = self.window(datetime.now(UTC))
+        if (end - start) / INTERVALS[self.interval] > MAX_BUCKETS:
+            raise _at("interval", f"more than {MAX_BUCKETS} {self.interval} buckets; use a wider interval")
+
+
+class FunnelConfig(_Ranged):
+    events: Annotated[list[EventName], Meta(min_length=2, max_length=10)]
+    conversion_window_days: Annotated[int, Meta(ge=1, le=365)] = 7
+    group_by: GroupBy | None = None
+
+    def __post_init__(self) -> None:
+        self._check_range()
+
+
+class RetentionConfig(_Ranged):
+    start_event: EventName
+    return_event: EventName
+    period: Literal["day", "week"] = "day"
+    periods: Annotated[int, Meta(ge=1, le=52)] = 8
+
+    def __post_init__(self) -> None:
+        self._check_range()
+
+
+class CustomConfig(msgspec.Struct, forbid_unknown_fields=True):
+    sql: Annotated[str, Meta(min_length=1, max_length=20_000)]
+
+    def __post_init__(self) -> None:
+        if not self.sql.strip().rstrip(";").strip():
+            raise _at("sql", "sql is empty")
+
+
+CONFIGS: dict[str, type[msgspec.Struct]] = {
+    "event_volume": EventVolumeConfig,
+    "funnel": FunnelConfig,
+    "retention": RetentionConfig,
+    "custom": CustomConfig,
+}
+
+
+class Schedule(msgspec.Struct, forbid_unknown_fields=True):
+    frequency: Literal["daily", "weekly", "monthly"]
+    recipients: Annotated[list[Email], Meta(min_length=1, max_length=50)]
+    format: Literal["pdf", "csv"] = "csv"
+
+
+class ReportIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+    type: ReportType
+    config: dict[str, Any]
+    schedule: Schedule | None = None
+
+
+class ReportPatch(msgspec.Struct, forbid_unknown_fields=True):
+    """Fields present replace the stored ones; schedule null removes the schedule."""
+
+    name: Name | None = None
+    type: ReportType | None = None
+    config: dict[str, Any] | None = None
+    schedule: Schedule | msgspec.UnsetType | None = msgspec.UNSET
+
+
+def parse_config(report_type: str, config: dict[str, Any]) -> msgspec.Struct:
+    """Validate a stored or submitted config for its type; 400 naming config.<field> otherwise."""
+    try:
+        return msgspec.convert(config, CONFIGS[report_type], strict=False)
+    except msgspec.ValidationError as exc:
+        field, message = field_of(exc)
+        field = f"config.{field}" if field else "config"
+        raise invalid(f"{field}: {message}", fields=[{"field": field, "message": message}]) from None
+
+
+def config_json(config: msgspec.Struct) -> dict[str, Any]:
+    """The normalised config as stored and returned (defaults filled in, timestamps ISO 8601)."""
+    return msgspec.to_builtins(config)

@@ -1,0 +1,121 @@
+"""Running a saved report: dispatch by type, plan check, timeouts (504), result shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import asyncpg
+
+from app.reports.config import (
+    CustomConfig,
+    EventVolumeConfig,
+    FunnelConfig,
+    RetentionConfig,
+    parse_config,
+)
+from app.responses import ApiError, iso_ms
+from app.settings import Settings
+from storage import report_queries as q
+from storage import reports as store
+
+TIMEOUT_MESSAGE = "the report took longer than {s:g} s; narrow the date range or use scheduled delivery"
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: list[str]
+    rows: list[list[Any]]
+    generated_at: datetime
+    truncated: bool | None = None  # custom SQL only: the row cap cut the result
+
+    def json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "columns": self.columns,
+            "rows": [[_cell(v) for v in row] for row in self.rows],
+            "generated_at": iso_ms(self.generated_at),
+        }
+        if self.truncated is not None:
+            body["truncated"] = self.truncated
+        return body
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso_ms(value)
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def require_plan(report_type: str, plan: str) -> None:
+    if report_type == "custom" and plan != "enterprise":
+        raise ApiError(403, "plan_required", "custom SQL reports need the enterprise plan")
+
+
+def parse_group(group_by: str | None) -> tuple[str | None, list[str]]:
+    """'traits.plan' -> user trait; 'properties.plan' or a bare 'plan' -> event property (dots nest)."""
+    if not group_by:
+        return None, []
+    kind, _, rest = group_by.partition(".")
+    if kind in ("traits", "properties") and rest:
+        return kind, rest.split(".")
+    return "properties", group_by.split(".")
+
+
+async def _built_in(conn: asyncpg.Connection, ws: int, env: str, config: Any, now: datetime) -> tuple[list, list]:
+    if isinstance(config, EventVolumeConfig):
+        start, end = config.window(now)
+        kind, path = parse_group(config.group_by)
+        records = await q.event_volume(conn, ws, env, events=config.events, start=start, end=end,
+                                       interval=config.interval, group_kind=kind, group_path=path)
+        columns = ["bucket", "event", *([config.group_by] if kind else []), "count"]
+        rows = [[r["bucket"], r["event"], *([r["grp"]] if kind else []), r["n"]] for r in records]
+        return columns, rows
+    if isinstance(config, FunnelConfig):
+        start, end = config.window(now)
+        kind, path = parse_group(config.group_by)
+        records = await q.funnel(conn, ws, env, events=config.events, start=start, end=end,
+                                 window_days=config.conversion_window_days, group_kind=kind, group_path=path)
+        columns = ["step", "event", *([config.group_by] if kind else []), "users",
+                   "conversion_from_first", "conversion_from_previous"]
+        rows = [[r["step"], r["event"], *([r["grp"]] if kind else []), r["users"], r["from_first"],
+                 r["from_previous"]] for r in records]
+        return columns, rows
+    assert isinstance(config, RetentionConfig)
+    start, end = config.window(now)
+    records = await q.retention(conn, ws, env, start_event=config.start_event, return_event=config.return_event,
+                                start=start, end=end, period=config.period, periods=config.periods, now=now)
+    columns = ["cohort", "users", *(f"{config.period}_{k}" for k in range(1, config.periods + 1))]
+    return columns, [[r["cohort"], r["users"], *r["shares"]] for r in records]
+
+
+async def run_report(
+    pool: asyncpg.Pool, settings: Settings, *, workspace_id: int, env: str, plan: str, report_type: str,
+    config: dict,
+) -> Result:
+    require_plan(report_type, plan)
+    parsed = parse_config(report_type, config)
+    now = datetime.now(UTC)
+    timeout = settings.report_timeout_seconds
+    try:
+        async with pool.acquire() as conn:
+            if isinstance(parsed, CustomConfig):
+                timeout = min(timeout, settings.custom_sql_timeout_seconds)
+                sql = parsed.sql.strip().rstrip(";").rstrip()
+                columns, rows, truncated = await store.run_custom_sql(
+                    conn, workspace_id, env, sql, max_rows=settings.custom_sql_max_rows,
+                    timeout_ms=int(timeout * 1000),
+                )
+                return Result(columns, rows, now, truncated)
+            async with q.scoped_run(conn, int(timeout * 1000)):
+                columns, rows = await _built_in(conn, workspace_id, env, parsed, now)
+            return Result(columns, rows, now)
+    except asyncpg.QueryCanceledError:
+        raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
+    except asyncpg.PostgresError as exc:
+        if report_type != "custom":
+            raise
+        # The customer's own SQL failed (syntax, permission, read-only...): say why, as a 400.
+        raise ApiError(400, "invalid_sql", f"the SQL failed: {exc.args[0] if exc.args else exc}") from None

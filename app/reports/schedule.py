@@ -1,0 +1,95 @@
+"""Scheduled delivery: slot arithmetic and the scheduler job that claims due reports and emails them.
+
+Slots are midnight UTC: daily every day, weekly on Mondays, monthly on the 1st. A report's
+next_run_at is the first slot after it was scheduled. Each round first claims due reports (one
+pending delivery each, next_run_at moved past now, one transaction), then sends pending deliveries.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+from aiohttp import web
+
+from app.appkeys import POOL, SETTINGS
+from app.reports import delivery
+from app.reports.runner import run_report
+from app.responses import ApiError
+from storage import reports as store
+
+log = logging.getLogger("tally.reports")
+
+JOB_NAME = "report_delivery"
+JOB_SECONDS = 60
+MAX_ATTEMPTS = 3
+
+
+def next_slot(frequency: str, after: datetime) -> datetime:
+    """The first slot strictly after `after`."""
+    now = after.astimezone(UTC)
+    day = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if frequency == "daily":
+        return day + timedelta(days=1)
+    if frequency == "weekly":
+        return day - timedelta(days=day.weekday()) + timedelta(weeks=1)
+    if frequency == "monthly":
+        return datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=UTC)
+    raise ValueError(f"unknown frequency {frequency!r}")
+
+
+async def deliver_due(app: web.Application) -> int:
+    """One round; returns how many deliveries were sent."""
+    settings, pool = app[SETTINGS], app[POOL]
+    if not settings.smtp_url:
+        # Leave next_run_at alone: once SMTP is configured, each overdue report is sent once.
+        log.debug("TALLY_SMTP_URL is not set; scheduled reports wait")
+        return 0
+    async with pool.acquire() as conn:
+        await store.claim_due(conn, datetime.now(UTC), next_slot)
+        pending = await store.pending_deliveries(conn)
+    sent = 0
+    for item in pending:
+        async with pool.acquire() as conn:
+            if not await store.start_attempt(conn, item["delivery_id"], MAX_ATTEMPTS):
+                continue
+        error, final = await _deliver_one(app, item), False
+        if error is not None:
+            log.warning("report delivery failed report=%s delivery=%s: %s", item["id"], item["delivery_id"], error)
+            final = error.startswith("report:")
+        async with pool.acquire() as conn:
+            await store.finish_delivery(conn, item["delivery_id"], error, final=final)
+        sent += error is None
+    return sent
+
+
+async def _deliver_one(app: web.Application, item) -> str | None:
+    """None when sent; otherwise the error ('report: …' ones will not get better by retrying)."""
+    settings = app[SETTINGS]
+    schedule = item["schedule"] or {}
+    try:
+        result = await run_report(
+            app[POOL], settings, workspace_id=item["workspace_id"], env=item["env"], plan=item["plan"],
+            report_type=item["type"], config=item["config"],
+        )
+    except ApiError as exc:
+        return f"report: {exc.code}: {exc.message}"
+    message = await delivery.build_message(
+        sender=settings.smtp_from, recipients=schedule.get("recipients", []), report_name=item["name"],
+        fmt=schedule.get("format", "csv"), result=result,
+        message_id=f"<report-{item['id']}-delivery-{item['delivery_id']}@tally>",
+    )
+    try:
+        await delivery.send(settings.smtp_url, message)
+    except Exception as exc:  # network and SMTP failures alike: retried next round
+        return f"smtp: {exc}"
+    async with app[POOL].acquire() as conn:
+        await store.mark_run(conn, item["id"], result.generated_at)
+    return None
+
+
+def register(app: web.Application, scheduler) -> None:
+    async def job() -> None:
+        await deliver_due(app)
+
+    scheduler.every(JOB_NAME, JOB_SECONDS, job)

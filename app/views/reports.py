@@ -1,0 +1,144 @@
+"""Saved reports under /v1/reports: CRUD, synchronous runs, scheduled delivery settings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+from aiohttp import web
+
+from app.appkeys import POOL, SETTINGS
+from app.auth import key_of, requires
+from app.bodies import decode, read_body
+from app.reports.config import ReportIn, ReportPatch, Schedule, config_json, parse_config
+from app.reports.runner import require_plan, run_report
+from app.reports.schedule import next_slot
+from app.responses import invalid, iso_ms, json_response, not_found
+from app.views.params import int_param
+from storage import reports as store
+from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+
+BODY_LIMIT = 64 * 1024
+
+
+def report_json(row, *, summary: bool = False) -> dict:
+    out = {"id": row["id"], "name": row["name"], "type": row["type"]}
+    if not summary:
+        out["config"] = row["config"]
+        out["schedule"] = row["schedule"]
+    out["created_at"] = iso_ms(row["created_at"])
+    out["last_run_at"] = iso_ms(row["last_run_at"])
+    return out
+
+
+def _schedule(schedule: Schedule | None) -> tuple[dict | None, datetime | None]:
+    if schedule is None:
+        return None, None
+    return msgspec.to_builtins(schedule), next_slot(schedule.frequency, datetime.now(UTC))
+
+
+async def _stored(request: web.Request):
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.get_report(conn, key.workspace_id, key.env, request.match_info["id"])
+    if row is None:
+        raise not_found("no report with that id")
+    return row
+
+
+@requires("write", "query")
+async def create_report(request: web.Request) -> web.Response:
+    key = key_of(request)
+    body = decode(await read_body(request, BODY_LIMIT), ReportIn)
+    require_plan(body.type, key.plan)
+    config = config_json(parse_config(body.type, body.config))
+    schedule, next_run_at = _schedule(body.schedule)
+    async with request.app[POOL].acquire() as conn:
+        row = await store.insert_report(
+            conn, report_id=new_id("rpt"), workspace_id=key.workspace_id, env=key.env, name=body.name,
+            type_=body.type, config=config, schedule=schedule, next_run_at=next_run_at,
+        )
+    return json_response(report_json(row), status=201)
+
+
+@requires("read", "query")
+async def list_reports(request: web.Request) -> web.Response:
+    key = key_of(request)
+    limit = int_param(request, "limit", 50, 1, 200)
+    before = None
+    if request.query.get("cursor"):
+        try:
+            (before,) = decode_cursor(request.query["cursor"], 1)
+            if not isinstance(before, str):
+                raise BadCursor
+        except BadCursor:
+            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    async with request.app[POOL].acquire() as conn:
+        rows = await store.list_reports(conn, key.workspace_id, key.env, before_id=before, limit=limit + 1)
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return json_response({
+        "data": [report_json(r, summary=True) for r in rows],
+        "next_cursor": encode_cursor(rows[-1]["id"]) if has_more else None,
+        "has_more": has_more,
+    })
+
+
+@requires("write", "query")
+async def get_report(request: web.Request) -> web.Response:
+    return json_response(report_json(await _stored(request)))
+
+
+@requires("write", "query")
+async def patch_report(request: web.Request) -> web.Response:
+    key = key_of(request)
+    body = decode(await read_body(request, BODY_LIMIT), ReportPatch)
+    row = await _stored(request)
+    report_type = body.type or row["type"]
+    if report_type != row["type"] or body.config is not None:
+        require_plan(report_type, key.plan)
+    config = config_json(parse_config(report_type, body.config if body.config is not None else row["config"]))
+    if body.schedule is msgspec.UNSET:
+        schedule, next_run_at = row["schedule"], row["next_run_at"]
+    else:
+        schedule, next_run_at = _schedule(body.schedule)
+    async with request.app[POOL].acquire() as conn:
+        updated = await store.update_report(
+            conn, key.workspace_id, key.env, row["id"], name=body.name or row["name"], type_=report_type,
+            config=config, schedule=schedule, next_run_at=next_run_at,
+        )
+    if updated is None:
+        raise not_found("no report with that id")
+    return json_response(report_json(updated))
+
+
+@requires("write", "query")
+async def delete_report(request: web.Request) -> web.Response:
+    key = key_of(request)
+    async with request.app[POOL].acquire() as conn:
+        deleted = await store.delete_report(conn, key.workspace_id, key.env, request.match_info["id"])
+    if not deleted:
+        raise not_found("no report with that id")
+    return web.Response(status=204)
+
+
+@requires("read", "query")
+async def run(request: web.Request) -> web.Response:
+    key = key_of(request)
+    row = await _stored(request)
+    result = await run_report(
+        request.app[POOL], request.app[SETTINGS], workspace_id=key.workspace_id, env=key.env, plan=key.plan,
+        report_type=row["type"], config=row["config"],
+    )
+    async with request.app[POOL].acquire() as conn:
+        await store.mark_run(conn, row["id"], result.generated_at)
+    return json_response(result.json())
+
+
+def setup_report_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v1/reports", create_report)
+    router.add_get("/v1/reports", list_reports)
+    router.add_get("/v1/reports/{id}", get_report)
+    router.add_patch("/v1/reports/{id}", patch_report)
+    router.add_delete("/v1/reports/{id}", delete_report)
+    router.add_get("/v1/reports/{id}/run", run)

@@ -1,0 +1,157 @@
+"""Saved reports, scheduled deliveries, and the custom-SQL sandbox (see 0005_reports.sql)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+
+import asyncpg
+
+COLUMNS = "id, name, type, config, schedule, created_at, updated_at, last_run_at, next_run_at"
+
+
+async def insert_report(
+    conn: asyncpg.Connection, *, report_id: str, workspace_id: int, env: str, name: str, type_: str,
+    config: dict, schedule: dict | None, next_run_at: datetime | None,
+) -> asyncpg.Record:
+    return await conn.fetchrow(
+        f"""INSERT INTO reports (id, workspace_id, env, name, type, config, schedule, next_run_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLUMNS}""",
+        report_id, workspace_id, env, name, type_, config, schedule, next_run_at,
+    )
+
+
+async def get_report(conn: asyncpg.Connection, workspace_id: int, env: str, report_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {COLUMNS} FROM reports WHERE workspace_id = $1 AND env = $2 AND id = $3",
+        workspace_id, env, report_id,
+    )
+
+
+async def list_reports(
+    conn: asyncpg.Connection, workspace_id: int, env: str, *, before_id: str | None, limit: int
+) -> list[asyncpg.Record]:
+    """Newest first (ids are time-sortable); the cursor is the last id seen."""
+    return await conn.fetch(
+        f"""SELECT {COLUMNS} FROM reports
+        WHERE workspace_id = $1 AND env = $2 AND ($3::text IS NULL OR id < $3)
+        ORDER BY id DESC LIMIT $4""",
+        workspace_id, env, before_id, limit,
+    )
+
+
+async def update_report(
+    conn: asyncpg.Connection, workspace_id: int, env: str, report_id: str, *, name: str, type_: str,
+    config: dict, schedule: dict | None, next_run_at: datetime | None,
+) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"""UPDATE reports SET name = $4, type = $5, config = $6, schedule = $7, next_run_at = $8,
+               updated_at = now()
+        WHERE workspace_id = $1 AND env = $2 AND id = $3 RETURNING {COLUMNS}""",
+        workspace_id, env, report_id, name, type_, config, schedule, next_run_at,
+    )
+
+
+async def delete_report(conn: asyncpg.Connection, workspace_id: int, env: str, report_id: str) -> bool:
+    status = await conn.execute(
+        "DELETE FROM reports WHERE workspace_id = $1 AND env = $2 AND id = $3", workspace_id, env, report_id
+    )
+    return status == "DELETE 1"
+
+
+async def mark_run(conn: asyncpg.Connection, report_id: str, at: datetime) -> None:
+    await conn.execute("UPDATE reports SET last_run_at = $2 WHERE id = $1", report_id, at)
+
+
+# --- scheduled delivery --------------------------------------------------------------------------
+
+async def claim_due(
+    conn: asyncpg.Connection, now: datetime, next_slot: Callable[[str, datetime], datetime], limit: int = 100
+) -> int:
+    """In one transaction: record a pending delivery for each report whose slot has come and move its
+    next_run_at to the first slot after `now`. After downtime a report gets one delivery, not one per
+    missed slot; a crash before commit leaves both unchanged, so nothing is lost or doubled."""
+    async with conn.transaction():
+        due = await conn.fetch(
+            """SELECT id, next_run_at, schedule ->> 'frequency' AS frequency FROM reports
+            WHERE next_run_at <= $1 ORDER BY next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED""",
+            now, limit,
+        )
+        if not due:
+            return 0
+        await conn.executemany(
+            "INSERT INTO report_deliveries (report_id, due_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            [(r["id"], r["next_run_at"]) for r in due],
+        )
+        await conn.executemany(
+            "UPDATE reports SET next_run_at = $2 WHERE id = $1",
+            [(r["id"], next_slot(r["frequency"], now)) for r in due],
+        )
+    return len(due)
+
+
+async def pending_deliveries(conn: asyncpg.Connection, limit: int = 100) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        """SELECT d.id AS delivery_id, d.due_at, r.id, r.workspace_id, r.env, r.name, r.type, r.config,
+                  r.schedule, w.plan
+        FROM report_deliveries d JOIN reports r ON r.id = d.report_id JOIN workspaces w ON w.id = r.workspace_id
+        WHERE d.status = 'pending' ORDER BY d.id LIMIT $1""",
+        limit,
+    )
+
+
+async def start_attempt(conn: asyncpg.Connection, delivery_id: int, max_attempts: int) -> bool:
+    """Count an attempt before sending, so a delivery that keeps crashing the sender gives up."""
+    attempts = await conn.fetchval(
+        """UPDATE report_deliveries SET attempts = attempts + 1 WHERE id = $1 AND status = 'pending'
+        RETURNING attempts""",
+        delivery_id,
+    )
+    if attempts is None:
+        return False
+    if attempts > max_attempts:
+        await finish_delivery(conn, delivery_id, "attempts exhausted", final=True)
+        return False
+    return True
+
+
+async def finish_delivery(conn: asyncpg.Connection, delivery_id: int, error: str | None, *, final: bool) -> None:
+    """error None: sent. Otherwise keep it pending for a retry unless final."""
+    status = "sent" if error is None else ("failed" if final else "pending")
+    await conn.execute(
+        """UPDATE report_deliveries SET status = $2, error = $3,
+               sent_at = CASE WHEN $2 = 'sent' THEN now() END
+        WHERE id = $1""",
+        delivery_id, status, error,
+    )
+
+
+async def deliveries_of(conn: asyncpg.Connection, report_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT id, due_at, status, attempts, error, sent_at FROM report_deliveries WHERE report_id = $1 ORDER BY id",
+        report_id,
+    )
+
+
+# --- custom SQL sandbox --------------------------------------------------------------------------
+
+async def run_custom_sql(
+    conn: asyncpg.Connection, workspace_id: int, env: str, sql: str, *, max_rows: int, timeout_ms: int
+) -> tuple[list[str], list[list], bool]:
+    """Run a customer's SELECT as tally_report_reader, scoped to one workspace and env, read only,
+    under a statement timeout. Returns (columns, rows, truncated)."""
+    async with conn.transaction(readonly=True):
+        await conn.execute("SELECT tally_report_enter_scope($1, $2)", workspace_id, env)
+        await conn.execute("SELECT set_config('statement_timeout', $1, true)", str(max(1, timeout_ms)))
+        await conn.execute("SET LOCAL ROLE tally_report_reader")
+        # Describe (never execute) the same subquery run_sql() wraps, as the reader, for the column
+        # names: rows come back as JSON objects, which cannot say what an empty result's columns were.
+        # A text with several statements fails here ("cannot insert multiple commands").
+        described = await conn.prepare(f"SELECT * FROM (\n{sql}\n) q")
+        columns = [a.name for a in described.get_attributes()]
+        records = await conn.fetch(
+            "SELECT r::text FROM tally_report.run_sql($1, $2) AS r", sql, max_rows + 1
+        )
+    rows = [[value for _, value in json.loads(r[0], object_pairs_hook=list)] for r in records[:max_rows]]
+    return columns, rows, len(records) > max_rows
