@@ -1,0 +1,229 @@
+"""Syncs from the machine's PostgreSQL and MariaDB into events and profiles: first sync, incremental
+syncs (manual and scheduled), error -> active, pause, and delete keeping imported data."""
+
+from __future__ import annotations
+
+import secrets
+from urllib.parse import urlparse
+
+import aiomysql
+import asyncpg
+import pytest
+
+from app.appkeys import SCHEDULER
+from app.sources.runner import JOB
+from tests.conftest import bearer
+from tests.test_data_sources import create, wait_status
+
+
+@pytest.fixture
+async def scratch_pg(pg_admin_dsn: str):
+    """A scratch database holding a `signups` table, dropped after the test."""
+    name = f"tally_src_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(pg_admin_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = urlparse(pg_admin_dsn)._replace(path=f"/{name}").geturl()
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("""CREATE TABLE signups (id serial PRIMARY KEY, user_id text, plan text,
+                          amount numeric(10, 2), created_at timestamptz NOT NULL)""")
+    try:
+        yield name, conn
+    finally:
+        await conn.close()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def add_signups(conn, *rows: tuple[str, str, str]) -> None:
+    await conn.executemany(
+        "INSERT INTO signups (user_id, plan, amount, created_at) VALUES ($1, $2, 9.5, $3::text::timestamptz)", rows
+    )
+
+
+def pg_source(database: str, **options) -> dict:
+    return {
+        "name": "warehouse", "type": "postgres",
+        "credentials": {"host": "127.0.0.1", "port": 5432, "database": database, "username": "postgres",
+                        "password": "pg-password-not-needed"},
+        "options": {"table": "signups", "cursor_column": "id", "timestamp_column": "created_at",
+                    "event_name": "signed_up", **options},
+    }
+
+
+async def events(client, key: str, name: str) -> list[dict]:
+    resp = await client.get(f"/v1/events?event={name}&limit=1000", headers=bearer(key))
+    assert resp.status == 200
+    return (await resp.json())["data"]
+
+
+async def test_postgres_first_sync_then_incremental(client, make_key, scratch_pg, pool):
+    database, conn = scratch_pg
+    await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"), ("u2", "pro", "2024-03-02T10:00:00Z"),
+                      ("u1", "pro", "2024-03-03T10:00:00Z"))
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database))
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    assert body["last_synced_at"] is not None and body["status_reason"] is None
+    got = await events(client, key, "signed_up")
+    assert len(got) == 3
+    assert got[0]["user_id"] == "u1" and got[0]["timestamp"] == "2024-03-03T10:00:00.000Z"
+    assert got[0]["properties"]["plan"] == "pro" and got[0]["properties"]["amount"] == 9.5
+    assert all(e["id"].startswith("evt_") for e in got)
+    profile = await (await client.get("/v1/users/u1", headers=bearer(key))).json()
+    assert profile["event_count"] == 2 and profile["last_seen_at"] == "2024-03-03T10:00:00.000Z"
+
+    # Manual sync: only the new rows.
+    await add_signups(conn, ("u3", "free", "2024-03-04T10:00:00Z"), ("u4", "free", "2024-03-05T10:00:00Z"))
+    resp = await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))
+    assert resp.status == 202
+    await wait_status(client, key, created["id"], "active")
+    assert len(await events(client, key, "signed_up")) == 5
+
+    # Scheduled sync: due sources run when the scheduler job runs.
+    await add_signups(conn, ("u5", "team", "2024-03-06T10:00:00Z"))
+    await client.app[SCHEDULER].run_now(JOB)
+    assert len(await events(client, key, "signed_up")) == 5  # not due yet (daily at 00:00)
+    await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1",
+                       created["id"])
+    await client.app[SCHEDULER].run_now(JOB)
+    assert len(await events(client, key, "signed_up")) == 6
+    body = await wait_status(client, key, created["id"], "active")
+    assert body["rows_imported"] == 6
+    assert body["next_sync_at"].endswith("T00:00:00.000Z")
+
+
+async def test_error_then_active_after_a_later_successful_sync(client, make_key, scratch_pg):
+    database, conn = scratch_pg
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, table="orders", event_name="order_placed"))
+    body = await wait_status(client, key, created["id"], "error")
+    assert "orders" in body["status_reason"] and body["last_synced_at"] is None
+    await conn.execute("CREATE TABLE orders (id int, user_id text, created_at timestamptz)")
+    await conn.execute("INSERT INTO orders VALUES (1, 'u9', '2024-04-01T00:00:00Z')")
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active" and body["status_reason"] is None and body["last_synced_at"]
+    assert [e["user_id"] for e in await events(client, key, "order_placed")] == ["u9"]
+
+
+async def test_wrong_database_is_error_with_reason(client, make_key):
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(f"tally_missing_{secrets.token_hex(3)}"))
+    body = await wait_status(client, key, created["id"], "error")
+    assert "does not exist" in body["status_reason"]
+
+
+async def test_pause_stops_scheduled_syncs_and_resume_restarts_them(client, make_key, scratch_pg, pool):
+    database, conn = scratch_pg
+    await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"))
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database))
+    await wait_status(client, key, created["id"], "active")
+    assert (await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(key))).status == 200
+    await add_signups(conn, ("u2", "free", "2024-03-02T10:00:00Z"))
+    await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1",
+                       created["id"])
+    await client.app[SCHEDULER].run_now(JOB)
+    assert (await wait_status(client, key, created["id"], "paused"))["status"] == "paused"
+    assert len(await events(client, key, "signed_up")) == 1
+    resumed = await (await client.post(f"/v1/data-sources/{created['id']}/resume", headers=bearer(key))).json()
+    assert resumed["status"] == "active"
+    await client.app[SCHEDULER].run_now(JOB)  # next sync per schedule: not yet
+    assert len(await events(client, key, "signed_up")) == 1
+    await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1",
+                       created["id"])
+    await client.app[SCHEDULER].run_now(JOB)
+    assert len(await events(client, key, "signed_up")) == 2
+
+
+async def test_delete_keeps_imported_events_and_stops_syncs(client, make_key, scratch_pg, pool):
+    database, conn = scratch_pg
+    await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"), ("u2", "pro", "2024-03-02T10:00:00Z"))
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database))
+    await wait_status(client, key, created["id"], "active")
+    assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 204
+    await add_signups(conn, ("u3", "free", "2024-03-03T10:00:00Z"))
+    await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute'")
+    await client.app[SCHEDULER].run_now(JOB)
+    assert len(await events(client, key, "signed_up")) == 2
+    assert (await client.get("/v1/users/u2", headers=bearer(key))).status == 200
+    assert await pool.fetchval("SELECT count(*) FROM data_sources WHERE id = $1", created["id"]) == 0
+
+
+async def test_one_time_import_without_cursor_column(client, make_key, scratch_pg):
+    database, conn = scratch_pg
+    await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"), ("u2", "pro", "2024-03-02T10:00:00Z"))
+    key = await make_key("admin,read")
+    source = pg_source(database)
+    del source["options"]["cursor_column"]
+    created = await create(client, key, source)
+    await wait_status(client, key, created["id"], "active")
+    await add_signups(conn, ("u3", "free", "2024-03-03T10:00:00Z"))
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    await wait_status(client, key, created["id"], "active")
+    assert len(await events(client, key, "signed_up")) == 2
+
+
+MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
+
+
+@pytest.fixture
+async def scratch_mysql():
+    name = f"tally_src_{secrets.token_hex(4)}"
+    conn = await aiomysql.connect(**MYSQL, autocommit=True)
+    async with conn.cursor() as cur:
+        await cur.execute(f"CREATE DATABASE `{name}`")
+        await cur.execute(f"""CREATE TABLE `{name}`.actions (id int AUTO_INCREMENT PRIMARY KEY,
+                              user_id varchar(64), action varchar(64), price decimal(8, 2), created_at datetime)""")
+    try:
+        yield name, conn
+    finally:
+        async with conn.cursor() as cur:
+            await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.close()
+
+
+async def add_actions(conn, database: str, *rows: tuple) -> None:
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            f"INSERT INTO `{database}`.actions (user_id, action, price, created_at) VALUES (%s, %s, %s, %s)", rows
+        )
+
+
+async def test_mysql_query_with_event_column_and_incremental_sync(client, make_key, scratch_mysql):
+    database, conn = scratch_mysql
+    await add_actions(conn, database, ("m1", "Added To Cart", "3.50", "2024-02-01 08:00:00"),
+                      ("m2", "checkout", "10.00", "2024-02-01 09:00:00"))
+    key = await make_key("admin,read")
+    created = await create(client, key, {
+        "name": "shop", "type": "mysql",
+        "credentials": {"host": "127.0.0.1", "port": 3306, "database": database, "username": "root", "password": ""},
+        "options": {"query": "SELECT id, user_id, action, price, created_at FROM actions",
+                    "cursor_column": "id", "timestamp_column": "created_at", "event_column": "action"},
+        "schedule": {"frequency": "hourly"},
+    })
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    [cart] = await events(client, key, "added_to_cart")
+    assert cart["user_id"] == "m1" and cart["timestamp"] == "2024-02-01T08:00:00.000Z"
+    assert cart["properties"]["price"] == 3.5 and "action" not in cart["properties"]
+    await add_actions(conn, database, ("m1", "checkout", "7.25", "2024-02-02 09:00:00"))
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    await wait_status(client, key, created["id"], "active")
+    assert len(await events(client, key, "checkout")) == 2
+    assert len(await events(client, key, "added_to_cart")) == 1
+    profile = await (await client.get("/v1/users/m1", headers=bearer(key))).json()
+    assert profile["event_count"] == 2
+
+
+async def test_mysql_wrong_password_is_error(client, make_key, scratch_mysql):
+    database, _ = scratch_mysql
+    key = await make_key("admin,read")
+    created = await create(client, key, {
+        "name": "shop", "type": "mysql",
+        "credentials": {"host": "127.0.0.1", "database": database, "username": "root", "password": "not-it"},
+    })
+    body = await wait_status(client, key, created["id"], "error")
+    assert "Access denied" in body["status_reason"] and "not-it" not in body["status_reason"]
