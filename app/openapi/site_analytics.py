@@ -1,0 +1,95 @@
+"""Site analytics reads: overview, time series, top lists, event log and export."""
+
+from __future__ import annotations
+
+from app.openapi.common import SESSION, json_body, query, ref, site_errors
+
+_SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
+_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d"], "default": "7d"},
+               description="the N most recent UTC buckets: 60 minutes, 24 hours, 168 hours, 30 days or 90 days")
+_EVENT = query("eventName", {"type": "string"}, description="exact event name")
+_ERRORS = site_errors(400, 401, 404, 500)
+
+
+def _limit(default: int, maximum: int) -> dict:
+    return query("limit", {"type": "integer", "minimum": 1, "default": default},
+                 description=f"values above {maximum} are clamped to {maximum}")
+
+
+def _get(summary: str, params: list, response: dict) -> dict:
+    return {"get": {"summary": summary, "tags": ["site analytics"], "security": SESSION,
+                    "parameters": [_SITE, _RANGE, *params], "responses": {"200": response, **_ERRORS}}}
+
+
+_TOP = {"type": "object", "required": ["data", "total"],
+        "properties": {"data": {"type": "array", "items": ref("TopRow")}, "total": {"type": "integer"}}}
+
+
+def _top(summary: str) -> dict:
+    return _get(summary, [_limit(20, 100), query("eventName", {"type": "string", "default": "pageview"})],
+                json_body(_TOP))
+
+
+PATHS = {
+    "/api/analytics/overview": _get(
+        "Totals, visitors, bounce rate, session duration, top lists and a time series",
+        [_EVENT, query("path", {"type": "string"}, description="case-insensitive substring"),
+         query("referrer", {"type": "string"}, description="case-insensitive substring"),
+         query("country", {"type": "string"}, description="exact two-letter code")],
+        json_body(ref("Overview")),
+    ),
+    "/api/analytics/timeseries": _get(
+        "Counts of pageviews (or eventName) per UTC bucket, zero buckets included",
+        [query("interval", {"type": "string", "enum": ["minute", "hour", "day"]},
+               description="default: minute for 1h, hour for 24h and 7d, day for 30d and 90d"),
+         query("eventName", {"type": "string", "default": "pageview"})],
+        json_body({"type": "object", "required": ["data"],
+                   "properties": {"data": {"type": "array", "items": ref("Point")}}}),
+    ),
+    "/api/analytics/top-pages": _top("Top paths (without query string)"),
+    "/api/analytics/top-referrers": _top("Top referrer hosts (internal navigation excluded)"),
+    "/api/analytics/top-countries": _top("Top countries"),
+    "/api/analytics/events": _get(
+        "Stored events, newest first",
+        [_EVENT, _limit(50, 500), query("offset", {"type": "integer", "minimum": 0, "default": 0})],
+        json_body({"type": "object", "required": ["events", "total", "limit", "offset"], "properties": {
+            "events": {"type": "array", "items": ref("StoredEvent")}, "total": {"type": "integer"},
+            "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
+    ),
+    "/api/analytics/export": _get(
+        "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>)",
+        [query("format", {"type": "string", "enum": ["csv", "json"], "default": "csv"}), _limit(10_000, 50_000)],
+        {"description": "CSV with a header row (id, createdAt, name, url, path, referrer, title, viewportW, "
+                        "sessionId, country, props as JSON) or a JSON array of the same objects",
+         "headers": {"Content-Disposition": {"schema": {"type": "string"}},
+                     "X-Export-Limit": {"schema": {"type": "integer"}, "description": "effective row limit"}},
+         "content": {"text/csv": {"schema": {"type": "string"}},
+                     "application/json": {"schema": {"type": "array", "items": ref("StoredEvent")}}}},
+    ),
+}
+
+SCHEMAS = {
+    "Point": {"type": "object", "required": ["timestamp", "value", "label"], "properties": {
+        "timestamp": {"type": "string", "format": "date-time"}, "value": {"type": "integer"},
+        "label": {"type": "string"}}},
+    "TopRow": {"type": "object", "required": ["key", "count", "percentage"], "properties": {
+        "key": {"type": "string"}, "count": {"type": "integer"}, "percentage": {"type": "number"}}},
+    "StoredEvent": {"type": "object", "properties": {
+        "id": {"type": "string"}, "name": {"type": "string"}, "url": {"type": ["string", "null"]},
+        "path": {"type": ["string", "null"]}, "referrer": {"type": ["string", "null"]},
+        "title": {"type": ["string", "null"]}, "viewportW": {"type": ["integer", "null"]}, "props": {},
+        "sessionId": {"type": ["string", "null"]}, "country": {"type": ["string", "null"]},
+        "createdAt": {"type": "string", "format": "date-time"}}},
+    "Overview": {"type": "object", "required": [
+        "totalEvents", "totalPageviews", "uniqueVisitors", "bounceRate", "avgSessionDuration", "topPages",
+        "topReferrers", "topCountries", "timeSeries"], "properties": {
+        "totalEvents": {"type": "integer"}, "totalPageviews": {"type": "integer"},
+        "uniqueVisitors": {"type": "integer"}, "sessions": {"type": "integer"},
+        "bounceRate": {"type": "number", "description": "percent of sessions with exactly one pageview"},
+        "avgSessionDuration": {"type": "integer", "description": "milliseconds"},
+        "topPages": {"type": "array", "items": ref("TopRow")},
+        "topReferrers": {"type": "array", "items": ref("TopRow")},
+        "topCountries": {"type": "array", "items": ref("TopRow")},
+        "timeSeries": {"type": "array", "items": ref("Point")},
+        "range": {"type": "string"}, "interval": {"type": "string"}}},
+}

@@ -1,0 +1,150 @@
+"""Query parameters of GET /api/analytics/*: site access, the range window, intervals and filters.
+
+A range covers the N most recent buckets of its granularity, the current (partial) one included:
+1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, all in UTC. Windows
+therefore start on a bucket boundary, so the totals equal the sum of the time-series points and the
+hourly/daily rollups answer them exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from aiohttp import web
+
+from app.appkeys import POOL
+from app.dashboard_session import current_account
+from app.responses import SiteError
+from storage import analytics as store
+
+UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
+RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
+GRAIN_OF_UNIT = {"minute": None, "hour": "h", "day": "d"}
+MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
+
+
+def truncate(moment: datetime, unit: str) -> datetime:
+    moment = moment.astimezone(UTC)
+    if unit == "minute":
+        return moment.replace(second=0, microsecond=0)
+    if unit == "hour":
+        return moment.replace(minute=0, second=0, microsecond=0)
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    range: str
+    start: datetime  # inclusive, on a bucket boundary
+    end: datetime  # exclusive: the end of the current bucket
+    unit: str  # the range's own bucket
+
+    @property
+    def grain(self) -> str | None:
+        """The rollup grain that covers this window exactly (None: read raw events)."""
+        return GRAIN_OF_UNIT[self.unit]
+
+    def grain_for(self, interval: str) -> str | None:
+        """The coarsest rollup grain aligned with both the window start and the interval."""
+        if self.unit == "minute" or interval == "minute":
+            return None
+        return "d" if self.unit == "day" and interval == "day" else "h"
+
+    def buckets(self, interval: str) -> tuple[datetime, datetime]:
+        """First and last bucket start of a series over this window."""
+        return truncate(self.start, interval), truncate(self.end - timedelta(microseconds=1), interval)
+
+
+def window_for(range_name: str, now: datetime | None = None) -> Window:
+    count, unit = RANGES[range_name]
+    current = truncate(now or datetime.now(UTC), unit)
+    step = UNITS[unit]
+    return Window(range_name, current - (count - 1) * step, current + step, unit)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    id: str
+    domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class BaseQuery:
+    workspace_id: int
+    site_id: str
+    window: Window
+
+
+async def base_params(request: web.Request) -> BaseQuery:
+    """Session (401), then siteId and range (400). The site itself is checked by resolve_site once
+    every other parameter has been validated."""
+    account = await current_account(request)
+    site_id = request.query.get("siteId", "").strip()
+    if not site_id:
+        raise SiteError(400, "missing siteId")
+    return BaseQuery(account.workspace_id, site_id, range_param(request))
+
+
+async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
+    """The site, which must belong to the caller's workspace; anything else is a 404."""
+    async with request.app[POOL].acquire() as conn:
+        row = await store.site_in_workspace(conn, query.site_id, query.workspace_id)
+    if row is None:
+        raise SiteError(404, "not found")
+    return Site(row["id"], row["domain"])
+
+
+def range_param(request: web.Request) -> Window:
+    name = request.query.get("range") or "7d"
+    if name not in RANGES:
+        raise SiteError(400, "invalid range", allowed=list(RANGES))
+    return window_for(name)
+
+
+def interval_param(request: web.Request, window: Window) -> str:
+    """Default: the range's own bucket (hour for 24h and 7d, as the spec's 'default hour')."""
+    interval = request.query.get("interval") or window.unit
+    if interval not in UNITS:
+        raise SiteError(400, "invalid interval", allowed=list(UNITS))
+    first, last = window.buckets(interval)
+    if (last - first) / UNITS[interval] + 1 > MAX_POINTS:
+        raise SiteError(400, "interval too fine for range", maxPoints=MAX_POINTS)
+    return interval
+
+
+def count_param(request: web.Request, name: str, default: int, cap: int) -> int:
+    """A positive integer; values above the cap are clamped to it (the response echoes it)."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SiteError(400, f"invalid {name}") from None
+    if value < 1:
+        raise SiteError(400, f"invalid {name}")
+    return min(value, cap)
+
+
+def offset_param(request: web.Request) -> int:
+    raw = request.query.get("offset")
+    if raw is None or raw == "":
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SiteError(400, "invalid offset") from None
+    if value < 0:
+        raise SiteError(400, "invalid offset")
+    return value
+
+
+def filters_param(request: web.Request) -> store.Filters:
+    q = request.query
+    return store.Filters(
+        name=q.get("eventName") or None,
+        path=q.get("path") or None,
+        referrer=q.get("referrer") or None,
+        country=(q.get("country") or "").upper() or None,
+    )

@@ -1,0 +1,114 @@
+"""Fixture data for the site analytics tests: one site with nine events and five sessions placed
+relative to now, so every range (1h .. 90d) holds a known subset. Expected numbers in the tests are
+worked out by hand from the table below."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from storage import events as events_store
+from storage.ids import new_id
+from storage.workspaces import ensure_workspace
+
+M, H, D = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+
+# (key, name, path, referrer template, country, visitor, session, age, props)
+EVENTS = [
+    (1, "pageview", "/", "https://www.google.com/search?q=x", "US", "v1", "s1", 2 * H, None),
+    (2, "pageview", "/pricing?utm=1", "", "US", "v1", "s1", 2 * H - M, None),
+    (3, "pageview", "/", "https://news.ycombinator.com/item?id=1", "DE", "v2", "s2", 3 * H, None),
+    (4, "signup", "/pricing", None, "US", "v1", "s1", 2 * H - 2 * M, {"plan": "pro"}),
+    (5, "pageview", "/blog/a", "https://blog.{domain}/x", "FR", "v3", "s3", 5 * D, None),
+    (6, "pageview", "/", "https://google.com/", "US", "v3", "s3", 5 * D - M, None),
+    (7, "pageview", "/old", None, "DE", "v4", "s4", 40 * D, None),
+    (8, "outbound", "/", None, "US", "v2", "s2", 3 * H - 30 * timedelta(seconds=1), {"href": "https://x.io"}),
+    (9, "pageview", "/live", None, "US", "v5", "s5", 10 * M, None),
+]
+# (session, age of start, duration, pageviews, events)
+SESSIONS = [
+    ("s1", 2 * H, 2 * M, 2, 3),
+    ("s2", 3 * H, 30 * timedelta(seconds=1), 1, 2),
+    ("s3", 5 * D, M, 2, 2),
+    ("s4", 40 * D, timedelta(0), 1, 1),
+    ("s5", 10 * M, timedelta(0), 1, 1),
+]
+
+
+@dataclass
+class SiteFixture:
+    site_id: str
+    domain: str
+    workspace_id: int
+    now: datetime
+    ids: dict[int, str]  # fixture key -> stored event id
+    ts: dict[int, datetime]
+
+
+async def create_site(conn: asyncpg.Connection, workspace: str) -> tuple[str, str, int]:
+    workspace_id = await ensure_workspace(conn, workspace)
+    token = secrets.token_hex(4)
+    site_id, domain = f"site-{token}", f"{token}.example"
+    await conn.execute(
+        "INSERT INTO sites (id, workspace_id, domain, verification_token) VALUES ($1, $2, $3, 'tok')",
+        site_id, workspace_id, domain,
+    )
+    return site_id, domain, workspace_id
+
+
+async def insert_events(conn: asyncpg.Connection, site_id: str, workspace_id: int, rows: list[tuple]) -> None:
+    """rows: (id, name, path, referrer, country, ip_hash, session_id, ts, props)."""
+    await events_store.ensure_partitions(conn, {r[7] for r in rows})
+    records = [
+        (eid, workspace_id, "live", site_id, name, None, None, sid, props,
+         f"https://example.test{path}", path, ref, f"Title {path}", 1280, country, ip, ts, ts)
+        for eid, name, path, ref, country, ip, sid, ts, props in rows
+    ]
+    await events_store.copy_events(conn, records)
+
+
+async def insert_session(conn: asyncpg.Connection, site_id: str, sid: str, started: datetime, ended: datetime,
+                         pageviews: int, events: int, entry: str = "/") -> None:
+    await conn.execute(
+        "INSERT INTO sessions (site_id, id, started_at, ended_at, pageviews, events, entry_path, exit_path) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        site_id, sid, started, ended, pageviews, events, entry,
+    )
+
+
+async def load_fixture(database_url: str, workspace: str) -> SiteFixture:
+    conn = await asyncpg.connect(database_url)
+    try:
+        from storage.db import init_connection
+
+        await init_connection(conn)
+        site_id, domain, workspace_id = await create_site(conn, workspace)
+        now = datetime.now(UTC)
+        ids, stamps, rows = {}, {}, []
+        for key, name, path, ref, country, visitor, sid, age, props in EVENTS:
+            ids[key], stamps[key] = new_id("evt"), now - age
+            ref = ref.format(domain=domain) if ref is not None else None
+            rows.append((ids[key], name, path, ref, country, f"{visitor}-{site_id}", f"{sid}-{site_id}",
+                         stamps[key], props))
+        await insert_events(conn, site_id, workspace_id, rows)
+        for sid, age, duration, pageviews, count in SESSIONS:
+            await insert_session(conn, site_id, f"{sid}-{site_id}", now - age, now - age + duration, pageviews,
+                                 count)
+        return SiteFixture(site_id, domain, workspace_id, now, ids, stamps)
+    finally:
+        await conn.close()
+
+
+def truncate(moment: datetime, unit: str) -> datetime:
+    if unit == "minute":
+        return moment.replace(second=0, microsecond=0)
+    if unit == "hour":
+        return moment.replace(minute=0, second=0, microsecond=0)
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

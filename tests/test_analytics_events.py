@@ -1,0 +1,160 @@
+"""GET /api/analytics/events and /export, access rules shared by every analytics route, and the
+agreement of rollups with raw events."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import asyncpg
+import orjson
+import pytest
+
+from app.views.analytics_params import window_for
+from storage import analytics as store
+from storage.db import init_connection
+from tests.analytics_support import create_site, iso, load_fixture
+
+ROUTES = ["overview", "timeseries", "top-pages", "top-referrers", "top-countries", "events", "export"]
+NEWEST_FIRST_7D = [9, 4, 2, 1, 8, 3, 6, 5]
+
+
+@pytest.fixture
+async def site(client, database_url, workspace, login):
+    await login()
+    return await load_fixture(database_url, workspace)
+
+
+async def test_event_log_newest_first_with_fields(client, site):
+    resp = await client.get("/api/analytics/events", params={"siteId": site.site_id})
+    assert resp.status == 200
+    body = await resp.json()
+    assert (body["total"], body["limit"], body["offset"]) == (8, 50, 0)
+    assert [e["id"] for e in body["events"]] == [site.ids[k] for k in NEWEST_FIRST_7D]
+    signup = body["events"][1]
+    assert signup == {
+        "id": site.ids[4], "name": "signup", "url": "https://example.test/pricing", "path": "/pricing",
+        "referrer": None, "title": "Title /pricing", "viewportW": 1280, "props": {"plan": "pro"},
+        "sessionId": f"s1-{site.site_id}", "country": "US", "createdAt": iso(site.ts[4]),
+    }
+
+
+async def test_event_log_paging_filter_and_clamp(client, site):
+    body = await (await client.get("/api/analytics/events",
+                                   params={"siteId": site.site_id, "limit": "3", "offset": "2"})).json()
+    assert [e["id"] for e in body["events"]] == [site.ids[k] for k in (2, 1, 8)]
+    assert (body["total"], body["limit"], body["offset"]) == (8, 3, 2)
+    body = await (await client.get("/api/analytics/events", params={
+        "siteId": site.site_id, "eventName": "pageview", "range": "90d"})).json()
+    assert body["total"] == 7 and len(body["events"]) == 7
+    body = await (await client.get("/api/analytics/events", params={"siteId": site.site_id, "range": "1h"})).json()
+    assert body["total"] == 1 and body["events"][0]["id"] == site.ids[9]
+    body = await (await client.get("/api/analytics/events", params={"siteId": site.site_id, "limit": "9999"})).json()
+    assert body["limit"] == 500
+    body = await (await client.get("/api/analytics/events", params={"siteId": site.site_id, "offset": "50"})).json()
+    assert body["events"] == [] and body["total"] == 8
+    for params in ({"offset": "-1"}, {"limit": "0"}, {"limit": "ten"}):
+        resp = await client.get("/api/analytics/events", params={"siteId": site.site_id, **params})
+        assert resp.status == 400
+
+
+async def test_export_csv(client, site):
+    resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "range": "90d"})
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/csv")
+    assert resp.headers["Content-Disposition"] == f'attachment; filename="tally-{site.site_id}-90d.csv"'
+    assert resp.headers["X-Export-Limit"] == "10000"
+    table = list(csv.reader(io.StringIO(await resp.text())))
+    assert table[0] == ["id", "createdAt", "name", "url", "path", "referrer", "title", "viewportW", "sessionId",
+                        "country", "props"]
+    assert [r[0] for r in table[1:]] == [site.ids[k] for k in (9, 4, 2, 1, 8, 3, 6, 5, 7)]
+    signup = table[2]
+    assert signup == [site.ids[4], iso(site.ts[4]), "signup", "https://example.test/pricing", "/pricing", "",
+                      "Title /pricing", "1280", f"s1-{site.site_id}", "US", '{"plan":"pro"}']
+
+
+async def test_export_json_and_limits(client, site):
+    resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "format": "json"})
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("application/json")
+    assert resp.headers["Content-Disposition"] == f'attachment; filename="tally-{site.site_id}-7d.json"'
+    rows = orjson.loads(await resp.read())
+    assert [r["id"] for r in rows] == [site.ids[k] for k in NEWEST_FIRST_7D]
+    assert rows[1]["props"] == {"plan": "pro"} and rows[1]["sessionId"] == f"s1-{site.site_id}"
+    resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "format": "json", "limit": "2"})
+    assert [r["id"] for r in orjson.loads(await resp.read())] == [site.ids[9], site.ids[4]]
+    resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "limit": "60000"})
+    assert resp.status == 200 and resp.headers["X-Export-Limit"] == "50000"
+    assert len(list(csv.reader(io.StringIO(await resp.text())))) == 1 + 8
+    resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "format": "xml"})
+    assert resp.status == 400 and (await resp.json())["error"] == "invalid format"
+
+
+async def test_export_of_empty_window_is_header_or_empty_array(client, site, database_url, workspace):
+    conn = await asyncpg.connect(database_url)
+    try:
+        empty_site, _, _ = await create_site(conn, workspace)
+    finally:
+        await conn.close()
+    resp = await client.get("/api/analytics/export", params={"siteId": empty_site})
+    assert (await resp.text()).splitlines() == ["id,createdAt,name,url,path,referrer,title,viewportW,sessionId,"
+                                                "country,props"]
+    resp = await client.get("/api/analytics/export", params={"siteId": empty_site, "format": "json"})
+    assert orjson.loads(await resp.read()) == []
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_requires_session(client, route):
+    resp = await client.get(f"/api/analytics/{route}", params={"siteId": "whatever"})
+    assert resp.status == 401
+    assert await resp.json() == {"error": "unauthorized"}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_parameter_errors(client, site, route):
+    resp = await client.get(f"/api/analytics/{route}")
+    assert resp.status == 400 and await resp.json() == {"error": "missing siteId"}
+    resp = await client.get(f"/api/analytics/{route}", params={"siteId": site.site_id, "range": "2d"})
+    assert resp.status == 400 and (await resp.json())["error"] == "invalid range"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_other_workspace_site_is_not_found(client, site, database_url, route):
+    other = await load_fixture(database_url, f"{site.site_id}-other")
+    for site_id in (other.site_id, "no-such-site"):
+        resp = await client.get(f"/api/analytics/{route}", params={"siteId": site_id})
+        assert resp.status == 404
+        assert await resp.json() == {"error": "not found"}
+
+
+async def test_workspaces_see_only_their_own_numbers(client, site, database_url, login):
+    other = await load_fixture(database_url, f"{site.site_id}-other")
+    body = await (await client.get("/api/analytics/overview", params={"siteId": site.site_id})).json()
+    assert body["totalEvents"] == 8 and body["uniqueVisitors"] == 4
+    await client.post("/api/auth/logout")
+    await login(workspace_name=f"{site.site_id}-other")
+    resp = await client.get("/api/analytics/overview", params={"siteId": site.site_id})
+    assert resp.status == 404
+    body = await (await client.get("/api/analytics/overview", params={"siteId": other.site_id})).json()
+    assert body["totalEvents"] == 8
+
+
+@pytest.mark.parametrize("range_name", ["24h", "7d", "30d", "90d"])
+async def test_rollups_agree_with_raw_events(site, database_url, range_name):
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        w = window_for(range_name)
+        none = store.Filters()
+        assert await store.totals(conn, site.site_id, w.start, w.end, w.grain, none) == \
+            await store.totals(conn, site.site_id, w.start, w.end, None, none)
+        for dim in store.DIMENSIONS:
+            args = {"dim": dim, "name": "pageview", "domain": site.domain, "limit": 20, "filters": none}
+            assert await store.top(conn, site.site_id, w.start, w.end, grain=w.grain, **args) == \
+                await store.top(conn, site.site_id, w.start, w.end, grain=None, **args)
+        first, last = w.buckets(w.unit)
+        args = {"name": "pageview", "interval": w.unit, "first": first, "last": last, "filters": none}
+        assert await store.series(conn, site.site_id, w.start, w.end, grain=w.grain, **args) == \
+            await store.series(conn, site.site_id, w.start, w.end, grain=None, **args)
+    finally:
+        await conn.close()
