@@ -1,0 +1,183 @@
+"""Stripe and HubSpot over their HTTP APIs (local fakes), the probe-only types, and secrets never
+reaching logs, responses or the stored row."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+from tests.conftest import bearer
+from tests.fake_peers import FakeHubSpot, FakeStripe, base_url, serve
+from tests.test_data_sources import create, wait_status
+
+STRIPE_KEY = "sk_test_StripeSecret4242abcd"
+
+
+def customer(n: int, created: int) -> dict:
+    return {"id": f"cus_{n}", "object": "customer", "email": f"c{n}@example.com", "name": f"Customer {n}",
+            "phone": None, "created": created, "metadata": {}}
+
+
+def charge(n: int, cust: int, created: int, status: str = "succeeded") -> dict:
+    return {"id": f"ch_{n}", "object": "charge", "amount": 1000 + n, "currency": "usd", "status": status,
+            "paid": status == "succeeded", "refunded": False, "amount_refunded": 0, "customer": f"cus_{cust}",
+            "created": created, "description": None}
+
+
+@pytest.fixture
+async def stripe():
+    fake = FakeStripe(api_key=STRIPE_KEY)
+    server = await serve(fake.app())
+    yield fake, base_url(server)
+    await server.close()
+
+
+async def named(client, key: str, name: str) -> list[dict]:
+    return (await (await client.get(f"/v1/events?event={name}", headers=bearer(key))).json())["data"]
+
+
+async def test_stripe_customers_become_profiles_and_charges_events(client, make_key, stripe, monkeypatch):
+    fake, url = stripe
+    monkeypatch.setattr("app.sources.stripe.PAGE", 2)  # exercise paging with a handful of objects
+    fake.customers = [customer(1, 1_700_000_000), customer(2, 1_700_000_100), customer(3, 1_700_000_200)]
+    fake.charges = [charge(1, 1, 1_700_000_300), charge(2, 2, 1_700_000_400, "failed"),
+                    charge(3, 1, 1_700_000_500)]
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    profile = await (await client.get("/v1/users/cus_1", headers=bearer(key))).json()
+    assert profile["traits"]["email"] == "c1@example.com" and profile["traits"]["name"] == "Customer 1"
+    assert profile["traits"]["created_at"] == "2023-11-14T22:13:20Z"
+    assert profile["event_count"] == 2
+    succeeded = await named(client, key, "charge_succeeded")
+    assert [e["properties"]["charge_id"] for e in succeeded] == ["ch_3", "ch_1"]
+    assert succeeded[0]["properties"]["amount"] == 1003 and succeeded[0]["properties"]["currency"] == "usd"
+    assert [e["user_id"] for e in await named(client, key, "charge_failed")] == ["cus_2"]
+
+    # Incremental: a charge in the same second as the newest one and a later one; nothing twice.
+    fake.charges += [charge(4, 3, 1_700_000_500), charge(5, 3, 1_700_000_600)]
+    fake.customers.append(customer(4, 1_700_000_700))
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    body = await wait_status(client, key, created["id"], "active")
+    ids = sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded"))
+    assert ids == ["ch_1", "ch_3", "ch_4", "ch_5"]
+    assert (await client.get("/v1/users/cus_4", headers=bearer(key))).status == 200
+    assert body["rows_imported"] == 6 + 3
+
+
+async def test_stripe_rejected_key_is_error(client, make_key, stripe):
+    _, url = stripe
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe",
+                                         "credentials": {"api_key": "sk_test_WrongKey999"},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "error")
+    assert body["status_reason"] == "Stripe rejected the credentials (HTTP 401)"
+
+
+def contact(n: int, updated: str) -> dict:
+    return {"id": str(100 + n), "createdAt": "2024-01-01T00:00:00Z", "updatedAt": updated,
+            "properties": {"email": f"h{n}@example.com", "firstname": "Ada", "lastname": f"L{n}",
+                           "company": "Acme", "hs_object_id": str(100 + n), "phone": None}}
+
+
+async def test_hubspot_oauth_contacts_become_profiles(client, make_key):
+    fake = FakeHubSpot(access_token="hub-access-token-xyz")
+    fake.contacts = [contact(i, "2024-02-01T00:00:00Z") for i in range(3)]
+    server = await serve(fake.app())
+    try:
+        key = await make_key("admin,read")
+        created = await create(client, key, {
+            "name": "crm", "type": "hubspot", "options": {"base_url": base_url(server)},
+            "credentials": {"client_id": fake.client_id, "client_secret": fake.client_secret,
+                            "refresh_token": fake.refresh_token},
+        })
+        body = await wait_status(client, key, created["id"], "active", "error")
+        assert body["status"] == "active", body
+        profile = await (await client.get("/v1/users/101", headers=bearer(key))).json()
+        assert profile["traits"]["email"] == "h1@example.com" and profile["traits"]["name"] == "Ada L1"
+        assert profile["traits"]["company"] == "Acme" and "phone" not in profile["traits"]
+        assert body["rows_imported"] == 3
+        # Only contacts updated since the last sync count again.
+        fake.contacts[0] = {**contact(0, "2024-03-01T00:00:00Z"),
+                            "properties": {**contact(0, "")["properties"], "company": "Globex"}}
+        assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+        body = await wait_status(client, key, created["id"], "active")
+        assert body["rows_imported"] == 4
+        profile = await (await client.get("/v1/users/100", headers=bearer(key))).json()
+        assert profile["traits"]["company"] == "Globex"
+
+        bad = await create(client, key, {
+            "name": "crm2", "type": "hubspot", "options": {"base_url": base_url(server)},
+            "credentials": {"client_id": fake.client_id, "client_secret": "wrong", "refresh_token": "nope"},
+        })
+        body = await wait_status(client, key, bad["id"], "error")
+        assert body["status_reason"] == "HubSpot answered HTTP 400 to POST /oauth/v1/token"
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize("body", [
+    {"type": "bigquery", "credentials": {"project_id": "p", "dataset": "d", "service_account_key": {
+        "type": "service_account", "client_email": "x@p.iam.gserviceaccount.com", "private_key": "pk"}}},
+    {"type": "snowflake", "credentials": {"account": "tally-nowhere-xy12345", "warehouse": "w", "database": "d",
+                                         "username": "u", "password": "p"}},
+    {"type": "salesforce", "credentials": {"access_token": "sf-token"}},
+    {"type": "segment", "credentials": {"access_token": "seg-token"}},
+])
+async def test_probe_types_end_in_error_with_a_reason(make_client, settings, make_key, body):
+    """No network here: the real provider hosts are unreachable, and the check says so within its timeout."""
+    client = await make_client(dataclasses.replace(settings, extra={"source_timeout": 2.0}))
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "w", **body})
+    result = await wait_status(client, key, created["id"], "error", tries=1200)
+    assert result["status_reason"].startswith("could not reach "), result
+
+
+async def test_secrets_never_reach_logs_responses_or_the_row(client, make_key, stripe, caplog, pool):
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    secrets_used = [STRIPE_KEY, "sk_test_WrongSecret77", "mysql-Secret-pw-123", "hub-Secret-refresh-9"]
+    caplog.set_level(logging.DEBUG)
+    for name in ("aiohttp.access", "aiohttp.server", "aiohttp.web", "asyncio", "tally"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    key = await make_key("admin,read")
+    bodies = [
+        {"name": "ok", "type": "stripe", "credentials": {"api_key": STRIPE_KEY}, "options": {"base_url": url}},
+        {"name": "bad", "type": "stripe", "credentials": {"api_key": secrets_used[1]}, "options": {"base_url": url}},
+        {"name": "db", "type": "mysql", "credentials": {"host": "127.0.0.1", "database": "mysql", "username": "root",
+                                                        "password": secrets_used[2]}},
+        {"name": "crm", "type": "hubspot", "options": {"base_url": "http://127.0.0.1:1"},
+         "credentials": {"client_id": "c", "client_secret": "s3cr3t-client", "refresh_token": secrets_used[3]}},
+    ]
+    texts = []
+    ids = []
+    for body in bodies:
+        resp = await client.post("/v1/data-sources", json=body, headers=bearer(key))
+        assert resp.status == 201
+        texts.append(await resp.text())
+        ids.append((await resp.json())["id"])
+    statuses = [(await wait_status(client, key, i, "active", "error"))["status"] for i in ids]
+    assert statuses == ["active", "error", "error", "error"]
+    assert (await client.post(f"/v1/data-sources/{ids[0]}/sync", headers=bearer(key))).status == 202
+    await wait_status(client, key, ids[0], "active")
+    bad = await client.post("/v1/data-sources", json={**bodies[0], "credentials": {"api_key": STRIPE_KEY, "x": 1}},
+                            headers=bearer(key))
+    assert bad.status == 400
+    texts.append(await bad.text())
+    texts.append(await (await client.get("/v1/data-sources", headers=bearer(key))).text())
+    for source_id in ids:
+        texts.append(await (await client.get(f"/v1/data-sources/{source_id}", headers=bearer(key))).text())
+    stored = [bytes(r["credentials"]) for r in await pool.fetch(
+        "SELECT credentials FROM data_sources WHERE id = ANY($1)", ids)]
+    assert caplog.records, "expected log output to inspect"
+    assert {"tally.sources", "aiohttp.access"} <= {r.name for r in caplog.records}
+    logged = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    for secret in [*secrets_used, "s3cr3t-client"]:
+        assert secret not in logged
+        assert all(secret not in t for t in texts)
+        assert all(secret.encode() not in row for row in stored)
