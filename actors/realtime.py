@@ -104,7 +104,7 @@ class MemoryRealtime:
                 pageviews += pv
                 pages.update(paths)
         visitors = sum(1 for t in win.sessions.values() if since_ms < t <= now_ms)
-        recent = sorted((e for e in win.recent if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
+        recent = sorted((e for e in reversed(win.recent) if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
         return summary(events, pageviews, pages, visitors, recent, window)
 
 

@@ -17,6 +17,7 @@ FRAGMENTS = [
     "app.openapi.dashboards",
     "app.openapi.data_sources",
     "app.openapi.site_analytics",
+    "app.openapi.site_ingest",
 ]
 
 

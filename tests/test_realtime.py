@@ -1,0 +1,113 @@
+"""GET /api/analytics/realtime, from the in-memory and the Redis-backed window."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+from actors.site import SITE_RUNTIME
+from tests.site_helpers import FakeClock, post_event, register_site
+
+UA = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def rt(request, make_client, settings, redis_url, login, workspace, database_url):
+    extra = {"redis_url": redis_url} if request.param == "redis" else {}
+    client = await make_client(dataclasses.replace(settings, **extra))
+    clock = FakeClock()
+    client.app[SITE_RUNTIME].clock = clock
+    await login(the_client=client)
+    site, _ = await register_site(database_url, workspace, verified=False)
+    return client, clock, site
+
+
+async def realtime(client, site: str, window: int | None = None) -> dict:
+    query = f"?siteId={site}" + (f"&window={window}" if window else "")
+    resp = await client.get("/api/analytics/realtime" + query)
+    assert resp.status == 200, await resp.text()
+    return await resp.json()
+
+
+async def test_live_numbers(rt):
+    client, clock, site = rt
+    a = {"User-Agent": UA, "CF-IPCountry": "DE"}
+    await post_event(client, {"s": site, "n": "pageview", "p": "/a", "sid": "v1"}, a)
+    await post_event(client, {"s": site, "n": "pageview", "p": "/a", "sid": "v2"})
+    clock.advance(timedelta(seconds=10))
+    await post_event(client, {"s": site, "n": "pageview", "p": "/b", "sid": "v1"}, a)
+    await post_event(client, {"s": site, "n": "signup", "p": "/b", "sid": "v1"}, a)
+
+    live = await realtime(client, site)
+    assert live["activeVisitors"] == 2
+    assert live["pageviewsPerMinute"] == 3
+    assert live["eventsPerMinute"] == 4
+    assert live["topActivePages"] == [{"key": "/a", "count": 2}, {"key": "/b", "count": 1}]
+    recent = live["recentEvents"]
+    assert [e["name"] for e in recent] == ["signup", "pageview", "pageview", "pageview"][: len(recent)]
+    assert len(recent) == 4
+    assert set(recent[0]) == {"id", "name", "path", "country", "timestamp"}
+    assert recent[0]["id"].startswith("evt_") and recent[0]["country"] == "DE" and recent[0]["path"] == "/b"
+    assert recent[0]["timestamp"] >= recent[-1]["timestamp"]
+
+    # Half a minute later the first two events fell out of a 15-second window.
+    clock.advance(timedelta(seconds=5))
+    live = await realtime(client, site, window=15)
+    assert live["activeVisitors"] == 1
+    assert live["eventsPerMinute"] == 8  # 2 events in 15 s
+    assert live["pageviewsPerMinute"] == 4
+
+    clock.advance(timedelta(seconds=60))
+    assert await realtime(client, site) == {"activeVisitors": 0, "pageviewsPerMinute": 0, "eventsPerMinute": 0,
+                                            "topActivePages": [], "recentEvents": []}
+    live = await realtime(client, site, window=120)
+    assert live["activeVisitors"] == 2 and live["eventsPerMinute"] == 2 and live["pageviewsPerMinute"] == 1.5
+
+
+async def test_recent_events_are_the_20_newest(rt):
+    client, clock, site = rt
+    for i in range(25):
+        await post_event(client, {"s": site, "n": f"e{i}", "sid": "v"})
+        clock.advance(timedelta(milliseconds=100))
+    live = await realtime(client, site)
+    assert [e["name"] for e in live["recentEvents"]] == [f"e{i}" for i in range(24, 4, -1)]
+    assert live["eventsPerMinute"] == 25 and live["activeVisitors"] == 1
+
+
+async def test_dropped_and_failed_events_are_not_live(rt, monkeypatch):
+    client, _, site = rt
+    from storage import events as event_store
+
+    async def broken(conn, records):
+        raise asyncpg.PostgresError("disk full")
+
+    monkeypatch.setattr(event_store, "copy_events", broken)
+    assert (await post_event(client, {"s": site, "n": "pageview", "sid": "v"})).status == 500
+    bot = {"User-Agent": "Googlebot/2.1 (+http://www.google.com/bot.html)"}
+    assert (await post_event(client, {"s": site, "n": "pageview"}, bot)).status == 202
+    live = await realtime(client, site)
+    assert live["eventsPerMinute"] == 0 and live["recentEvents"] == []
+
+
+async def test_session_required_and_parameters(client, login, database_url, workspace):
+    resp = await client.get("/api/analytics/realtime?siteId=x")
+    assert resp.status == 401 and await resp.json() == {"error": "unauthorized"}
+    await login()
+    resp = await client.get("/api/analytics/realtime")
+    assert resp.status == 400 and await resp.json() == {"error": "missing siteId"}
+    site, _ = await register_site(database_url, workspace)
+    for window in ("0", "3601", "abc", "-5"):
+        resp = await client.get(f"/api/analytics/realtime?siteId={site}&window={window}")
+        assert resp.status == 400 and (await resp.json())["error"] == "invalid window"
+    assert (await client.get(f"/api/analytics/realtime?siteId={site}&window=3600")).status == 200
+
+
+async def test_other_workspace_site_is_404(client, login, database_url, workspace):
+    await login()
+    foreign, _ = await register_site(database_url, f"other-{workspace}")
+    for site in (foreign, "no-such-site"):
+        resp = await client.get(f"/api/analytics/realtime?siteId={site}")
+        assert resp.status == 404 and await resp.json() == {"error": "not found"}

@@ -1,0 +1,93 @@
+"""Server-side session assignment and the sessions table, in memory and with Redis."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from datetime import timedelta
+
+import pytest
+
+from actors.site import SITE_RUNTIME
+from tests.site_helpers import FakeClock, post_event, stored_events, stored_sessions
+
+UA_A = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/17.0 Safari/605.1.15")
+UA_B = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def session_client(request, make_client, settings, redis_url):
+    extra = {"redis_url": redis_url} if request.param == "redis" else {}
+    client = await make_client(dataclasses.replace(settings, trusted_proxies=("127.0.0.1/32",), **extra))
+    clock = FakeClock()
+    client.app[SITE_RUNTIME].clock = clock
+    return client, clock
+
+
+def visitor(ip: str, ua: str = UA_A) -> dict[str, str]:
+    return {"X-Forwarded-For": ip, "User-Agent": ua}
+
+
+async def test_same_visitor_keeps_a_session_until_30_idle_minutes(session_client, database_url):
+    client, clock = session_client
+    site = f"dev-{secrets.token_hex(6)}"
+    me = visitor("203.0.113.10")
+    await post_event(client, {"s": site, "n": "pageview", "p": "/", "r": "https://news.example/"}, me)
+    clock.advance(timedelta(minutes=29))
+    await post_event(client, {"s": site, "n": "pageview", "p": "/pricing"}, me)
+    await post_event(client, {"s": site, "n": "signup", "p": "/pricing"}, me)
+    clock.advance(timedelta(minutes=30))  # exactly 30 idle minutes: still the same visit
+    await post_event(client, {"s": site, "n": "pageview", "p": "/docs"}, me)
+    clock.advance(timedelta(minutes=30, seconds=1))  # longer: a new visit
+    await post_event(client, {"s": site, "n": "pageview", "p": "/again"}, me)
+
+    rows = await stored_events(database_url, site)
+    sids = [r["session_id"] for r in rows]
+    assert sids[0] == sids[1] == sids[2] == sids[3] != sids[4]
+    assert all(s.startswith("ses_") for s in sids)
+
+    first, second = await stored_sessions(database_url, site)
+    assert first["id"] == sids[0] and second["id"] == sids[4]
+    assert (first["pageviews"], first["events"]) == (3, 4)
+    assert (first["entry_path"], first["exit_path"]) == ("/", "/docs")
+    assert first["referrer"] == "https://news.example/"
+    assert first["started_at"] == rows[0]["ts"] and first["ended_at"] == rows[3]["ts"]
+    assert (second["pageviews"], second["events"], second["entry_path"]) == (1, 1, "/again")
+
+
+async def test_different_visitors_get_different_sessions(session_client, database_url):
+    client, _ = session_client
+    site = f"dev-{secrets.token_hex(6)}"
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10"))
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.11"))
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10", UA_B))
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10"))
+    sids = [r["session_id"] for r in await stored_events(database_url, site)]
+    assert len(set(sids[:3])) == 3 and sids[3] == sids[0]
+    assert len(await stored_sessions(database_url, site)) == 3
+
+
+async def test_client_session_id_is_used_and_upserted(session_client, database_url):
+    client, clock = session_client
+    site = f"dev-{secrets.token_hex(6)}"
+    await post_event(client, {"s": site, "n": "pageview", "p": "/a", "sid": "tab-1"}, {"CF-IPCountry": "SE"})
+    clock.advance(timedelta(hours=2))
+    await post_event(client, {"s": site, "n": "outbound", "p": "/a", "sid": "tab-1"})
+    await post_event(client, {"s": site, "n": "pageview", "p": "/b", "sid": "tab-1"})
+    [row] = await stored_sessions(database_url, site)
+    assert row["id"] == "tab-1"
+    assert (row["pageviews"], row["events"], row["entry_path"], row["exit_path"], row["country"]) == (
+        2, 3, "/a", "/b", "SE")
+    assert row["ended_at"] - row["started_at"] == timedelta(hours=2)
+
+
+async def test_visitor_key_is_not_the_ip(session_client, database_url):
+    client, _ = session_client
+    site = f"dev-{secrets.token_hex(6)}"
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.77"))
+    [row] = await stored_events(database_url, site)
+    assert "203.0.113.77" not in str(row.values())
+    runtime = client.app[SITE_RUNTIME]
+    state = getattr(runtime.sessions, "_open", {})
+    assert all("203.0.113.77" not in key for pair in state for key in pair)

@@ -1,0 +1,175 @@
+"""GET/POST /api/sites and GET/POST /api/verify, against a DNS-over-HTTPS server on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+
+import asyncpg
+import pytest
+
+from actors.site import SITE_RUNTIME
+from app.views.sites import normalize_domain, site_id_for
+from tests.doh_server import start_doh
+from tests.site_helpers import post_event, register_site, stored_events, unique_domain
+
+
+@pytest.fixture
+async def doh(aiohttp_server):
+    return await start_doh(aiohttp_server)
+
+
+@pytest.fixture
+async def app_client(make_client, settings, doh):
+    """Development app whose resolver is the local DoH server."""
+    return await make_client(dataclasses.replace(settings, doh_url=doh.url))
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/api/sites"), ("POST", "/api/sites"), ("GET", "/api/verify?site=x"), ("POST", "/api/verify?site=x"),
+])
+async def test_session_required(client, method, path):
+    resp = await client.request(method, path, data={"domain": "example.com"})
+    assert resp.status == 401
+    assert await resp.json() == {"error": "unauthorized"}
+
+
+@pytest.mark.parametrize(("raw", "domain"), [
+    ("example.com", "example.com"),
+    ("https://www.Example.COM/some/path?q=1#x", "example.com"),
+    ("http://shop.example.co.uk:8080", "shop.example.co.uk"),
+    ("  WWW.example.org.  ", "example.org"),
+    ("https://user:pw@blog.example.net/", "blog.example.net"),
+    ("bücher.example", "xn--bcher-kva.example"),
+])
+def test_normalize_domain(raw, domain):
+    assert normalize_domain(raw) == domain
+
+
+@pytest.mark.parametrize("raw", ["", "localhost", "http://", "exa mple.com", "-bad.com", "a..com", "1.2.3.4",
+                                 "example.com_", "x" * 64 + ".com"])
+def test_invalid_domains(raw):
+    assert normalize_domain(raw) is None
+
+
+async def test_create_by_form_and_json_is_idempotent(client, login):
+    await login()
+    domain = unique_domain()
+    resp = await client.post("/api/sites", data={"domain": f"https://www.{domain}/pricing"})
+    assert resp.status == 200
+    created = await resp.json()
+    assert created == {"id": site_id_for(domain), "domain": domain}
+    again = await client.post("/api/sites", json={"domain": domain.upper()})
+    assert again.status == 200 and await again.json() == created
+    listed = await (await client.get("/api/sites")).json()
+    assert [s["id"] for s in listed] == [created["id"]]
+    assert listed[0]["domain"] == domain and listed[0]["status"] == "pending" and listed[0]["verified"] is False
+    assert listed[0]["createdAt"].endswith("Z")
+
+
+@pytest.mark.parametrize("body", [{"domain": "localhost"}, {"domain": "not a domain"}, {"domain": ""}, {}])
+async def test_invalid_domain_is_400(client, login, body):
+    await login()
+    resp = await client.post("/api/sites", data=body)
+    assert resp.status == 400
+    assert await resp.json() == {"error": "invalid domain"}
+
+
+async def test_list_is_newest_first_capped_at_50_and_per_workspace(client, login, workspace, database_url):
+    await login()
+    await register_site(database_url, f"other-{workspace}")  # another workspace's site
+    conn = await asyncpg.connect(database_url)
+    try:
+        workspace_id = await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+        await conn.executemany(
+            "INSERT INTO sites (id, workspace_id, domain, verification_token, created_at) "
+            "VALUES ($1, $2, $3, 't', now() - make_interval(mins => $4))",
+            [(f"bulk-{secrets.token_hex(4)}-{i}", workspace_id, f"d{i}-{secrets.token_hex(3)}.example", i)
+             for i in range(55)],
+        )
+    finally:
+        await conn.close()
+    listed = await (await client.get("/api/sites")).json()
+    assert len(listed) == 50
+    assert [s["domain"].split("-")[0] for s in listed] == [f"d{i}" for i in range(50)]
+
+
+async def test_domain_of_another_workspace_is_409(client, login, database_url, workspace):
+    _, domain = await register_site(database_url, f"other-{workspace}")
+    await login()
+    resp = await client.post("/api/sites", data={"domain": domain})
+    assert resp.status == 409
+    assert await resp.json() == {"error": "domain already registered"}
+    assert await (await client.get("/api/sites")).json() == []
+
+
+async def test_verification_through_doh(app_client, login, doh, database_url):
+    await login(the_client=app_client)
+    domain = unique_domain()
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+
+    pending = await (await app_client.get(f"/api/verify?site={site}")).json()
+    assert pending["status"] == "pending" and pending["domain"] == domain
+    assert pending["record"].startswith("tally-verify=") and len(pending["record"]) > len("tally-verify=") + 16
+
+    doh.records[domain] = ["v=spf1 -all"]
+    resp = await app_client.post(f"/api/verify?site={site}")
+    assert resp.status == 200
+    assert await resp.json() == pending
+    assert doh.queries[-1] == {"name": domain, "type": "TXT", "accept": "application/dns-json"}
+
+    doh.records[domain] = ["v=spf1 -all", pending["record"]]
+    resp = await app_client.post(f"/api/verify?site={site}")
+    assert await resp.json() == {"status": "verified", "domain": domain}
+    assert await (await app_client.get(f"/api/verify?site={site}")).json() == {"status": "verified",
+                                                                                "domain": domain}
+    listed = await (await app_client.get("/api/sites")).json()
+    assert listed[0]["status"] == "verified" and listed[0]["verifiedAt"]
+
+
+async def test_record_on_a_subdomain_or_other_token_does_not_verify(app_client, login, doh):
+    await login(the_client=app_client)
+    domain = unique_domain()
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+    record = (await (await app_client.get(f"/api/verify?site={site}")).json())["record"]
+    doh.records[f"_tally.{domain}"] = [record]
+    doh.records[domain] = ["tally-verify=someone-elses-token"]
+    assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
+
+
+async def test_resolver_failure_leaves_site_pending(make_client, settings, login):
+    client = await make_client(dataclasses.replace(settings, doh_url="http://127.0.0.1:9/dns-query"))
+    await login(the_client=client)
+    site = (await (await client.post("/api/sites", data={"domain": unique_domain()})).json())["id"]
+    body = await (await client.post(f"/api/verify?site={site}")).json()
+    assert body["status"] == "pending" and body["record"].startswith("tally-verify=")
+
+
+async def test_unknown_foreign_and_missing_site(app_client, login, database_url, workspace):
+    await login(the_client=app_client)
+    for method in ("GET", "POST"):
+        resp = await app_client.request(method, "/api/verify?site=does-not-exist")
+        assert resp.status == 200 and await resp.json() == {"status": "not_found"}
+        foreign, _ = await register_site(database_url, f"other-{workspace}", verified=False)
+        resp = await app_client.request(method, f"/api/verify?site={foreign}")
+        assert resp.status == 404 and await resp.json() == {"error": "not found"}
+        resp = await app_client.request(method, "/api/verify")
+        assert resp.status == 400 and await resp.json() == {"error": "missing site"}
+
+
+async def test_verified_site_accepts_production_events(app_client, make_client, settings, login, doh,
+                                                       database_url):
+    """End to end: register, publish the record, verify, then ingest in production from the domain.
+    (The dashboard is driven through a development app: production cookies are Secure-only.)"""
+    prod = await make_client(dataclasses.replace(settings, env="production"))
+    await login(the_client=app_client)
+    domain = unique_domain()
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+    origin = {"Origin": f"https://www.{domain}"}
+    refused = await post_event(prod, {"s": site, "n": "pageview"}, origin)
+    assert refused.status == 403 and await refused.json() == {"error": "site not verified"}
+    doh.records[domain] = [(await (await app_client.get(f"/api/verify?site={site}")).json())["record"]]
+    assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "verified"
+    prod.app[SITE_RUNTIME].sites.forget(site)  # another process: its cache would expire within seconds
+    assert (await post_event(prod, {"s": site, "n": "pageview"}, origin)).status == 202
+    assert len(await stored_events(database_url, site)) == 1
