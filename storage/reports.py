@@ -8,6 +8,8 @@ from datetime import datetime
 
 import asyncpg
 
+# Matches tally_report.run_sql()'s own setting, so describing resolves names as running does.
+SANDBOX_SEARCH_PATH = "tally_report, pg_catalog, pg_temp"
 COLUMNS = "id, name, type, config, schedule, created_at, updated_at, last_run_at, next_run_at"
 
 
@@ -143,7 +145,10 @@ async def run_custom_sql(
     under a statement timeout. Returns (columns, rows, truncated)."""
     async with conn.transaction(readonly=True):
         await conn.execute("SELECT tally_report_enter_scope($1, $2)", workspace_id, env)
-        await conn.execute("SELECT set_config('statement_timeout', $1, true)", str(max(1, timeout_ms)))
+        await conn.execute(
+            "SELECT set_config('statement_timeout', $1, true), set_config('search_path', $2, true)",
+            str(max(1, timeout_ms)), SANDBOX_SEARCH_PATH,
+        )
         await conn.execute("SET LOCAL ROLE tally_report_reader")
         # Describe (never execute) the same subquery run_sql() wraps, as the reader, for the column
         # names: rows come back as JSON objects, which cannot say what an empty result's columns were.

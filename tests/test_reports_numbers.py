@@ -192,4 +192,6 @@ async def test_retention_weekly_leaves_future_periods_empty(client, ctx, pool):
     result = await run_report(client, key, report["id"])
     assert result["columns"] == ["cohort", "users", "week_1", "week_2"]
     [(cohort, users, week_1, week_2)] = result["rows"]
+    start = (now - timedelta(days=7)).date()
+    assert cohort == f"{start - timedelta(days=start.weekday())}T00:00:00.000Z"
     assert (users, week_1, week_2) == (2, 0.5, None)

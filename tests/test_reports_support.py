@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from storage import events as event_store
 from storage import users as user_store
 from storage import workspaces
+from storage.db import init_connection
 from tests.conftest import bearer
 
 
@@ -28,6 +29,7 @@ async def workspace_id(database_url: str, name: str) -> int:
 
 async def set_plan(database_url: str, name: str, plan: str) -> None:
     conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
     try:
         ws = await workspaces.workspace_by_name(conn, name)
         await workspaces.set_plan(conn, ws["id"], plan, {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,9 @@ Timestamp = Annotated[datetime, Meta(tz=True)]
 DEFAULT_RANGE = timedelta(days=30)
 MAX_BUCKETS = 10_000
 INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+
+
+_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 
 
 def _at(field: str, message: str) -> ValueError:
@@ -120,6 +124,9 @@ def parse_config(report_type: str, config: dict[str, Any]) -> msgspec.Struct:
         return msgspec.convert(config, CONFIGS[report_type], strict=False)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
+        unknown = _UNKNOWN.search(message)
+        if unknown:  # msgspec puts an unknown key's path on the object; name the key itself
+            field = f"{field}.{unknown.group(1)}" if field else unknown.group(1)
         field = f"config.{field}" if field else "config"
         raise invalid(f"{field}: {message}", fields=[{"field": field, "message": message}]) from None
 

@@ -1,0 +1,167 @@
+"""/v1/reports: CRUD, scopes, validation, pagination, workspace/env isolation, run and timeout."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import asyncpg
+import pytest
+
+from tests.conftest import bearer
+from tests.test_reports_support import create_report, run_report, seed, workspace_id
+
+VOLUME = {"name": "Signups", "type": "event_volume",
+          "config": {"events": ["signup"], "from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z"}}
+
+
+async def test_create_returns_201_with_the_report(client, make_key):
+    key = await make_key("write")
+    body = await create_report(client, key, {
+        **VOLUME, "schedule": {"frequency": "weekly", "recipients": ["a@example.com"], "format": "pdf"}})
+    assert body["id"].startswith("rpt_")
+    assert body["name"] == "Signups" and body["type"] == "event_volume"
+    assert body["config"] == {"events": ["signup"], "from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z",
+                              "interval": "day", "group_by": None}
+    assert body["schedule"] == {"frequency": "weekly", "recipients": ["a@example.com"], "format": "pdf"}
+    assert body["created_at"].endswith("Z")
+    assert body["last_run_at"] is None
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"type": "funnel", "config": {"events": ["a", "b"]}}, "name"),
+    ({"name": "x", "type": "pie", "config": {}}, "type"),
+    ({"name": "x", "type": "event_volume", "config": {"events": ["Not Snake"]}}, "config.events[0]"),
+    ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "interval": "minute"}}, "config.interval"),
+    ({"name": "x", "type": "funnel", "config": {"events": ["a"]}}, "config.events"),
+    ({"name": "x", "type": "funnel", "config": {"events": ["a", "b"], "conversion_window_days": 0}},
+     "config.conversion_window_days"),
+    ({"name": "x", "type": "funnel", "config": {"events": ["a", "b"], "from": "2024-02-01T00:00:00Z",
+                                                "to": "2024-01-01T00:00:00Z"}}, "config.from"),
+    ({"name": "x", "type": "retention", "config": {"start_event": "a"}}, "config.return_event"),
+    ({"name": "x", "type": "retention", "config": {"start_event": "a", "return_event": "b", "typo": 1}},
+     "config.typo"),
+    ({"name": "x", "type": "retention", "config": {"start_event": "a", "return_event": "b", "period": "year"}},
+     "config.period"),
+    ({**VOLUME, "schedule": {"frequency": "hourly", "recipients": ["a@example.com"]}}, "schedule.frequency"),
+    ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["not-an-email"]}}, "schedule.recipients[0]"),
+    ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["a@example.com"], "format": "xlsx"}},
+     "schedule.format"),
+])
+async def test_invalid_bodies_are_400_naming_the_field(client, make_key, body, field):
+    key = await make_key("write")
+    error = (await create_report(client, key, body, status=400))["error"]
+    assert error["code"] == "invalid_request"
+    assert error["fields"][0]["field"] == field, error
+
+
+async def test_scopes(client, make_key):
+    read, write = await make_key("read"), await make_key("write")
+    report = await create_report(client, write, VOLUME)
+    rid = report["id"]
+    assert (await client.post("/v1/reports", json=VOLUME, headers=bearer(read))).status == 403
+    assert (await client.get("/v1/reports", headers=bearer(write))).status == 403
+    assert (await client.get("/v1/reports", headers=bearer(read))).status == 200
+    assert (await client.get(f"/v1/reports/{rid}/run", headers=bearer(write))).status == 403
+    assert (await client.get(f"/v1/reports/{rid}/run", headers=bearer(read))).status == 200
+    for method in ("get", "patch", "delete"):
+        resp = await client.request(method, f"/v1/reports/{rid}", json={}, headers=bearer(read))
+        assert resp.status == 403, method
+        assert (await resp.json())["error"]["code"] == "forbidden"
+    assert (await client.get("/v1/reports")).status == 401
+
+
+async def test_list_paginates_newest_first(client, make_key):
+    key = await make_key("read,write")
+    ids = [(await create_report(client, key, {**VOLUME, "name": f"r{i}"}))["id"] for i in range(3)]
+    resp = await client.get("/v1/reports?limit=2", headers=bearer(key))
+    page = await resp.json()
+    assert [r["id"] for r in page["data"]] == [ids[2], ids[1]]
+    assert page["has_more"] is True and page["next_cursor"]
+    assert set(page["data"][0]) == {"id", "name", "type", "created_at", "last_run_at"}
+    resp = await client.get(f"/v1/reports?limit=2&cursor={page['next_cursor']}", headers=bearer(key))
+    page = await resp.json()
+    assert [r["id"] for r in page["data"]] == [ids[0]]
+    assert page["has_more"] is False and page["next_cursor"] is None
+    assert (await client.get("/v1/reports?cursor=bogus", headers=bearer(key))).status == 400
+    assert (await client.get("/v1/reports?limit=0", headers=bearer(key))).status == 400
+
+
+async def test_get_patch_delete(client, make_key):
+    key = await make_key("read,write")
+    rid = (await create_report(client, key, VOLUME))["id"]
+    got = await (await client.get(f"/v1/reports/{rid}", headers=bearer(key))).json()
+    assert got["name"] == "Signups" and got["schedule"] is None
+
+    resp = await client.patch(f"/v1/reports/{rid}", headers=bearer(key), json={
+        "name": "Renamed", "config": {"events": ["login"], "interval": "hour"},
+        "schedule": {"frequency": "daily", "recipients": ["ops@example.com"]}})
+    assert resp.status == 200, await resp.text()
+    patched = await resp.json()
+    assert patched["name"] == "Renamed"
+    assert patched["config"]["events"] == ["login"] and patched["config"]["interval"] == "hour"
+    assert patched["schedule"] == {"frequency": "daily", "recipients": ["ops@example.com"], "format": "csv"}
+
+    resp = await client.patch(f"/v1/reports/{rid}", headers=bearer(key), json={"schedule": None})
+    assert (await resp.json())["schedule"] is None
+    resp = await client.patch(f"/v1/reports/{rid}", headers=bearer(key), json={"type": "funnel"})
+    assert resp.status == 400  # the stored config has one event; a funnel needs two
+    assert (await resp.json())["error"]["fields"][0]["field"] == "config.events"
+
+    resp = await client.delete(f"/v1/reports/{rid}", headers=bearer(key))
+    assert resp.status == 204 and await resp.read() == b""
+    assert (await client.get(f"/v1/reports/{rid}", headers=bearer(key))).status == 404
+    assert (await client.delete(f"/v1/reports/{rid}", headers=bearer(key))).status == 404
+
+
+async def test_other_workspace_and_env_get_404(client, make_key, workspace):
+    live = await make_key("read,write")
+    test_env = await make_key("read,write", test=True)
+    stranger = await make_key("read,write", workspace_name=f"{workspace}-other")
+    rid = (await create_report(client, live, VOLUME))["id"]
+    for key in (test_env, stranger):
+        for method, path in (("get", ""), ("patch", ""), ("delete", ""), ("get", "/run")):
+            resp = await client.request(method, f"/v1/reports/{rid}{path}", json={"name": "x"}, headers=bearer(key))
+            assert resp.status == 404, (method, path)
+            assert (await resp.json())["error"]["code"] == "not_found"
+        assert (await (await client.get("/v1/reports", headers=bearer(key))).json())["data"] == []
+    assert (await client.get(f"/v1/reports/{rid}", headers=bearer(live))).status == 200
+
+
+async def test_run_sets_last_run_at(client, make_key, pool, workspace, database_url):
+    key = await make_key("read,write")
+    await seed(pool, await workspace_id(database_url, workspace), [("signup", "u1", "2024-03-01T05:00:00Z")])
+    rid = (await create_report(client, key, VOLUME))["id"]
+    result = await run_report(client, key, rid)
+    assert result["rows"] == [["2024-03-01T00:00:00.000Z", "signup", 1], ["2024-03-02T00:00:00.000Z", "signup", 0]]
+    got = await (await client.get(f"/v1/reports/{rid}", headers=bearer(key))).json()
+    assert got["last_run_at"] == result["generated_at"]
+    listed = await (await client.get("/v1/reports", headers=bearer(key))).json()
+    assert listed["data"][0]["last_run_at"] == result["generated_at"]
+
+
+async def test_custom_needs_the_enterprise_plan(client, make_key):
+    key = await make_key("read,write")
+    resp = await client.post("/v1/reports", headers=bearer(key),
+                             json={"name": "SQL", "type": "custom", "config": {"sql": "SELECT 1"}})
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "plan_required"
+
+
+async def test_run_past_the_timeout_is_504(make_client, settings, make_key, database_url):
+    # A run blocked on a lock is cancelled by the statement timeout like a slow one.
+    client = await make_client(dataclasses.replace(settings, report_timeout_seconds=0.3))
+    key = await make_key("read,write")
+    rid = (await create_report(client, key, VOLUME))["id"]
+    blocker = await asyncpg.connect(database_url)
+    try:
+        async with blocker.transaction():
+            await blocker.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+            resp = await client.get(f"/v1/reports/{rid}/run", headers=bearer(key))
+    finally:
+        await blocker.close()
+    assert resp.status == 504
+    error = (await resp.json())["error"]
+    assert error["code"] == "report_timeout"
+    assert "narrow the date range or use scheduled delivery" in error["message"]
+    got = await (await client.get(f"/v1/reports/{rid}", headers=bearer(key))).json()
+    assert got["last_run_at"] is None

@@ -1,0 +1,129 @@
+"""Custom SQL reports: results, the row cap, and escape attempts that must fail."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from app.appkeys import POOL
+from tests.conftest import bearer
+from tests.test_reports_support import create_report, run_report, seed, set_plan, workspace_id
+
+
+@pytest.fixture
+async def sandbox(make_client, settings, make_key, pool, workspace, database_url):
+    client = await make_client(dataclasses.replace(settings, custom_sql_timeout_seconds=0.5,
+                                                         custom_sql_max_rows=5, key_cache_seconds=0))
+    key = await make_key("read,write")
+    other_ws = f"{workspace}-victim"
+    await make_key("read", workspace_name=other_ws)
+    await set_plan(database_url, workspace, "enterprise")
+    ws, victim = await workspace_id(database_url, workspace), await workspace_id(database_url, other_ws)
+    await seed(pool, ws, [("signup", "mine1", "2024-03-01T10:00:00Z", {"plan": "pro"}),
+                          ("signup", "mine2", "2024-03-01T11:00:00Z")])
+    await seed(pool, ws, [("signup", "my-test-env", "2024-03-01T10:00:00Z")], env="test")
+    await seed(pool, victim, [("signup", "victim", "2024-03-01T10:00:00Z", {"secret": "x"})])
+
+    async def run_sql(sql: str, status: int = 200) -> dict:
+        report = await create_report(client, key, {"name": "SQL", "type": "custom", "config": {"sql": sql}})
+        return await run_report(client, key, report["id"], status=status)
+
+    return client, key, run_sql, victim
+
+
+async def test_custom_sql_sees_its_own_workspace_and_env(sandbox):
+    _, _, run_sql, _ = sandbox
+    result = await run_sql(
+        "SELECT user_id, properties->>'plan' AS plan, timestamp FROM events ORDER BY user_id;")
+    assert result["columns"] == ["user_id", "plan", "timestamp"]
+    assert [r[:2] for r in result["rows"]] == [["mine1", "pro"], ["mine2", None]]
+    assert result["truncated"] is False
+    empty = await run_sql("SELECT event, count(*) AS n, count(*) AS n FROM events WHERE false GROUP BY event")
+    assert empty["columns"] == ["event", "n", "n"] and empty["rows"] == []
+
+
+async def test_row_cap_truncates(sandbox):
+    _, _, run_sql, _ = sandbox
+    result = await run_sql("SELECT g FROM generate_series(1, 100) g")
+    assert result["rows"] == [[1], [2], [3], [4], [5]]
+    assert result["truncated"] is True
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id, user_id, properties FROM public.events",
+    "SELECT * FROM events e JOIN users u ON true",
+    "SELECT * FROM events WHERE user_id = 'victim'",
+    "SELECT count(*) FROM users",
+    # Forging the scope settings: the signature no longer matches, so no row at all is visible.
+    "SELECT set_config('tally.workspace_id', '{victim}', true) AS s, (SELECT count(*) FROM events) AS n",
+    "SELECT x.* FROM (SELECT set_config('tally.workspace_id', '{victim}', true)) s, LATERAL "
+    "(SELECT * FROM events) x",
+    "SELECT set_config('tally.env', 'test', true) AS s, (SELECT count(*) FROM events) AS n",
+])
+async def test_other_workspaces_rows_stay_invisible(sandbox, sql):
+    _, _, run_sql, victim = sandbox
+    resp = await run_sql(sql.replace("{victim}", str(victim)))
+    flat = repr(resp["rows"])
+    assert "victim" not in flat and "my-test-env" not in flat
+    if "AS n" in sql:
+        assert resp["rows"][0][-1] == 0
+
+
+@pytest.mark.parametrize(("sql", "reason"), [
+    ("INSERT INTO events (id) VALUES ('x')", "syntax"),
+    ("UPDATE events SET name = 'x'", "syntax"),
+    ("DELETE FROM events", "syntax"),
+    ("CREATE TABLE pwned (x int)", "syntax"),
+    ("WITH d AS (DELETE FROM events RETURNING 1) SELECT * FROM d", "WITH clause"),
+    ("SELECT 1; DELETE FROM events", "syntax error"),
+    ("SELECT 1) q; DELETE FROM events; SELECT (1", "multiple commands"),
+    ("SELECT * FROM api_keys", "does not exist"),
+    ("SELECT * FROM public.api_keys", "permission denied"),
+    ("SELECT * FROM public.events", "permission denied"),  # only the report columns are granted
+    ("SELECT * FROM public.accounts", "permission denied"),
+    ("SELECT * FROM public.report_scope_secret", "permission denied"),
+    ("SELECT * FROM pg_authid", "permission denied"),
+    ("SELECT * FROM pg_shadow", "permission denied"),
+    ("SELECT set_config('role', 'postgres', true)", "security-definer"),
+    ("SELECT set_config('session_authorization', 'postgres', true)", "security-definer"),
+    ("RESET ROLE", "syntax"),
+    ("SET ROLE postgres", "syntax"),
+    ("SELECT public.tally_report_enter_scope(1, 'live')", "permission denied"),
+    ("SELECT public.tally_report_scope_sig(1, 'live')", "permission denied"),
+    ("SELECT pg_read_file('/etc/passwd')", "permission denied"),
+])
+async def test_escapes_fail(sandbox, pool, sql, reason):
+    _, _, run_sql, victim = sandbox
+    error = (await run_sql(sql, status=400))["error"]
+    assert error["code"] == "invalid_sql"
+    assert reason in error["message"], error
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT to_regclass('public.pwned')") is None
+        assert await conn.fetchval("SELECT count(*) FROM events WHERE workspace_id = $1", victim) == 1
+
+
+async def test_sleep_beyond_the_timeout_is_504(sandbox):
+    _, _, run_sql, _ = sandbox
+    for sql in ("SELECT pg_sleep(30)", "SELECT set_config('statement_timeout', '0', true), pg_sleep(30)"):
+        error = (await run_sql(sql, status=504))["error"]
+        assert error["code"] == "report_timeout"
+
+
+async def test_the_connection_is_clean_afterwards(sandbox):
+    # Role and scope are transaction-local: pooled connections go back to the service's own role.
+    client, key, run_sql, _ = sandbox
+    await run_sql("SELECT 1 AS one")
+    await run_sql("SELECT set_config('role', 'postgres', true)", status=400)
+    assert (await client.get("/v1/reports", headers=bearer(key))).status == 200
+    async with client.app[POOL].acquire() as conn:
+        assert await conn.fetchval("SELECT current_setting('tally.workspace_id', true)") in (None, "")
+        assert await conn.fetchval("SELECT current_user") == await conn.fetchval("SELECT session_user")
+
+
+async def test_plan_downgrade_blocks_runs(sandbox, database_url, workspace):
+    client, key, _, _ = sandbox
+    report = await create_report(client, key, {"name": "SQL", "type": "custom", "config": {"sql": "SELECT 1"}})
+    await set_plan(database_url, workspace, "pro")
+    error = (await run_report(client, key, report["id"], status=403))["error"]
+    assert error["code"] == "plan_required"
