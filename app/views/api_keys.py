@@ -17,7 +17,7 @@ from msgspec import Meta
 
 from app.appkeys import KEYS, POOL
 from app.dashboard_session import current_account
-from app.keys import create_key
+from app.keys import SCOPES, create_key
 from app.responses import SiteError, iso_ms, json_response
 from storage import workspaces as store
 
@@ -81,7 +81,7 @@ async def create(request: web.Request) -> web.Response:
         if workspace is None:
             raise SiteError(401, "unauthorized")
         key_id, raw = await create_key(
-            conn, workspace=workspace, scopes=sorted(set(data.scopes)), test=data.test, name=data.name,
+            conn, workspace=workspace, scopes=[s for s in SCOPES if s in data.scopes], test=data.test, name=data.name,
             expires_at=data.expiresAt,
         )
         row = await store.workspace_key(conn, account.workspace_id, key_id)

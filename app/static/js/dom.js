@@ -35,9 +35,11 @@ export function duration(ms) {
   return `${Math.floor(m / 60)}h ${m % 60}m`
 }
 
+const short = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' })
+
 export function when(iso) {
   const d = new Date(iso)
-  return isNaN(d) ? String(iso || '') : d.toLocaleString()
+  return isNaN(d) ? String(iso || '') : short.format(d)
 }
 
 export function ago(iso) {

@@ -4,7 +4,7 @@ import { errorBox, h, trackerHelp, when } from './dom.js'
 import { exportLinks, rangePicker, readState, writeState } from './overview.js'
 import { siteHeader } from './sites.js'
 
-export const PAGE_SIZE = 50
+export const PAGE_SIZES = [25, 50, 100]
 
 function props(value) {
   if (value === null || value === undefined) return ''
@@ -14,7 +14,10 @@ function props(value) {
 
 export function renderEvents(container, siteId) {
   const state = readState()
-  let offset = Math.max(0, parseInt(new URLSearchParams(location.search).get('offset'), 10) || 0)
+  const query = new URLSearchParams(location.search)
+  let offset = Math.max(0, parseInt(query.get('offset'), 10) || 0)
+  // Page size: one of the picker's, or any 1-200 given in the URL (?limit=).
+  let pageSize = Math.min(200, Math.max(1, parseInt(query.get('limit'), 10) || 50))
   const controls = h('div', { class: 'row controls' })
   const body = h('div', { class: 'events' })
   container.append(siteHeader(siteId, 'events'), controls, body)
@@ -28,16 +31,21 @@ export function renderEvents(container, siteId) {
       state.eventName = name.value.trim()
       offset = 0
       writeState(state)
+      remember()
       load()
     })
-    controls.replaceChildren(rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); load() }), form,
-      h('span', { class: 'spacer' }), exportLinks(siteId, state.range))
+    const sizes = PAGE_SIZES.includes(pageSize) ? PAGE_SIZES : [...PAGE_SIZES, pageSize].sort((a, b) => a - b)
+    const size = h('select', { 'aria-label': 'Rows per page' },
+      sizes.map((n) => h('option', { value: n, selected: n === pageSize, text: `${n} per page` })))
+    size.addEventListener('change', () => { pageSize = Number(size.value); offset = 0; remember(); load() })
+    controls.replaceChildren(rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
+      size, h('span', { class: 'spacer' }), exportLinks(siteId, state.range))
   }
 
   async function load() {
     drawControls()
     try {
-      const data = await api('/api/analytics/events?' + qs({ siteId, range: state.range, eventName: state.eventName, limit: PAGE_SIZE, offset }))
+      const data = await api('/api/analytics/events?' + qs({ siteId, range: state.range, eventName: state.eventName, limit: pageSize, offset }))
       if (!alive) return
       const events = data.events || []
       if (!events.length && offset === 0) {
@@ -67,12 +75,18 @@ export function renderEvents(container, siteId) {
     }
   }
 
-  function page(direction) {
-    offset = Math.max(0, offset + direction * PAGE_SIZE)
+  function remember() {
     const q = new URLSearchParams(location.search)
-    if (offset) q.set('offset', offset)
-    else q.delete('offset')
+    for (const [k, v, dflt] of [['offset', offset, 0], ['limit', pageSize, 50]]) {
+      if (v !== dflt) q.set(k, v)
+      else q.delete(k)
+    }
     history.replaceState(null, '', location.pathname + (q.toString() ? '?' + q : ''))
+  }
+
+  function page(direction) {
+    offset = Math.max(0, offset + direction * pageSize)
+    remember()
     load()
   }
 

@@ -1,0 +1,178 @@
+"""Real-browser tests: Debian's headless Chromium driven by pytest-playwright against a live server.
+
+The app runs on a free loopback port in a background thread with its own event loop, on the run's test
+database, in development mode (so an unverified site accepts events from 127.0.0.1). Tests talk to it
+only through the browser and HTTP. Skipped when /usr/lib/chromium/chromium is not installed
+(CI: `apt-get install -y chromium`).
+
+Screenshots go to a temporary folder; with TALLY_SCREENSHOTS=1 they refresh docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from playwright.sync_api import Browser, BrowserType, Playwright, sync_playwright
+
+from app.appkeys import POOL
+from app.server import init_app
+from app.settings import Settings
+from tests.browser import site_pages
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# The ingestion endpoint drops events from user agents that say "HeadlessChrome"; a visitor's does not.
+DESKTOP_UA = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+              "Chrome/130.0.0.0 Safari/537.36")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if CHROMIUM.exists():
+        return
+    skip = pytest.mark.skip(reason=f"{CHROMIUM} not installed (apt-get install -y chromium)")
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
+    return {**browser_type_launch_args, "executable_path": str(CHROMIUM),
+            "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]}
+
+
+# pytest-playwright keeps Playwright running for the whole session, and while it runs the main thread
+# counts as inside an event loop, which breaks every async test collected after this folder. These
+# overrides end Playwright (and the browser) with this package instead.
+@pytest.fixture(scope="package")
+def playwright() -> Iterator[Playwright]:
+    pw = sync_playwright().start()
+    yield pw
+    pw.stop()
+
+
+@pytest.fixture(scope="package")
+def browser_type(playwright: Playwright, browser_name: str) -> BrowserType:
+    return getattr(playwright, browser_name)
+
+
+@pytest.fixture(scope="package")
+def launch_browser(browser_type_launch_args: dict, browser_type: BrowserType) -> Callable[..., Browser]:
+    def launch(**kwargs: Any) -> Browser:
+        return browser_type.launch(**{**browser_type_launch_args, **kwargs})
+
+    return launch
+
+
+@pytest.fixture(scope="package")
+def browser(launch_browser: Callable[..., Browser]) -> Iterator[Browser]:
+    browser = launch_browser()
+    yield browser
+    browser.close()
+
+
+@pytest.fixture(scope="package")
+def browser_context_args() -> dict:
+    # Replaces pytest-playwright's own (which needs its session-wide Playwright for --device).
+    return {"user_agent": DESKTOP_UA, "viewport": {"width": 1280, "height": 860},
+            # What a CDN in front of the service would add; the server derives the country from it.
+            "extra_http_headers": {"CF-IPCountry": "DE"}}
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    app: web.Application
+    loop: asyncio.AbstractEventLoop
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 30) -> Any:
+        """Run a coroutine on the server's loop (its pool lives there) and wait for the result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+@pytest.fixture(scope="session")
+def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    settings = Settings(database_url=database_url, secret="browser-test-" + "x" * 32,
+                        data_dir=tmp_path_factory.mktemp("live"), run_scheduler=False)
+    if "doh_url" in {f.name for f in dataclasses.fields(Settings)}:
+        # Domain verification asks the test server's fake DNS-over-HTTPS resolver.
+        settings = dataclasses.replace(settings, doh_url=f"{base_url}/__doh__")
+    app = init_app(settings)
+    site_pages.add_routes(app.router)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def start() -> None:
+        runner = web.AppRunner(app, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        state["runner"] = runner
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(start())
+        except BaseException as exc:  # surfaced to the fixture below
+            state["error"] = exc
+        started.set()
+        if "error" not in state:
+            loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="live-server", daemon=True)
+    thread.start()
+    started.wait(60)
+    if "error" in state:
+        raise state["error"]
+    server = LiveServer(base_url, app, loop)
+    yield server
+    asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(60)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+@pytest.fixture(autouse=True)
+def _server_before_browser(live_server: LiveServer) -> None:
+    """Start the server (and create the run's database, which uses asyncio.run) before Playwright's
+    sync API starts: once it runs, the main thread counts as being inside an event loop."""
+
+
+@pytest.fixture
+def account(live_server: LiveServer) -> tuple[str, str]:
+    """A dashboard account in a workspace of its own: (email, password)."""
+    from app.dashboard_session import hash_password
+    from storage import accounts
+
+    email, password = f"{secrets.token_hex(4)}@example.com", "browser test password"
+
+    async def create() -> None:
+        async with live_server.app[POOL].acquire() as conn:
+            await accounts.upsert_account(conn, email, hash_password(password), f"ws-{secrets.token_hex(6)}")
+
+    live_server.run(create())
+    return email, password
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.environ.get("TALLY_SCREENSHOTS") == "1":
+        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return DOCS_SCREENSHOTS
+    return tmp_path_factory.mktemp("screenshots")
