@@ -1,0 +1,167 @@
+"""Scheduled delivery through a real SMTP server on loopback: attachment, once per slot, catch-up once."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import email
+import io
+import secrets
+import socket
+from datetime import UTC, datetime, timedelta
+from email import policy
+
+import pytest
+from aiosmtpd.controller import Controller
+from pypdf import PdfReader
+
+from app.appkeys import POOL, SCHEDULER
+from app.reports.schedule import JOB_NAME, next_slot
+from tests.test_reports_support import create_report, seed, workspace_id
+
+
+class Inbox:
+    """Keeps what reaches this test's own recipients: reports other tests scheduled in the run's database
+    may fall due too (say, across midnight UTC)."""
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(6)
+        self.all: list[tuple[list[str], email.message.EmailMessage]] = []
+
+    def to(self, name: str) -> str:
+        return f"{name}-{self.token}@example.com"
+
+    @property
+    def messages(self) -> list[tuple[list[str], email.message.EmailMessage]]:
+        return [m for m in self.all if any(self.token in r for r in m[0])]
+
+    async def handle_DATA(self, server, session, envelope):
+        parsed = email.message_from_bytes(envelope.content, policy=policy.default)
+        self.all.append((list(envelope.rcpt_tos), parsed))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    yield inbox, f"smtp://127.0.0.1:{port}"
+    controller.stop()
+
+
+@pytest.fixture
+async def app_client(make_client, settings, smtp, make_key, pool, workspace, database_url):
+    client = await make_client(dataclasses.replace(settings, smtp_url=smtp[1]))
+    key = await make_key("read,write")
+    await seed(pool, await workspace_id(database_url, workspace), [
+        ("signup", "u1", "2024-03-01T10:00:00Z"), ("signup", "u2", "2024-03-02T10:00:00Z")])
+    return client, key
+
+
+REPORT = {"name": "Daily signups", "type": "event_volume",
+          "config": {"events": ["signup"], "from": "2024-03-01T00:00:00Z", "to": "2024-03-02T12:00:00Z"}}
+
+
+async def make_due(client, report_id: str, ago: timedelta) -> None:
+    async with client.app[POOL].acquire() as conn:
+        await conn.execute("UPDATE reports SET next_run_at = $2 WHERE id = $1", report_id, datetime.now(UTC) - ago)
+
+
+async def stored(client, report_id: str):
+    async with client.app[POOL].acquire() as conn:
+        report = await conn.fetchrow("SELECT next_run_at, last_run_at FROM reports WHERE id = $1", report_id)
+        deliveries = await conn.fetch("SELECT status, due_at FROM report_deliveries WHERE report_id = $1", report_id)
+    return report, deliveries
+
+
+def attachment(message):
+    [part] = list(message.iter_attachments())
+    return part.get_filename(), part.get_content_type(), part.get_content()
+
+
+async def test_pdf_delivery_is_sent_once_per_slot(app_client, smtp):
+    client, key = app_client
+    inbox, _ = smtp
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("a"), inbox.to("b")],
+                               "format": "pdf"}})
+    before, _ = await stored(client, report["id"])
+    assert before["next_run_at"] == next_slot("daily", datetime.now(UTC))
+
+    assert await client.app[SCHEDULER].run_now(JOB_NAME)
+    assert inbox.messages == []  # not due yet
+
+    await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(rcpts, message)] = inbox.messages
+    assert sorted(rcpts) == [inbox.to("a"), inbox.to("b")]
+    assert message["Subject"] == "Tally report: Daily signups"
+    name, content_type, pdf = attachment(message)
+    assert (name, content_type) == ("daily-signups.pdf", "application/pdf")
+    assert pdf.startswith(b"%PDF")
+    text = "".join(page.extract_text() for page in PdfReader(io.BytesIO(pdf)).pages)
+    assert "Daily signups" in text and "signup" in text and "bucket" in text
+
+    after, deliveries = await stored(client, report["id"])
+    assert [d["status"] for d in deliveries] == ["sent"]
+    assert after["next_run_at"] == next_slot("daily", datetime.now(UTC))
+    assert after["last_run_at"] is not None
+
+    await client.app[SCHEDULER].run_now(JOB_NAME)  # same slot again: nothing more
+    assert len(inbox.messages) == 1
+
+
+async def test_after_downtime_a_report_is_sent_once_with_csv(app_client, smtp):
+    client, key = app_client
+    inbox, _ = smtp
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+    await make_due(client, report["id"], timedelta(days=5))  # five slots missed while down
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(_, message)] = inbox.messages
+    name, content_type, body = attachment(message)
+    assert (name, content_type) == ("daily-signups.csv", "text/csv")
+    rows = list(csv.reader(io.StringIO(body if isinstance(body, str) else body.decode())))
+    assert rows == [["bucket", "event", "count"],
+                    ["2024-03-01T00:00:00.000Z", "signup", "1"], ["2024-03-02T00:00:00.000Z", "signup", "1"]]
+    after, deliveries = await stored(client, report["id"])
+    assert len(deliveries) == 1 and deliveries[0]["status"] == "sent"
+    assert after["next_run_at"] > datetime.now(UTC)
+
+
+async def test_smtp_failure_keeps_the_delivery_for_a_retry(make_client, settings, make_key, smtp):
+    inbox, url = smtp
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"smtp://127.0.0.1:{probe.getsockname()[1]}"
+    client = await make_client(dataclasses.replace(settings, smtp_url=dead))
+    key = await make_key("read,write")
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
+    await make_due(client, report["id"], timedelta(hours=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    after, deliveries = await stored(client, report["id"])
+    assert [d["status"] for d in deliveries] == ["pending"]
+    assert after["next_run_at"] == next_slot("weekly", datetime.now(UTC))
+
+    # The mail server is back: the pending delivery goes out, once.
+    fixed = await make_client(dataclasses.replace(settings, smtp_url=url))
+    await fixed.app[SCHEDULER].run_now(JOB_NAME)
+    await fixed.app[SCHEDULER].run_now(JOB_NAME)
+    assert len(inbox.messages) == 1
+    _, deliveries = await stored(client, report["id"])
+    assert [d["status"] for d in deliveries] == ["sent"]
+
+
+def test_next_slot_boundaries():
+    wed = datetime(2024, 1, 31, 15, 0, tzinfo=UTC)
+    assert next_slot("daily", wed) == datetime(2024, 2, 1, tzinfo=UTC)
+    assert next_slot("weekly", wed) == datetime(2024, 2, 5, tzinfo=UTC)  # Monday
+    assert next_slot("monthly", wed) == datetime(2024, 2, 1, tzinfo=UTC)
+    assert next_slot("monthly", datetime(2024, 12, 15, tzinfo=UTC)) == datetime(2025, 1, 1, tzinfo=UTC)
+    assert next_slot("daily", datetime(2024, 1, 1, tzinfo=UTC)) == datetime(2024, 1, 2, tzinfo=UTC)
