@@ -1,0 +1,98 @@
+"""Saved reports (/v1/reports). Request schemas come from the msgspec Structs that validate them."""
+
+from __future__ import annotations
+
+import msgspec
+
+from app.openapi.common import KEYED, RATE_HEADERS, json_body, keyed_errors, path_param, query, ref
+from app.reports.config import (
+    CustomConfig,
+    EventVolumeConfig,
+    FunnelConfig,
+    ReportIn,
+    ReportPatch,
+    RetentionConfig,
+    Schedule,
+)
+
+_STRUCTS = (ReportIn, ReportPatch, Schedule, EventVolumeConfig, FunnelConfig, RetentionConfig, CustomConfig)
+_, _GENERATED = msgspec.json.schema_components(_STRUCTS, ref_template="#/components/schemas/{name}")
+_TS = {"type": "string", "format": "date-time"}
+_NULL_TS = {"type": ["string", "null"], "format": "date-time"}
+_ID = path_param("id")
+
+_CONFIG_DOC = (
+    "Validated per type: event_volume → EventVolumeConfig, funnel → FunnelConfig, retention → RetentionConfig, "
+    "custom (enterprise plan) → CustomConfig. group_by is 'properties.<key>' (event property, dots nest), "
+    "'traits.<key>' (user trait) or a bare property name. Without from/to a run covers the 30 days before now."
+)
+
+SCHEMAS = {
+    **_GENERATED,
+    "ReportIn": {**_GENERATED["ReportIn"], "description": _CONFIG_DOC},
+    "Report": {
+        "type": "object", "required": ["id", "name", "type", "config", "schedule", "created_at", "last_run_at"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^rpt_"}, "name": {"type": "string"},
+            "type": {"enum": ["event_volume", "funnel", "retention", "custom"]},
+            "config": {"type": "object"}, "schedule": {"anyOf": [ref("Schedule"), {"type": "null"}]},
+            "created_at": _TS, "last_run_at": _NULL_TS,
+        },
+    },
+    "ReportSummary": {
+        "type": "object", "required": ["id", "name", "type", "created_at", "last_run_at"],
+        "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "type": {"type": "string"},
+                       "created_at": _TS, "last_run_at": _NULL_TS},
+    },
+    "ReportResult": {
+        "type": "object", "required": ["columns", "rows", "generated_at"],
+        "properties": {
+            "columns": {"type": "array", "items": {"type": "string"}},
+            "rows": {"type": "array", "items": {"type": "array"}},
+            "generated_at": _TS,
+            "truncated": {"type": "boolean", "description": "custom SQL only: the 10,000-row cap cut the result"},
+        },
+    },
+}
+
+
+def _body(name: str) -> dict:
+    return {"required": True, "content": {"application/json": {"schema": ref(name)}}}
+
+
+PATHS = {
+    "/v1/reports": {
+        "post": {"summary": "Create a report (scope write)", "security": KEYED, "requestBody": _body("ReportIn"),
+                 "responses": {"201": json_body(ref("Report"), "created", RATE_HEADERS),
+                               **keyed_errors(400, 401, 403, 413, 429)}},
+        "get": {"summary": "List reports, newest first (scope read)", "security": KEYED,
+                "parameters": [query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
+                               query("cursor", {"type": "string"})],
+                "responses": {"200": json_body({
+                    "type": "object", "required": ["data", "next_cursor", "has_more"],
+                    "properties": {"data": {"type": "array", "items": ref("ReportSummary")},
+                                   "next_cursor": ref("Cursor"), "has_more": {"type": "boolean"}}},
+                    headers=RATE_HEADERS), **keyed_errors(400, 401, 403, 429)}},
+    },
+    "/v1/reports/{id}": {
+        "parameters": [_ID],
+        "get": {"summary": "Get a report (scope write)", "security": KEYED,
+                "responses": {"200": json_body(ref("Report"), headers=RATE_HEADERS),
+                              **keyed_errors(401, 403, 404, 429)}},
+        "patch": {"summary": "Change a report; fields present replace, schedule null removes it (scope write)",
+                  "security": KEYED, "requestBody": _body("ReportPatch"),
+                  "responses": {"200": json_body(ref("Report"), headers=RATE_HEADERS),
+                                **keyed_errors(400, 401, 403, 404, 429)}},
+        "delete": {"summary": "Delete a report (scope write)", "security": KEYED,
+                   "responses": {"204": {"description": "deleted", "headers": RATE_HEADERS},
+                                 **keyed_errors(401, 403, 404, 429)}},
+    },
+    "/v1/reports/{id}/run": {
+        "parameters": [_ID],
+        "get": {"summary": "Run a report now (scope read)", "security": KEYED,
+                "description": "504 report_timeout past the configured timeout; 400 invalid_sql when custom SQL "
+                               "fails; 403 plan_required for custom SQL outside the enterprise plan.",
+                "responses": {"200": json_body(ref("ReportResult"), headers=RATE_HEADERS),
+                              **keyed_errors(400, 401, 403, 404, 429, 504)}},
+    },
+}
