@@ -136,6 +136,12 @@ async def deliveries_of(conn: asyncpg.Connection, report_id: str) -> list[asyncp
     )
 
 
+def _json_int(text: str) -> int | str:
+    """Integers beyond 64 bits (numeric columns) stay exact as strings; JSON encoders refuse them."""
+    value = int(text)
+    return value if -(2**63) <= value < 2**64 else text
+
+
 # --- custom SQL sandbox --------------------------------------------------------------------------
 
 async def run_custom_sql(
@@ -158,5 +164,6 @@ async def run_custom_sql(
         records = await conn.fetch(
             "SELECT r::text FROM tally_report.run_sql($1, $2) AS r", sql, max_rows + 1
         )
-    rows = [[value for _, value in json.loads(r[0], object_pairs_hook=list)] for r in records[:max_rows]]
+    rows = [[value for _, value in json.loads(r[0], object_pairs_hook=list, parse_int=_json_int)]
+            for r in records[:max_rows]]
     return columns, rows, len(records) > max_rows

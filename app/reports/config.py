@@ -14,13 +14,15 @@ from app.responses import invalid
 from app.schemas import EventName
 
 ReportType = Literal["event_volume", "funnel", "retention", "custom"]
-Name = Annotated[str, Meta(min_length=1, max_length=200)]
-Email = Annotated[str, Meta(max_length=254, pattern=r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;]+$")]
+# NUL characters cannot be stored in PostgreSQL text or jsonb; every free-text field excludes them.
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+Email = Annotated[str, Meta(max_length=254, pattern=r"^[^@\s<>,;\x00]+@[^@\s<>,;\x00]+\.[^@\s<>,;\x00]+$")]
 # "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name.
-GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s][^\s]*$")]
+GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s\x00][^\s\x00]*$")]
 Timestamp = Annotated[datetime, Meta(tz=True)]
 
 DEFAULT_RANGE = timedelta(days=30)
+EARLIEST, LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
 MAX_BUCKETS = 10_000
 INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 
@@ -45,6 +47,9 @@ class _Ranged(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return self.from_ or end - DEFAULT_RANGE, end
 
     def _check_range(self) -> None:
+        for name, value in (("from", self.from_), ("to", self.to)):
+            if value is not None and not EARLIEST <= value <= LATEST:
+                raise _at(name, f"{name} must be between 2000-01-01 and 2100-01-01")
         if self.from_ and self.to and self.from_ >= self.to:
             raise _at("from", "from must be before to")
 
@@ -81,7 +86,7 @@ class RetentionConfig(_Ranged):
 
 
 class CustomConfig(msgspec.Struct, forbid_unknown_fields=True):
-    sql: Annotated[str, Meta(min_length=1, max_length=20_000)]
+    sql: Annotated[str, Meta(min_length=1, max_length=20_000, pattern=r"^[^\x00]+$")]
 
     def __post_init__(self) -> None:
         if not self.sql.strip().rstrip(";").strip():
