@@ -42,3 +42,10 @@ SOURCE_RUNS = Counter(
     "tally_source_runs_total", "Data-source check/sync runs by type and outcome", ["type", "outcome"], registry=REGISTRY
 )
 SOURCE_ROWS = Counter("tally_source_rows_total", "Rows imported from data sources", ["type"], registry=REGISTRY)
+REPORT_RUN_SECONDS = Histogram(
+    "tally_report_run_seconds", "Report run time by type and outcome", ["type", "outcome"], registry=REGISTRY,
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+REPORT_DELIVERIES = Counter(
+    "tally_report_deliveries_total", "Scheduled report emails by outcome", ["outcome"], registry=REGISTRY
+)

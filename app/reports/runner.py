@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
 
+from app import metrics
 from app.reports.config import (
     CustomConfig,
     EventVolumeConfig,
@@ -99,6 +101,7 @@ async def run_report(
     parsed = parse_config(report_type, config)
     now = datetime.now(UTC)
     timeout = settings.report_timeout_seconds
+    started, outcome = time.perf_counter(), "error"
     try:
         async with pool.acquire() as conn:
             if isinstance(parsed, CustomConfig):
@@ -108,14 +111,19 @@ async def run_report(
                     conn, workspace_id, env, sql, max_rows=settings.custom_sql_max_rows,
                     timeout_ms=int(timeout * 1000),
                 )
+                outcome = "ok"
                 return Result(columns, rows, now, truncated)
             async with q.scoped_run(conn, int(timeout * 1000)):
                 columns, rows = await _built_in(conn, workspace_id, env, parsed, now)
+            outcome = "ok"
             return Result(columns, rows, now)
     except asyncpg.QueryCanceledError:
+        outcome = "timeout"
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
     except asyncpg.PostgresError as exc:
         if report_type != "custom":
             raise
         # The customer's own SQL failed (syntax, permission, read-only...): say why, as a 400.
         raise ApiError(400, "invalid_sql", f"the SQL failed: {exc.args[0] if exc.args else exc}") from None
+    finally:
+        metrics.REPORT_RUN_SECONDS.labels(report_type, outcome).observe(time.perf_counter() - started)

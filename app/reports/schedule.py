@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
+from app import metrics
 from app.appkeys import POOL, SETTINGS
 from app.reports import delivery
 from app.reports.runner import run_report
@@ -60,6 +61,7 @@ async def deliver_due(app: web.Application) -> int:
         async with pool.acquire() as conn:
             await store.finish_delivery(conn, item["delivery_id"], error, final=final)
         sent += error is None
+        metrics.REPORT_DELIVERIES.labels("sent" if error is None else "failed" if final else "retry").inc()
     return sent
 
 
