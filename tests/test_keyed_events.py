@@ -206,3 +206,18 @@ async def test_workspaces_never_see_each_other(client, make_key):
     body = await (await client.get("/v1/events", headers=bearer(mine))).json()
     assert body["data"] == []
     assert (await client.get("/v1/users/them", headers=bearer(mine))).status == 404
+
+
+async def test_nul_characters_are_refused_not_crashing_the_batch(client, make_key):
+    key = await make_key("read,write")
+    resp = await client.post("/v1/events", headers=bearer(key),
+                             json={"event": "e", "user_id": "u", "properties": {"note": "a\x00b"}})
+    assert resp.status == 400
+    assert (await resp.json())["error"]["fields"][0]["field"] == "properties.note"
+    resp = await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": "ok", "user_id": "u"}, {"event": "e", "user_id": "u\x00"}, {"event": "e", "user_id": "u",
+                                                                            "properties": {"k\x00": 1}}]})
+    body = await resp.json()
+    assert resp.status == 200 and body["received"] == 1 and [e["index"] for e in body["errors"]] == [1, 2]
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert [e["event"] for e in listed["data"]] == ["ok"]

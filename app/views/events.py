@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-import msgspec
 from aiohttp import web
 
 from actors.base import Overloaded, StoreFailed
@@ -13,7 +12,7 @@ from actors.workspace import EVENTS
 from app import metrics
 from app.appkeys import POOL, SUPERVISOR
 from app.auth import key_of, requires
-from app.bodies import decode, field_of, read_body
+from app.bodies import decode, read_body
 from app.keys import KeyInfo
 from app.responses import ApiError, invalid, iso_ms, json_response
 from app.schemas import MAX_BATCH, BatchIn, EventIn
@@ -69,11 +68,9 @@ async def post_batch(request: web.Request) -> web.Response:
     records, errors = [], []
     for index, raw in enumerate(batch.events):
         try:
-            event = msgspec.json.decode(raw, type=EventIn)
-        except msgspec.ValidationError as exc:
-            field, message = field_of(exc)
-            errors.append({"index": index, "code": "invalid_request",
-                           "message": f"{field}: {message}" if field else message})
+            event = decode(bytes(raw), EventIn)
+        except ApiError as exc:
+            errors.append({"index": index, "code": exc.code, "message": exc.message})
             continue
         records.append(_record(key, event, new_id("evt"), received))
     if errors:
