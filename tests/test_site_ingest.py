@@ -177,3 +177,22 @@ async def test_metrics_count_rejections(client):
     await post_event(client, b"{}")
     text = await (await client.get("/metrics")).text()
     assert 'tally_events_rejected_total{reason="invalid"}' in text
+
+
+async def test_chunked_body_is_read_whole_and_capped(client, database_url):
+    import asyncio
+
+    site = dev_site()
+    payload = orjson.dumps({"s": site, "n": "pageview", "t": "x" * 500, "props": {"pad": "y" * 20_000}})
+
+    async def pieces(data: bytes):
+        for i in range(0, len(data), 1000):
+            yield data[i:i + 1000]
+            await asyncio.sleep(0)
+
+    resp = await client.post(INGEST, data=pieces(payload), headers={"Content-Type": "text/plain"})
+    assert resp.status == 202
+    assert len(await stored_events(database_url, site)) == 1
+    big = orjson.dumps({"s": site, "n": "pageview", "props": {"pad": "y" * 40_000}})
+    resp = await client.post(INGEST, data=pieces(big), headers={"Content-Type": "text/plain"})
+    assert resp.status == 413 and (await resp.json())["error"] == "payload too large"

@@ -110,10 +110,13 @@ async def _read_body(request: web.Request) -> bytes:
     too_large = SiteError(413, "payload too large", limit=BODY_LIMIT)
     if request.content_length is not None and request.content_length > BODY_LIMIT:
         raise too_large
-    body = await request.content.read(BODY_LIMIT + 1)
-    if len(body) > BODY_LIMIT:
-        raise too_large
-    return body
+    # StreamReader.read(n) returns what has arrived so far, so read until EOF or past the limit.
+    body = bytearray()
+    while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
+        body += chunk
+        if len(body) > BODY_LIMIT:
+            raise too_large
+    return bytes(body)
 
 
 async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str) -> SiteInfo | None:

@@ -15,8 +15,19 @@ MAX_WINDOW = 3600
 _WINDOW_ISSUE = {"field": "window", "message": f"an integer of seconds from 1 to {MAX_WINDOW}"}
 
 
+def storable(value: str) -> bool:
+    """PostgreSQL text takes neither NUL nor lone surrogates: such an id cannot name a site."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
 async def site_in_workspace(request: web.Request, site_id: str, workspace_id: int) -> SiteInfo:
     """The site from the runtime's cache (read through); 404 unless it belongs to the workspace."""
+    if not storable(site_id):
+        raise SiteError(404, "not found")
     cache = request.app[SITE_RUNTIME].sites
     cached, info = cache.get(site_id)
     if not cached:

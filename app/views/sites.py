@@ -115,6 +115,8 @@ async def _own_site(request: web.Request):
     site_id = request.query.get("site")
     if not site_id:
         raise SiteError(400, "missing site")
+    if not realtime.storable(site_id):
+        return None
     async with request.app[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
     if row is not None and row["workspace_id"] != account.workspace_id:
