@@ -14,10 +14,11 @@ from datetime import datetime
 import asyncpg
 
 DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
+# Raw column and key expression of each dimension; keys are computed once per distinct raw value.
 _DIM_KEY = {
-    "p": "tally_page_key(path)",
-    "r": "tally_referrer_key(referrer, ${})",
-    "c": "nullif(country, '')",
+    "p": ("path", "tally_page_key(raw)"),
+    "r": ("referrer", "tally_referrer_key(raw, ${})"),
+    "c": ("country", "nullif(raw, '')"),
 }
 
 
@@ -76,8 +77,7 @@ async def totals(conn: asyncpg.Connection, site_id: str, start: datetime, end: d
             """
             SELECT coalesce(sum(events), 0)::bigint AS events,
                    coalesce(sum(events) FILTER (WHERE name = 'pageview'), 0)::bigint AS pageviews,
-                   (SELECT count(DISTINCT visitor) FROM site_rollup_visitors
-                    WHERE site_id = $1 AND grain = $2::text::"char" AND bucket >= $3 AND bucket < $4) AS visitors
+                   (SELECT count(*) FROM site_visitors WHERE site_id = $1 AND last_seen >= $3) AS visitors
             FROM site_rollup_counts WHERE site_id = $1 AND grain = $2::text::"char" AND bucket >= $3 AND bucket < $4
             """,
             site_id, grain, start, end,
@@ -103,8 +103,17 @@ class SessionStats:
 
 
 async def session_stats(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
-                        filters: Filters) -> SessionStats:
+                        grain: str | None, filters: Filters) -> SessionStats:
     """Sessions that started in the window; with filters, only those holding a matching event."""
+    if grain is not None and filters.name is None and not filters.beyond_rollups:
+        row = await conn.fetchrow(
+            "SELECT coalesce(sum(sessions), 0)::bigint AS sessions, coalesce(sum(bounces), 0)::bigint AS bounces, "
+            "coalesce(sum(duration_us)::float8 / nullif(sum(sessions), 0) / 1000, 0)::float8 AS avg_ms "
+            'FROM site_session_rollups WHERE site_id = $1 AND grain = $2::text::"char" '
+            "AND bucket >= $3 AND bucket < $4",
+            site_id, grain, start, end,
+        )
+        return SessionStats(row["sessions"], row["bounces"], row["avg_ms"])
     args: list = [site_id, start, end]
     scope = ""
     if filters.name is not None or filters.beyond_rollups:
@@ -162,12 +171,13 @@ async def top(conn: asyncpg.Connection, site_id: str, start: datetime, end: date
                    "AND bucket >= $2 AND bucket < $3 GROUP BY key")
     else:
         where = raw_where(args, filters, name=name)
-        key = _DIM_KEY[dim]
+        column, key = _DIM_KEY[dim]
         if dim == "r":
             args.append(domain)
             key = key.format(len(args))
-        grouped = (f"SELECT key, count(*) AS c FROM (SELECT {key} AS key FROM events WHERE {where}) e "
-                   "WHERE key IS NOT NULL GROUP BY key")
+        grouped = (f"SELECT {key} AS key, sum(c)::bigint AS c FROM (SELECT {column} AS raw, count(*) AS c "
+                   f"FROM events WHERE {where} AND {column} <> '' GROUP BY {column}) e "
+                   f"WHERE {key} IS NOT NULL GROUP BY 1")
     args.append(limit)
     rows = await conn.fetch(
         f"SELECT key, c, sum(c) OVER ()::bigint AS total FROM ({grouped}) g ORDER BY c DESC, key LIMIT ${len(args)}",

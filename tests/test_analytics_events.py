@@ -148,6 +148,9 @@ async def test_rollups_agree_with_raw_events(site, database_url, range_name):
         none = store.Filters()
         assert await store.totals(conn, site.site_id, w.start, w.end, w.grain, none) == \
             await store.totals(conn, site.site_id, w.start, w.end, None, none)
+        rolled = await store.session_stats(conn, site.site_id, w.start, w.end, w.grain, none)
+        raw = await store.session_stats(conn, site.site_id, w.start, w.end, None, none)
+        assert (rolled.sessions, rolled.bounces, round(rolled.avg_ms)) == (raw.sessions, raw.bounces, round(raw.avg_ms))
         for dim in store.DIMENSIONS:
             args = {"dim": dim, "name": "pageview", "domain": site.domain, "limit": 20, "filters": none}
             assert await store.top(conn, site.site_id, w.start, w.end, grain=w.grain, **args) == \

@@ -14,6 +14,7 @@ from app.appkeys import POOL
 from app.responses import iso_ms, json_response
 from app.views import analytics_events
 from app.views.analytics_params import (
+    Site,
     Window,
     base_params,
     count_param,
@@ -38,28 +39,27 @@ def top_rows(rows: list[tuple[str, int]], total: int) -> list[dict]:
 
 
 async def _series(conn, site_id: str, window: Window, interval: str, name: str,
-                  filters: store.Filters) -> list[dict]:
+                  filters: store.Filters, *, rollups: bool = True) -> list[dict]:
     first, last = window.buckets(interval)
+    grain = window.grain_for(interval) if rollups else None
     points = await store.series(conn, site_id, window.start, window.end, name=name, interval=interval,
-                                first=first, last=last, grain=window.grain_for(interval), filters=filters)
+                                first=first, last=last, grain=grain, filters=filters)
     return [point(bucket, value, interval) for bucket, value in points]
 
 
-async def overview(request: web.Request) -> web.Response:
-    base = await base_params(request)
-    filters = filters_param(request)
-    site = await resolve_site(request, base)
-    w, name = base.window, filters.name or "pageview"
-    async with request.app[POOL].acquire() as conn:
-        totals = await store.totals(conn, site.id, w.start, w.end, w.grain, filters)
-        sessions = await store.session_stats(conn, site.id, w.start, w.end, filters)
-        tops = {}
-        for dim in store.DIMENSIONS:
-            rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
-                                          limit=TOP_DEFAULT, grain=w.grain, filters=filters)
-            tops[dim] = top_rows(rows, total)
-        series = await _series(conn, site.id, w, w.unit, name, filters)
-    return json_response({
+async def overview_body(conn, site: Site, w: Window, filters: store.Filters, *, rollups: bool = True) -> dict:
+    """The overview of a site; rollups=False reads raw events only (the bench's baseline)."""
+    name = filters.name or "pageview"
+    grain = w.grain if rollups else None
+    totals = await store.totals(conn, site.id, w.start, w.end, grain, filters)
+    sessions = await store.session_stats(conn, site.id, w.start, w.end, grain, filters)
+    tops = {}
+    for dim in store.DIMENSIONS:
+        rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
+                                      limit=TOP_DEFAULT, grain=grain, filters=filters)
+        tops[dim] = top_rows(rows, total)
+    series = await _series(conn, site.id, w, w.unit, name, filters, rollups=rollups)
+    return {
         "totalEvents": totals.events,
         "totalPageviews": totals.pageviews,
         "uniqueVisitors": totals.visitors,
@@ -72,7 +72,15 @@ async def overview(request: web.Request) -> web.Response:
         "timeSeries": series,
         "range": w.range,
         "interval": w.unit,
-    })
+    }
+
+
+async def overview(request: web.Request) -> web.Response:
+    base = await base_params(request)
+    filters = filters_param(request)
+    site = await resolve_site(request, base)
+    async with request.app[POOL].acquire() as conn:
+        return json_response(await overview_body(conn, site, base.window, filters))
 
 
 async def timeseries(request: web.Request) -> web.Response:
