@@ -1,6 +1,6 @@
 """Site analytics read benchmark: 1,000,000 site events, rollups against raw events, one run.
 
-    .venv/bin/python bench/analytics.py [--events 1000000] [--runs 40] [--raw-runs 8] [--keep]
+    .venv/bin/python bench/analytics.py [--events 1000000] [--runs 40] [--raw-runs 5] [--keep]
 
 DATABASE_URL (default: a fresh database on the local PostgreSQL, dropped at the end) gets the
 migrations, one site and the events, loaded with COPY through the production trigger, plus their
@@ -102,6 +102,25 @@ async def load(conn: asyncpg.Connection, total: int) -> Site:
     return site
 
 
+async def trigger_cost(conn: asyncpg.Connection, site: Site, rows: int = 50_000) -> tuple[float, float]:
+    """Seconds to COPY `rows` more site events with and without the rollup trigger (both rolled back)."""
+    workspace_id = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site.id)
+    events, _ = build_data(site.id, workspace_id, rows, datetime.now(UTC), seed=11)
+    out = []
+    for trigger in (True, False):
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            if not trigger:
+                await conn.execute("ALTER TABLE events DISABLE TRIGGER events_site_rollup")
+            started = time.perf_counter()
+            await copy_events(conn, events)
+            out.append(time.perf_counter() - started)
+        finally:
+            await tx.rollback()
+    return out[0], out[1]
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
@@ -196,8 +215,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--raw-runs", type=int, default=8)
+    parser.add_argument("--raw-runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the database created for the run")
+    parser.add_argument("--reuse", action="store_true", help="with DATABASE_URL: skip loading if the site has data")
     args = parser.parse_args()
     dsn, created = os.environ.get("DATABASE_URL"), None
     if not dsn:
@@ -210,12 +230,20 @@ async def main() -> None:
         conn = await asyncpg.connect(dsn)
         await init_connection(conn)
         await migrate(conn)
-        site = await load(conn, args.events)
+        loaded = await conn.fetchval("SELECT count(*) FROM sessions WHERE site_id = 'bench-site'")
+        if args.reuse and loaded:
+            site = Site("bench-site", "bench.example")
+            print("reusing the loaded site (its events were timed relative to the original load)")
+        else:
+            site = await load(conn, args.events)
         results = await bench_storage(conn, site, args.runs, args.raw_runs)
-        await conn.close()
         results.update(await bench_http(dsn, site, args.runs))
+        with_trigger, without = await trigger_cost(conn, site)  # last: its rolled-back rows leave dead tuples
+        await conn.close()
         print(f"\n{args.events:,} site events; storage rows: {args.runs} runs with rollups, {args.raw_runs} raw\n")
         print(table(results))
+        print(f"\nCOPY of 50,000 more site events: {with_trigger:.2f}s with the rollup trigger, "
+              f"{without:.2f}s without ({with_trigger / without:.1f}x)")
     finally:
         if created and not args.keep:
             admin = await asyncpg.connect(ADMIN)

@@ -9,7 +9,7 @@ and bench/analytics.py compare them). Windows are [start, end) in UTC.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 
@@ -61,6 +61,30 @@ def raw_where(args: list, filters: Filters, *, name: str | None = None) -> str:
     return " AND ".join(sql)
 
 
+def rollup_spans(args: list, start: datetime, end: datetime, grain: str) -> str:
+    """Condition on (grain, bucket) covering [start, end): an hour-aligned window reads daily rows for
+    its whole UTC days and hourly rows only for the partial days at its edges (7d: ~40 hours + 6 days
+    instead of 168 hours). Appends the bounds to args."""
+    pieces = [(grain, start, end)]
+    if grain == "h":
+        first_day = _ceil_day(start)
+        last_day = end.replace(hour=0, minute=0, second=0, microsecond=0)
+        if first_day < last_day:
+            pieces = [p for p in (("h", start, first_day), ("d", first_day, last_day), ("h", last_day, end))
+                      if p[1] < p[2]]
+    sql = []
+    for piece in pieces:
+        args.extend(piece)
+        n = len(args)
+        sql.append(f'(grain = ${n - 2}::text::"char" AND bucket >= ${n - 1} AND bucket < ${n})')
+    return "(" + " OR ".join(sql) + ")"
+
+
+def _ceil_day(moment: datetime) -> datetime:
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return day if day == moment else day + timedelta(days=1)
+
+
 # --- totals ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +97,14 @@ class Totals:
 async def totals(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
                  grain: str | None, filters: Filters) -> Totals:
     if grain is not None and filters.name is None and not filters.beyond_rollups:
+        args: list = [site_id, start]
+        spans = rollup_spans(args, start, end, grain)
         row = await conn.fetchrow(
-            """
-            SELECT coalesce(sum(events), 0)::bigint AS events,
-                   coalesce(sum(events) FILTER (WHERE name = 'pageview'), 0)::bigint AS pageviews,
-                   (SELECT count(*) FROM site_visitors WHERE site_id = $1 AND last_seen >= $3) AS visitors
-            FROM site_rollup_counts WHERE site_id = $1 AND grain = $2::text::"char" AND bucket >= $3 AND bucket < $4
-            """,
-            site_id, grain, start, end,
+            "SELECT coalesce(sum(events), 0)::bigint AS events, "
+            "coalesce(sum(events) FILTER (WHERE name = 'pageview'), 0)::bigint AS pageviews, "
+            "(SELECT count(*) FROM site_visitors WHERE site_id = $1 AND last_seen >= $2) AS visitors "
+            f"FROM site_rollup_counts WHERE site_id = $1 AND {spans}",
+            *args,
         )
     else:
         args: list = [site_id, start, end]
@@ -106,12 +130,13 @@ async def session_stats(conn: asyncpg.Connection, site_id: str, start: datetime,
                         grain: str | None, filters: Filters) -> SessionStats:
     """Sessions that started in the window; with filters, only those holding a matching event."""
     if grain is not None and filters.name is None and not filters.beyond_rollups:
+        args = [site_id]
+        spans = rollup_spans(args, start, end, grain)
         row = await conn.fetchrow(
             "SELECT coalesce(sum(sessions), 0)::bigint AS sessions, coalesce(sum(bounces), 0)::bigint AS bounces, "
             "coalesce(sum(duration_us)::float8 / nullif(sum(sessions), 0) / 1000, 0)::float8 AS avg_ms "
-            'FROM site_session_rollups WHERE site_id = $1 AND grain = $2::text::"char" '
-            "AND bucket >= $3 AND bucket < $4",
-            site_id, grain, start, end,
+            f"FROM site_session_rollups WHERE site_id = $1 AND {spans}",
+            *args,
         )
         return SessionStats(row["sessions"], row["bounces"], row["avg_ms"])
     args: list = [site_id, start, end]
@@ -165,10 +190,10 @@ async def top(conn: asyncpg.Connection, site_id: str, start: datetime, end: date
     total over all non-empty keys (the base of the percentages)."""
     args: list = [site_id, start, end]
     if grain is not None and not filters.beyond_rollups:
-        args += [grain, dim, name]
+        args = [site_id, dim, name]
+        spans = rollup_spans(args, start, end, grain)
         grouped = ('SELECT key, sum(events)::bigint AS c FROM site_rollup_dims WHERE site_id = $1 '
-                   'AND grain = $4::text::"char" AND dim = $5::text::"char" AND name = $6 '
-                   "AND bucket >= $2 AND bucket < $3 GROUP BY key")
+                   f'AND dim = $2::text::"char" AND name = $3 AND {spans} GROUP BY key')
     else:
         where = raw_where(args, filters, name=name)
         column, key = _DIM_KEY[dim]

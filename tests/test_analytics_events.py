@@ -161,3 +161,18 @@ async def test_rollups_agree_with_raw_events(site, database_url, range_name):
             await store.series(conn, site.site_id, w.start, w.end, grain=None, **args)
     finally:
         await conn.close()
+
+
+def test_hour_windows_read_whole_days_from_daily_rollups():
+    from datetime import UTC, datetime
+
+    w = window_for("7d", datetime(2026, 3, 10, 14, 25, tzinfo=UTC))
+    args: list = []
+    sql = store.rollup_spans(args, w.start, w.end, "h")
+    assert sql.count(" OR ") == 2
+    day = lambda d, h=0: datetime(2026, 3, d, h, tzinfo=UTC)  # noqa: E731
+    assert args == ["h", day(3, 15), day(4), "d", day(4), day(10), "h", day(10), day(10, 15)]
+    args = []
+    w = window_for("24h", datetime(2026, 3, 10, 14, 25, tzinfo=UTC))
+    store.rollup_spans(args, w.start, w.end, "h")
+    assert args == ["h", day(9, 15), day(10, 15)]

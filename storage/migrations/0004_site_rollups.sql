@@ -57,8 +57,10 @@ CREATE TABLE site_rollup_dims (
     PRIMARY KEY (site_id, grain, dim, name, bucket, key)
 );
 
--- Last activity of each visitor hash. Every range ends now, so the distinct visitors of a window
--- are exactly the visitors last seen at or after its start: an index range count, for any start.
+-- Last activity of each visitor hash, to the minute. Every range ends now and starts on a minute
+-- boundary, so the distinct visitors of a window are exactly the visitors last seen at or after its
+-- start: an index range count, for any range. Minute precision also means a visitor's row is
+-- rewritten at most once a minute, not on every event.
 CREATE TABLE site_visitors (
     site_id   text NOT NULL,
     visitor   text NOT NULL,
@@ -117,7 +119,7 @@ BEGIN
     ON CONFLICT (site_id, grain, dim, name, bucket, key) DO UPDATE SET events = r.events + EXCLUDED.events;
 
     INSERT INTO site_visitors AS v (site_id, visitor, last_seen)
-    SELECT n.site_id, n.ip_hash, max(n.ts) FROM new_events n
+    SELECT n.site_id, n.ip_hash, date_trunc('minute', max(n.ts), 'UTC') FROM new_events n
     WHERE n.site_id IS NOT NULL AND n.ip_hash IS NOT NULL
     GROUP BY 1, 2 ORDER BY 1, 2
     ON CONFLICT (site_id, visitor) DO UPDATE SET last_seen = EXCLUDED.last_seen
@@ -159,7 +161,7 @@ GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6
 ON CONFLICT (site_id, grain, dim, name, bucket, key) DO UPDATE SET events = r.events + EXCLUDED.events;
 
 INSERT INTO site_visitors (site_id, visitor, last_seen)
-SELECT site_id, ip_hash, max(ts) FROM events WHERE site_id IS NOT NULL AND ip_hash IS NOT NULL GROUP BY 1, 2;
+SELECT site_id, ip_hash, date_trunc('minute', max(ts), 'UTC') FROM events WHERE site_id IS NOT NULL AND ip_hash IS NOT NULL GROUP BY 1, 2;
 
 -- Session rollups follow every insert, update and delete of sessions (the site actor upserts them,
 -- so a session's pageviews and end move while it lasts): add the new rows' contribution and
