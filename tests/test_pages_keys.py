@@ -61,6 +61,8 @@ async def test_invalid_bodies_are_400(client, login):
         assert data["error"] == "invalid payload" and data["issues"], body
     resp = await client.post("/api/keys", data=b"{nope", headers={"Content-Type": "application/json"})
     assert resp.status == 400 and (await resp.json()) == {"error": "invalid json"}
+    resp = await client.post("/api/keys", data={"name": "form", "scopes": "read"})
+    assert resp.status == 415 and (await resp.json()) == {"error": "content-type must be application/json"}
     assert (await (await client.get("/api/keys")).json()) == {"keys": []}
 
 

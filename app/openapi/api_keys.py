@@ -17,7 +17,7 @@ PATHS = {
         "post": {
             "summary": "Create an API key; the response carries its value, shown only this once", "security": SESSION,
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("ApiKeyIn")}}},
-            "responses": {"201": json_body(ref("ApiKeyCreated"), "created"), **site_errors(400, 401, 413)},
+            "responses": {"201": json_body(ref("ApiKeyCreated"), "created"), **site_errors(400, 401, 413, 415)},
         },
     },
     "/api/keys/{key_id}": {

@@ -73,6 +73,9 @@ async def list_keys(request: web.Request) -> web.Response:
 
 async def create(request: web.Request) -> web.Response:
     account = await current_account(request)
+    # JSON only: a cross-site HTML form cannot send it, on top of the SameSite=Lax session cookie.
+    if request.content_type != "application/json":
+        raise SiteError(415, "content-type must be application/json")
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise SiteError(413, "payload too large")
     data = _parse(await request.content.read(MAX_BODY + 1))
