@@ -266,3 +266,22 @@ async def test_a_dashboard_holds_at_most_50_charts(client, make_key):
     assert resp.status == 409
     resp = await client.post("/v1/dashboards", headers=bearer(key), json={"name": "x", "charts": [CHART] * 51})
     assert resp.status == 400
+
+
+async def test_inputs_postgresql_cannot_hold_are_refused_not_crashed(client, make_key):
+    from storage.ids import encode_cursor
+
+    key = await make_key("read,write")
+    resp = await client.post("/v1/dashboards", headers=bearer(key), json={"name": "a\u0000b"})
+    assert resp.status == 400 and (await resp.json())["error"]["fields"][0]["field"] == "name"
+    resp = await client.post("/v1/dashboards", headers=bearer(key), json={"name": "x", "charts": [
+        {**CHART, "filters": [{"property": "n", "operator": "gt", "value": 1e400}]}]})
+    assert resp.status == 400
+    assert (await client.get("/v1/dashboards/dsh_%00", headers=bearer(key))).status == 404
+    assert (await client.get(f"/v1/dashboards/{'d' * 65}", headers=bearer(key))).status == 404
+    resp = await client.get("/v1/dashboards", headers=bearer(key), params={"cursor": encode_cursor("a\u0000")})
+    assert resp.status == 400
+    made = await _create(client, key, charts=[CHART])
+    data = f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}/data"
+    resp = await client.get(data, headers=bearer(key), params={"to": "0001-01-02T00:00:00Z"})
+    assert resp.status == 400

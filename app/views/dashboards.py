@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from app.appkeys import POOL, SETTINGS
 from app.auth import key_of, requires
-from app.bodies import field_of, read_body
+from app.bodies import field_of, read_body, reject_nul
 from app.net import _trusted
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
@@ -44,6 +45,8 @@ class FilterIn(msgspec.Struct, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if self.operator in ("gt", "lt") and isinstance(self.value, (bool, str)):
             raise ValueError(f"value: must be a number for operator '{self.operator}'")
+        if isinstance(self.value, float) and not math.isfinite(self.value):
+            raise ValueError("value: must be a finite number")
 
 
 class ChartIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -100,11 +103,29 @@ def _problem(exc: msgspec.ValidationError) -> ApiError:
 
 def _decode(body: bytes, schema: type[T]) -> T:
     try:
-        return msgspec.json.decode(body, type=schema)
+        value = msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as exc:
         raise _problem(exc) from None
     except msgspec.DecodeError:
         raise invalid("request body is not valid JSON") from None
+    reject_nul(body, value)
+    return value
+
+
+def path_id(request: web.Request, name: str, what: str) -> str:
+    """An id from the path; one that cannot exist (too long, or a NUL PostgreSQL cannot bind) is a 404."""
+    value = request.match_info[name]
+    if len(value) > 64 or "\x00" in value:
+        raise not_found(f"no {what} with that id")
+    return value
+
+
+def _dash(request: web.Request) -> str:
+    return path_id(request, "id", "dashboard")
+
+
+def _chart(request: web.Request) -> str:
+    return path_id(request, "chart_id", "chart")
 
 
 def _chart_fields(chart: ChartIn) -> dict[str, Any]:
@@ -144,7 +165,10 @@ def data_range(request: web.Request) -> tuple[datetime, datetime, str]:
     if interval not in chart_data.INTERVALS:
         raise invalid("interval must be hour or day", fields=[{"field": "interval", "message": "hour or day"}])
     end = time_param(request, "to") or datetime.now(UTC)
-    start = time_param(request, "from") or end - DEFAULT_RANGE
+    try:
+        start = time_param(request, "from") or end - DEFAULT_RANGE
+    except OverflowError:
+        raise invalid("from is out of range", fields=[{"field": "from", "message": "out of range"}]) from None
     if start > end:
         raise invalid("from must not be after to", fields=[{"field": "from", "message": "after to"}])
     if (chart_data.truncate(end, interval) - chart_data.truncate(start, interval)) / chart_data.INTERVALS[
@@ -185,7 +209,7 @@ async def list_dashboards(request: web.Request) -> web.Response:
     if request.query.get("cursor"):
         try:
             (after,) = decode_cursor(request.query["cursor"], 1)
-            if not isinstance(after, str):
+            if not isinstance(after, str) or "\x00" in after:
                 raise BadCursor
         except BadCursor:
             raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
@@ -219,7 +243,7 @@ async def create_dashboard(request: web.Request) -> web.Response:
 
 async def _own_dashboard(request: web.Request, conn):
     key = key_of(request)
-    row = await store.get_dashboard(conn, key.workspace_id, key.env, request.match_info["id"])
+    row = await store.get_dashboard(conn, key.workspace_id, key.env, _dash(request))
     if row is None:
         raise not_found("no dashboard with that id")
     return row
@@ -237,7 +261,7 @@ async def patch_dashboard(request: web.Request) -> web.Response:
     body = _decode(await read_body(request, BODY_LIMIT), DashboardPatch)
     changes = {k: v for k, v in msgspec.structs.asdict(body).items() if v is not UNSET}
     async with request.app[POOL].acquire() as conn:
-        row = await store.update_dashboard(conn, key.workspace_id, key.env, request.match_info["id"],
+        row = await store.update_dashboard(conn, key.workspace_id, key.env, _dash(request),
                                            changes=changes)
         if row is None:
             raise not_found("no dashboard with that id")
@@ -248,7 +272,7 @@ async def patch_dashboard(request: web.Request) -> web.Response:
 async def delete_dashboard(request: web.Request) -> web.Response:
     key = key_of(request)
     async with request.app[POOL].acquire() as conn:
-        if not await store.delete_dashboard(conn, key.workspace_id, key.env, request.match_info["id"]):
+        if not await store.delete_dashboard(conn, key.workspace_id, key.env, _dash(request)):
             raise not_found("no dashboard with that id")
     return web.Response(status=204)
 
@@ -258,7 +282,7 @@ async def add_chart(request: web.Request) -> web.Response:
     key = key_of(request)
     chart = _decode(await read_body(request, BODY_LIMIT), ChartIn)
     async with request.app[POOL].acquire() as conn:
-        row = await store.add_chart(conn, key.workspace_id, key.env, request.match_info["id"], new_id("chrt"),
+        row = await store.add_chart(conn, key.workspace_id, key.env, _dash(request), new_id("chrt"),
                                     _chart_fields(chart), max_charts=MAX_CHARTS)
     if row is None:
         raise not_found("no dashboard with that id")
@@ -269,8 +293,8 @@ async def add_chart(request: web.Request) -> web.Response:
 
 async def _own_chart(request: web.Request, conn):
     key = key_of(request)
-    row = await store.get_chart(conn, key.workspace_id, key.env, request.match_info["id"],
-                                request.match_info["chart_id"])
+    row = await store.get_chart(conn, key.workspace_id, key.env, _dash(request),
+                                _chart(request))
     if row is None:
         raise not_found("no chart with that id on that dashboard")
     return row
@@ -302,8 +326,8 @@ async def patch_chart(request: web.Request) -> web.Response:
 async def delete_chart(request: web.Request) -> web.Response:
     key = key_of(request)
     async with request.app[POOL].acquire() as conn:
-        deleted = await store.delete_chart(conn, key.workspace_id, key.env, request.match_info["id"],
-                                           request.match_info["chart_id"])
+        deleted = await store.delete_chart(conn, key.workspace_id, key.env, _dash(request),
+                                           _chart(request))
     if not deleted:
         raise not_found("no chart with that id on that dashboard")
     return web.Response(status=204)
@@ -324,7 +348,7 @@ async def share(request: web.Request) -> web.Response:
     """Make the dashboard public; sharing a shared dashboard keeps its URL."""
     key = key_of(request)
     async with request.app[POOL].acquire() as conn:
-        row = await store.set_public(conn, key.workspace_id, key.env, request.match_info["id"],
+        row = await store.set_public(conn, key.workspace_id, key.env, _dash(request),
                                      secrets.token_urlsafe(24))
         if row is None:
             raise not_found("no dashboard with that id")
@@ -336,7 +360,7 @@ async def unshare(request: web.Request) -> web.Response:
     """Make the dashboard private; its public URL stops working at once."""
     key = key_of(request)
     async with request.app[POOL].acquire() as conn:
-        if await store.set_public(conn, key.workspace_id, key.env, request.match_info["id"], None) is None:
+        if await store.set_public(conn, key.workspace_id, key.env, _dash(request), None) is None:
             raise not_found("no dashboard with that id")
     return web.Response(status=204)
 
