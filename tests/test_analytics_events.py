@@ -176,3 +176,19 @@ def test_hour_windows_read_whole_days_from_daily_rollups():
     w = window_for("24h", datetime(2026, 3, 10, 14, 25, tzinfo=UTC))
     store.rollup_spans(args, w.start, w.end, "h")
     assert args == ["h", day(9, 15), day(10, 15)]
+
+
+async def test_session_rollups_follow_updates_and_deletes(client, site, database_url):
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        w, none = window_for("7d"), store.Filters()
+        # s2 gets a second pageview and lasts longer; s5 is deleted: 3 sessions left, s1 s2 s3 no bounce.
+        await conn.execute("UPDATE sessions SET pageviews = 2, ended_at = started_at + interval '90 seconds' "
+                           "WHERE site_id = $1 AND id = $2", site.site_id, f"s2-{site.site_id}")
+        await conn.execute("DELETE FROM sessions WHERE site_id = $1 AND id = $2", site.site_id, f"s5-{site.site_id}")
+        for grain in (w.grain, None):
+            stats = await store.session_stats(conn, site.site_id, w.start, w.end, grain, none)
+            assert (stats.sessions, stats.bounces, round(stats.avg_ms)) == (3, 0, 90_000)
+    finally:
+        await conn.close()

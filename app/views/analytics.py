@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import asyncpg
 from aiohttp import web
 
 from app.appkeys import POOL
@@ -38,7 +39,7 @@ def top_rows(rows: list[tuple[str, int]], total: int) -> list[dict]:
             for key, count in rows]
 
 
-async def _series(conn, site_id: str, window: Window, interval: str, name: str,
+async def _series(conn: asyncpg.Connection, site_id: str, window: Window, interval: str, name: str,
                   filters: store.Filters, *, rollups: bool = True) -> list[dict]:
     first, last = window.buckets(interval)
     grain = window.grain_for(interval) if rollups else None
@@ -47,7 +48,8 @@ async def _series(conn, site_id: str, window: Window, interval: str, name: str,
     return [point(bucket, value, interval) for bucket, value in points]
 
 
-async def overview_body(conn, site: Site, w: Window, filters: store.Filters, *, rollups: bool = True) -> dict:
+async def overview_body(conn: asyncpg.Connection, site: Site, w: Window, filters: store.Filters, *,
+                        rollups: bool = True) -> dict:
     """The overview of a site; rollups=False reads raw events only (the bench's baseline)."""
     name = filters.name or "pageview"
     grain = w.grain if rollups else None

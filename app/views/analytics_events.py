@@ -83,10 +83,10 @@ async def export(request: web.Request) -> web.StreamResponse:
     async with request.app[POOL].acquire() as conn, conn.transaction(readonly=True):
         rows = store.stream_events(conn, site.id, w.start, w.end, limit)
         await response.prepare(request)
-        if fmt == "csv":
-            await _write_csv(response, rows)
-        else:
-            await _write_json(response, rows)
+        try:
+            await (_write_csv if fmt == "csv" else _write_json)(response, rows)
+        except ConnectionResetError:
+            return response  # the client went away; the cursor and transaction close with the block
     await response.write_eof()
     return response
 
