@@ -3,6 +3,7 @@ paging, filtering and auth behaviour the connectors rely on."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -15,12 +16,24 @@ class FakeStripe:
     customers: list[dict] = field(default_factory=list)
     charges: list[dict] = field(default_factory=list)
     requests: int = 0
+    # When set, /v1/charges answers only once the test sets it (to act while a sync is mid-way).
+    charges_gate: asyncio.Event | None = None
+    charges_asked: asyncio.Event = field(default_factory=asyncio.Event)
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/customers", self._lister(lambda: self.customers))
-        app.router.add_get("/v1/charges", self._lister(lambda: self.charges))
+        app.router.add_get("/v1/charges", self._gated(self._lister(lambda: self.charges)))
         return app
+
+    def _gated(self, handler):
+        async def handle(request: web.Request) -> web.Response:
+            self.charges_asked.set()
+            if self.charges_gate is not None:
+                await self.charges_gate.wait()
+            return await handler(request)
+
+        return handle
 
     def _lister(self, objects):
         async def handle(request: web.Request) -> web.Response:

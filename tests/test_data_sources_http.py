@@ -3,11 +3,13 @@ reaching logs, responses or the stored row."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 
 import pytest
 
+from app.sources.runner import RUNNER
 from tests.conftest import bearer
 from tests.fake_peers import FakeHubSpot, FakeStripe, base_url, serve
 from tests.test_data_sources import create, wait_status
@@ -77,6 +79,40 @@ async def test_stripe_rejected_key_is_error(client, make_key, stripe):
                                          "options": {"base_url": url}})
     body = await wait_status(client, key, created["id"], "error")
     assert body["status_reason"] == "Stripe rejected the credentials (HTTP 401)"
+
+
+async def wait_idle(client) -> None:
+    for _ in range(400):
+        if not client.app[RUNNER].running:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("background runs did not finish")
+
+
+@pytest.mark.parametrize("action", ["delete", "pause"])
+async def test_delete_or_pause_during_a_sync_stops_it(client, make_key, stripe, action):
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    fake.charges_gate = asyncio.Event()
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    await asyncio.wait_for(fake.charges_asked.wait(), 30)  # the sync is between its two pages
+    assert (await client.get(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 200
+    if action == "delete":
+        assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 204
+    else:
+        assert (await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(key))).status == 200
+    fake.charges_gate.set()
+    await wait_idle(client)
+    assert await named(client, key, "charge_succeeded") == []
+    # The page committed before the stop is kept.
+    assert (await client.get("/v1/users/cus_1", headers=bearer(key))).status == 200
+    if action == "pause":
+        body = await wait_status(client, key, created["id"], "paused")
+        assert body["last_synced_at"] is None
+    else:
+        assert (await client.get(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 404
 
 
 def contact(n: int, updated: str) -> dict:

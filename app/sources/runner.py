@@ -105,6 +105,11 @@ class SourceRunner:
         self._tasks[source_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(source_id, None))
 
+    @property
+    def running(self) -> list[str]:
+        """Ids of sources with a background run in this process."""
+        return list(self._tasks)
+
     async def close(self) -> None:
         """Stop runs in progress and release their leases so that the next start resumes them at once."""
         running = list(self._tasks)
