@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from app.appkeys import SCHEDULER
+from app.crypto import CredentialBox
 from app.sources.runner import JOB
 from tests.conftest import bearer
 from tests.test_data_sources import create, wait_status
@@ -105,6 +106,27 @@ async def test_error_then_active_after_a_later_successful_sync(client, make_key,
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "active" and body["status_reason"] is None and body["last_synced_at"]
     assert [e["user_id"] for e in await events(client, key, "order_placed")] == ["u9"]
+
+
+async def test_redshift_speaks_the_postgres_protocol(client, make_key, scratch_pg):
+    database, conn = scratch_pg
+    await add_signups(conn, ("r1", "free", "2024-03-01T10:00:00Z"))
+    key = await make_key("admin,read")
+    created = await create(client, key, {**pg_source(database), "type": "redshift"})
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    assert [e["user_id"] for e in await events(client, key, "signed_up")] == ["r1"]
+
+
+async def test_credentials_sealed_under_another_secret_end_in_error(client, make_key, scratch_pg, pool):
+    database, _ = scratch_pg
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database))
+    await wait_status(client, key, created["id"], "active")
+    await pool.execute("UPDATE data_sources SET credentials = $2, next_sync_at = now() - interval '1 minute' "
+                       "WHERE id = $1", created["id"], CredentialBox("another-secret").seal(b"{}", created["id"]))
+    await client.app[SCHEDULER].run_now(JOB)
+    body = await wait_status(client, key, created["id"], "error")
+    assert "cannot be decrypted" in body["status_reason"]
 
 
 async def test_wrong_database_is_error_with_reason(client, make_key):

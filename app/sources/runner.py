@@ -145,8 +145,13 @@ class SourceRunner:
 
     async def _run(self, row: asyncpg.Record) -> None:
         source_id, kind = row["id"], row["type"]
-        credentials: Secret = msgspec.json.decode(self.box.open(row["credentials"], source_id),
-                                                  type=CREDENTIALS[kind])
+        try:
+            credentials: Secret = msgspec.json.decode(self.box.open(row["credentials"], source_id),
+                                                      type=CREDENTIALS[kind])
+        except Exception:  # InvalidTag: the secret changed since the source was created
+            await self._finish(row, ok=False, reason="the stored credentials cannot be decrypted with the "
+                               "current TALLY_SECRET; delete and reconnect the source")
+            return
         options = msgspec.convert(row["options"], Options)
         connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout)
         ok, reason, rows = False, None, 0
@@ -165,7 +170,7 @@ class SourceRunner:
         except SourceError as exc:
             reason = redact(str(exc), credentials.values())
         except TimeoutError:
-            reason = f"the {kind} connection check did not finish within {self.timeout * 2:g}s"
+            reason = f"the {kind} source did not answer within {self.timeout * 2:g}s"
         except Exception as exc:
             reason = f"unexpected {type(exc).__name__} while syncing"
             text = redact("".join(traceback.format_exception(exc)), credentials.values())
@@ -174,9 +179,12 @@ class SourceRunner:
         metrics.SOURCE_ROWS.labels(kind).inc(rows)
         if not ok and reason:
             log.warning("data source sync failed source=%s type=%s reason=%s", source_id, kind, reason)
+        await self._finish(row, ok=ok, reason=reason)
+
+    async def _finish(self, row: asyncpg.Record, *, ok: bool, reason: str | None) -> None:
         next_at = next_sync(row["frequency"], row["sync_time"], datetime.now(UTC))
         async with self.pool.acquire() as conn:
-            await store.finish(conn, source_id, ok=ok, reason=reason, next_sync_at=next_at)
+            await store.finish(conn, row["id"], ok=ok, reason=reason, next_sync_at=next_at)
 
 
 RUNNER: web.AppKey[SourceRunner] = web.AppKey("source_runner", SourceRunner)
