@@ -77,7 +77,7 @@ def decode(body: bytes, schema: type[T]) -> T:
         raise invalid(
             f"{field}: {message}" if field else message, fields=[{"field": field, "message": message}]
         ) from None
-    except msgspec.DecodeError:
-        raise invalid("request body is not valid JSON") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise invalid("request body is not valid JSON (or nests too deeply)") from None
     reject_nul(body, value)
     return value

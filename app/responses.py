@@ -1,17 +1,22 @@
-"""JSON responses (orjson) and the two error shapes: /v1 nests {code, message}, /api is flat."""
+"""JSON responses and the two error shapes: /v1 nests {code, message}, /api is flat.
+
+Encoded with msgspec, like the jsonb codec, so every stored value (integers beyond 64 bits included)
+can be served back."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
+import msgspec
 from aiohttp import web
+
+_encode = msgspec.json.encode
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        body=orjson.dumps(data), status=status, headers=headers, content_type="application/json"
+        body=_encode(data), status=status, headers=headers, content_type="application/json"
     )
 
 

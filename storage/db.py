@@ -1,17 +1,24 @@
-"""The asyncpg pool, with binary JSON codecs that use orjson (binary so COPY can carry jsonb)."""
+"""The asyncpg pool, with binary JSON codecs (binary so COPY can carry jsonb).
+
+msgspec rather than orjson: it round-trips integers beyond 64 bits, which JSON allows, jsonb stores as
+numeric, and orjson refuses.
+"""
 
 from __future__ import annotations
 
 import asyncpg
-import orjson
+import msgspec
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
 
 
 def _encode_jsonb(value: object) -> bytes:
-    return b"\x01" + orjson.dumps(value)  # jsonb binary format: version byte, then the text
+    return b"\x01" + _encode(value)  # jsonb binary format: version byte, then the text
 
 
 def _decode_jsonb(data: bytes) -> object:
-    return orjson.loads(data[1:])
+    return _decode(data[1:])
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:
@@ -19,7 +26,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
         "jsonb", encoder=_encode_jsonb, decoder=_decode_jsonb, schema="pg_catalog", format="binary"
     )
     await conn.set_type_codec(
-        "json", encoder=orjson.dumps, decoder=orjson.loads, schema="pg_catalog", format="binary"
+        "json", encoder=_encode, decoder=_decode, schema="pg_catalog", format="binary"
     )
 
 

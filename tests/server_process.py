@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -18,15 +19,18 @@ def free_port() -> int:
 
 def start(env: dict[str, str], timeout: float = 60) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    # Logs go to a file: a pipe nobody reads would fill up and stall the server mid-test.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
     )
+    proc.log = log  # type: ignore[attr-defined]
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited early: {proc.stdout.read().decode()[-2000:]}")
+            raise RuntimeError(f"server exited early: {output(proc)[-2000:]}")
         try:
             with urllib.request.urlopen(base + "/readyz", timeout=1) as resp:
                 if resp.status == 200:
@@ -37,7 +41,12 @@ def start(env: dict[str, str], timeout: float = 60) -> tuple[subprocess.Popen, s
     raise RuntimeError("server did not become ready")
 
 
+def output(proc: subprocess.Popen) -> str:
+    proc.log.seek(0)  # type: ignore[attr-defined]
+    return proc.log.read().decode(errors="replace")  # type: ignore[attr-defined]
+
+
 def stop(proc: subprocess.Popen, timeout: float = 60) -> str:
     proc.terminate()
-    out, _ = proc.communicate(timeout=timeout)
-    return out.decode()
+    proc.wait(timeout=timeout)
+    return output(proc)

@@ -221,3 +221,20 @@ async def test_nul_characters_are_refused_not_crashing_the_batch(client, make_ke
     assert resp.status == 200 and body["received"] == 1 and [e["index"] for e in body["errors"]] == [1, 2]
     listed = await (await client.get("/v1/events", headers=bearer(key))).json()
     assert [e["event"] for e in listed["data"]] == ["ok"]
+
+
+async def test_any_json_number_round_trips(client, make_key):
+    key = await make_key("read,write")
+    huge = 10**30
+    resp = await client.post("/v1/events", headers=bearer(key),
+                             json={"event": "e", "user_id": "u", "properties": {"big": huge, "neg": -huge, "f": 1.5}})
+    assert resp.status == 200
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert listed["data"][0]["properties"] == {"big": huge, "neg": -huge, "f": 1.5}
+
+
+async def test_absurd_nesting_is_a_400_not_a_crash(client, make_key):
+    key = await make_key("write")
+    body = b'{"event":"e","user_id":"u","properties":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}"
+    resp = await client.post("/v1/events", headers={**bearer(key), "Content-Type": "application/json"}, data=body)
+    assert resp.status == 400

@@ -35,8 +35,8 @@ async def test_sigterm_flushes_everything_acknowledged(database_url, make_key, w
         await asyncio.wait_for(enough.wait(), 30)
         proc.send_signal(signal.SIGTERM)  # with many requests still in flight
         await asyncio.gather(*tasks)
-    output = await asyncio.to_thread(proc.communicate, timeout=60)
-    assert proc.returncode == 0, output[0].decode()[-2000:]
+    await asyncio.to_thread(proc.wait, 60)
+    assert proc.returncode == 0, server_process.output(proc)[-2000:]
     conn = await connect(database_url)
     try:
         stored = {r["id"] for r in await conn.fetch(

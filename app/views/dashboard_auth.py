@@ -31,6 +31,8 @@ async def _credentials(request: web.Request) -> tuple[str, str]:
     email, password = data.get("email"), data.get("password")
     issues = [f"{name} is required" for name, value in (("email", email), ("password", password))
               if not isinstance(value, str) or not value]
+    issues += [f"{name} may not contain U+0000" for name, value in (("email", email), ("password", password))
+               if isinstance(value, str) and "\x00" in value]
     if issues:
         raise SiteError(400, "invalid payload", issues=issues)
     return email.strip().lower(), password
