@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from playwright.sync_api import Browser, BrowserType, Playwright, sync_playwright
+from playwright.sync_api import Browser, BrowserType, Page, Playwright, sync_playwright
 
 from app.appkeys import POOL
 from app.server import init_app
@@ -152,6 +152,18 @@ def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 def _server_before_browser(live_server: LiveServer) -> None:
     """Start the server (and create the run's database, which uses asyncio.run) before Playwright's
     sync API starts: once it runs, the main thread counts as being inside an event loop."""
+
+
+@pytest.fixture(autouse=True)
+def no_script_errors(page: Page) -> Iterator[None]:
+    """Every test also fails on an uncaught page exception or a console error (a CSP violation logs one);
+    HTTP error statuses the tests provoke on purpose (a wrong password's 401) are not script errors."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
+    page.on("console", lambda msg: msg.type == "error" and not msg.text.startswith("Failed to load resource")
+            and errors.append(f"console: {msg.text}"))
+    yield
+    assert errors == []
 
 
 @pytest.fixture
