@@ -88,5 +88,9 @@ export function trackerHelp(siteId) {
 }
 
 export function errorBox(error) {
+  if (error && error.status === 404) {
+    return h('div', { class: 'empty' }, h('p', { text: 'This site does not exist or belongs to another workspace.' }),
+      h('a', { href: '/app', text: 'Back to your sites' }))
+  }
   return h('p', { class: 'error', role: 'alert', text: `Could not load: ${error.message || error}` })
 }
