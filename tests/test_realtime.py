@@ -111,3 +111,17 @@ async def test_other_workspace_site_is_404(client, login, database_url, workspac
     for site in (foreign, "no-such-site"):
         resp = await client.get(f"/api/analytics/realtime?siteId={site}")
         assert resp.status == 404 and await resp.json() == {"error": "not found"}
+
+
+async def test_processes_share_the_window_through_redis(make_client, settings, redis_url, login, workspace,
+                                                        database_url):
+    shared = dataclasses.replace(settings, redis_url=redis_url)
+    first, second = await make_client(shared), await make_client(shared)
+    clock = FakeClock()
+    first.app[SITE_RUNTIME].clock = second.app[SITE_RUNTIME].clock = clock
+    await login(the_client=second)
+    site, _ = await register_site(database_url, workspace, verified=False)
+    await post_event(first, {"s": site, "n": "pageview", "p": "/x", "sid": "a"})
+    await post_event(second, {"s": site, "n": "pageview", "p": "/x", "sid": "b"})
+    live = await realtime(second, site)
+    assert live["activeVisitors"] == 2 and live["topActivePages"] == [{"key": "/x", "count": 2}]

@@ -91,3 +91,33 @@ async def test_visitor_key_is_not_the_ip(session_client, database_url):
     runtime = client.app[SITE_RUNTIME]
     state = getattr(runtime.sessions, "_open", {})
     assert all("203.0.113.77" not in key for pair in state for key in pair)
+
+
+async def test_new_utc_day_starts_a_new_visit(session_client, database_url):
+    """The visitor-key salt rotates at UTC midnight, so yesterday's key cannot be linked to today's."""
+    from datetime import UTC, datetime
+
+    client, clock = session_client
+    clock.now = datetime.now(UTC).replace(hour=23, minute=59, second=0, microsecond=0)
+    site = f"dev-{secrets.token_hex(6)}"
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10"))
+    clock.advance(timedelta(minutes=2))
+    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10"))
+    sids = [r["session_id"] for r in await stored_events(database_url, site)]
+    assert sids[0] != sids[1]
+
+
+async def test_processes_share_sessions_through_redis(make_client, settings, redis_url, database_url):
+    """Two apps (as two processes) on one Redis continue the same visit."""
+    shared = dataclasses.replace(settings, trusted_proxies=("127.0.0.1/32",), redis_url=redis_url)
+    first, second = await make_client(shared), await make_client(shared)
+    clock = FakeClock()
+    first.app[SITE_RUNTIME].clock = second.app[SITE_RUNTIME].clock = clock
+    site = f"dev-{secrets.token_hex(6)}"
+    await post_event(first, {"s": site, "n": "pageview", "p": "/"}, visitor("203.0.113.20"))
+    clock.advance(timedelta(minutes=5))
+    await post_event(second, {"s": site, "n": "pageview", "p": "/next"}, visitor("203.0.113.20"))
+    sids = [r["session_id"] for r in await stored_events(database_url, site)]
+    assert sids[0] == sids[1]
+    [row] = await stored_sessions(database_url, site)
+    assert (row["pageviews"], row["entry_path"], row["exit_path"]) == (2, "/", "/next")
