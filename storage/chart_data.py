@@ -70,12 +70,9 @@ def truncate(moment: datetime, interval: str) -> datetime:
 
 
 def buckets(start: datetime, end: datetime, interval: str) -> list[datetime]:
-    step, current, last = INTERVALS[interval], truncate(start, interval), truncate(end, interval)
-    out = []
-    while current <= last:
-        out.append(current)
-        current += step
-    return out
+    step, first, last = INTERVALS[interval], truncate(start, interval), truncate(end, interval)
+    # By index rather than stepping past `last`, which could overflow at the end of year 9999.
+    return [first + i * step for i in range((last - first) // step + 1)]
 
 
 def _text(value: Any) -> str:

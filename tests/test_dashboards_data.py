@@ -205,3 +205,10 @@ async def test_property_names_are_data_not_sql(client, key):
     body = await _data(client, key, _line(group_by=nasty,
                                           filters=[{"property": nasty, "operator": "gt", "value": 1}]))
     assert body["series"] == []
+
+
+async def test_ranges_at_the_ends_of_time(client, key):
+    body = await _data(client, key, _line(), "to=9999-12-31T23:59:59Z")
+    assert len(body["series"][0]["points"]) == 8 and body["series"][0]["points"][-1]["value"] == 0
+    body = await _data(client, key, _line(), "from=0001-01-01T00:00:00Z&to=0001-01-01T05:00:00Z&interval=hour")
+    assert _values(body) == {"signup": [0] * 6}
