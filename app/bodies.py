@@ -19,7 +19,8 @@ _MISSING = re.compile(r"missing required field `([^`]+)`")
 async def read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(413, "payload_too_large", f"request body exceeds {limit} bytes")
-    body = await request.content.read(limit + 1)
+    # request.read() gathers every chunk of a chunked body and stops at the app's client_max_size.
+    body = await request.read()
     if len(body) > limit:
         raise ApiError(413, "payload_too_large", f"request body exceeds {limit} bytes")
     return body

@@ -1,5 +1,6 @@
 """POST /v1/events, POST /v1/events/batch and GET /v1/events."""
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -238,3 +239,18 @@ async def test_absurd_nesting_is_a_400_not_a_crash(client, make_key):
     body = b'{"event":"e","user_id":"u","properties":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}"
     resp = await client.post("/v1/events", headers={**bearer(key), "Content-Type": "application/json"}, data=body)
     assert resp.status == 400
+
+
+async def test_chunked_bodies_are_read_whole(client, make_key):
+    key = await make_key("read,write")
+
+    async def chunks():
+        for part in (b'{"event": "chunk', b'ed", "user_id"', b': "u", "properties": {"n": 1}}'):
+            yield part
+            await asyncio.sleep(0.01)
+
+    resp = await client.post("/v1/events", headers={**bearer(key), "Content-Type": "application/json"},
+                             data=chunks())
+    assert resp.status == 200, await resp.text()
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert listed["data"][0]["event"] == "chunked"
