@@ -18,10 +18,10 @@ from app.bodies import field_of, read_body, reject_nul
 from app.net import _trusted
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
-from app.views.params import int_param, time_param
+from app.views.params import cursor_param, int_param, page_response, time_param
 from storage import chart_data
 from storage import dashboards as store
-from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+from storage.ids import new_id
 
 T = TypeVar("T")
 BODY_LIMIT = 256 * 1024
@@ -205,24 +205,12 @@ async def _full(request: web.Request, conn, row) -> web.Response:
 async def list_dashboards(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 50, 1, 200)
-    after = ""
-    if request.query.get("cursor"):
-        try:
-            (after,) = decode_cursor(request.query["cursor"], 1)
-            if not isinstance(after, str) or "\x00" in after:
-                raise BadCursor
-        except BadCursor:
-            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    (after,) = cursor_param(request, str) or ("",)
     async with request.app[POOL].acquire() as conn:
         rows = await store.list_dashboards(conn, key.workspace_id, key.env, after_id=after, limit=limit + 1)
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    return json_response({
-        "data": [{"id": r["id"], "name": r["name"], "created_at": iso_ms(r["created_at"]),
-                  "updated_at": iso_ms(r["updated_at"]), "chart_count": r["chart_count"]} for r in rows],
-        "next_cursor": encode_cursor(rows[-1]["id"]) if has_more else None,
-        "has_more": has_more,
-    })
+    return page_response(rows, limit, lambda r: {
+        "id": r["id"], "name": r["name"], "created_at": iso_ms(r["created_at"]),
+        "updated_at": iso_ms(r["updated_at"]), "chart_count": r["chart_count"]}, lambda r: (r["id"],))
 
 
 @requires("write", "query")

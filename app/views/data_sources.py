@@ -10,13 +10,13 @@ from aiohttp import web
 from app.appkeys import POOL
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
-from app.responses import ApiError, invalid, iso_ms, json_response, not_found
+from app.responses import ApiError, iso_ms, json_response, not_found
 from app.sources.runner import LEASE_SECONDS, RUNNER
 from app.sources.schedule import next_sync
 from app.sources.schemas import CreateIn, Schedule, decode_parts
-from app.views.params import int_param
+from app.views.params import cursor_param, int_param, page_response
 from storage import data_sources as store
-from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+from storage.ids import new_id
 
 BODY_LIMIT = 64 * 1024
 
@@ -55,23 +55,10 @@ async def create_source(request: web.Request) -> web.Response:
 async def list_sources(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 100, 1, 1000)
-    after = ""
-    if request.query.get("cursor"):
-        try:
-            (after,) = decode_cursor(request.query["cursor"], 1)
-            if not isinstance(after, str):
-                raise BadCursor
-        except BadCursor:
-            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    (after,) = cursor_param(request, str) or ("",)
     async with request.app[POOL].acquire() as conn:
         rows = await store.page(conn, key.workspace_id, key.env, after, limit + 1)
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    return json_response({
-        "data": [source_json(r) for r in rows],
-        "next_cursor": encode_cursor(rows[-1]["id"]) if has_more else None,
-        "has_more": has_more,
-    })
+    return page_response(rows, limit, source_json, lambda r: (r["id"],))
 
 
 @requires("read", "query")

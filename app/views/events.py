@@ -16,9 +16,9 @@ from app.bodies import decode, read_body
 from app.keys import KeyInfo
 from app.responses import ApiError, invalid, iso_ms, json_response
 from app.schemas import MAX_BATCH, BatchIn, EventIn
-from app.views.params import int_param, time_param
+from app.views.params import cursor_param, int_param, page_response, time_param
 from storage import events as event_store
-from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+from storage.ids import new_id
 
 SINGLE_LIMIT = 64 * 1024
 BATCH_LIMIT = 8 * 1024 * 1024
@@ -102,18 +102,13 @@ async def list_events(request: web.Request) -> web.Response:
         "to": time_param(request, "to"),
     }
     after = None
-    if request.query.get("cursor"):
+    if cursor := cursor_param(request, str, str):
         try:
-            stamp, last_id = decode_cursor(request.query["cursor"], 2)
-            after = (datetime.fromisoformat(stamp), str(last_id))
-        except (BadCursor, TypeError, ValueError):
+            after = (datetime.fromisoformat(cursor[0]), cursor[1])
+        except ValueError:
             raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
     async with request.app[POOL].acquire() as conn:
         rows = await event_store.list_events(
             conn, key.workspace_id, key.env, filters=filters, after=after, limit=limit + 1
         )
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = encode_cursor(rows[-1]["ts"].isoformat(), rows[-1]["id"]) if has_more else None
-    return json_response({"data": [event_json(r) for r in rows], "next_cursor": next_cursor,
-                          "has_more": has_more})
+    return page_response(rows, limit, event_json, lambda r: (r["ts"].isoformat(), r["id"]))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 
-from app.responses import invalid
+from app.responses import invalid, json_response
+from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -33,3 +36,31 @@ def time_param(request: web.Request, name: str) -> datetime | None:
         raise invalid(f"{name} must be an ISO 8601 timestamp",
                       fields=[{"field": name, "message": "not ISO 8601"}]) from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def cursor_param(request: web.Request, *types: type) -> list | None:
+    """Decode ?cursor= into values of the given types (None when absent); anything else is a 400."""
+    raw = request.query.get("cursor")
+    if not raw:
+        return None
+    try:
+        values = decode_cursor(raw, len(types))
+    except BadCursor:
+        values = None
+    if values is None or not all(
+        isinstance(v, t) and not (isinstance(v, str) and "\x00" in v) for v, t in zip(values, types, strict=True)
+    ):
+        raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}])
+    return values
+
+
+def page_response(rows: Sequence, limit: int, render: Callable[[Any], dict],
+                  cursor_of: Callable[[Any], tuple]) -> web.Response:
+    """The list shape of the keyed API, from rows fetched with limit + 1 to learn whether more exist."""
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return json_response({
+        "data": [render(r) for r in rows],
+        "next_cursor": encode_cursor(*cursor_of(rows[-1])) if has_more else None,
+        "has_more": has_more,
+    })

@@ -13,10 +13,10 @@ from app.bodies import decode, read_body
 from app.reports.config import ReportIn, ReportPatch, Schedule, config_json, parse_config
 from app.reports.runner import require_plan, run_report
 from app.reports.schedule import next_slot
-from app.responses import invalid, iso_ms, json_response, not_found
-from app.views.params import int_param
+from app.responses import iso_ms, json_response, not_found
+from app.views.params import cursor_param, int_param, page_response
 from storage import reports as store
-from storage.ids import BadCursor, decode_cursor, encode_cursor, new_id
+from storage.ids import new_id
 
 BODY_LIMIT = 64 * 1024
 
@@ -65,23 +65,10 @@ async def create_report(request: web.Request) -> web.Response:
 async def list_reports(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 50, 1, 200)
-    before = None
-    if request.query.get("cursor"):
-        try:
-            (before,) = decode_cursor(request.query["cursor"], 1)
-            if not isinstance(before, str):
-                raise BadCursor
-        except BadCursor:
-            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    (before,) = cursor_param(request, str) or (None,)
     async with request.app[POOL].acquire() as conn:
         rows = await store.list_reports(conn, key.workspace_id, key.env, before_id=before, limit=limit + 1)
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    return json_response({
-        "data": [report_json(r, summary=True) for r in rows],
-        "next_cursor": encode_cursor(rows[-1]["id"]) if has_more else None,
-        "has_more": has_more,
-    })
+    return page_response(rows, limit, lambda r: report_json(r, summary=True), lambda r: (r["id"],))
 
 
 @requires("write", "query")

@@ -11,13 +11,12 @@ from actors.workspace import IDENTIFY
 from app.appkeys import POOL
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
-from app.responses import invalid, iso_ms, json_response, not_found
+from app.responses import iso_ms, json_response, not_found
 from app.schemas import IdentifyIn
 from app.views.events import SINGLE_LIMIT, commit
-from app.views.params import int_param
+from app.views.params import cursor_param, int_param, page_response
 from storage import events as event_store
 from storage import users as user_store
-from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 _TRAIT = re.compile(r"^trait\[(.{1,255})\]$")
 
@@ -47,25 +46,12 @@ async def list_users(request: web.Request) -> web.Response:
         match = _TRAIT.match(name)
         if match:
             traits[match.group(1)] = value
-    after = 0
-    if request.query.get("cursor"):
-        try:
-            (after,) = decode_cursor(request.query["cursor"], 1)
-            if not isinstance(after, int):
-                raise BadCursor
-        except BadCursor:
-            raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
+    (after,) = cursor_param(request, int) or (0,)
     async with request.app[POOL].acquire() as conn:
         rows = await user_store.list_profiles(
             conn, key.workspace_id, key.env, trait_filters=traits, after_seq=after, limit=limit + 1
         )
-    has_more = len(rows) > limit
-    rows = rows[:limit]
-    return json_response({
-        "data": [profile_json(r) for r in rows],
-        "next_cursor": encode_cursor(rows[-1]["seq"]) if has_more else None,
-        "has_more": has_more,
-    })
+    return page_response(rows, limit, profile_json, lambda r: (r["seq"],))
 
 
 @requires("read", "query")
