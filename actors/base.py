@@ -59,6 +59,12 @@ class Actor:
         self.closing = False
         self.busy = False
         self.last_active = asyncio.get_running_loop().time()
+        # Labelled children resolved once: labels() takes a lock and a dict lookup on every call.
+        self._depth = metrics.MAILBOX_DEPTH.labels(self.kind)
+        self._ingest_seconds = metrics.INGEST_SECONDS.labels(self.kind)
+        self._flush_seconds = metrics.FLUSH_SECONDS.labels(self.kind)
+        self._batch_events = metrics.BATCH_EVENTS.labels(self.kind)
+        self._ingested = metrics.EVENTS_INGESTED.labels(self.kind)
 
     # -- called by request handlers ------------------------------------------------------------
     def submit(self, kind: str, items: list) -> asyncio.Future:
@@ -70,7 +76,7 @@ class Actor:
         msg = Message(kind, items, loop.create_future(), loop.time())
         self._mail.append(msg)
         self.pending += msg.size
-        metrics.MAILBOX_DEPTH.labels(self.kind).inc(msg.size)
+        self._depth.inc(msg.size)
         self._wakeup.set()
         return msg.future
 
@@ -117,7 +123,7 @@ class Actor:
             batch.append(msg)
             taken += msg.size
         self.pending -= taken
-        metrics.MAILBOX_DEPTH.labels(self.kind).dec(taken)
+        self._depth.dec(taken)
         return batch
 
     async def _flush_batch(self, batch: list[Message], loop: asyncio.AbstractEventLoop) -> None:
@@ -140,10 +146,10 @@ class Actor:
             events += msg.size
             if not msg.future.done():
                 msg.future.set_result(None)
-            metrics.INGEST_SECONDS.labels(self.kind).observe(now - msg.enqueued)
-        metrics.FLUSH_SECONDS.labels(self.kind).observe(now - started)
-        metrics.BATCH_EVENTS.labels(self.kind).observe(events)
-        metrics.EVENTS_INGESTED.labels(self.kind).inc(events)
+            self._ingest_seconds.observe(now - msg.enqueued)
+        self._flush_seconds.observe(now - started)
+        self._batch_events.observe(events)
+        self._ingested.inc(events)
         self.after_commit(batch)
 
 

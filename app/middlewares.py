@@ -25,6 +25,20 @@ def _route_name(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_children: dict[tuple[str, str, int], tuple] = {}
+
+
+def _route_metrics(method: str, route: str, status: int) -> tuple:
+    """(request counter, latency histogram) for these labels, resolved once per combination."""
+    key = (method, route, status)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = (metrics.REQUESTS.labels(method, route, str(status)),
+                                  metrics.REQUEST_SECONDS.labels(route))
+    return found
+
+
 @web.middleware
 async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.perf_counter()
@@ -37,9 +51,11 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
         status = exc.status
         raise
     finally:
-        route = _route_name(request)
-        metrics.REQUESTS.labels(request.method, route, str(status)).inc()
-        metrics.REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)
+        # Any token is a valid HTTP method: fold the unusual ones so clients cannot mint label values.
+        method = request.method if request.method in _METHODS else "OTHER"
+        counter, latency = _route_metrics(method, _route_name(request), status)
+        counter.inc()
+        latency.observe(time.perf_counter() - started)
 
 
 def _is_site_api(request: web.Request) -> bool:

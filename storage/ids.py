@@ -1,16 +1,19 @@
-"""Opaque, prefixed, time-sortable identifiers (ULIDs) and opaque cursors."""
+"""Opaque, prefixed, time-sortable identifiers and opaque cursors."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import os
+import time
 
 import orjson
-from ulid import ULID
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{ULID()}"
+    """prefix_ then a 48-bit millisecond timestamp and 80 random bits, in hex: unique without coordination
+    and sortable by creation time (the ULID layout, spelled in hex, at a fraction of python-ulid's cost)."""
+    return f"{prefix}_{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
 class BadCursor(ValueError):

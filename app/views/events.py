@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -37,7 +36,7 @@ async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> 
     """Hand items to the workspace actor and wait until they are durable."""
     try:
         actor = request.app[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
-        await asyncio.shield(actor.submit(kind, items))
+        await actor.submit(kind, items)
     except Overloaded as exc:
         metrics.EVENTS_REJECTED.labels("overloaded").inc(len(items))
         raise ApiError(503, "overloaded", "the server is busy; retry shortly",
