@@ -116,6 +116,9 @@ async def test_parameter_errors(client, site, route):
     assert resp.status == 400 and await resp.json() == {"error": "missing siteId"}
     resp = await client.get(f"/api/analytics/{route}", params={"siteId": site.site_id, "range": "2d"})
     assert resp.status == 400 and (await resp.json())["error"] == "invalid range"
+    for name in ("siteId", "path", "eventName"):
+        resp = await client.get(f"/api/analytics/{route}", params={"siteId": site.site_id, name: "a\x00b"})
+        assert resp.status == 400 and await resp.json() == {"error": f"invalid {name}"}
 
 
 @pytest.mark.parametrize("route", ROUTES)

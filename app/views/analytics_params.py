@@ -80,6 +80,9 @@ async def base_params(request: web.Request) -> BaseQuery:
     """Session (401), then siteId and range (400). The site itself is checked by resolve_site once
     every other parameter has been validated."""
     account = await current_account(request)
+    bad = next((name for name, value in request.query.items() if "\x00" in value), None)
+    if bad is not None:  # PostgreSQL text cannot hold NUL
+        raise SiteError(400, f"invalid {bad}")
     site_id = request.query.get("siteId", "").strip()
     if not site_id:
         raise SiteError(400, "missing siteId")
