@@ -199,11 +199,21 @@ def main() -> None:
         if site_probe == "202":
             results.append(("POST /api/service/event (durable)",
                             wrk(f"http://127.0.0.1:{tally_port}/api/service/event", site, d, c, tally.pid), 1))
+        # Overload: a client sending far more than the database takes. The mailbox bound turns the excess
+        # into 503s, so memory stays flat instead of growing with the backlog.
+        tally.terminate()
+        tally.wait(timeout=60)
+        small = start([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(tally_port)],
+                      {**env, "TALLY_MAILBOX_EVENTS": "5000"}, tally_port)
+        procs.append(small)
+        results.append(("overload: batch x500, 256 conns, mailbox 5k",
+                        wrk(f"http://127.0.0.1:{tally_port}/v1/events/batch", batch, d, 256, small.pid), 500))
         copy_rate = asyncio.run(raw_copy(dsn, workspace_id, d, 500, 2))
     finally:
         for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=60)
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     hello_rps = results[0][1]["rps"]

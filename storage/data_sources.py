@@ -152,3 +152,8 @@ async def advance(
            WHERE id = $1""",
         source_id, cursor, rows, lease_seconds,
     )
+
+
+async def release_leases(conn: asyncpg.Connection, source_ids: list[str]) -> None:
+    """Runs stopped at shutdown give their claim back, so another process may pick the sources up at once."""
+    await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", source_ids)

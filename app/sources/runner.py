@@ -120,7 +120,7 @@ class SourceRunner:
                 await task
         if running:
             async with self.pool.acquire() as conn:
-                await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", running)
+                await store.release_leases(conn, running)
 
     async def run(self, source_id: str) -> None:
         async with self.pool.acquire() as conn:
