@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import orjson
@@ -74,7 +74,10 @@ class FakeClock:
     """Stands in for SiteRuntime.clock: time moves only when a test says so."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime.now(UTC).replace(microsecond=0)
+        # Default: 01:00 UTC yesterday, so a test can move hours ahead without crossing midnight, where
+        # the daily visitor salt rotates and every visit starts over.
+        self.now = start or (datetime.now(UTC) - timedelta(days=1)).replace(hour=1, minute=0, second=0,
+                                                                            microsecond=0)
 
     def __call__(self) -> datetime:
         return self.now
