@@ -15,11 +15,7 @@ EVENT_COLUMNS = (
 )
 COL = {name: i for i, name in enumerate(EVENT_COLUMNS)}
 
-ERASED_USERS = """
-SELECT user_id, max(erased_at) AS erased_at FROM erasures
-WHERE workspace_id = $1 AND env = $2 AND user_id = ANY($3::text[])
-GROUP BY user_id
-"""
+LOCK_AND_READ_ERASURES = "SELECT user_id, erased_at FROM tally_lock_and_read_erasures($1, $2, $3, $4, $5)"
 
 ENSURE_PARTITION = "SELECT tally_ensure_event_partition($1)"
 
@@ -43,12 +39,10 @@ async def drop_erased(
 ) -> list[tuple]:
     """Take the erasure lock (shared) for this transaction and drop events of users erased after
     the event was received."""
-    await conn.execute("SELECT pg_advisory_xact_lock_shared($1, $2)", *erasure_lock_key(workspace_id, env))
     uid, recv = COL["user_id"], COL["received_at"]
     users = sorted({r[uid] for r in records if r[uid] is not None})
-    if not users:
-        return records
-    erased = {r["user_id"]: r["erased_at"] for r in await conn.fetch(ERASED_USERS, workspace_id, env, users)}
+    rows = await conn.fetch(LOCK_AND_READ_ERASURES, *erasure_lock_key(workspace_id, env), workspace_id, env, users)
+    erased = {r["user_id"]: r["erased_at"] for r in rows}
     if not erased:
         return records
     return [r for r in records if r[uid] not in erased or r[recv] > erased[r[uid]]]

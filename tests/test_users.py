@@ -120,3 +120,32 @@ async def test_erasure_racing_with_ingestion_leaves_nothing_received_before_it(c
     finally:
         await conn.close()
     assert all(r["received_at"] > erased_at for r in survivors)
+
+
+async def test_a_flush_waiting_on_an_erasure_sees_its_tombstone(client, make_key, database_url, workspace):
+    """The flush reads tombstones after it gets the erasure lock, not from a snapshot taken before."""
+    from datetime import UTC, datetime, timedelta
+
+    from storage.events import erasure_lock_key
+    from tests.conftest import connect
+
+    key = await make_key("read,write,admin")
+    await client.post("/v1/events", headers=bearer(key), json={"event": "first", "user_id": "other"})
+    eraser = await connect(database_url)
+    try:
+        workspace_id = await eraser.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+        tx = eraser.transaction()
+        await tx.start()
+        await eraser.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
+        await eraser.execute("INSERT INTO erasures (workspace_id, env, user_id, erased_at) VALUES ($1, 'live', "
+                             "'late', $2)", workspace_id, datetime.now(UTC) + timedelta(seconds=30))
+        sending = asyncio.create_task(client.post("/v1/events", headers=bearer(key),
+                                                  json={"event": "in_flight", "user_id": "late"}))
+        await asyncio.sleep(0.3)
+        assert not sending.done()  # the flush waits for the erasure
+        await tx.commit()
+        assert (await sending).status == 200
+        assert await eraser.fetchval("SELECT count(*) FROM events WHERE workspace_id = $1 AND user_id = 'late'",
+                                     workspace_id) == 0
+    finally:
+        await eraser.close()
