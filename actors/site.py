@@ -121,7 +121,7 @@ class SiteActor(Actor):
         items: list[SiteItem] = [item for msg in batch for item in msg.items]
         records = await self._with_sessions(items)
         await self.partitions.ensure(self.pool, {r[COL["ts"]] for r in records})
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.connection() as conn, conn.transaction():
             await event_store.copy_events(conn, records)
             await session_store.upsert_sessions(conn, self.site_id, session_deltas(records))
         # Committed: only now may the realtime window show these events.

@@ -56,7 +56,7 @@ class WorkspaceActor(Actor):
                     traits[user_id] = ({**merged, **new_traits}, first)
         ts = COL["ts"]
         await self.partitions.ensure(self.pool, {r[ts] for r in records})
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.connection() as conn, conn.transaction():
             kept = await event_store.drop_erased(conn, self.workspace_id, self.env, records)
             if kept:
                 await event_store.copy_events(conn, kept)
