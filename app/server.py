@@ -127,9 +127,7 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
-JOB_REGISTRARS: list = []
-JOB_REGISTRARS.append(source_runner.register)
-JOB_REGISTRARS.append(report_schedule.register)
+JOB_REGISTRARS = [source_runner.register, report_schedule.register]
 
 
 def init_app(settings: Settings) -> web.Application:
