@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import orjson
 from redis.asyncio import Redis
 
+from app.redis_scripts import REALTIME_SUM
 from app.responses import iso_ms
 
 MAX_WINDOW = 3600
@@ -115,6 +116,7 @@ def _key(site_id: str, part: str) -> str:
 class RedisRealtime:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._sum = redis.register_script(REALTIME_SUM)
 
     async def record(self, site_id: str, events: list[LiveEvent]) -> None:
         ttl = MAX_WINDOW + 120
@@ -140,26 +142,19 @@ class RedisRealtime:
     async def snapshot(self, site_id: str, now_ms: int, window: int) -> dict:
         since_ms = now_ms - window * 1000
         now_sec = now_ms // 1000
-        seconds = range(now_sec - window + 1, now_sec + 1)
         async with self._redis.pipeline(transaction=False) as pipe:
-            for sec in seconds:
-                pipe.hgetall(_key(site_id, f"b:{sec}"))
+            await self._sum(args=[_key(site_id, "b:"), now_sec - window + 1, now_sec], client=pipe)
             pipe.zcount(_key(site_id, "sessions"), f"({since_ms}", now_ms)
             pipe.lrange(_key(site_id, "recent"), 0, RECENT - 1)
-            replies = await pipe.execute()
-        events = pageviews = 0
+            totals, visitors, raw_recent = await pipe.execute()
+        events, pageviews = int(totals[0]), int(totals[1])
         pages: Counter = Counter()
-        for bucket in replies[: len(seconds)]:
-            for field, value in bucket.items():
-                name = field.decode()
-                if name == "e":
-                    events += int(value)
-                elif name == "pv":
-                    pageviews += int(value)
-                elif name.startswith("p:"):
-                    pages[name[2:]] += int(value)
-        visitors = int(replies[-2])
-        recent = [LiveEvent(*orjson.loads(raw)) for raw in replies[-1]]
+        for field, value in zip(totals[2::2], totals[3::2], strict=True):
+            name = field.decode()
+            if name.startswith("p:"):
+                pages[name[2:]] += int(value)
+        visitors = int(visitors)
+        recent = [LiveEvent(*orjson.loads(raw)) for raw in raw_recent]
         recent = sorted((e for e in recent if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
         return summary(events, pageviews, pages, visitors, recent, window)
 

@@ -9,27 +9,11 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from app.redis_scripts import SESSION_ASSIGN
 from storage.ids import new_id
 
 SESSION_TIMEOUT_MS = 30 * 60 * 1000
 
-# KEYS[1]: the visitor's key. ARGV: event time ms, timeout ms, candidate id, key TTL ms.
-# Continues the open session (moving its last-seen time forward) or opens the candidate one.
-ASSIGN = """
-local now = tonumber(ARGV[1])
-local v = redis.call('GET', KEYS[1])
-if v then
-  local sep = string.find(v, '|', 1, true)
-  local sid = string.sub(v, 1, sep - 1)
-  local last = tonumber(string.sub(v, sep + 1))
-  if now - last <= tonumber(ARGV[2]) then
-    if now > last then redis.call('SET', KEYS[1], sid .. '|' .. now, 'PX', ARGV[4]) end
-    return sid
-  end
-end
-redis.call('SET', KEYS[1], ARGV[3] .. '|' .. now, 'PX', ARGV[4])
-return ARGV[3]
-"""
 
 
 def new_session_id() -> str:
@@ -73,7 +57,7 @@ class RedisSessions:
     def __init__(self, redis: Redis, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         self.timeout_ms = timeout_ms
         self._redis = redis
-        self._script = redis.register_script(ASSIGN)
+        self._script = redis.register_script(SESSION_ASSIGN)
 
     async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
         # Keys outlive the timeout a little; the script compares times itself, so an injected clock works.
