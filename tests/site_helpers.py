@@ -5,13 +5,12 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
 import orjson
 
 from app.views.sites import site_id_for
 from storage import sites as site_store
-from storage.db import init_connection
 from storage.workspaces import ensure_workspace
+from tests.conftest import connect
 
 BROWSER_UA = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -35,7 +34,7 @@ async def register_site(database_url: str, workspace: str, domain: str | None = 
     """A site of the workspace, created in the database directly: (site id, domain)."""
     domain = domain or unique_domain()
     site_id = site_id_for(domain)
-    conn = await asyncpg.connect(database_url)
+    conn = await connect(database_url)
     try:
         workspace_id = await ensure_workspace(conn, workspace)
         await site_store.create_site(conn, site_id, workspace_id, domain, secrets.token_hex(16))
@@ -46,14 +45,8 @@ async def register_site(database_url: str, workspace: str, domain: str | None = 
     return site_id, domain
 
 
-async def _connect(database_url: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    return conn
-
-
 async def stored_events(database_url: str, site_id: str) -> list[dict]:
-    conn = await _connect(database_url)
+    conn = await connect(database_url)
     try:
         rows = await conn.fetch("SELECT * FROM events WHERE site_id = $1 ORDER BY ts, id", site_id)
         return [dict(r) for r in rows]
@@ -62,7 +55,7 @@ async def stored_events(database_url: str, site_id: str) -> list[dict]:
 
 
 async def stored_sessions(database_url: str, site_id: str) -> list[dict]:
-    conn = await _connect(database_url)
+    conn = await connect(database_url)
     try:
         rows = await conn.fetch("SELECT * FROM sessions WHERE site_id = $1 ORDER BY started_at, id", site_id)
         return [dict(r) for r in rows]
