@@ -49,16 +49,21 @@ class Message:
 class Actor:
     kind = "actor"
 
-    def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float) -> None:
+    def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float,
+                 max_inflight: int = 1) -> None:
         self.key = key
         self.max_batch = max_batch
         self.capacity = capacity
         self.linger = linger
+        # Flushes allowed in flight at once: while one batch waits for PostgreSQL, the next can be
+        # encoded and sent, so the event loop is not idle on a round trip.
+        self.max_inflight = max_inflight
         self._mail: deque[Message] = deque()
         self.pending = 0
         self._wakeup = asyncio.Event()
+        self._inflight: set[asyncio.Task] = set()
+        self._crash: BaseException | None = None
         self.closing = False
-        self.busy = False
         self.last_active = asyncio.get_running_loop().time()
         # Labelled children resolved once: labels() takes a lock and a dict lookup on every call.
         self._depth = metrics.MAILBOX_DEPTH.labels(self.kind)
@@ -88,33 +93,39 @@ class Actor:
     def after_commit(self, batch: list[Message]) -> None:
         """In-memory bookkeeping once a batch is durable (realtime counters, sessions)."""
 
-    # -- the database connection of a busy streak --------------------------------------------------
+    # -- database connections of a busy streak -----------------------------------------------------
     pool: asyncpg.Pool | None = None  # set by concrete actors that write
-    _conn: asyncpg.Connection | None = None
+    _held: list[asyncpg.Connection] | None = None
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
         """A connection kept across back-to-back flushes, which saves the pool's reset round trip per
-        batch under load. It goes back to the pool when the mailbox runs dry, after a failure, and
-        whenever the pool has no idle connection left, so a busy actor never starves other users."""
-        if self._conn is None:
-            self._conn = await self.pool.acquire()
+        batch under load. Connections go back to the pool when the actor runs dry, after a failure,
+        and whenever the pool has no idle connection left, so a busy actor never starves other users."""
+        if self._held is None:
+            self._held = []
+        conn = self._held.pop() if self._held else await self.pool.acquire()
         try:
-            yield self._conn
+            yield conn
         except BaseException:
-            await self._return_connection()
+            await self.pool.release(conn)
             raise
         if self.pool.get_idle_size() == 0:
-            await self._return_connection()
-
-    async def _return_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
             await self.pool.release(conn)
+        else:
+            self._held.append(conn)
+
+    async def _return_connections(self) -> None:
+        while self._held:
+            await self.pool.release(self._held.pop())
 
     # -- the task ----------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return bool(self._inflight)
+
     def idle(self) -> bool:
-        return not self._mail and not self.busy
+        return not self._mail and not self._inflight
 
     def close(self) -> None:
         """Stop accepting; the task exits once the mailbox is drained."""
@@ -123,31 +134,41 @@ class Actor:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        self._crash = None
         try:
             await self._serve(loop)
         finally:
-            await self._return_connection()
+            # A crash leaves sibling flushes running: let them settle before the restart or the exit.
+            while self._inflight:
+                await asyncio.wait(set(self._inflight))
+            await self._return_connections()
 
     async def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
-            if not self._mail:
-                if self._conn is not None:
-                    await self._return_connection()
-                    continue  # that awaited: mail may have come in, and its wake-up must not be cleared
-                if self.closing:
-                    return
+            if self._crash is not None:
+                raise self._crash
+            if not self._mail or len(self._inflight) >= self.max_inflight:
+                if not self._mail and not self._inflight:
+                    if self._held:
+                        await self._return_connections()
+                        continue  # that awaited: mail may have come in, and its wake-up must not be cleared
+                    if self.closing:
+                        return
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             if self.linger and self.pending < self.max_batch and not self.closing:
                 await asyncio.sleep(self.linger)
-            batch = self._take()
-            self.busy = True
-            try:
-                await self._flush_batch(batch, loop)
-            finally:
-                self.busy = False
-                self.last_active = loop.time()
+            task = loop.create_task(self._flush_batch(self._take(), loop))
+            self._inflight.add(task)
+            task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        self.last_active = task.get_loop().time()
+        if not task.cancelled() and task.exception() is not None and self._crash is None:
+            self._crash = task.exception()
+        self._wakeup.set()
 
     def _take(self) -> list[Message]:
         batch: list[Message] = []

@@ -92,6 +92,7 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
         "max_batch": settings.batch_max,
         "capacity": settings.mailbox_events,
         "linger": settings.batch_linger_ms / 1000,
+        "max_inflight": settings.flushes_in_flight,
     }
 
     def factory(key):

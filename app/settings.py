@@ -32,10 +32,11 @@ class Settings:
     host: str = "0.0.0.0"
     port: int = 8000
     trusted_proxies: tuple[str, ...] = ()
-    # Actor tuning: batch size cap, linger before a flush, mailbox bound (events).
+    # Actor tuning: batch size cap, linger before a flush, mailbox bound (events), flushes at once.
     batch_max: int = 5000
     batch_linger_ms: float = 1.0
     mailbox_events: int = 50000
+    flushes_in_flight: int = 2
     actor_idle_seconds: float = 300.0
     key_cache_seconds: float = 2.0
     pool_max: int = 10
@@ -84,6 +85,7 @@ class Settings:
             batch_max=_int("TALLY_BATCH_MAX", 5000),
             batch_linger_ms=float(_int("TALLY_BATCH_LINGER_US", 1000)) / 1000,
             mailbox_events=_int("TALLY_MAILBOX_EVENTS", 50000),
+            flushes_in_flight=max(1, _int("TALLY_FLUSHES_IN_FLIGHT", 2)),
             pool_max=_int("TALLY_DB_POOL_MAX", 10),
             access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
             report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),

@@ -57,6 +57,39 @@ async def test_crash_mid_batch_loses_no_acknowledged_event(client, make_key, mon
     assert (await _send(client, key, 99)).status == 200  # the restarted actor serves on
 
 
+async def test_flushes_overlap_up_to_the_in_flight_bound(make_client, settings, make_key, monkeypatch,
+                                                      database_url, workspace):
+    client = await make_client(dataclasses.replace(settings, flushes_in_flight=2, batch_linger_ms=0))
+    key = await make_key("write")
+    original = WorkspaceActor.flush
+    gate = asyncio.Event()
+    running, peak = [0], [0]
+
+    async def gated(self, batch):
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        try:
+            await gate.wait()
+            await original(self, batch)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(WorkspaceActor, "flush", gated)
+    tasks = [asyncio.create_task(_send(client, key, i)) for i in range(30)]
+    for _ in range(100):
+        if peak[0] == 2:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # room for a third flush to start, if the bound let it
+    assert peak[0] == 2 and not any(t.done() for t in tasks)  # nothing is acknowledged before its commit
+    gate.set()
+    responses = await asyncio.gather(*tasks)
+    assert [r.status for r in responses] == [200] * 30
+    acked = {(await r.json())["id"] for r in responses}
+    assert acked == await _stored_ids(database_url, await _workspace_id(database_url, workspace))
+    assert peak[0] == 2
+
+
 async def test_store_failure_fails_the_batch_with_500_and_stores_nothing(client, make_key, database_url, workspace):
     key = await make_key("read,write")
     await _send(client, key, 0)
