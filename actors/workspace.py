@@ -54,26 +54,13 @@ class WorkspaceActor(Actor):
                 for user_id, new_traits, at in msg.items:
                     merged, first = traits.get(user_id, ({}, at))
                     traits[user_id] = ({**merged, **new_traits}, first)
-        ts = COL["ts"]
-        await self.partitions.ensure(self.pool, {r[ts] for r in records})
-        async with self.connection() as conn, conn.transaction():
-            kept = await event_store.drop_erased(conn, self.workspace_id, self.env, records)
-            if kept:
-                await event_store.copy_events(conn, kept)
-            await user_store.record_activity(conn, self.workspace_id, self.env, _activity(kept))
-            await user_store.merge_traits(conn, self.workspace_id, self.env, traits)
-
-
-def _activity(records: list[tuple]) -> dict[str, tuple[datetime, datetime, int]]:
-    uid, ts, recv = COL["user_id"], COL["ts"], COL["received_at"]
-    out: dict[str, tuple[datetime, datetime, int]] = {}
-    for r in records:
-        user = r[uid]
-        if user is None:
-            continue
-        seen = out.get(user)
-        if seen is None:
-            out[user] = (r[recv], r[ts], 1)
-        else:
-            out[user] = (min(seen[0], r[recv]), max(seen[1], r[ts]), seen[2] + 1)
-    return out
+        await self.partitions.ensure(self.pool, {r[COL["ts"]] for r in records})
+        async with self.connection() as conn:
+            if not traits:
+                # One statement: the events trigger checks erasures and keeps profiles (migration 0009).
+                await event_store.copy_events(conn, records)
+                return
+            async with conn.transaction():
+                if records:
+                    await event_store.copy_events(conn, records)
+                await user_store.merge_traits(conn, self.workspace_id, self.env, traits)

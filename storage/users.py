@@ -1,19 +1,11 @@
-"""User profiles: per-batch upkeep from events and identify calls, and the profile reads."""
+"""User profiles: traits from identify calls, and the profile reads. Activity upkeep (count, last seen) is
+the events trigger's (migration 0009)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 import asyncpg
-
-UPSERT_ACTIVITY = """
-INSERT INTO user_profiles AS u (workspace_id, env, user_id, created_at, last_seen_at, event_count)
-SELECT $1, $2, t.user_id, t.first_seen, t.last_seen, t.n
-FROM unnest($3::text[], $4::timestamptz[], $5::timestamptz[], $6::bigint[]) AS t(user_id, first_seen, last_seen, n)
-ON CONFLICT (workspace_id, env, user_id) DO UPDATE
-SET event_count = u.event_count + EXCLUDED.event_count,
-    last_seen_at = GREATEST(u.last_seen_at, EXCLUDED.last_seen_at)
-"""
 
 UPSERT_TRAITS = """
 INSERT INTO user_profiles AS u (workspace_id, env, user_id, traits, created_at)
@@ -24,21 +16,6 @@ SET traits = u.traits || EXCLUDED.traits
 """
 
 PROFILE_COLUMNS = "user_id, traits, created_at, last_seen_at, event_count, seq"
-
-
-async def record_activity(
-    conn: asyncpg.Connection, workspace_id: int, env: str,
-    activity: dict[str, tuple[datetime, datetime, int]],
-) -> None:
-    """activity: user_id -> (first received, last event time, count). Sorted so that concurrent
-    flushes lock rows in one order."""
-    if not activity:
-        return
-    users = sorted(activity)
-    await conn.execute(
-        UPSERT_ACTIVITY, workspace_id, env, users,
-        [activity[u][0] for u in users], [activity[u][1] for u in users], [activity[u][2] for u in users],
-    )
 
 
 async def merge_traits(

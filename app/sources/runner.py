@@ -74,22 +74,11 @@ class PageSink:
                     raise SourceGone
                 if status == "paused":
                     raise SourcePaused
-                kept = await event_store.drop_erased(conn, self.workspace_id, self.env, records)
-                if kept:
-                    await event_store.copy_events(conn, kept)
-                await user_store.record_activity(conn, self.workspace_id, self.env, _activity(kept, received))
+                if records:
+                    # The events trigger drops erased users' rows and keeps profiles (migration 0009).
+                    await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
                 await store.advance(conn, self.source_id, batch.cursor, batch.size, LEASE_SECONDS)
-
-
-def _activity(records: list[tuple], received: datetime) -> dict[str, tuple[datetime, datetime, int]]:
-    out: dict[str, tuple[datetime, datetime, int]] = {}
-    for r in records:
-        user, ts = r[5], r[16]
-        if user is not None:
-            _, last, n = out.get(user, (received, ts, 0))
-            out[user] = (received, max(last, ts), n + 1)
-    return out
 
 
 class SourceRunner:
