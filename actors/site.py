@@ -1,5 +1,5 @@
-"""The actor of one site: assigns sessions, COPYs the batch's events and upserts their sessions in one
-transaction, then feeds the realtime window.
+"""The actor of one site: assigns sessions, COPYs the batch's events (the events triggers keep the
+sessions table and the rollups in the same statement), then feeds the realtime window.
 
 Process-wide state that must outlive an idle actor (open sessions, the realtime window, the site
 cache, the clock) lives in SiteRuntime, created once per app.
@@ -25,9 +25,7 @@ from actors.workspace import PartitionCache
 from app.enrich import DailySalt, GeoIP, ip_salt, open_geoip
 from app.settings import Settings
 from storage import events as event_store
-from storage import sessions as session_store
 from storage.events import COL
-from storage.sessions import SessionDelta
 
 log = logging.getLogger("tally.site")
 
@@ -121,9 +119,9 @@ class SiteActor(Actor):
         items: list[SiteItem] = [item for msg in batch for item in msg.items]
         records = await self._with_sessions(items)
         await self.partitions.ensure(self.pool, {r[COL["ts"]] for r in records})
-        async with self.connection() as conn, conn.transaction():
+        async with self.connection() as conn:
+            # One statement: the events triggers keep rollups and sessions (migrations 0004 and 0010).
             await event_store.copy_events(conn, records)
-            await session_store.upsert_sessions(conn, self.site_id, session_deltas(records))
         # Committed: only now may the realtime window show these events.
         await self._publish(records)
 
@@ -153,25 +151,3 @@ class SiteActor(Actor):
         except Exception:
             # The events are stored; a lost realtime update only dims the live view for a minute.
             log.exception("realtime update failed site=%s", self.site_id)
-
-
-def session_deltas(records: list[tuple]) -> list[SessionDelta]:
-    c = COL
-    out: dict[str, SessionDelta] = {}
-    for r in sorted(records, key=lambda r: r[c["ts"]]):
-        ts, path = r[c["ts"]], r[c["path"]]
-        delta = out.get(r[c["session_id"]])
-        if delta is None:
-            delta = out[r[c["session_id"]]] = SessionDelta(r[c["session_id"]], ts, ts, country=r[c["country"]])
-        delta.ended_at = ts
-        delta.events += 1
-        if r[c["name"]] == PAGEVIEW:
-            delta.pageviews += 1
-            if path:
-                delta.entry_path = delta.entry_path or path
-                delta.exit_path = path
-        if delta.referrer is None and r[c["referrer"]]:
-            delta.referrer = r[c["referrer"]]
-        if delta.country is None:
-            delta.country = r[c["country"]]
-    return list(out.values())

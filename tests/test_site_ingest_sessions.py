@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from actors.site import SITE_RUNTIME
+from storage.ids import new_id
+from tests.analytics_support import create_site, insert_events
+from tests.conftest import connect
 from tests.site_helpers import FakeClock, post_event, stored_events, stored_sessions
 
 UA_A = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
@@ -121,3 +124,24 @@ async def test_processes_share_sessions_through_redis(make_client, settings, red
     assert sids[0] == sids[1]
     [row] = await stored_sessions(database_url, site)
     assert (row["pageviews"], row["entry_path"], row["exit_path"]) == (2, "/", "/next")
+
+
+async def test_batches_committed_out_of_order_make_the_same_session(database_url, workspace):
+    """The events trigger merges what each COPY adds, whatever order concurrent flushes commit in."""
+    conn = await connect(database_url)
+    try:
+        site_id, _, workspace_id = await create_site(conn, workspace)
+        sid, t0 = f"s-{site_id}", datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+        early = [(new_id("evt"), "pageview", "/landing", "https://news.example/", "DE", "v", sid, t0, None),
+                 (new_id("evt"), "signup", "/landing", "", None, "v", sid, t0 + timedelta(minutes=1), None)]
+        late = [(new_id("evt"), "pageview", "/pricing", "https://other.example/", "US", "v", sid,
+                 t0 + timedelta(minutes=5), None)]
+        await insert_events(conn, site_id, workspace_id, late)
+        await insert_events(conn, site_id, workspace_id, early)
+        row = await conn.fetchrow("SELECT * FROM sessions WHERE site_id = $1", site_id)
+    finally:
+        await conn.close()
+    assert (row["id"], row["started_at"], row["ended_at"], row["pageviews"], row["events"]) == (
+        sid, t0, t0 + timedelta(minutes=5), 2, 3)
+    assert (row["entry_path"], row["exit_path"], row["referrer"], row["country"]) == (
+        "/landing", "/pricing", "https://news.example/", "DE")
