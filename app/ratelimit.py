@@ -16,6 +16,7 @@ from app.plans import Limits
 from app.redis_scripts import RATE_LIMIT
 
 WINDOWS_MS = (1_000, 60_000)
+_SECOND, _MINUTE = WINDOWS_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,64 +39,61 @@ class Verdict:
 
 
 def _verdict(limits: Limits, estimates: list[float], allowed: bool, now_ms: int) -> Verdict:
-    """Report the window closest to exhaustion; its bucket end is the reset time."""
-    best = None
-    for limit, window, estimate in zip(limits, WINDOWS_MS, estimates, strict=True):
-        used = estimate + (1 if allowed else 0)
-        remaining = max(0, math.floor(limit - used))
-        reset_ms = (now_ms // window + 1) * window
-        ratio = remaining / limit if limit else 0
-        if best is None or ratio < best[0]:
-            best = (ratio, limit, remaining, reset_ms)
-    _, limit, remaining, reset_ms = best
+    """Report the window closest to exhaustion (the second on a tie); its bucket end is the reset time."""
+    used = 1 if allowed else 0
+    per_second, per_minute = limits
+    left_second = max(0, math.floor(per_second - estimates[0] - used))
+    left_minute = max(0, math.floor(per_minute - estimates[1] - used))
+    if (left_minute / per_minute if per_minute else 0) < (left_second / per_second if per_second else 0):
+        limit, remaining, window = per_minute, left_minute, _MINUTE
+    else:
+        limit, remaining, window = per_second, left_second, _SECOND
     retry_after = 0
     if not allowed:
         # A full minute window frees up as its bucket rolls over; a full second window at once.
-        minute, per_minute = WINDOWS_MS[1], limits[1]
         if estimates[1] + 1 > per_minute:
-            retry_after = max(1, math.ceil(((now_ms // minute + 1) * minute - now_ms) / 1000))
+            retry_after = max(1, math.ceil(((now_ms // _MINUTE + 1) * _MINUTE - now_ms) / 1000))
         else:
             retry_after = 1
-    return Verdict(allowed, limit, remaining, math.ceil(reset_ms / 1000), retry_after)
+    return Verdict(allowed, limit, remaining, (now_ms // window + 1) * window // 1000, retry_after)
 
 
 class MemoryLimiter:
     def __init__(self) -> None:
-        # (bucket, window) -> [bucket index, current count, previous count]
-        self._counts: dict[tuple[str, int], list[int]] = {}
+        # bucket -> [second, its count, previous second's count, minute, its count, previous minute's count];
+        # one flat list per bucket because this runs on every keyed request.
+        self._counts: dict[str, list[int]] = {}
         self._last_sweep = 0
 
     async def hit(self, bucket: str, limits: Limits) -> Verdict:
         now_ms = int(time.time() * 1000)
-        self._sweep(now_ms)
-        estimates = []
-        slots = []
-        for window in WINDOWS_MS:
-            idx = now_ms // window
-            slot = self._counts.get((bucket, window))
-            if slot is None:
-                slot = self._counts[(bucket, window)] = [idx, 0, 0]
-            elif slot[0] != idx:
-                slot[2] = slot[1] if slot[0] == idx - 1 else 0
-                slot[1] = 0
-                slot[0] = idx
-            elapsed = now_ms - idx * window
-            estimates.append(slot[2] * (window - elapsed) / window + slot[1])
-            slots.append(slot)
-        allowed = all(e + 1 <= lim for e, lim in zip(estimates, limits, strict=True))
+        if now_ms - self._last_sweep >= 60_000:
+            self._sweep(now_ms)
+        second, minute = now_ms // _SECOND, now_ms // _MINUTE
+        slot = self._counts.get(bucket)
+        if slot is None:
+            slot = self._counts[bucket] = [second, 0, 0, minute, 0, 0]
+        if slot[0] != second:
+            slot[2] = slot[1] if slot[0] == second - 1 else 0
+            slot[0], slot[1] = second, 0
+        if slot[3] != minute:
+            slot[5] = slot[4] if slot[3] == minute - 1 else 0
+            slot[3], slot[4] = minute, 0
+        per_second = slot[2] * (_SECOND - (now_ms - second * _SECOND)) / _SECOND + slot[1]
+        per_minute = slot[5] * (_MINUTE - (now_ms - minute * _MINUTE)) / _MINUTE + slot[4]
+        allowed = per_second + 1 <= limits[0] and per_minute + 1 <= limits[1]
         if allowed:
-            for slot in slots:
-                slot[1] += 1
-        return _verdict(limits, estimates, allowed, now_ms)
+            slot[1] += 1
+            slot[4] += 1
+        return _verdict(limits, [per_second, per_minute], allowed, now_ms)
 
     def _sweep(self, now_ms: int) -> None:
         """Forget buckets idle for two minutes, so per-IP entries cannot pile up."""
-        if now_ms - self._last_sweep < 60_000:
-            return
         self._last_sweep = now_ms
-        stale = [k for k, slot in self._counts.items() if now_ms // k[1] - slot[0] > 2]
-        for key in stale:
-            del self._counts[key]
+        minute = now_ms // _MINUTE
+        stale = [bucket for bucket, slot in self._counts.items() if minute - slot[3] > 2]
+        for bucket in stale:
+            del self._counts[bucket]
 
 
 class RedisLimiter:

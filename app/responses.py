@@ -24,7 +24,9 @@ def iso_ms(value: datetime | None) -> str | None:
     """ISO 8601 in UTC with milliseconds and a Z suffix."""
     if value is None:
         return None
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="milliseconds")[:-6] + "Z"  # drop "+00:00"
 
 
 class ApiError(Exception):
