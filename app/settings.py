@@ -34,9 +34,9 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     # Actor tuning: batch size cap, linger before a flush, mailbox bound (events), flushes at once.
     batch_max: int = 5000
-    batch_linger_ms: float = 1.0
+    batch_linger_ms: float = 0.0
     mailbox_events: int = 50000
-    flushes_in_flight: int = 2
+    flushes_in_flight: int = 3
     actor_idle_seconds: float = 300.0
     key_cache_seconds: float = 2.0
     pool_max: int = 10
@@ -83,9 +83,9 @@ class Settings:
             port=_int("PORT", 8000),
             trusted_proxies=proxies,
             batch_max=_int("TALLY_BATCH_MAX", 5000),
-            batch_linger_ms=float(_int("TALLY_BATCH_LINGER_US", 1000)) / 1000,
+            batch_linger_ms=float(_int("TALLY_BATCH_LINGER_US", 0)) / 1000,
             mailbox_events=_int("TALLY_MAILBOX_EVENTS", 50000),
-            flushes_in_flight=max(1, _int("TALLY_FLUSHES_IN_FLIGHT", 2)),
+            flushes_in_flight=max(1, _int("TALLY_FLUSHES_IN_FLIGHT", 3)),
             pool_max=_int("TALLY_DB_POOL_MAX", 10),
             access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
             report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),
