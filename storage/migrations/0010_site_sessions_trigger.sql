@@ -9,6 +9,10 @@
 CREATE FUNCTION tally_site_sessions() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- Keyed batches leave here: an INSERT of no rows would still fire the sessions statement triggers.
+    IF NOT EXISTS (SELECT 1 FROM new_events WHERE site_id IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO sessions AS s (site_id, id, started_at, ended_at, pageviews, events, entry_path, exit_path,
                                referrer, country)
     SELECT n.site_id, n.session_id, min(n.ts), max(n.ts),
