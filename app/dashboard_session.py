@@ -11,8 +11,8 @@ import secrets
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp_session import get_session
-from aiohttp_session import setup as setup_sessions
+from aiohttp.typedefs import Handler
+from aiohttp_session import get_session, session_middleware
 from aiohttp_session.cookie_storage import EncryptedCookieStorage
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -22,6 +22,7 @@ from app.responses import SiteError
 from app.settings import Settings
 
 COOKIE = "tally_session"
+SESSIONLESS_PREFIXES = ("/v1/", "/api/service/")
 MAX_AGE = 30 * 24 * 3600
 _hasher = PasswordHasher()
 
@@ -51,7 +52,17 @@ def install(app: web.Application, settings: Settings, redis: Redis | None) -> No
     else:
         key = hashlib.sha256(b"tally-session:" + settings.secret.encode()).digest()
         storage = EncryptedCookieStorage(key, **cookie)
-    setup_sessions(app, storage)
+    sessions = session_middleware(storage)
+
+    @web.middleware
+    async def dashboard_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # The keyed API and the tracker's ingestion never read a dashboard session: skip the session
+        # layer on those hot paths.
+        if request.path.startswith(SESSIONLESS_PREFIXES):
+            return await handler(request)
+        return await sessions(request, handler)
+
+    app.middlewares.append(dashboard_sessions)
 
 
 @dataclass(frozen=True, slots=True)
