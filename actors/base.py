@@ -56,7 +56,7 @@ class Actor:
         self.capacity = capacity
         self.linger = linger
         # Flushes allowed in flight at once: while one batch waits for PostgreSQL, the next can be
-        # encoded and sent, so the event loop is not idle on a round trip.
+        # encoded and sent.
         self.max_inflight = max_inflight
         self._mail: deque[Message] = deque()
         self.pending = 0
@@ -120,10 +120,6 @@ class Actor:
             await self.pool.release(self._held.pop())
 
     # -- the task ----------------------------------------------------------------------------------
-    @property
-    def busy(self) -> bool:
-        return bool(self._inflight)
-
     def idle(self) -> bool:
         return not self._mail and not self._inflight
 
