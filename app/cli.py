@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -30,10 +31,23 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     setup_logging()
     uvloop.install()
     logging_args = {"access_log_class": AccessLogger} if settings.access_log else {"access_log": None}
+    app = init_app(settings)
+    app.on_startup.append(_tune_gc)  # after the cleanup contexts: pools, actors and caches exist by then
     web.run_app(
-        init_app(settings), host=args.host or settings.host, port=args.port or settings.port,
+        app, host=args.host or settings.host, port=args.port or settings.port,
         shutdown_timeout=30, print=None, **logging_args,
     )
+
+
+async def _tune_gc(app: object) -> None:
+    """Garbage-collector settings for a long-running server. Everything made while starting lives as long as
+    the process, so it is frozen out of the collector's reach: a full collection then scans only what requests
+    made (it took 50-80 ms here, stalling every in-flight request). The first generation is collected after
+    10,000 net allocations instead of 700: under load the objects of 64 in-flight requests alone passed 700,
+    and each of those collections walked them all again, about 3% of the CPU."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000)
 
 
 async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[int]]) -> int:
