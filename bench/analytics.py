@@ -242,7 +242,7 @@ async def main() -> None:
         await conn.close()
         print(f"\n{args.events:,} site events; storage rows: {args.runs} runs with rollups, {args.raw_runs} raw\n")
         print(table(results))
-        print(f"\nCOPY of 50,000 more site events: {with_trigger:.2f}s with the rollup trigger, "
+        print(f"\nCOPY of 50,000 more site events: {with_trigger:.2f}s with the site triggers, "
               f"{without:.2f}s without ({with_trigger / without:.1f}x)")
     finally:
         if created and not args.keep:
