@@ -24,14 +24,19 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    DELETE FROM events e
-    USING new_events n
-    WHERE n.site_id IS NULL AND n.user_id IS NOT NULL
-      AND EXISTS (SELECT 1 FROM erasures x
-                  WHERE x.workspace_id = n.workspace_id AND x.env = n.env AND x.user_id = n.user_id
-                    AND x.erased_at >= n.received_at)
-      AND e.workspace_id = n.workspace_id AND e.env = n.env AND e.user_id = n.user_id
-      AND e.ts = n.ts AND e.id = n.id;
+    -- The probe first: a DELETE across the partitions costs ~0.3 ms per batch even when it finds nothing.
+    IF EXISTS (SELECT 1 FROM new_events n JOIN erasures x
+                 ON x.workspace_id = n.workspace_id AND x.env = n.env AND x.user_id = n.user_id
+                WHERE n.site_id IS NULL AND x.erased_at >= n.received_at) THEN
+        DELETE FROM events e
+        USING new_events n
+        WHERE n.site_id IS NULL AND n.user_id IS NOT NULL
+          AND EXISTS (SELECT 1 FROM erasures x
+                      WHERE x.workspace_id = n.workspace_id AND x.env = n.env AND x.user_id = n.user_id
+                        AND x.erased_at >= n.received_at)
+          AND e.workspace_id = n.workspace_id AND e.env = n.env AND e.user_id = n.user_id
+          AND e.ts = n.ts AND e.id = n.id;
+    END IF;
 
     -- Sorted, so that concurrent flushes lock profile rows in one order.
     INSERT INTO user_profiles AS u (workspace_id, env, user_id, created_at, last_seen_at, event_count)
