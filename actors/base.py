@@ -46,8 +46,18 @@ class Message:
         self.size = len(self.items)
 
 
+# A batch split off a wave holds at least this many requests: tiny flushes cost more than they overlap.
+MIN_SPLIT_REQUESTS = 16
+
+
 class Actor:
     kind = "actor"
+    # Clients that wait for each answer before sending again (an SDK with a fixed set of connections)
+    # turn one batch of everything waiting into a convoy: all answered at once, all back at once, and
+    # the process idles through every flush. Splitting the waiting requests over one batch more than
+    # there are flush slots keeps one batch back, so the loop has requests to parse while the others
+    # commit. Requests, not events, are split: a few large batch requests still go out as one COPY.
+    split_batches = False
 
     def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float,
                  max_inflight: int = 1) -> None:
@@ -167,9 +177,13 @@ class Actor:
         self._wakeup.set()
 
     def _take(self) -> list[Message]:
+        requests = len(self._mail)
+        if self.split_batches:
+            requests = max(MIN_SPLIT_REQUESTS, requests // (self.max_inflight + 1))
         batch: list[Message] = []
         taken = 0
-        while self._mail and (not batch or taken + self._mail[0].size <= self.max_batch):
+        while self._mail and (not batch or (len(batch) < requests
+                                            and taken + self._mail[0].size <= self.max_batch)):
             msg = self._mail.popleft()
             batch.append(msg)
             taken += msg.size

@@ -36,6 +36,7 @@ class PartitionCache:
 
 class WorkspaceActor(Actor):
     kind = "workspace"
+    split_batches = True  # keyed clients are mostly server SDKs waiting on each answer (see Actor)
 
     def __init__(self, key: tuple[str, int, str], pool: asyncpg.Pool, partitions: PartitionCache,
                  **tuning) -> None:

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from actors.base import Overloaded
+from actors.base import Actor, Overloaded
 from actors.supervisor import Supervisor
 from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
 from app import metrics
@@ -166,3 +166,37 @@ async def test_close_drains_every_mailbox_before_returning(pool, client, make_ke
     assert {r[0] for r in records} <= await _stored_ids(database_url, workspace_id)
     with pytest.raises(Overloaded):
         supervisor.actor(("ws", workspace_id, "test"))
+
+
+class _GatedActor(Actor):
+    """Records batch sizes; each flush waits for the gate, as a flush waits for PostgreSQL."""
+
+    def __init__(self, split: bool) -> None:
+        super().__init__("gated", max_batch=5000, capacity=10_000, linger=0, max_inflight=3)
+        self.split_batches = split
+        self.gate = asyncio.Event()
+        self.sizes: list[int] = []
+
+    async def flush(self, batch):
+        self.sizes.append(sum(m.size for m in batch))
+        await self.gate.wait()
+
+
+@pytest.mark.parametrize(("split", "requests", "events_each", "first_wave"), [
+    (True, 64, 1, [16, 16, 16]),  # 16 requests stay back for the first free slot
+    (False, 64, 1, [64]),
+    (True, 10, 500, [5000]),  # few large requests are not split
+])
+async def test_a_wave_of_waiting_requests_is_split_over_one_batch_more_than_the_flush_slots(
+        split, requests, events_each, first_wave):
+    actor = _GatedActor(split)
+    futures = [actor.submit("e", [i] * events_each) for i in range(requests)]
+    runner = asyncio.create_task(actor.run())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    total = requests * events_each
+    assert actor.sizes == first_wave and actor.pending == total - sum(first_wave)
+    actor.gate.set()
+    actor.close()
+    await asyncio.wait_for(runner, 5)
+    assert sum(actor.sizes) == total and all(f.done() and f.exception() is None for f in futures)
