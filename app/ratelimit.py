@@ -6,6 +6,7 @@ process shares the allowance.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -97,17 +98,45 @@ class MemoryLimiter:
 
 
 class RedisLimiter:
+    """Hits made during one event-loop turn go to Redis together, as one call of the script: under load a
+    turn holds dozens of keyed requests, and a redis-py command with its round trip costs more than the
+    rest of such a request (one call per hit halved the rate of POST /v1/events)."""
+
     def __init__(self, redis: Redis) -> None:
         self._script = redis.register_script(RATE_LIMIT)
+        self._waiting: list[tuple[str, Limits, asyncio.Future[Verdict]]] = []
+        self._sending: set[asyncio.Task] = set()
 
     async def hit(self, bucket: str, limits: Limits) -> Verdict:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Verdict] = loop.create_future()
+        self._waiting.append((bucket, limits, future))
+        if len(self._waiting) == 1:
+            # A task starts on the next turn, once every request of this one has added its hit.
+            task = loop.create_task(self._send())
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+        return await future
+
+    async def _send(self) -> None:
+        hits, self._waiting = self._waiting, []
         now_ms = int(time.time() * 1000)
         keys: list[str] = []
-        args: list[int] = [len(WINDOWS_MS)]
-        for limit, window in zip(limits, WINDOWS_MS, strict=True):
-            idx = now_ms // window
-            keys += [f"tally:rl:{bucket}:{window}:{idx}", f"tally:rl:{bucket}:{window}:{idx - 1}"]
-            args += [limit, window, now_ms - idx * window]
-        reply = await self._script(keys=keys, args=args)
-        estimates = [float(x) for x in reply[:-1]]
-        return _verdict(limits, estimates, bool(int(reply[-1])), now_ms)
+        args: list[int] = [len(hits), len(WINDOWS_MS)]
+        for bucket, limits, _ in hits:
+            for limit, window in zip(limits, WINDOWS_MS, strict=True):
+                idx = now_ms // window
+                keys += [f"tally:rl:{bucket}:{window}:{idx}", f"tally:rl:{bucket}:{window}:{idx - 1}"]
+                args += [limit, window, now_ms - idx * window]
+        try:
+            reply = await self._script(keys=keys, args=args)
+        except Exception as exc:  # every waiting request fails as its own call would have
+            for _, _, future in hits:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        per_hit = len(WINDOWS_MS) + 1
+        for i, (_, limits, future) in enumerate(hits):
+            if not future.done():  # its request may have gone away meanwhile
+                part = reply[i * per_hit:(i + 1) * per_hit]
+                future.set_result(_verdict(limits, [float(x) for x in part[:-1]], bool(int(part[-1])), now_ms))

@@ -1,34 +1,37 @@
 """Redis Lua scripts, kept together. Each runs atomically on the server."""
 
-# Sliding-window rate limit over several windows at once.
-# KEYS: for each window, the current bucket key then the previous bucket key.
-# ARGV: n windows, then per window: limit, window length ms, elapsed ms in the current bucket.
-# Returns per window the estimated count before this request, then 1 if allowed else 0.
-# Consumes from every window only when all allow it.
+# Sliding-window rate limit for a run of hits (the keyed requests of one event-loop turn), each over
+# several windows at once. Hits apply in order, so a later hit on the same bucket sees the earlier ones.
+# KEYS: per hit, per window: the current bucket key then the previous bucket key.
+# ARGV: hits, windows per hit, then per hit per window: limit, window length ms, elapsed ms in the bucket.
+# Returns per hit: the estimated count of each window before it, then 1 if allowed else 0.
+# A hit consumes from every window only when all allow it.
 RATE_LIMIT = """
-local n = tonumber(ARGV[1])
-local estimates = {}
-local allowed = 1
-for i = 1, n do
-  local limit = tonumber(ARGV[2 + (i - 1) * 3])
-  local window = tonumber(ARGV[3 + (i - 1) * 3])
-  local elapsed = tonumber(ARGV[4 + (i - 1) * 3])
-  local cur = tonumber(redis.call('GET', KEYS[(i - 1) * 2 + 1]) or '0')
-  local prev = tonumber(redis.call('GET', KEYS[(i - 1) * 2 + 2]) or '0')
-  local estimate = prev * (window - elapsed) / window + cur
-  estimates[i] = tostring(estimate)
-  if estimate + 1 > limit then allowed = 0 end
-end
-if allowed == 1 then
+local hits, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+for h = 0, hits - 1 do
+  local allowed = 1
   for i = 1, n do
-    local window = tonumber(ARGV[3 + (i - 1) * 3])
-    local key = KEYS[(i - 1) * 2 + 1]
-    redis.call('INCR', key)
-    redis.call('PEXPIRE', key, window * 2)
+    local slot = h * n + i - 1
+    local limit = tonumber(ARGV[3 + slot * 3])
+    local window = tonumber(ARGV[4 + slot * 3])
+    local elapsed = tonumber(ARGV[5 + slot * 3])
+    local cur = tonumber(redis.call('GET', KEYS[slot * 2 + 1]) or '0')
+    local prev = tonumber(redis.call('GET', KEYS[slot * 2 + 2]) or '0')
+    local estimate = prev * (window - elapsed) / window + cur
+    out[#out + 1] = tostring(estimate)
+    if estimate + 1 > limit then allowed = 0 end
   end
+  if allowed == 1 then
+    for i = 1, n do
+      local slot = h * n + i - 1
+      redis.call('INCR', KEYS[slot * 2 + 1])
+      redis.call('PEXPIRE', KEYS[slot * 2 + 1], tonumber(ARGV[4 + slot * 3]) * 2)
+    end
+  end
+  out[#out + 1] = allowed
 end
-estimates[n + 1] = allowed
-return estimates
+return out
 """
 
 # Open visitor sessions (actors/sessions.py).

@@ -1,10 +1,14 @@
 """Per-key rolling-window limits: plans, custom enterprise limits, 429, Redis shared across processes."""
 
+import asyncio
 import dataclasses
+import secrets
 
 import pytest
+from redis.asyncio import Redis
 
 from app.plans import limits_for, parse_limit
+from app.ratelimit import RedisLimiter
 from storage import workspaces as store
 from tests.conftest import bearer, connect
 
@@ -80,3 +84,35 @@ async def test_redis_limits_are_shared_between_processes(make_client, settings, 
         statuses.append((await target.post("/v1/events", headers=bearer(key),
                                            json={"event": "e", "user_id": "u"})).status)
     assert statuses.count(200) == 4 and statuses[-2:] == [429, 429]
+
+
+async def test_redis_limiter_answers_one_turns_hits_with_one_script_call_in_order(redis_url):
+    redis = Redis.from_url(redis_url)
+    limiter = RedisLimiter(redis)
+    calls, script = [], limiter._script
+
+    async def counted(**kwargs):
+        calls.append(kwargs)
+        return await script(**kwargs)
+
+    limiter._script = counted
+    bucket = f"test:{secrets.token_hex(4)}"
+    try:
+        verdicts = await asyncio.gather(*[limiter.hit(bucket, (3, 100)) for _ in range(5)])
+        assert [v.allowed for v in verdicts] == [True, True, True, False, False]
+        assert [v.remaining for v in verdicts] == [2, 1, 0, 0, 0]
+        assert len(calls) == 1
+        assert (await limiter.hit(bucket, (3, 100))).allowed is False  # the next turn sees them all
+    finally:
+        await redis.aclose()
+
+
+async def test_redis_limiter_fails_every_waiting_hit_when_redis_is_down():
+    redis = Redis.from_url("redis://127.0.0.1:1", socket_connect_timeout=1)
+    limiter = RedisLimiter(redis)
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*[limiter.hit(f"b{i}", (3, 100)) for i in range(3)], return_exceptions=True), 10)
+        assert all(isinstance(r, Exception) for r in results)
+    finally:
+        await redis.aclose()
