@@ -45,7 +45,9 @@ def summary(events: int, pageviews: int, pages: Counter, visitors: int, recent: 
         "activeVisitors": visitors,
         "pageviewsPerMinute": round(pageviews * per_minute, 2),
         "eventsPerMinute": round(events * per_minute, 2),
-        "topActivePages": [{"key": k, "count": c} for k, c in pages.most_common(TOP_PAGES)],
+        # Ties by path, so memory and Redis (whose hashes have no order) answer alike.
+        "topActivePages": [{"key": k, "count": c}
+                           for k, c in sorted(pages.items(), key=lambda kc: (-kc[1], kc[0]))[:TOP_PAGES]],
         "recentEvents": [e.public() for e in recent],
     }
 
@@ -119,24 +121,32 @@ class RedisRealtime:
         self._sum = redis.register_script(REALTIME_SUM)
 
     async def record(self, site_id: str, events: list[LiveEvent]) -> None:
+        # Counted here first, so a batch costs a few commands rather than several per event.
         ttl = MAX_WINDOW + 120
-        newest = max(e.at_ms for e in events)
+        counts: Counter[tuple[str, str]] = Counter()  # (bucket key, field)
+        last_seen: dict[str, int] = {}
+        for e in events:
+            bucket = _key(site_id, f"b:{e.at_ms // 1000}")
+            counts[bucket, "e"] += 1
+            if e.name == PAGEVIEW:
+                counts[bucket, "pv"] += 1
+                if e.path:
+                    counts[bucket, "p:" + e.path] += 1
+            last_seen[e.session_id] = max(e.at_ms, last_seen.get(e.session_id, 0))
+        newest = max(last_seen.values())
+        sessions, recent = _key(site_id, "sessions"), _key(site_id, "recent")
         async with self._redis.pipeline(transaction=False) as pipe:
-            for e in events:
-                bucket = _key(site_id, f"b:{e.at_ms // 1000}")
-                pipe.hincrby(bucket, "e", 1)
-                if e.name == PAGEVIEW:
-                    pipe.hincrby(bucket, "pv", 1)
-                    if e.path:
-                        pipe.hincrby(bucket, "p:" + e.path, 1)
+            for (bucket, field), n in counts.items():
+                pipe.hincrby(bucket, field, n)
+            for bucket in {bucket for bucket, _ in counts}:
                 pipe.expire(bucket, ttl)
-                pipe.zadd(_key(site_id, "sessions"), {e.session_id: e.at_ms}, gt=True)
-                pipe.lpush(_key(site_id, "recent"), orjson.dumps(
-                    [e.id, e.name, e.path, e.country, e.session_id, e.at_ms]))
-            pipe.ltrim(_key(site_id, "recent"), 0, RECENT - 1)
-            pipe.zremrangebyscore(_key(site_id, "sessions"), "-inf", newest - MAX_WINDOW * 1000)
-            pipe.expire(_key(site_id, "sessions"), ttl)
-            pipe.expire(_key(site_id, "recent"), ttl)
+            pipe.zadd(sessions, last_seen, gt=True)
+            pipe.lpush(recent, *(orjson.dumps([e.id, e.name, e.path, e.country, e.session_id, e.at_ms])
+                                 for e in events[-RECENT:]))
+            pipe.ltrim(recent, 0, RECENT - 1)
+            pipe.zremrangebyscore(sessions, "-inf", newest - MAX_WINDOW * 1000)
+            pipe.expire(sessions, ttl)
+            pipe.expire(recent, ttl)
             await pipe.execute()
 
     async def snapshot(self, site_id: str, now_ms: int, window: int) -> dict:

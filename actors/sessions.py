@@ -60,13 +60,15 @@ class RedisSessions:
         self._script = redis.register_script(SESSION_ASSIGN)
 
     async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
+        if not visits:
+            return []
         # Keys outlive the timeout a little; the script compares times itself, so an injected clock works.
         ttl = self.timeout_ms + 5 * 60 * 1000
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for visitor, at in visits:
-                await self._script(keys=[f"tally:visit:{site_id}:{visitor}"],
-                                   args=[at, self.timeout_ms, new_session_id(), ttl], client=pipe)
-            replies = await pipe.execute()
+        keys = [f"tally:visit:{site_id}:{visitor}" for visitor, _ in visits]
+        args: list[int | str] = [self.timeout_ms, ttl]
+        for _, at in visits:
+            args += [at, new_session_id()]
+        replies = await self._script(keys=keys, args=args)
         return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
 
 

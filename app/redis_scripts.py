@@ -34,23 +34,32 @@ end
 return out
 """
 
-# Open visitor sessions (actors/sessions.py).
-# KEYS[1]: the visitor's key. ARGV: event time ms, timeout ms, candidate id, key TTL ms.
-# Continues the open session (moving its last-seen time forward) or opens the candidate one.
+# Open visitor sessions (actors/sessions.py), for a whole batch of visits in one call.
+# KEYS: the visitor key of each visit, in order. ARGV: timeout ms, key TTL ms, then per visit: event time
+# ms, candidate id. Continues each visitor's open session (moving its last-seen time forward) or opens the
+# candidate one; a later visit of the same visitor sees the earlier ones. Returns the session ids in order.
 SESSION_ASSIGN = """
-local now = tonumber(ARGV[1])
-local v = redis.call('GET', KEYS[1])
-if v then
-  local sep = string.find(v, '|', 1, true)
-  local sid = string.sub(v, 1, sep - 1)
-  local last = tonumber(string.sub(v, sep + 1))
-  if now - last <= tonumber(ARGV[2]) then
-    if now > last then redis.call('SET', KEYS[1], sid .. '|' .. now, 'PX', ARGV[4]) end
-    return sid
+local timeout, ttl = tonumber(ARGV[1]), ARGV[2]
+local out = {}
+for i = 1, #KEYS do
+  local now = tonumber(ARGV[1 + i * 2])
+  local sid = nil
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local sep = string.find(v, '|', 1, true)
+    local last = tonumber(string.sub(v, sep + 1))
+    if now - last <= timeout then
+      sid = string.sub(v, 1, sep - 1)
+      if now > last then redis.call('SET', KEYS[i], sid .. '|' .. now, 'PX', ttl) end
+    end
   end
+  if not sid then
+    sid = ARGV[2 + i * 2]
+    redis.call('SET', KEYS[i], sid .. '|' .. now, 'PX', ttl)
+  end
+  out[i] = sid
 end
-redis.call('SET', KEYS[1], ARGV[3] .. '|' .. now, 'PX', ARGV[4])
-return ARGV[3]
+return out
 """
 
 # Realtime window (actors/realtime.py): sum the per-second buckets server-side, one round trip instead of

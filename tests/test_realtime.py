@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from datetime import timedelta
 
 import asyncpg
 import pytest
+from redis.asyncio import Redis
 
+from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
 from actors.site import SITE_RUNTIME
 from tests.site_helpers import FakeClock, post_event, register_site
 
@@ -125,3 +128,20 @@ async def test_processes_share_the_window_through_redis(make_client, settings, r
     await post_event(second, {"s": site, "n": "pageview", "p": "/x", "sid": "b"})
     live = await realtime(second, site)
     assert live["activeVisitors"] == 2 and live["topActivePages"] == [{"key": "/x", "count": 2}]
+
+
+async def test_redis_window_reads_the_same_as_the_memory_window_for_one_batch(redis_url):
+    redis = Redis.from_url(redis_url)
+    site, t = f"site_{secrets.token_hex(4)}", 1_700_000_000_000
+    batch = [LiveEvent(f"evt_{i}", "pageview" if i % 3 else "signup", f"/p{i % 4}" if i % 5 else None, "DE",
+                       f"ses_{i % 7}", t + i * 150) for i in range(40)]
+    try:
+        memory, shared = MemoryRealtime(), RedisRealtime(redis)
+        await memory.record(site, batch)
+        await shared.record(site, batch)
+        for window in (3, 60):
+            expected = await memory.snapshot(site, t + 6000, window)
+            assert await shared.snapshot(site, t + 6000, window) == expected
+        assert expected["activeVisitors"] == 7 and len(expected["recentEvents"]) == 20
+    finally:
+        await redis.aclose()

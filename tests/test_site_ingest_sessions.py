@@ -7,7 +7,9 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from redis.asyncio import Redis
 
+from actors.sessions import make_sessions
 from actors.site import SITE_RUNTIME
 from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events
@@ -145,3 +147,18 @@ async def test_batches_committed_out_of_order_make_the_same_session(database_url
         sid, t0, t0 + timedelta(minutes=5), 2, 3)
     assert (row["entry_path"], row["exit_path"], row["referrer"], row["country"]) == (
         "/landing", "/pricing", "https://news.example/", "DE")
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_one_batch_with_repeat_visits_assigns_as_visit_by_visit(kind, redis_url):
+    redis = Redis.from_url(redis_url) if kind == "redis" else None
+    sessions = make_sessions(redis)
+    site, t, idle = f"site_{secrets.token_hex(4)}", 1_700_000_000_000, 30 * 60 * 1000
+    try:
+        ids = await sessions.assign(site, [("a", t), ("a", t + 1000), ("b", t + 2000), ("a", t + 1000 + idle + 1)])
+        assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
+        # The next batch continues the session the last one left open.
+        assert await sessions.assign(site, [("a", t + 1000 + idle + 2), ("b", t + 3000)]) == [ids[3], ids[2]]
+    finally:
+        if redis is not None:
+            await redis.aclose()
