@@ -1,6 +1,6 @@
 """Ingestion benchmark: durable Tally ingestion beside a hello-world server and raw COPY, one run.
 
-    .venv/bin/python bench/ingest.py [--duration 10] [--connections 64] [--rounds 3]
+    .venv/bin/python bench/ingest.py [--duration 10] [--connections 64] [--rounds 3] [--redis URL]
 
 Needs wrk (apt-get install wrk) and a PostgreSQL server (BENCH_PG, default the local one). Creates and
 drops its own database. Keys run on an enterprise plan with limits far above the load, and the site
@@ -172,6 +172,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3,
                         help="hello-world / single-event / site rounds, interleaved (the machine drifts)")
+    parser.add_argument("--redis", default="", metavar="URL",
+                        help="run Tally with this REDIS_URL (shared limits, sessions, realtime)")
     args = parser.parse_args()
 
     name = f"tally_bench_{secrets.token_hex(4)}"
@@ -187,7 +189,7 @@ def main() -> None:
         procs.append(hello)
         # All load comes from one loopback address: the per-IP and per-site drop limits would otherwise
         # turn the site endpoint's numbers into a measurement of silent drops.
-        env = {"DATABASE_URL": dsn, "TALLY_ACCESS_LOG": "0", "TALLY_ENV": "development", "REDIS_URL": "",
+        env = {"DATABASE_URL": dsn, "TALLY_ACCESS_LOG": "0", "TALLY_ENV": "development", "REDIS_URL": args.redis,
                "TALLY_IP_EVENTS_PER_MIN": "0", "TALLY_SITE_EVENTS_PER_MIN": "0"}
         tally = start([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(tally_port)],
                       env, tally_port)
@@ -231,7 +233,8 @@ def main() -> None:
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     print(f"\nwrk -t2 -c{args.connections} -d{args.duration}s on loopback, {os.cpu_count()} cores; "
-          f"single-event and site bodies ~100 B, batch body 500 events\n")
+          f"single-event and site bodies ~100 B, batch body 500 events; "
+          f"state {'in Redis' if args.redis else 'in process'}\n")
     print("per round: hello-world req/s, then each durable endpoint's req/s and p99 ms, and its share of that round's "
           "hello-world rate")
     for i, (h, one, s) in enumerate(zip(rounds["hello"], rounds["single"], rounds["site"], strict=True), 1):
