@@ -130,6 +130,10 @@ class RedisLimiter:
                 args += [limit, window, now_ms - idx * window]
         try:
             reply = await self._script(keys=keys, args=args)
+        except asyncio.CancelledError:  # shutting down: no request may wait for an answer forever
+            for _, _, future in hits:
+                future.cancel()
+            raise
         except Exception as exc:  # every waiting request fails as its own call would have
             for _, _, future in hits:
                 if not future.done():
