@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from app.sources.base import Connector
+from app.sources.bigquery import BigQueryConnector
 from app.sources.hubspot import HubSpotConnector
 from app.sources.sql import MysqlConnector, PostgresConnector, RedshiftConnector
 from app.sources.stripe import StripeConnector
-from app.sources.stubs import BigQueryConnector, SalesforceConnector, SegmentConnector, SnowflakeConnector
+from app.sources.stubs import SalesforceConnector, SegmentConnector, SnowflakeConnector
 
 CONNECTORS: dict[str, type[Connector]] = {
     "postgres": PostgresConnector,

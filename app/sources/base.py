@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -101,6 +102,31 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple | set):
         return [jsonable(v) for v in value]
     return str(value)
+
+
+def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_name: str, cursor: Any,
+                  key: Callable[[str], str] = str) -> Batch:
+    """Rows of a table, query or object as events, by the options model every row-importing connector
+    shares: event_name or event_column, user_id_column (default `user_id`), timestamp_column (default
+    the cursor column, else the import time), and either the `properties` mapping or every other column.
+    `key` turns a column named in options into the row's key (Snowflake folds unquoted names)."""
+    user_col = key(options.user_id_column or "user_id")
+    event_col = key(options.event_column) if options.event_column else None
+    ts_name = options.timestamp_column or options.cursor_column
+    ts_col = key(ts_name) if ts_name else None
+    mapping = {name: key(column) for name, column in (options.properties or {}).items()}
+    now = datetime.now(UTC)
+    events = []
+    for row in rows:
+        name = snake(row.get(event_col)) if event_col else (options.event_name or default_name)
+        user = row.get(user_col)
+        ts = utc(row.get(ts_col)) if ts_col else None
+        if options.properties is not None:
+            props = {prop: jsonable(row.get(column)) for prop, column in mapping.items()}
+        else:
+            props = {k: jsonable(v) for k, v in row.items() if k not in (event_col, user_col)}
+        events.append(Imported(name, None if user is None else str(user), props, ts or now))
+    return Batch(events=events, cursor=cursor)
 
 
 def redact(text: str, secrets: list[str]) -> str:

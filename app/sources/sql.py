@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +18,7 @@ import aiomysql
 import asyncpg
 import pymysql
 
-from app.sources.base import Batch, Connector, Imported, SourceError, jsonable, snake, utc
+from app.sources.base import Batch, Connector, SourceError, rows_to_batch, snake
 from app.sources.schemas import SqlCredentials
 
 PAGE = 1000
@@ -80,7 +80,9 @@ class SqlConnector(Connector):
                 relation = self.relation()
                 # Reading no rows still proves the table/query and the columns named in options exist.
                 columns = [c for c in (self.options.cursor_column, self.options.timestamp_column,
-                                       self.options.event_column, self.options.user_id_column) if c]
+                                       self.options.event_column, self.options.user_id_column,
+                                       *(self.options.properties or {}).values()) if c]
+                columns = list(dict.fromkeys(columns))
                 select = ", ".join(self.ident(c) for c in columns) or "*"
                 sql = f"SELECT {select} FROM {relation} LIMIT 0" if relation else "SELECT 1"
                 async for _ in self.stream(conn, sql, []):
@@ -114,33 +116,27 @@ class SqlConnector(Connector):
                 continue
             cut = len(pending)
             if column:  # keep the trailing run of equal cursor values for the next page
-                last = pending[-1][column]
-                while cut > 0 and pending[cut - 1][column] == last:
+                last = pending[-1][self.key(column)]
+                while cut > 0 and pending[cut - 1][self.key(column)] == last:
                     cut -= 1
                 if cut == 0:
                     continue
             page, pending = pending[:cut], pending[cut:]
-            cursor = encode_value(page[-1][column]) if column else {"done": False}
+            cursor = encode_value(page[-1][self.key(column)]) if column else {"done": False}
             await self.sink.commit(self._batch(page, cursor))
             total += len(page)
-        final = encode_value(pending[-1][column]) if column and pending else (cursor if column else DONE)
+        final = encode_value(pending[-1][self.key(column)]) if column and pending else (cursor if column else DONE)
         await self.sink.commit(self._batch(pending, final))
         return total + len(pending), final
 
+    def key(self, column: str) -> str:
+        """The key of a column named in options in the rows the peer returns."""
+        return column
+
     def _batch(self, rows: list[dict], cursor: Any) -> Batch:
         opts = self.options
-        user_col = opts.user_id_column or "user_id"
-        ts_col = opts.timestamp_column or opts.cursor_column
-        default_name = opts.event_name or (snake(opts.table.split(".")[-1]) if opts.table else "query_row")
-        now = datetime.now(UTC)
-        events = []
-        for row in rows:
-            name = snake(row.get(opts.event_column)) if opts.event_column else default_name
-            user = row.get(user_col)
-            ts = utc(row.get(ts_col)) if ts_col else None
-            props = {k: jsonable(v) for k, v in row.items() if k not in (opts.event_column, user_col)}
-            events.append(Imported(name, None if user is None else str(user), props, ts or now))
-        return Batch(events=events, cursor=cursor)
+        default_name = snake(opts.table.split(".")[-1]) if opts.table else "query_row"
+        return rows_to_batch(rows, opts, default_name=default_name, cursor=cursor, key=self.key)
 
 
 class PostgresConnector(SqlConnector):
