@@ -5,10 +5,11 @@ from __future__ import annotations
 from app.sources.base import Connector
 from app.sources.bigquery import BigQueryConnector
 from app.sources.hubspot import HubSpotConnector
+from app.sources.probe import SegmentConnector
+from app.sources.salesforce import SalesforceConnector
 from app.sources.snowflake import SnowflakeConnector
 from app.sources.sql import MysqlConnector, PostgresConnector, RedshiftConnector
 from app.sources.stripe import StripeConnector
-from app.sources.stubs import SalesforceConnector, SegmentConnector
 
 CONNECTORS: dict[str, type[Connector]] = {
     "postgres": PostgresConnector,

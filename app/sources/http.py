@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from multidict import CIMultiDictProxy
 
 from app.sources.base import SourceError
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: Any
 
 
 class Peer:
@@ -26,17 +35,28 @@ class Peer:
 
     async def call(self, method: str, path: str, *, headers: dict[str, str], params: Any = None,
                    data: Any = None) -> Any:
+        answer = await self.request(method, path, headers=headers, params=params, data=data)
+        if answer.status in (401, 403):
+            raise SourceError(f"{self.label} rejected the credentials (HTTP {answer.status})")
+        if answer.status == 429:
+            raise SourceError(f"{self.label} rate-limited the sync (HTTP 429); it will retry on schedule")
+        if answer.status >= 400:
+            raise SourceError(f"{self.label} answered HTTP {answer.status} to {method} {path}")
+        return answer.body
+
+    async def request(self, method: str, path: str, *, headers: dict[str, str], params: Any = None,
+                      data: Any = None) -> Answer:
+        """One request whatever its status (for connectors that read error bodies and rate-limit headers);
+        the body is JSON when it parses, else None."""
         assert self.session is not None
         url = self.base_url + path
         try:
             async with self.session.request(method, url, headers=headers, params=params, data=data) as resp:
-                if resp.status in (401, 403):
-                    raise SourceError(f"{self.label} rejected the credentials (HTTP {resp.status})")
-                if resp.status == 429:
-                    raise SourceError(f"{self.label} rate-limited the sync (HTTP 429); it will retry on schedule")
-                if resp.status >= 400:
-                    raise SourceError(f"{self.label} answered HTTP {resp.status} to {method} {path}")
-                return await resp.json(content_type=None)
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError:
+                    body = None
+                return Answer(resp.status, resp.headers, body)
         except TimeoutError:
             raise SourceError(f"{self.label} at {self.base_url} did not answer in time") from None
         except (aiohttp.ClientError, OSError) as exc:

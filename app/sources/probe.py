@@ -1,0 +1,32 @@
+"""Segment (not in the spec's list of importing types): credentials are validated and the check, like
+every sync, reaches the Segment API host within the timeout, so an unreachable host ends in `error`
+with a clear reason. A Segment source pulls nothing: Segment's data arrives by push, through the
+Segment HTTP API, so a sync that reaches the host imports no rows."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlparse
+
+from app.sources.base import Connector, SourceError
+
+
+class SegmentConnector(Connector):
+    async def check(self) -> None:
+        """Open (and close) a TCP connection to the API host, or raise a SourceError saying why not."""
+        parsed = urlparse(self.options.base_url or "https://api.segmentapis.com")
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            async with asyncio.timeout(self.timeout):
+                _, writer = await asyncio.open_connection(parsed.hostname, port)
+        except TimeoutError:
+            raise SourceError(f"could not reach Segment at {parsed.hostname}:{port}: timed out") from None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise SourceError(f"could not reach Segment at {parsed.hostname}:{port}: {reason}") from None
+        writer.close()
+
+    async def sync(self, cursor: Any) -> tuple[int, Any]:
+        await self.check()
+        return 0, cursor
