@@ -114,6 +114,11 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
     ({"type": "postgres", "credentials": SQL, "options": {"table": "t", "query": "select 1"}}, "options.query"),
     ({"type": "postgres", "credentials": SQL, "options": {"event_name": "Bad Name"}}, "options.event_name"),
     ({"type": "stripe", "credentials": {"api_key": "sk_test_abcdef"}, "options": {"table": "t"}}, "options.table"),
+    ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"query": "select 1"}}, "options.table"),
+    ({"type": "postgres", "credentials": SQL, "options": {"properties": {"plan": "bad col"}}},
+     "options.properties[...]"),
+    ({"type": "salesforce", "credentials": {"access_token": "tok"}, "options": {"table": "Account"}},
+     "credentials.instance_url"),
 ])
 async def test_validation_names_the_field(client, make_key, body, field):
     key = await make_key("admin,read")

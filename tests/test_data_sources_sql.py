@@ -249,3 +249,17 @@ async def test_mysql_wrong_password_is_error(client, make_key, scratch_mysql):
     })
     body = await wait_status(client, key, created["id"], "error")
     assert "Access denied" in body["status_reason"] and "not-it" not in body["status_reason"]
+
+
+async def test_properties_mapping_picks_and_renames_columns(client, make_key, scratch_pg):
+    database, conn = scratch_pg
+    await add_signups(conn, ("u1", "pro", "2024-03-01T10:00:00Z"))
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, properties={"tier": "plan", "paid": "amount"}))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    [event] = await events(client, key, "signed_up")
+    assert event["properties"] == {"tier": "pro", "paid": 9.5}
+    # A mapped column the table lacks fails the check, naming it.
+    bad = await create(client, key, pg_source(database, properties={"tier": "plan_name"}))
+    body = await wait_status(client, key, bad["id"], "error")
+    assert "plan_name" in body["status_reason"]
