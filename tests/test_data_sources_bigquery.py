@@ -43,8 +43,9 @@ def bq_source(url: str, key: dict, **options) -> dict:
                         "event_name": "signed_up", **options}}
 
 
-async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, monkeypatch):
+async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, monkeypatch, caplog):
     fake, url, key = bq
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setattr("app.sources.bigquery.PAGE", 2)  # several result pages from a handful of rows
     add_signups(fake, (1, "u1", "free", "2024-03-01T10:00:00Z"), (2, "u2", "pro", "2024-03-02T10:00:00Z"),
                 (3, "u1", "pro", "2024-03-03T10:00:00Z"), (4, "u3", "team", "2024-03-03T11:00:00Z"),
@@ -75,6 +76,9 @@ async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, 
     assert last["queryParameters"][0]["parameterType"]["type"] == "TIMESTAMP"
     profile = await (await client.get("/v1/users/u1", headers=bearer(admin))).json()
     assert profile["event_count"] == 2
+    logged = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    assert any(r.name.startswith("urllib3") for r in caplog.records)  # the client's transport logged, at debug
+    assert key["private_key"].splitlines()[1] not in logged and key["private_key_id"] not in logged
 
 
 async def test_bigquery_query_with_properties_mapping(client, make_key, bq):

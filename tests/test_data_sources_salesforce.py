@@ -87,8 +87,9 @@ async def test_standard_object_by_access_token_incremental_on_systemmodstamp(cli
     assert (await sync_now(client, admin, created["id"]))["rows_imported"] == 8  # nothing new, nothing twice
 
 
-async def test_custom_object_by_soql_with_refresh_credentials(client, make_key, salesforce):
+async def test_custom_object_by_soql_with_refresh_credentials(client, make_key, salesforce, caplog):
     fake = salesforce
+    caplog.set_level(logging.DEBUG)
     fake.records["Invoice__c"] = [invoice(1, "2024-03-01T10:00:00.000+0000"),
                                   invoice(2, "2024-03-02T10:00:00.000+0000", status="Draft"),
                                   invoice(3, "2024-03-03T10:00:00.000+0000")]
@@ -111,6 +112,10 @@ async def test_custom_object_by_soql_with_refresh_credentials(client, make_key, 
     fake.records["Invoice__c"].append(invoice(4, "2024-03-04T10:00:00.000+0000"))
     body = await sync_now(client, admin, created["id"])
     assert body["status"] == "active" and len(await events(client, admin, "invoice_paid")) == 3
+    logged = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    assert "POST /services/oauth2/token" in logged  # the fake's access log: the exchange was logged...
+    for secret in (fake.client_secret, fake.refresh_token, fake.access_token):  # ...without the secrets
+        assert secret not in logged
 
 
 async def test_rate_limit_answers_are_honoured(client, make_key, salesforce):

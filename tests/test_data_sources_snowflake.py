@@ -100,8 +100,9 @@ def snow_source(url: str, database: str, password: str = PASSWORD, **options) ->
                         "event_name": "signed_up", **options}}
 
 
-async def test_snowflake_first_sync_then_incremental(client, make_key, warehouse, monkeypatch):
+async def test_snowflake_first_sync_then_incremental(client, make_key, warehouse, monkeypatch, caplog):
     url, database = warehouse
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setattr("app.sources.snowflake.PAGE", 2)
     await add_signups(url, database, (1, "s1", "free", "2024-03-01 10:00:00"), (2, "s2", "pro", "2024-03-02 10:00:00"),
                       (3, "s1", "pro", "2024-03-03 10:00:00"))
@@ -122,6 +123,9 @@ async def test_snowflake_first_sync_then_incremental(client, make_key, warehouse
     assert len(got) == 4 and got[0]["user_id"] == "s3"
     profile = await (await client.get("/v1/users/s1", headers=bearer(admin))).json()
     assert profile["event_count"] == 2
+    logged = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    assert any(r.name.startswith("snowflake.connector") for r in caplog.records)  # its debug lines, captured
+    assert PASSWORD not in logged
 
 
 async def test_snowflake_query_event_column_and_mapping(client, make_key, warehouse):
