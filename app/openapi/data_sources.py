@@ -79,17 +79,25 @@ SCHEMAS = {
                     _creds(["account", "warehouse", "database", "username", "password"], {
                         k: _STR for k in ("account", "warehouse", "database", "username", "password")}),
                     _creds(["api_key"], {"api_key": {"type": "string", "pattern": "^(sk|rk)_(live|test)_"}}),
-                    _creds([], {k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")}),
+                    # salesforce and hubspot (salesforce: instance_url with an access_token); segment
+                    _creds([], {**{k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")},
+                                "instance_url": {"type": "string", "format": "uri"}}),
                 ],
             },
             "options": {
                 "type": "object", "additionalProperties": False,
-                "description": "table or query (SQL types) with an optional cursor_column for incremental sync; "
-                               "event_column or event_name; user_id_column (default user_id); timestamp_column "
-                               "(default cursor_column); base_url overrides the provider's API host.",
-                "properties": {k: {"type": "string"} for k in (
-                    "table", "query", "cursor_column", "timestamp_column", "event_column", "event_name",
-                    "user_id_column", "base_url")},
+                "description": "table or query (SQL types, bigquery, snowflake; salesforce: an object or SOQL) "
+                               "with an optional cursor_column for incremental sync (salesforce: SystemModstamp "
+                               "by default); event_column or event_name; user_id_column (default user_id); "
+                               "timestamp_column (default cursor_column); properties (property name -> column: "
+                               "only these columns, renamed; default every other column); base_url overrides "
+                               "the provider's API (or Salesforce login) host.",
+                "properties": {
+                    **{k: {"type": "string"} for k in (
+                        "table", "query", "cursor_column", "timestamp_column", "event_column", "event_name",
+                        "user_id_column", "base_url")},
+                    "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
             },
             "schedule": ref("DataSourceSchedule"),
         },
