@@ -132,7 +132,8 @@ async def test_snowflake_query_event_column_and_mapping(client, make_key, wareho
     url, database = warehouse
     await add_signups(url, database, (1, "s1", "free", "2024-03-01 10:00:00"), (2, "s2", "pro", "2024-03-02 10:00:00"))
     admin = await make_key("admin,read")
-    source = snow_source(url, database, query="SELECT id, user_id, plan, created_at FROM public.signups",
+    source = snow_source(url, database, query="SELECT id, user_id, plan, created_at FROM public.signups "
+                                              "WHERE plan LIKE '%r%'",
                          cursor_column="id", event_column="plan", properties={"signup_id": "id"})
     del source["options"]["table"], source["options"]["event_name"]
     created = await create(client, admin, source)
@@ -141,6 +142,11 @@ async def test_snowflake_query_event_column_and_mapping(client, make_key, wareho
     [pro] = await events(client, admin, "pro")
     assert pro["user_id"] == "s2" and pro["properties"] == {"signup_id": 2}
     assert pro["timestamp"] != "2024-03-02T10:00:00.000Z"  # no timestamp_column: the cursor (id) is no time
+    await add_signups(url, database, (3, "s3", "pro", "2024-03-03 10:00:00"))
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(admin))).status == 202
+    body = await wait_status(client, admin, created["id"], "active", "error")
+    assert body["status"] == "active", body  # the `%` in the query and the bound cursor value coexist
+    assert [e["user_id"] for e in await events(client, admin, "pro")] == ["s3", "s2"]
 
 
 @pytest.mark.parametrize("case", ["bad_password", "unreachable", "missing_table"])

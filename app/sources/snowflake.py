@@ -42,7 +42,7 @@ class SnowflakeConnector(SqlConnector):
         return column.lower()
 
     def placeholder(self, index: int) -> str:
-        return "%s"
+        return "?"  # qmark: bound by the server, so a `%` in a user's query is never read as a format
 
     def target(self) -> tuple[str, int, str]:
         """Host, port and protocol: the account's host, or options.base_url (tests, private links)."""
@@ -63,7 +63,7 @@ class SnowflakeConnector(SqlConnector):
             account=c.account, user=c.username, password=c.password, warehouse=c.warehouse, database=c.database,
             host=host, port=port, protocol=protocol, login_timeout=self.timeout, network_timeout=self.timeout,
             socket_timeout=self.timeout, session_parameters=SESSION, client_session_keep_alive=False,
-            autocommit=True, application="Tally",
+            autocommit=True, application="Tally", paramstyle="qmark",
         )
 
     # --- async side --------------------------------------------------------------------------------
