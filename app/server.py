@@ -16,7 +16,7 @@ from actors.site import SITE_RUNTIME, SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
-from app.appkeys import KEYS, LIMITER, POOL, REDIS, SCHEDULER, SETTINGS, SUPERVISOR
+from app.appkeys import DATABASE_DSN, KEYS, LIMITER, POOL, REDIS, SCHEDULER, SETTINGS, SUPERVISOR
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
@@ -46,6 +46,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     async with pool.acquire() as conn:
         await migrate(conn)
     app[POOL] = pool
+    app[DATABASE_DSN] = dsn
     app[PARTITION_CACHE] = PartitionCache()
     await _ensure_partitions_ahead(app)
     timer = asyncio.create_task(_partition_timer(app))

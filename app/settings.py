@@ -55,6 +55,8 @@ class Settings:
     custom_sql_max_rows: int = 10_000
     smtp_url: str | None = None
     smtp_from: str = "Tally Reports <reports@tally.localhost>"
+    # Data sources: CIDRs or host names that production sources may reach although private/loopback.
+    sources_allow_hosts: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -72,6 +74,7 @@ class Settings:
             if env == "production":
                 raise ConfigError("TALLY_SECRET is required when TALLY_ENV=production")
             secret = persisted_secret(data_dir)
+        allow = tuple(h.strip() for h in os.environ.get("TALLY_SOURCES_ALLOW_HOSTS", "").split(",") if h.strip())
         proxies = tuple(p.strip() for p in os.environ.get("TALLY_TRUSTED_PROXIES", "").split(",") if p.strip())
         return cls(
             database_url=os.environ.get("DATABASE_URL") or None,
@@ -95,6 +98,7 @@ class Settings:
             ip_events_per_min=_int("TALLY_IP_EVENTS_PER_MIN", 600),
             doh_url=os.environ.get("TALLY_DOH_URL") or "https://cloudflare-dns.com/dns-query",
             geoip_db=os.environ.get("TALLY_GEOIP_DB") or None,
+            sources_allow_hosts=allow,
         )
 
 
