@@ -1,4 +1,5 @@
-"""Syncs from a second PostgreSQL server (tests/customer_pg.py) and the machine's MariaDB into events and profiles: first sync, incremental
+"""Syncs from a second PostgreSQL server (tests/customer_pg.py) and the machine's MariaDB into events
+and profiles: first sync, incremental
 syncs (manual and scheduled), error -> active, pause, and delete keeping imported data."""
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from app.appkeys import DATABASE_DSN, POOL, SETTINGS
 from app.crypto import CredentialBox
 from app.sources import CONNECTORS
 from app.sources.base import Batch, SourceError, redact
-from app.sources.netguard import NetGuard
+from app.sources.netguard import REFUSED, DestinationRefused, NetGuard
 from app.sources.schedule import next_sync
 from app.sources.schemas import CREDENTIALS, Options, Secret
 from storage import data_sources as store
@@ -159,6 +159,8 @@ class SourceRunner:
             return
         except SourcePaused:
             reason = None
+        except DestinationRefused:
+            reason = REFUSED  # one fixed text, whatever was asked for
         except SourceError as exc:
             reason = redact(str(exc), credentials.values())
         except TimeoutError:
