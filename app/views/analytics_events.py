@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from collections.abc import Mapping
 
@@ -61,6 +59,26 @@ def _csv_row(event: dict) -> list:
     return [*cells, "" if props is None else orjson.dumps(props).decode()]
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NEEDS_QUOTES = re.compile(r'[",\r\n]')
+
+
+def csv_cell(value: object) -> str:
+    """One CSV field. Text a spreadsheet would run as a formula gets a leading single quote and is
+    always quoted (OWASP); numbers are written as they are; other text is quoted only when needed."""
+    text = str(value)
+    if isinstance(value, str) and text.startswith(FORMULA_STARTS):
+        return '"\'' + text.replace('"', '""') + '"'
+    if _NEEDS_QUOTES.search(text):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def csv_line(cells: list) -> str:
+    return ",".join(csv_cell(c) for c in cells) + "\r\n"
+
+
 def export_filename(site_id: str, range_name: str, fmt: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", site_id)
     return f"tally-{safe}-{range_name}.{fmt}"
@@ -92,20 +110,13 @@ async def export(request: web.Request) -> web.StreamResponse:
 
 
 async def _write_csv(response: web.StreamResponse, rows) -> None:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(EXPORT_COLUMNS)
-    pending = 1
+    lines = [csv_line(list(EXPORT_COLUMNS))]
     async for row in rows:
-        event = stored_event(row)
-        writer.writerow(_csv_row(event))
-        pending += 1
-        if pending >= FLUSH_ROWS:
-            await response.write(buffer.getvalue().encode())
-            buffer.seek(0)
-            buffer.truncate()
-            pending = 0
-    await response.write(buffer.getvalue().encode())
+        lines.append(csv_line(_csv_row(stored_event(row))))
+        if len(lines) >= FLUSH_ROWS:
+            await response.write("".join(lines).encode())
+            lines = []
+    await response.write("".join(lines).encode())
 
 
 async def _write_json(response: web.StreamResponse, rows) -> None:
