@@ -53,6 +53,7 @@ class Settings:
     report_timeout_seconds: float = 30.0
     custom_sql_timeout_seconds: float = 5.0
     custom_sql_max_rows: int = 10_000
+    custom_sql_max_bytes: int = 8 * 1024 * 1024
     smtp_url: str | None = None
     smtp_from: str = "Tally Reports <reports@tally.localhost>"
     # Data sources: CIDRs or host names that production sources may reach although private/loopback.
@@ -92,6 +93,8 @@ class Settings:
             pool_max=_int("TALLY_DB_POOL_MAX", 10),
             access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
             report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),
+            custom_sql_max_rows=max(1, _int("TALLY_CUSTOM_SQL_MAX_ROWS", 10_000)),
+            custom_sql_max_bytes=max(1024, _int("TALLY_CUSTOM_SQL_MAX_BYTES", 8 * 1024 * 1024)),
             smtp_url=os.environ.get("TALLY_SMTP_URL") or None,
             smtp_from=os.environ.get("TALLY_SMTP_FROM") or "Tally Reports <reports@tally.localhost>",
             site_events_per_min=_int("TALLY_SITE_EVENTS_PER_MIN", 60_000),
