@@ -40,6 +40,11 @@ class Settings:
     actor_idle_seconds: float = 300.0
     key_cache_seconds: float = 2.0
     pool_max: int = 10
+    # Heavy reads get their own small pool so they cannot starve ingestion, /readyz or other tenants.
+    report_pool_max: int = 3
+    # Event exports: at once per signed-in account, and how long one write may wait for a slow reader.
+    exports_per_account: int = 2
+    export_write_timeout_seconds: float = 30.0
     access_log: bool = True
     # Tests turn the timers off and call Scheduler.run_now() instead.
     run_scheduler: bool = True
@@ -91,6 +96,9 @@ class Settings:
             mailbox_events=_int("TALLY_MAILBOX_EVENTS", 50000),
             flushes_in_flight=max(1, _int("TALLY_FLUSHES_IN_FLIGHT", 3)),
             pool_max=_int("TALLY_DB_POOL_MAX", 10),
+            report_pool_max=max(1, _int("TALLY_REPORT_POOL_MAX", 3)),
+            exports_per_account=max(1, _int("TALLY_EXPORTS_PER_ACCOUNT", 2)),
+            export_write_timeout_seconds=float(os.environ.get("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS") or 30),
             access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
             report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),
             custom_sql_max_rows=max(1, _int("TALLY_CUSTOM_SQL_MAX_ROWS", 10_000)),

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from app.appkeys import POOL
+from app.appkeys import REPORT_POOL
 from tests.conftest import bearer
 from tests.test_reports_support import create_report, run_report, seed, set_plan, workspace_id
 
@@ -116,7 +116,7 @@ async def test_the_connection_is_clean_afterwards(sandbox):
     await run_sql("SELECT 1 AS one")
     await run_sql("SELECT set_config('role', 'postgres', true)", status=400)
     assert (await client.get("/v1/reports", headers=bearer(key))).status == 200
-    async with client.app[POOL].acquire() as conn:
+    async with client.app[REPORT_POOL].acquire() as conn:
         assert await conn.fetchval("SELECT current_setting('tally.workspace_id', true)") in (None, "")
         assert await conn.fetchval("SELECT current_user") == await conn.fetchval("SELECT session_user")
 

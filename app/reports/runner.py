@@ -105,7 +105,15 @@ async def run_report(
     timeout = settings.report_timeout_seconds
     started, outcome = time.perf_counter(), "error"
     try:
-        async with pool.acquire() as conn:
+        # The report pool is small on purpose: a run waits its turn (at most its own timeout) rather
+        # than taking connections that ingestion and other tenants need.
+        try:
+            conn = await pool.acquire(timeout=timeout)
+        except TimeoutError:
+            outcome = "busy"
+            raise ApiError(503, "reports_busy", "too many reports are running; retry shortly",
+                           headers={"Retry-After": "5"}) from None
+        try:
             if isinstance(parsed, CustomConfig):
                 timeout = min(timeout, settings.custom_sql_timeout_seconds)
                 sql = parsed.sql.strip().rstrip(";").rstrip()
@@ -119,6 +127,8 @@ async def run_report(
                 columns, rows = await _built_in(conn, workspace_id, env, parsed, now)
             outcome = "ok"
             return Result(columns, rows, now)
+        finally:
+            await pool.release(conn)
     except store.ResultTooLarge:
         outcome = "too_large"
         raise ApiError(413, "result_too_large", TOO_LARGE_MESSAGE.format(
