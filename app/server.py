@@ -16,7 +16,7 @@ from actors.site import SITE_RUNTIME, SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
-from app.appkeys import KEYS, LIMITER, POOL, REDIS, SCHEDULER, SETTINGS, SUPERVISOR
+from app.appkeys import DATABASE_DSN, KEYS, LIMITER, POOL, REDIS, REPORT_POOL, SCHEDULER, SETTINGS, SUPERVISOR
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
@@ -26,6 +26,7 @@ from app.reports import schedule as report_schedule
 from app.routes import setup_routes
 from app.settings import Settings
 from app.sources import runner as source_runner
+from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from storage.db import create_pool
 from storage.migrate import migrate
 
@@ -45,7 +46,10 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     pool = await create_pool(dsn, max_size=settings.pool_max)
     async with pool.acquire() as conn:
         await migrate(conn)
+    report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
     app[POOL] = pool
+    app[REPORT_POOL] = report_pool
+    app[DATABASE_DSN] = dsn
     app[PARTITION_CACHE] = PartitionCache()
     await _ensure_partitions_ahead(app)
     timer = asyncio.create_task(_partition_timer(app))
@@ -55,6 +59,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         timer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await timer
+        await report_pool.close()
         await pool.close()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -136,6 +141,7 @@ def init_app(settings: Settings) -> web.Application:
         middlewares=[metrics_middleware, error_middleware, keyed_middleware], client_max_size=MAX_BODY
     )
     app[SETTINGS] = settings
+    app[EXPORT_SLOTS] = ExportSlots()
     # The client connects lazily; created here because the session storage needs it at set-up.
     app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
     dashboard_session.install(app, settings, app[REDIS])

@@ -179,7 +179,7 @@ async def test_salesforce_failures_end_in_error_with_a_reason(client, make_key, 
     expected = {
         "bad_token": "Salesforce rejected the access token (INVALID_SESSION_ID)",
         "bad_refresh": "Salesforce refused the refresh token: invalid_grant (authentication failure)",
-        "unreachable": "could not reach Salesforce at http://127.0.0.1:1: ClientConnectorError",
+        "unreachable": "could not reach Salesforce at http://127.0.0.1:1",
         "missing_object": "Salesforce has no object Invoice2__c (or this user may not see it)",
         "bad_query": "Salesforce answered HTTP 400 (INVALID_FIELD): No such column 'Colour__c' on entity "
                      "'Opportunity'.",

@@ -22,6 +22,8 @@ from app.settings import Settings
 from storage import report_queries as q
 from storage import reports as store
 
+TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
+                     "LIMIT")
 TIMEOUT_MESSAGE = "the report took longer than {s:g} s; narrow the date range or use scheduled delivery"
 
 
@@ -103,13 +105,21 @@ async def run_report(
     timeout = settings.report_timeout_seconds
     started, outcome = time.perf_counter(), "error"
     try:
-        async with pool.acquire() as conn:
+        # The report pool is small on purpose: a run waits its turn (at most its own timeout) rather
+        # than taking connections that ingestion and other tenants need.
+        try:
+            conn = await pool.acquire(timeout=timeout)
+        except TimeoutError:
+            outcome = "busy"
+            raise ApiError(503, "reports_busy", "too many reports are running; retry shortly",
+                           headers={"Retry-After": "5"}) from None
+        try:
             if isinstance(parsed, CustomConfig):
                 timeout = min(timeout, settings.custom_sql_timeout_seconds)
                 sql = parsed.sql.strip().rstrip(";").rstrip()
                 columns, rows, truncated = await store.run_custom_sql(
                     conn, workspace_id, env, sql, max_rows=settings.custom_sql_max_rows,
-                    timeout_ms=int(timeout * 1000),
+                    timeout_ms=int(timeout * 1000), max_bytes=settings.custom_sql_max_bytes,
                 )
                 outcome = "ok"
                 return Result(columns, rows, now, truncated)
@@ -117,6 +127,12 @@ async def run_report(
                 columns, rows = await _built_in(conn, workspace_id, env, parsed, now)
             outcome = "ok"
             return Result(columns, rows, now)
+        finally:
+            await pool.release(conn)
+    except store.ResultTooLarge:
+        outcome = "too_large"
+        raise ApiError(413, "result_too_large", TOO_LARGE_MESSAGE.format(
+            n=settings.custom_sql_max_bytes)) from None
     except asyncpg.QueryCanceledError:
         outcome = "timeout"
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None

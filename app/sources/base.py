@@ -8,9 +8,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.sources.schemas import Options, Secret
+
+if TYPE_CHECKING:
+    from app.sources.netguard import NetGuard
 
 
 class SourceError(Exception):
@@ -46,13 +49,20 @@ class Sink(Protocol):
 
 class Connector:
     """check() verifies credentials and reachability; sync(cursor) imports what is new since cursor,
-    committing pages through the sink, and returns (rows imported, new cursor)."""
+    committing pages through the sink, and returns (rows imported, new cursor).
 
-    def __init__(self, credentials: Secret, options: Options, sink: Sink, *, timeout: float) -> None:
+    Every network connection a connector makes must go through self.guard (app/sources/netguard.py):
+    resolve and check with guard.resolve(), or use guard.aiohttp_connector() / guard.requests_session()."""
+
+    def __init__(self, credentials: Secret, options: Options, sink: Sink, *, timeout: float,
+                 guard: NetGuard | None = None) -> None:
+        from app.sources.netguard import NetGuard
+
         self.credentials = credentials
         self.options = options
         self.sink = sink
         self.timeout = timeout
+        self.guard = guard or NetGuard.from_environment()
 
     async def check(self) -> None:
         raise NotImplementedError

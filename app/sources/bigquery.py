@@ -25,7 +25,7 @@ from google.cloud import bigquery
 from google.oauth2 import service_account
 
 from app.sources.base import SourceError
-from app.sources.blocking import guard_session, in_thread
+from app.sources.netguard import GuardedHTTPAdapter
 from app.sources.schemas import BigQueryCredentials
 from app.sources.sql import PAGE, SqlConnector
 
@@ -67,19 +67,19 @@ class BigQueryConnector(SqlConnector):
     def api_url(self) -> str:
         return self.options.base_url or API_URL
 
-    def guard(self, host: str, port: int) -> None:
-        """Every HTTP connection of the client (API and token endpoint) is checked here before it opens."""
-
     # --- blocking side (worker thread) ---------------------------------------------------------------
     def _client(self) -> bigquery.Client:
         c = self.credentials
         info = {"token_uri": TOKEN_URI, **c.service_account_key}
         credentials = service_account.Credentials.from_service_account_info(info, scopes=SCOPES)
-        token_session = guard_session(requests.Session(), self.guard)
+        # Both sessions (the key's token_uri and the API) connect only where the network policy allows.
         http = google.auth.transport.requests.AuthorizedSession(
             credentials, refresh_timeout=self.timeout,
-            auth_request=google.auth.transport.requests.Request(session=token_session))
-        guard_session(http, self.guard)
+            auth_request=google.auth.transport.requests.Request(session=self.guard.requests_session()))
+        http.trust_env = False  # an environment proxy would be the peer the policy checks, not the host
+        adapter = GuardedHTTPAdapter(self.guard)
+        http.mount("https://", adapter)
+        http.mount("http://", adapter)
         return bigquery.Client(project=c.project_id, credentials=credentials, _http=http,
                                client_options=ClientOptions(api_endpoint=self.api_url))
 
@@ -97,7 +97,7 @@ class BigQueryConnector(SqlConnector):
     # --- async side --------------------------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await in_thread(fn, *args)
+            return await asyncio.to_thread(fn, *args)
         except Exception as exc:
             raise self._reason(exc) from None
 
@@ -111,9 +111,8 @@ class BigQueryConnector(SqlConnector):
         if isinstance(exc, google.auth.exceptions.TransportError):
             token_uri = self.credentials.service_account_key.get("token_uri") or TOKEN_URI
             return SourceError(f"could not reach Google's token endpoint at {urlsplit(str(token_uri)).netloc}")
-        if isinstance(exc, requests.Timeout):
-            return SourceError(f"BigQuery at {urlsplit(self.api_url).netloc} did not answer in time")
-        if isinstance(exc, requests.ConnectionError):
+        if isinstance(exc, requests.ConnectionError | requests.Timeout):
+            # One text for refused, reset and timed out: the reason would tell port states apart.
             return SourceError(f"could not reach BigQuery at {urlsplit(self.api_url).netloc}")
         if isinstance(exc, api_exceptions.GoogleAPICallError):
             # The API's own message, without the request line the client puts before it.
@@ -131,7 +130,7 @@ class BigQueryConnector(SqlConnector):
             raise SourceError("the service account key cannot be used: its private_key does not parse") from None
 
     async def close(self, conn: bigquery.Client) -> None:
-        await in_thread(conn.close)
+        await asyncio.to_thread(conn.close)
 
     async def check(self) -> None:
         """A dry run: BigQuery validates the table, query and columns without running (or billing) it."""

@@ -1,4 +1,5 @@
-"""A small JSON-over-HTTPS client for API connectors: timeouts, and errors turned into clear reasons."""
+"""A small JSON-over-HTTPS client for API connectors: timeouts, errors turned into clear reasons, and
+every connection (redirect hops included) checked by the data-source network policy."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from app.sources.base import SourceError
+from app.sources.netguard import DestinationRefused, GuardedConnector, NetGuard
 
 
 @dataclass
@@ -19,19 +21,22 @@ class Answer:
 
 
 class Peer:
-    def __init__(self, base_url: str, label: str, timeout: float) -> None:
+    def __init__(self, base_url: str, label: str, timeout: float, guard: NetGuard) -> None:
         self.base_url = base_url.rstrip("/")
         self.label = label
         self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.guard = guard
         self.session: aiohttp.ClientSession | None = None
+        self.connector: GuardedConnector | None = None
 
     async def __aenter__(self) -> Peer:
-        self.session = aiohttp.ClientSession(timeout=self.timeout)
+        self.connector = self.guard.aiohttp_connector()
+        self.session = aiohttp.ClientSession(timeout=self.timeout, connector=self.connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.session is not None
-        await self.session.close()
+        await self.session.close()  # closes the connector it owns
 
     async def call(self, method: str, path: str, *, headers: dict[str, str], params: Any = None,
                    data: Any = None) -> Any:
@@ -57,7 +62,8 @@ class Peer:
                 except ValueError:
                     body = None
                 return Answer(resp.status, resp.headers, body)
-        except TimeoutError:
-            raise SourceError(f"{self.label} at {self.base_url} did not answer in time") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise SourceError(f"could not reach {self.label} at {self.base_url}: {type(exc).__name__}") from None
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            if self.connector is not None and self.connector.refused:
+                raise DestinationRefused from None
+            # One text for refused, reset and timed out: the reason would tell port states apart.
+            raise SourceError(f"could not reach {self.label} at {self.base_url}") from None

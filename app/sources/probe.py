@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from app.sources.base import Connector, SourceError
+from app.sources.netguard import DestinationRefused
 
 
 class SegmentConnector(Connector):
@@ -17,14 +18,18 @@ class SegmentConnector(Connector):
         """Open (and close) a TCP connection to the API host, or raise a SourceError saying why not."""
         parsed = urlparse(self.options.base_url or "https://api.segmentapis.com")
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        unreachable = SourceError(f"could not reach Segment at {parsed.hostname}:{port}")
         try:
             async with asyncio.timeout(self.timeout):
-                _, writer = await asyncio.open_connection(parsed.hostname, port)
-        except TimeoutError:
-            raise SourceError(f"could not reach Segment at {parsed.hostname}:{port}: timed out") from None
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise SourceError(f"could not reach Segment at {parsed.hostname}:{port}: {reason}") from None
+                # The network policy checks the resolved address; connect to that address only.
+                address = (await self.guard.resolve(parsed.hostname or "", port))[0]
+                _, writer = await asyncio.open_connection(address, port)
+        except (TimeoutError, OSError):
+            raise unreachable from None  # no socket error text: it would tell port states apart
+        except DestinationRefused:
+            raise
+        except SourceError:
+            raise unreachable from None
         writer.close()
 
     async def sync(self, cursor: Any) -> tuple[int, Any]:

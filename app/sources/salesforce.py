@@ -137,8 +137,9 @@ class SalesforceConnector(Connector):
     credentials: SalesforceCredentials
 
     def peer(self, base_url: str) -> Peer:
-        """Every connection to Salesforce (login host and the org's instance) is made by a Peer from here."""
-        return Peer(base_url, "Salesforce", self.timeout)
+        """Every connection to Salesforce (login host and the org's instance) is made by a Peer from here,
+        whose connector the network policy checks."""
+        return Peer(base_url, "Salesforce", self.timeout, self.guard)
 
     async def _login(self) -> tuple[str, str]:
         """(access token, instance URL)."""

@@ -8,6 +8,7 @@ the upper-case column names it returns for unquoted columns come back lower-case
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -17,7 +18,6 @@ from snowflake.connector import DictCursor
 from snowflake.connector.errors import DatabaseError, Error, OperationalError
 
 from app.sources.base import SourceError
-from app.sources.blocking import in_thread
 from app.sources.schemas import SnowflakeCredentials
 from app.sources.sql import PAGE, SqlConnector
 
@@ -51,14 +51,17 @@ class SnowflakeConnector(SqlConnector):
             return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80), parts.scheme
         return f"{self.credentials.account}.snowflakecomputing.com", 443, "https"
 
-    def guard(self, host: str, port: int) -> None:
-        """The connector's only connection goes to this host and port; it is checked here before opening."""
+    def checked_target(self) -> tuple[str, int, str]:
+        """The target, its host checked by the network policy (DestinationRefused if refused). Over plain
+        http the checked address itself is used; over https the name stays, as TLS verifies it."""
+        host, port, protocol = self.target()
+        address = self.guard.resolve_sync(host, port)[0]
+        return (address if protocol == "http" else host), port, protocol
 
     # --- blocking side (worker thread) ---------------------------------------------------------------
     def _connect(self) -> snowflake.connector.SnowflakeConnection:
         c = self.credentials
-        host, port, protocol = self.target()
-        self.guard(host, port)
+        host, port, protocol = self.checked_target()
         return snowflake.connector.connect(
             account=c.account, user=c.username, password=c.password, warehouse=c.warehouse, database=c.database,
             host=host, port=port, protocol=protocol, login_timeout=self.timeout, network_timeout=self.timeout,
@@ -69,7 +72,7 @@ class SnowflakeConnector(SqlConnector):
     # --- async side --------------------------------------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await in_thread(fn, *args)
+            return await asyncio.to_thread(fn, *args)
         except Error as exc:
             raise self._reason(exc) from None
 
@@ -77,7 +80,8 @@ class SnowflakeConnector(SqlConnector):
         host, port, _ = self.target()
         message = (exc.msg or type(exc).__name__).strip()
         if exc.errno in UNREACHABLE or (isinstance(exc, OperationalError) and "connect" in message.lower()):
-            return SourceError(f"could not reach Snowflake at {host}:{port}: {message}")
+            # No socket error text: refused vs timed out would tell port states apart.
+            return SourceError(f"could not reach Snowflake at {host}:{port}")
         if isinstance(exc, DatabaseError) and exc.errno in (250001, 390100, 390144):
             return SourceError(f"Snowflake refused the login: {message}")
         return SourceError(f"Snowflake: {message}")
@@ -86,7 +90,7 @@ class SnowflakeConnector(SqlConnector):
         return await self._call(self._connect)
 
     async def close(self, conn: snowflake.connector.SnowflakeConnection) -> None:
-        await in_thread(conn.close)
+        await asyncio.to_thread(conn.close)
 
     async def stream(self, conn: snowflake.connector.SnowflakeConnection, sql: str,
                      args: list) -> AsyncIterator[list[dict]]:
@@ -96,4 +100,4 @@ class SnowflakeConnector(SqlConnector):
             while rows := await self._call(cursor.fetchmany, PAGE):
                 yield [{fold(k): v for k, v in row.items()} for row in rows]
         finally:
-            await in_thread(cursor.close)
+            await asyncio.to_thread(cursor.close)

@@ -19,9 +19,11 @@ import asyncpg
 import pymysql
 
 from app.sources.base import Batch, Connector, SourceError, rows_to_batch, snake
+from app.sources.netguard import UNREACHABLE
 from app.sources.schemas import SqlCredentials
 
 PAGE = 1000
+CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
 
 
@@ -62,6 +64,11 @@ class SqlConnector(Connector):
         raise NotImplementedError
 
     # --- shared ----------------------------------------------------------------------------------
+    async def checked_address(self) -> str:
+        """The first address of the host that the network policy allows (all must be allowed)."""
+        c = self.credentials
+        return (await self.guard.resolve(c.host, c.port or self.default_port))[0]
+
     def ident(self, name: str) -> str:
         q = self.quote
         return ".".join(f"{q}{part}{q}" for part in name.split("."))
@@ -145,15 +152,19 @@ class PostgresConnector(SqlConnector):
 
     async def open(self) -> asyncpg.Connection:
         c = self.credentials
+        port = c.port or self.default_port
+        address = await self.checked_address()
         try:
+            # To the checked address (no second lookup); sslmode stays asyncpg's "prefer" as before.
             return await asyncpg.connect(
-                host=c.host, port=c.port or self.default_port, user=c.username, password=c.password,
+                host=address, port=port, user=c.username, password=c.password,
                 database=c.database, timeout=self.timeout,
             )
-        except (TimeoutError, OSError) as exc:
-            raise SourceError(f"could not connect to {c.host}:{c.port or self.default_port}: {exc}") from None
         except asyncpg.PostgresError as exc:
             raise SourceError(f"the database refused the connection: {exc}") from None
+        except (TimeoutError, OSError, asyncpg.InterfaceError, ConnectionError):
+            # No socket error text: refused vs timed out would tell port states apart.
+            raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
 
     async def close(self, conn: asyncpg.Connection) -> None:
         await conn.close(timeout=5)
@@ -186,13 +197,20 @@ class MysqlConnector(SqlConnector):
 
     async def open(self) -> aiomysql.Connection:
         c = self.credentials
+        port = c.port or self.default_port
+        address = await self.checked_address()
         try:
             return await aiomysql.connect(
-                host=c.host, port=c.port or self.default_port, user=c.username, password=c.password,
+                host=address, port=port, user=c.username, password=c.password,
                 db=c.database, connect_timeout=self.timeout, autocommit=True, charset="utf8mb4",
             )
         except pymysql.err.OperationalError as exc:
-            raise SourceError(f"could not connect to {c.host}:{c.port or self.default_port}: {exc.args[-1]}") from None
+            if exc.args and isinstance(exc.args[0], int) and exc.args[0] < CLIENT_ERRORS:
+                raise SourceError(f"the database refused the connection: {exc.args[-1]}") from None
+            # Client-side errors (2003 can't connect...) carry the socket error: not shown.
+            raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
+        except (TimeoutError, OSError):
+            raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
 
     async def close(self, conn: aiomysql.Connection) -> None:
         conn.close()
