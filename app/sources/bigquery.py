@@ -33,6 +33,7 @@ SCOPES = ["https://www.googleapis.com/auth/bigquery.readonly"]
 API_URL = "https://bigquery.googleapis.com"
 TOKEN_URI = "https://oauth2.googleapis.com/token"
 QUERY_WAIT_SECONDS = 600.0
+DETAIL_CHARS = 300  # of a peer's error text in status_reason: enough to act on, not a page of its body
 
 T = TypeVar("T")
 
@@ -107,7 +108,7 @@ class BigQueryConnector(SqlConnector):
             return self._reason(exc.cause)
         if isinstance(exc, google.auth.exceptions.RefreshError):
             detail = exc.args[0] if exc.args and isinstance(exc.args[0], str) else type(exc).__name__
-            return SourceError(f"Google rejected the service account key: {detail}")
+            return SourceError(f"Google rejected the service account key: {detail[:DETAIL_CHARS]}")
         if isinstance(exc, google.auth.exceptions.TransportError):
             token_uri = self.credentials.service_account_key.get("token_uri") or TOKEN_URI
             return SourceError(f"could not reach Google's token endpoint at {urlsplit(str(token_uri)).netloc}")
@@ -117,7 +118,7 @@ class BigQueryConnector(SqlConnector):
         if isinstance(exc, api_exceptions.GoogleAPICallError):
             # The API's own message, without the request line the client puts before it.
             first = exc.errors[0] if exc.errors and isinstance(exc.errors[0], dict) else {}
-            detail = first.get("message") or exc.message
+            detail = str(first.get("message") or exc.message)[:DETAIL_CHARS]
             if isinstance(exc, api_exceptions.Unauthorized | api_exceptions.Forbidden):
                 return SourceError(f"BigQuery refused access (HTTP {exc.code}): {detail}")
             return SourceError(f"BigQuery answered HTTP {exc.code}: {detail}")

@@ -52,7 +52,8 @@ def error_of(body: Any) -> tuple[str, str]:
     if not isinstance(first, dict):
         return "", ""
     code = first.get("errorCode") or first.get("error") or ""
-    return str(code), str(first.get("message") or first.get("error_description") or "")
+    # Capped: enough to act on, never a page of whatever a peer answered.
+    return str(code)[:100], str(first.get("message") or first.get("error_description") or "")[:300]
 
 
 def strip_attributes(record: dict) -> dict:

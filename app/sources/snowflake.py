@@ -78,7 +78,7 @@ class SnowflakeConnector(SqlConnector):
 
     def _reason(self, exc: Error) -> SourceError:
         host, port, _ = self.target()
-        message = (exc.msg or type(exc).__name__).strip()
+        message = (exc.msg or type(exc).__name__).strip()[:300]  # a clear reason, not a page of peer text
         if exc.errno in UNREACHABLE or (isinstance(exc, OperationalError) and "connect" in message.lower()):
             # No socket error text: refused vs timed out would tell port states apart.
             return SourceError(f"could not reach Snowflake at {host}:{port}")
