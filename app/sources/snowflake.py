@@ -24,6 +24,7 @@ from app.sources.sql import PAGE, SqlConnector
 T = TypeVar("T")
 # Snowflake's error numbers for "could not connect" (network) and "login refused".
 UNREACHABLE = {250003, 251011, 251012}
+QUERY_WAIT_SECONDS = 600
 SESSION = {"CLIENT_OUT_OF_BAND_TELEMETRY_ENABLED": False, "QUERY_TAG": "tally-import"}
 
 
@@ -64,8 +65,10 @@ class SnowflakeConnector(SqlConnector):
         host, port, protocol = self.checked_target()
         return snowflake.connector.connect(
             account=c.account, user=c.username, password=c.password, warehouse=c.warehouse, database=c.database,
-            host=host, port=port, protocol=protocol, login_timeout=self.timeout, network_timeout=self.timeout,
-            socket_timeout=self.timeout, session_parameters=SESSION, client_session_keep_alive=False,
+            # Login gives up within the source timeout; queries may run long (the server answers "still
+            # running" and the connector polls), so their retry deadline is the query wait, not that timeout.
+            host=host, port=port, protocol=protocol, login_timeout=max(1, int(self.timeout)),
+            network_timeout=QUERY_WAIT_SECONDS, session_parameters=SESSION, client_session_keep_alive=False,
             autocommit=True, application="Tally", paramstyle="qmark",
         )
 
