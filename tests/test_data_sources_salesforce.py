@@ -8,6 +8,8 @@ import logging
 
 import pytest
 
+from app.appkeys import SCHEDULER
+from app.sources.runner import JOB
 from tests.conftest import bearer
 from tests.fake_peers import base_url, serve
 from tests.fake_salesforce import FakeSalesforce
@@ -149,6 +151,29 @@ async def test_sync_stops_when_the_org_nearly_runs_out_of_api_requests(client, m
     fake.api_limit = 15000
     assert (await sync_now(client, admin, created["id"]))["status"] == "active"
     assert len(await events(client, admin, "opportunity")) == 5
+
+
+async def test_pause_and_resume_then_a_scheduled_sync(client, make_key, salesforce, pool):
+    fake = salesforce
+    fake.records["Opportunity"] = [opportunity(1, "2024-03-01T10:00:00.000+0000")]
+    admin = await make_key("admin,read")
+    created = await create(client, admin, {**token_source(fake), "schedule": {"frequency": "hourly"}})
+    assert (await wait_status(client, admin, created["id"], "active", "error"))["status"] == "active"
+    paused = await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(admin))
+    assert (await paused.json())["status"] == "paused"
+    fake.records["Opportunity"].append(opportunity(2, "2024-03-02T10:00:00.000+0000"))
+    due = "UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1"
+    await pool.execute(due, created["id"])
+    await client.app[SCHEDULER].run_now(JOB)
+    assert (await wait_status(client, admin, created["id"], "paused"))["status"] == "paused"
+    assert len(await events(client, admin, "opportunity")) == 1
+    resumed = await client.post(f"/v1/data-sources/{created['id']}/resume", headers=bearer(admin))
+    assert (await resumed.json())["status"] == "active"
+    await pool.execute(due, created["id"])
+    await client.app[SCHEDULER].run_now(JOB)
+    body = await wait_status(client, admin, created["id"], "active")
+    assert body["rows_imported"] == 2
+    assert len(await events(client, admin, "opportunity")) == 2
 
 
 @pytest.mark.parametrize("case", ["bad_token", "bad_refresh", "unreachable", "missing_object", "bad_query"])

@@ -3,7 +3,8 @@
 Rows of options.table (or options.query) become events. With options.cursor_column, each sync
 streams only rows whose cursor value is greater than the last one stored, in cursor order; without
 it the source is a one-time import. Pages are committed with their cursor, and a page never ends
-inside a run of equal cursor values, so a sync cut short resumes without gaps.
+inside a run of equal cursor values, so a sync cut short resumes without gaps. BigQuery and Snowflake
+(app.sources.bigquery, app.sources.snowflake) are SqlConnectors too, with the same rules.
 """
 
 from __future__ import annotations
