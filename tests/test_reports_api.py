@@ -63,10 +63,15 @@ async def test_scopes(client, make_key):
     assert (await client.get("/v1/reports", headers=bearer(read))).status == 200
     assert (await client.get(f"/v1/reports/{rid}/run", headers=bearer(write))).status == 403
     assert (await client.get(f"/v1/reports/{rid}/run", headers=bearer(read))).status == 200
-    for method in ("get", "patch", "delete"):
+    for method in ("patch", "delete"):
         resp = await client.request(method, f"/v1/reports/{rid}", json={}, headers=bearer(read))
         assert resp.status == 403, method
         assert (await resp.json())["error"]["code"] == "forbidden"
+    # Reading a report's definition is a read, like listing it.
+    assert (await client.get(f"/v1/reports/{rid}", headers=bearer(read))).status == 200
+    resp = await client.get(f"/v1/reports/{rid}", headers=bearer(write))
+    assert resp.status == 403
+    assert (await resp.json())["error"]["message"] == "this key lacks the 'read' scope"
     assert (await client.get("/v1/reports")).status == 401
 
 

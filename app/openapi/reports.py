@@ -76,7 +76,7 @@ PATHS = {
     },
     "/v1/reports/{id}": {
         "parameters": [_ID],
-        "get": {"summary": "Get a report (scope write)", "security": KEYED,
+        "get": {"summary": "Get a report (scope read)", "security": KEYED,
                 "responses": {"200": json_body(ref("Report"), headers=RATE_HEADERS),
                               **keyed_errors(401, 403, 404, 429)}},
         "patch": {"summary": "Change a report; fields present replace, schedule null removes it (scope write)",

@@ -71,7 +71,7 @@ async def list_reports(request: web.Request) -> web.Response:
     return page_response(rows, limit, lambda r: report_json(r, summary=True), lambda r: (r["id"],))
 
 
-@requires("write", "query")
+@requires("read", "query")
 async def get_report(request: web.Request) -> web.Response:
     return json_response(report_json(await _stored(request)))
 
