@@ -31,6 +31,8 @@ from storage.ids import new_id
 BODY_LIMIT = 32 * 1024
 DEV_WORKSPACE = "default"
 MAX_VIEWPORT = 100_000
+# Deeper props cannot be re-encoded for storage (orjson stops at 255 levels) and no tracker sends them.
+MAX_PROPS_DEPTH = 64
 
 Url = Annotated[str, Meta(max_length=2048)]
 
@@ -76,11 +78,25 @@ def _all_issues(data: dict) -> list[dict[str, str]]:
     return issues
 
 
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels (iterative: the input may be deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def parse_event(body: bytes) -> SiteEventIn:
     try:
         data = msgspec.json.decode(body)
     except msgspec.DecodeError:
         raise SiteError(400, "invalid json") from None
+    except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
+        raise _invalid([_issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels")]) from None
     except msgspec.ValidationError as exc:  # e.g. a number beyond double range
         field, message = field_of(exc)
         raise _invalid([_issue(field, message)]) from None
@@ -95,7 +111,9 @@ def parse_event(body: bytes) -> SiteEventIn:
     # refuse those here rather than fail the whole batch at COPY time.
     issues = [_issue(name, "must not contain NUL characters") for name in _TEXT_FIELDS
               if "\x00" in (getattr(event, name) or "")]
-    if event.props is not None:
+    if event.props is not None and _depth_exceeds(event.props, MAX_PROPS_DEPTH):
+        issues.append(_issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels"))
+    elif event.props is not None:
         try:
             if b"\\u0000" in orjson.dumps(event.props):
                 issues.append(_issue("props", "must not contain NUL characters"))
