@@ -20,7 +20,7 @@ from app.appkeys import KEYS, LIMITER, POOL, REDIS, SCHEDULER, SETTINGS, SUPERVI
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import error_middleware, metrics_middleware
+from app.middlewares import error_middleware, metrics_middleware, nosniff
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
@@ -136,6 +136,7 @@ def init_app(settings: Settings) -> web.Application:
         middlewares=[metrics_middleware, error_middleware, keyed_middleware], client_max_size=MAX_BODY
     )
     app[SETTINGS] = settings
+    app.on_response_prepare.append(nosniff)
     # The client connects lazily; created here because the session storage needs it at set-up.
     app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
     dashboard_session.install(app, settings, app[REDIS])
