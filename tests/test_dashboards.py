@@ -298,7 +298,7 @@ async def test_write_only_key_cannot_define_or_share_what_it_cannot_read(client,
     async def stored():
         conn = await asyncpg.connect(database_url)
         try:
-            return (await conn.fetch("SELECT d.name, d.public_token, count(*) OVER () AS dashboards, c.title, c.group_by"
+            return (await conn.fetch("SELECT d.name, d.public_token, count(*) OVER () AS n, c.title, c.group_by"
                                      " FROM dashboards d LEFT JOIN dashboard_charts c ON c.dashboard_id = d.id"
                                      " WHERE d.workspace_id = (SELECT workspace_id FROM dashboards WHERE id = $1)"
                                      " ORDER BY d.id, c.id", made["id"]))

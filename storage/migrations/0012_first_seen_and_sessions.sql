@@ -1,3 +1,5 @@
+-- Two fixes of the security and first-hour review (issue 10).
+
 -- Back-dated events: a profile's created_at is the earliest time the user was seen (an event's ts, or
 -- the first identify), and last_seen_at the latest event ts, whatever order the events arrive in.
 -- Migration 0009 took created_at from the first batch's receive time and never moved it back.
@@ -50,3 +52,12 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Dashboard sign-ins without Redis: the cookie holds a random id, the session lives here (by the id's
+-- SHA-256), so signing out ends it on the server and every process sees the same sessions.
+CREATE TABLE dashboard_sessions (
+    id         bytea PRIMARY KEY,
+    data       text NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions (expires_at);
