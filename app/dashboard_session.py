@@ -11,6 +11,7 @@ import hashlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import asyncpg
 from aiohttp import web
@@ -41,6 +42,12 @@ def check_password(stored_hash: str, password: str) -> bool:
         return _hasher.verify(stored_hash, password)
     except (VerificationError, InvalidHashError):
         return False
+
+
+@cache
+def dummy_hash() -> str:
+    """A hash of a random password with the current parameters, checked for unknown emails."""
+    return _hasher.hash(secrets.token_urlsafe(16))
 
 
 def needs_rehash(stored_hash: str) -> bool:

@@ -13,9 +13,10 @@ from app.net import client_ip
 from app.responses import SiteError, json_response
 from storage import accounts
 
-# Attempts per (IP, email) and per email, (per second, per minute): slows password guessing
-# without locking out a whole office behind one address.
-LOGIN_LIMITS = {"ip_email": (5, 20), "email": (10, 60)}
+# Attempts (per second, per minute) per client address, per (address, email) and per email: slows
+# guessing one password and spraying many emails from one address, while an office behind one address
+# still has room for its people's typos.
+LOGIN_LIMITS = {"ip": (10, 30), "ip_email": (5, 20), "email": (10, 60)}
 
 
 async def _credentials(request: web.Request) -> tuple[str, str]:
@@ -42,15 +43,19 @@ async def login(request: web.Request) -> web.Response:
     email, password = await _credentials(request)
     limiter = request.app[LIMITER]
     ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
-    for bucket, limits in ((f"login:{ip}:{email}", LOGIN_LIMITS["ip_email"]),
+    for bucket, limits in ((f"login-ip:{ip}", LOGIN_LIMITS["ip"]),
+                           (f"login:{ip}:{email}", LOGIN_LIMITS["ip_email"]),
                            (f"login:{email}", LOGIN_LIMITS["email"])):
         verdict = await limiter.hit(bucket, limits)
         if not verdict.allowed:
             raise SiteError(429, "too many login attempts", headers={"Retry-After": str(verdict.retry_after)})
     async with request.app[POOL].acquire() as conn:
         account = await accounts.account_by_email(conn, email)
-        # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop.
-        ok = account is not None and await asyncio.to_thread(ds.check_password, account["password_hash"], password)
+        # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop. An
+        # unknown email is checked against a dummy hash of the same cost, so timing does not tell
+        # which emails have accounts.
+        stored = account["password_hash"] if account is not None else ds.dummy_hash()
+        ok = await asyncio.to_thread(ds.check_password, stored, password) and account is not None
         if not ok:
             raise SiteError(401, "invalid email or password")
         workspaces = await accounts.workspaces_of(conn, account["id"])
