@@ -24,6 +24,7 @@ from app.middlewares import error_middleware, metrics_middleware, nosniff
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
+from app.same_origin import same_origin_middleware
 from app.settings import Settings
 from app.sources import runner as source_runner
 from storage.db import create_pool
@@ -133,7 +134,8 @@ JOB_REGISTRARS = [source_runner.register, report_schedule.register]
 
 def init_app(settings: Settings) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware, error_middleware, keyed_middleware], client_max_size=MAX_BODY
+        middlewares=[metrics_middleware, error_middleware, same_origin_middleware, keyed_middleware],
+        client_max_size=MAX_BODY,
     )
     app[SETTINGS] = settings
     app.on_response_prepare.append(nosniff)

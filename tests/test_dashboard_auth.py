@@ -19,10 +19,15 @@ async def test_wrong_password_is_generic_401(client, login):
     assert (await resp.json()) == {"error": "invalid email or password"}
 
 
-async def test_login_by_form_sets_httponly_lax_cookie(client, login):
+async def test_login_sets_httponly_lax_cookie_and_takes_json_only(client, login):
     email = await login(password="form password 1")
     await client.post("/api/auth/logout")
+    # A cross-site HTML form can send form encoding without asking: login takes JSON only.
     resp = await client.post("/api/auth/login", data={"email": email, "password": "form password 1"})
+    assert resp.status == 415
+    assert await resp.json() == {"error": "content-type must be application/json"}
+    assert "Set-Cookie" not in resp.headers
+    resp = await client.post("/api/auth/login", json={"email": email, "password": "form password 1"})
     assert resp.status == 200
     cookie = resp.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" not in cookie

@@ -20,13 +20,13 @@ LOGIN_LIMITS = {"ip": (10, 30), "ip_email": (5, 20), "email": (10, 60)}
 
 
 async def _credentials(request: web.Request) -> tuple[str, str]:
-    if request.content_type == "application/json":
-        try:
-            data = orjson.loads(await request.read())
-        except orjson.JSONDecodeError:
-            raise SiteError(400, "invalid json") from None
-    else:
-        data = dict(await request.post())
+    # JSON only (the site spec names no form here): a cross-site HTML form cannot send it.
+    if request.content_type != "application/json":
+        raise SiteError(415, "content-type must be application/json")
+    try:
+        data = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise SiteError(400, "invalid json") from None
     if not isinstance(data, dict):
         raise SiteError(400, "invalid payload", issues=["body must be an object"])
     email, password = data.get("email"), data.get("password")
