@@ -59,7 +59,21 @@ async def any_domain_registered(conn: asyncpg.Connection, domains: list[str]) ->
     return await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sites WHERE domain = ANY($1::text[]))", domains)
 
 
-async def mark_verified(conn: asyncpg.Connection, site_id: str) -> None:
-    await conn.execute(
-        "UPDATE sites SET verified_at = now() WHERE id = $1 AND verified_at IS NULL", site_id
+async def verified_elsewhere(conn: asyncpg.Connection, domain: str, workspace_id: int) -> bool:
+    """Another workspace has verified this domain (and so owns it)."""
+    return await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM sites WHERE domain = $1 AND verified_at IS NOT NULL AND workspace_id <> $2)",
+        domain, workspace_id,
     )
+
+
+async def mark_verified(conn: asyncpg.Connection, site_id: str) -> bool:
+    """Verify the site; False when another claim of its domain was verified first (the partial unique
+    index of migration 0012 makes the first verification win, even between racing requests)."""
+    try:
+        await conn.execute(
+            "UPDATE sites SET verified_at = now() WHERE id = $1 AND verified_at IS NULL", site_id
+        )
+    except asyncpg.UniqueViolationError:
+        return False
+    return True

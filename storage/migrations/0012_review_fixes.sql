@@ -1,4 +1,5 @@
--- Two fixes of the security and first-hour review (issue 10).
+-- Fixes of the security and first-hour review (issue 10): profile first-seen times, server-side
+-- dashboard sessions without Redis, and verification deciding who owns a domain.
 
 -- Back-dated events: a profile's created_at is the earliest time the user was seen (an event's ts, or
 -- the first identify), and last_seen_at the latest event ts, whatever order the events arrive in.
@@ -61,3 +62,7 @@ CREATE TABLE dashboard_sessions (
     expires_at timestamptz NOT NULL
 );
 CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions (expires_at);
+
+-- Several workspaces may claim a domain; verification decides who owns it: at most one verified site
+-- per domain, so the first verification wins even between racing requests.
+CREATE UNIQUE INDEX sites_verified_domain ON sites (domain) WHERE verified_at IS NOT NULL;
