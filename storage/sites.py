@@ -40,19 +40,23 @@ async def site_by_domain(conn: asyncpg.Connection, workspace_id: int, domain: st
     )
 
 
-async def create_dev_site(conn: asyncpg.Connection, site_id: str, workspace: str, token: str) -> asyncpg.Record:
+async def create_dev_site(
+    conn: asyncpg.Connection, site_id: str, workspace: str, token: str
+) -> tuple[asyncpg.Record, bool]:
     """Development auto-registration: the unknown id becomes a site of the named workspace, with the
-    id as its domain (or a suffixed one if that domain is already registered there)."""
+    id as its domain (or a suffixed one if that domain is already registered there). Returns the row
+    and whether this call created it."""
     async with conn.transaction():
         workspace_id = await ensure_workspace(conn, workspace)
         row = await create_site(conn, site_id, workspace_id, site_id, token)
         if row is None:
             row = await site_by_id(conn, site_id)
-        if row is None:
+            if row is not None:
+                return row, False
             row = await create_site(conn, site_id, workspace_id, f"{site_id} (auto)", token)
         if row is None:
-            row = await site_by_id(conn, site_id)
-    return row
+            return await site_by_id(conn, site_id), False
+    return row, True
 
 
 async def any_domain_registered(conn: asyncpg.Connection, domains: list[str]) -> bool:

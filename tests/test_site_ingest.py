@@ -212,3 +212,17 @@ async def test_deeply_nested_props_are_400_invalid_payload(client, database_url,
     # 64 levels are stored as sent.
     ok = await post_event(client, b'{"s":"' + site.encode() + b'","n":"a","props":' + b"[" * 64 + b"]" * 64 + b"}")
     assert ok.status == 202
+
+
+async def test_unknown_site_in_development_is_announced_once_in_the_log(client, database_url, caplog):
+    """Auto-created in the 'default' workspace, the events were invisible to the user's own workspace:
+    one warning line per unknown site says where they went."""
+    site = dev_site()
+    with caplog.at_level("WARNING", logger="tally.ingest"):
+        for _ in range(3):
+            assert (await post_event(client, {"s": site, "n": "pageview"})).status == 202
+    lines = [r.getMessage() for r in caplog.records if r.name == "tally.ingest"]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"unknown site id '{site}': created it in workspace 'default'")
+    assert "POST /api/sites" in lines[0]
+    assert len(await stored_events(database_url, site)) == 3

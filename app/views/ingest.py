@@ -7,6 +7,7 @@ then the event goes to the site's actor and the 202 is sent once it is committed
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import secrets
 from datetime import UTC, datetime
@@ -27,6 +28,8 @@ from app.net import client_ip
 from app.responses import SiteError
 from storage import sites as site_store
 from storage.ids import new_id
+
+log = logging.getLogger("tally.ingest")
 
 BODY_LIMIT = 32 * 1024
 DEV_WORKSPACE = "default"
@@ -144,7 +147,14 @@ async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str)
     async with request.app[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
         if row is None and not runtime.settings.production:
-            row = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+            row, created = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+            if created:
+                # The spec auto-creates it, but a mistyped or placeholder id would otherwise look like
+                # events vanishing: say where they go, once per site (the insert happens once).
+                log.warning("unknown site id %r: created it in workspace %r (development only; production "
+                            "answers 404). Register your domain with POST /api/sites and use the id it "
+                            "returns, or sign in to workspace %r to see these events",
+                            site_id, DEV_WORKSPACE, DEV_WORKSPACE)
     return runtime.sites.put(site_id, row)
 
 
