@@ -9,6 +9,18 @@ async def test_login_me_logout(client, login):
     assert await resp.json() == {"error": "unauthorized"}
 
 
+async def test_login_and_me_answer_one_shape(client, login, workspace):
+    email = await login()
+    await client.post("/api/auth/logout")
+    signed_in = await (await client.post("/api/auth/login",
+                                         json={"email": email, "password": "correct horse battery"})).json()
+    me = await (await client.get("/api/auth/me")).json()
+    assert signed_in == me
+    assert me["email"] == email
+    assert me["workspace"]["name"] == workspace and set(me["workspace"]) == {"id", "name", "plan"}
+    assert me["workspaces"] == [me["workspace"]]
+
+
 async def test_wrong_password_is_generic_401(client, login):
     email = await login()
     await client.post("/api/auth/logout")

@@ -64,7 +64,7 @@ async def login(request: web.Request) -> web.Response:
     if not workspaces:
         raise SiteError(401, "invalid email or password")
     await ds.sign_in(request, account["id"], email, workspaces[0]["id"])
-    return json_response({"email": email, "workspace": {"id": workspaces[0]["id"], "name": workspaces[0]["name"]}})
+    return json_response(account_json(email, workspaces[0]["id"], workspaces))
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -76,8 +76,11 @@ async def me(request: web.Request) -> web.Response:
     account = await ds.current_account(request)
     async with request.app[POOL].acquire() as conn:
         workspaces = await accounts.workspaces_of(conn, account.id)
-    return json_response({
-        "email": account.email,
-        "workspace_id": account.workspace_id,
-        "workspaces": [{"id": w["id"], "name": w["name"], "plan": w["plan"]} for w in workspaces],
-    })
+    return json_response(account_json(account.email, account.workspace_id, workspaces))
+
+
+def account_json(email: str, active_id: int, workspaces: list) -> dict:
+    """One shape for login and /api/auth/me: the active workspace, and every workspace the account is in."""
+    listed = [{"id": w["id"], "name": w["name"], "plan": w["plan"]} for w in workspaces]
+    active = next((w for w in listed if w["id"] == active_id), None)
+    return {"email": email, "workspace": active, "workspaces": listed}
