@@ -7,6 +7,7 @@ then the event goes to the site's actor and the 202 is sent once it is committed
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import secrets
 from datetime import UTC, datetime
@@ -28,9 +29,13 @@ from app.responses import SiteError
 from storage import sites as site_store
 from storage.ids import new_id
 
+log = logging.getLogger("tally.ingest")
+
 BODY_LIMIT = 32 * 1024
 DEV_WORKSPACE = "default"
 MAX_VIEWPORT = 100_000
+# Deeper props cannot be re-encoded for storage (orjson stops at 255 levels) and no tracker sends them.
+MAX_PROPS_DEPTH = 64
 
 Url = Annotated[str, Meta(max_length=2048)]
 
@@ -76,11 +81,25 @@ def _all_issues(data: dict) -> list[dict[str, str]]:
     return issues
 
 
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels (iterative: the input may be deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def parse_event(body: bytes) -> SiteEventIn:
     try:
         data = msgspec.json.decode(body)
     except msgspec.DecodeError:
         raise SiteError(400, "invalid json") from None
+    except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
+        raise _invalid([_issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels")]) from None
     except msgspec.ValidationError as exc:  # e.g. a number beyond double range
         field, message = field_of(exc)
         raise _invalid([_issue(field, message)]) from None
@@ -95,7 +114,9 @@ def parse_event(body: bytes) -> SiteEventIn:
     # refuse those here rather than fail the whole batch at COPY time.
     issues = [_issue(name, "must not contain NUL characters") for name in _TEXT_FIELDS
               if "\x00" in (getattr(event, name) or "")]
-    if event.props is not None:
+    if event.props is not None and _depth_exceeds(event.props, MAX_PROPS_DEPTH):
+        issues.append(_issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels"))
+    elif event.props is not None:
         try:
             if b"\\u0000" in orjson.dumps(event.props):
                 issues.append(_issue("props", "must not contain NUL characters"))
@@ -126,7 +147,14 @@ async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str)
     async with request.app[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
         if row is None and not runtime.settings.production:
-            row = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+            row, created = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+            if created:
+                # The spec auto-creates it, but a mistyped or placeholder id would otherwise look like
+                # events vanishing: say where they go, once per site (the insert happens once).
+                log.warning("unknown site id %r: created it in workspace %r (development only; production "
+                            "answers 404). Register your domain with POST /api/sites and use the id it "
+                            "returns, or sign in to workspace %r to see these events",
+                            site_id, DEV_WORKSPACE, DEV_WORKSPACE)
     return runtime.sites.put(site_id, row)
 
 
