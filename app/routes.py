@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.views import dashboard_auth, events, health, users
+from app.views import dashboard_auth, events, health, plausible, users
 from app.views.analytics import setup_analytics_routes
 from app.views.api_keys import setup_api_key_routes
 from app.views.dashboards import setup_dashboard_routes
@@ -42,3 +42,4 @@ def setup_routes(app: web.Application) -> None:
     setup_page_routes(r)
     setup_analytics_routes(r)
     setup_site_api(app)
+    plausible.setup(app)
