@@ -35,10 +35,11 @@ _ALIASES = (("name", "n"), ("url", "u"), ("domain", "d"), ("referrer", "r"), ("p
 
 
 def _pick(data: dict, long: str, short: str) -> tuple[str, Any]:
-    """(the key the sender used, its value); the long name wins when both are present."""
-    if data.get(long) is not None:
-        return long, data[long]
-    return short, data.get(short)
+    """(the key the sender used, its value); the long name wins when both are present, and names a
+    field that is missing."""
+    if data.get(long) is None and data.get(short) is not None:
+        return short, data[short]
+    return long, data.get(long)
 
 
 def _text(issues: list, field: str, value: Any, *, required: bool, max_length: int) -> str | None:
