@@ -116,6 +116,8 @@ CHANNEL_RULES: tuple[tuple[str, object], ...] = (
 
 def channel_of(source: str | None, utm_medium: str | None, utm_campaign: str | None,
                utm_source: str | None, click_id: str | None = None) -> str:
+    if not (source or utm_medium or utm_campaign or utm_source):
+        return "Direct"  # every rule below needs one of them
     facts = _Facts((source or "").lower(), CATEGORY.get(source or ""), (utm_medium or "").lower(),
                    (utm_campaign or "").lower(), (utm_source or "").lower(), click_id)
     for channel, rule in CHANNEL_RULES:

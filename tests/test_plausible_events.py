@@ -125,6 +125,8 @@ async def test_events_of_one_visitor_share_a_session(client, database_url, works
     ({}, [{"field": "name", "message": "required"}, {"field": "url", "message": "required"},
           {"field": "domain", "message": "required"}]),
     ({"n": "pageview", "u": "https://a.example/", "d": "localhost"}, [{"field": "d", "message": "not a domain name"}]),
+    ({"n": "pageview", "url": "/relative", "d": "a.example"}, [{"field": "url", "message": "must be an absolute URL"}]),
+    ({"n": "pageview", "u": "http://[::1", "d": "a.example"}, [{"field": "u", "message": "must be an absolute URL"}]),
     ({"n": "x" * 65, "u": "https://a.example/", "d": "a.example"},
      [{"field": "n", "message": "Expected `str` of length <= 64"}]),
     ({"n": 5, "u": "https://a.example/", "d": "a.example"}, [{"field": "n", "message": "Expected `str`"}]),

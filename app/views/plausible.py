@@ -95,6 +95,14 @@ def _revenue(issues: list, field: str, value: Any) -> dict[str, str] | None:
     return {"$revenue_amount": str(number), "$revenue_currency": currency.upper()}
 
 
+def _absolute(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.scheme and parts.netloc)
+
+
 def _path(url: str, hash_mode: bool) -> str:
     """Path and query of the page URL (the spec's `p`), with the fragment in hash mode (`h`)."""
     try:
@@ -114,6 +122,9 @@ def parse_plausible(body: bytes) -> SiteEventIn:
     fields = {long: _pick(data, long, short) for long, short in _ALIASES}
     name = _text(issues, *fields["name"], required=True, max_length=64)
     url = _text(issues, *fields["url"], required=True, max_length=MAX_URL)
+    if url is not None and not _absolute(url):
+        issues.append(issue(fields["url"][0], "must be an absolute URL"))
+        url = None
     referrer = _text(issues, *fields["referrer"], required=False, max_length=MAX_URL)
     domain_field, raw_domain = fields["domain"]
     domain = None
