@@ -223,3 +223,31 @@ async def test_production_preflight(prod, database_url, workspace):
     refused = await prod.options(PLAUSIBLE, headers={"Origin": "https://unknown-origin.example",
                                                      "Access-Control-Request-Method": "POST"})
     assert refused.status == 403
+
+
+async def test_store_failure_is_500_and_oversized_bodies_413(client, database_url, workspace, monkeypatch):
+    import asyncpg
+
+    from storage import events as event_store
+
+    site, domain = await register_site(database_url, workspace)
+    too_big = await send(client, {"n": "pageview", "u": f"https://{domain}/", "d": domain, "p": {"x": "y" * 40_000}})
+    assert too_big.status == 413
+    assert (await too_big.json())["error"] == "payload too large"
+
+    async def broken(conn, records):
+        raise asyncpg.PostgresError("disk full")
+
+    monkeypatch.setattr(event_store, "copy_events", broken)
+    resp = await send(client, {"n": "pageview", "u": f"https://{domain}/", "d": domain})
+    assert resp.status == 500
+    assert await resp.json() == {"error": "store failed"}
+    assert await stored_events(database_url, site) == []
+
+
+async def test_development_mirrors_the_origin(client, database_url, workspace):
+    _, domain = await register_site(database_url, workspace)
+    origin = "http://localhost:3000"
+    resp = await send(client, {"n": "pageview", "u": f"https://{domain}/", "d": domain}, {"Origin": origin})
+    assert resp.status == 202
+    assert resp.headers["Access-Control-Allow-Origin"] == origin
