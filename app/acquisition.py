@@ -39,7 +39,8 @@ def _query(url: str | None) -> dict[str, str]:
     query = url.split("?", 1)[1].split("#", 1)[0]
     values: dict[str, str] = {}
     for key, value in parse_qsl(query, keep_blank_values=False):
-        value = value.strip()
+        # A percent-encoded NUL (%00) decodes to a character PostgreSQL text cannot hold.
+        value = value.replace("\x00", "").strip()
         if value and key not in values:
             values[key] = value[:MAX_VALUE]
     return values

@@ -58,7 +58,7 @@ def _version(major: str | None, minor: str | None) -> str | None:
 
 @lru_cache(maxsize=8192)
 def _parse(user_agent: str) -> Client:
-    result = _parser(user_agent, Domain.ALL)
+    result = _parser(user_agent.replace("\x00", ""), Domain.ALL)  # PostgreSQL text holds no NUL
     agent, system, device = result.user_agent, result.os, result.device
     browser = None if agent is None or agent.family == "Other" else BROWSER_NAMES.get(agent.family, agent.family)
     os_name = None if system is None or system.family == "Other" else OS_NAMES.get(system.family, system.family)
@@ -80,7 +80,12 @@ def _device_from_ua(os_name: str | None, device: ua_parser.Device | None) -> str
 
 
 def parse_client(user_agent: str) -> Client:
-    return _parse(user_agent.strip()[:MAX_UA])
+    user_agent = user_agent.strip()[:MAX_UA]
+    try:
+        return _parse(user_agent)
+    except UnicodeEncodeError:
+        # Header bytes that are not UTF-8 arrive as lone surrogates, which the parser cannot take.
+        return _parse(user_agent.encode("utf-8", "replace").decode("utf-8"))
 
 
 def device_for(width: int | None, client: Client) -> str | None:

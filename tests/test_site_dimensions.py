@@ -282,3 +282,16 @@ async def test_keyed_events_leave_the_dimensions_null(client, make_key, database
     finally:
         await conn.close()
     assert dims(dict(row), *DIMENSIONS) == (None,) * len(DIMENSIONS)
+
+
+async def test_a_percent_encoded_nul_in_a_utm_value_is_dropped_not_fatal(client, database_url):
+    site = dev_site()
+    resp = await post_event(client, {"s": site, "n": "pageview", "u": "https://shop.example/?utm_source=a%00b"})
+    assert resp.status == 202
+    [row] = await stored_events(database_url, site)
+    assert (row["utm_source"], row["source"]) == ("ab", "ab")
+
+
+def test_user_agents_the_parser_cannot_take_as_is():
+    assert parse_client("Mozilla/5.0 \udcff\udcfe Firefox/99.0").browser == "Firefox"
+    assert parse_client("Mozilla/5.0 Fire\x00fox/99.0").browser == "Firefox"  # NUL dropped before parsing
