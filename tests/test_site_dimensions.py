@@ -295,3 +295,22 @@ async def test_a_percent_encoded_nul_in_a_utm_value_is_dropped_not_fatal(client,
 def test_user_agents_the_parser_cannot_take_as_is():
     assert parse_client("Mozilla/5.0 \udcff\udcfe Firefox/99.0").browser == "Firefox"
     assert parse_client("Mozilla/5.0 Fire\x00fox/99.0").browser == "Firefox"  # NUL dropped before parsing
+
+
+async def test_non_utf8_user_agent_bytes_on_the_wire(client, database_url):
+    import asyncio
+
+    import orjson
+
+    site = dev_site()
+    body = orjson.dumps({"s": site, "n": "pageview"})
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(b"POST /api/service/event HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\n"
+                 b"User-Agent: Mozilla/5.0 \xff\xfe Firefox/99.0\r\nConnection: close\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    assert status_line.split()[1] == b"202"
+    [row] = await stored_events(database_url, site)
+    assert row["browser"] == "Firefox"
