@@ -175,3 +175,20 @@ async def test_goals_go_with_their_site(client, site, database_url):
     finally:
         await conn.close()
     assert await stored_goals(database_url, site) == []
+
+
+async def test_a_body_sent_in_small_chunks_is_read_whole(client, site, database_url):
+    async def chunks():
+        for part in (b'{"goal_type": "ev', b'ent", "event_na', b'me": "chunked"}'):
+            yield part
+
+    resp = await client.post(goals_path(site), data=chunks(), headers={"Content-Type": "application/json"})
+    assert resp.status == 201
+    assert await stored_goals(database_url, site) == [("event", "chunked", None)]
+
+
+async def test_oversized_body_is_413(client, site, database_url):
+    resp = await client.post(goals_path(site), json={"goal_type": "event", "event_name": "x", "pad": "y" * 20_000})
+    assert resp.status == 413
+    assert await resp.json() == {"error": "payload too large", "limit": 16384}
+    assert await stored_goals(database_url, site) == []

@@ -59,9 +59,12 @@ async def _body(request: web.Request) -> dict[str, Any]:
         raise SiteError(413, "payload too large", limit=BODY_LIMIT)
     if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
         return dict(await request.post())
-    raw = await request.content.read(BODY_LIMIT + 1)
-    if len(raw) > BODY_LIMIT:
-        raise SiteError(413, "payload too large", limit=BODY_LIMIT)
+    # StreamReader.read(n) returns what has arrived so far: read until EOF or past the limit.
+    raw = bytearray()
+    while chunk := await request.content.read(BODY_LIMIT + 1 - len(raw)):
+        raw += chunk
+        if len(raw) > BODY_LIMIT:
+            raise SiteError(413, "payload too large", limit=BODY_LIMIT)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
