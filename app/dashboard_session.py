@@ -29,6 +29,7 @@ from storage import dashboard_sessions
 
 COOKIE = "tally_session"
 SESSIONLESS_PREFIXES = ("/v1/", "/api/service/")
+SESSIONLESS_PATHS = frozenset({"/api/event"})  # Plausible's ingestion path
 MAX_AGE = 30 * 24 * 3600
 _hasher = PasswordHasher()
 
@@ -122,7 +123,7 @@ def install(app: web.Application, settings: Settings, redis: Redis | None) -> No
     async def dashboard_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
         # The keyed API and the tracker's ingestion never read a dashboard session: skip the session
         # layer on those hot paths.
-        if request.path.startswith(SESSIONLESS_PREFIXES):
+        if request.path.startswith(SESSIONLESS_PREFIXES) or request.path in SESSIONLESS_PATHS:
             return await handler(request)
         return await sessions(request, handler)
 

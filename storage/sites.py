@@ -40,20 +40,28 @@ async def site_by_domain(conn: asyncpg.Connection, workspace_id: int, domain: st
     )
 
 
-async def create_dev_site(
-    conn: asyncpg.Connection, site_id: str, workspace: str, token: str
-) -> tuple[asyncpg.Record, bool]:
+async def site_with_domain(conn: asyncpg.Connection, domain: str) -> asyncpg.Record | None:
+    """The site of any workspace registered for the domain: the verified owner, else the oldest claim."""
+    return await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM sites WHERE domain = $1 ORDER BY verified_at IS NULL, created_at, id LIMIT 1",
+        domain,
+    )
+
+
+async def create_dev_site(conn: asyncpg.Connection, site_id: str, workspace: str, token: str, *,
+                          domain: str | None = None) -> tuple[asyncpg.Record, bool]:
     """Development auto-registration: the unknown id becomes a site of the named workspace, with the
-    id as its domain (or a suffixed one if that domain is already registered there). Returns the row
-    and whether this call created it."""
+    given domain or else the id as its domain (or a suffixed one if that domain is already registered
+    there). Returns the row and whether this call created it."""
+    domain = domain or site_id
     async with conn.transaction():
         workspace_id = await ensure_workspace(conn, workspace)
-        row = await create_site(conn, site_id, workspace_id, site_id, token)
+        row = await create_site(conn, site_id, workspace_id, domain, token)
         if row is None:
             row = await site_by_id(conn, site_id)
             if row is not None:
                 return row, False
-            row = await create_site(conn, site_id, workspace_id, f"{site_id} (auto)", token)
+            row = await create_site(conn, site_id, workspace_id, f"{domain} (auto)", token)
         if row is None:
             return await site_by_id(conn, site_id), False
     return row, True
