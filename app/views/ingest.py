@@ -119,7 +119,7 @@ def decode_json_object(body: bytes) -> dict:
     except msgspec.DecodeError:
         raise SiteError(400, "invalid json") from None
     except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
-        raise _invalid([_issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels")]) from None
+        raise invalid_payload([issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels")]) from None
     except msgspec.ValidationError as exc:  # e.g. a number beyond double range
         field, message = field_of(exc)
         raise invalid_payload([issue(field, message)]) from None
@@ -137,7 +137,7 @@ def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str,
     issues = [issue(sent, "must not contain NUL characters") for name, sent in names.items()
               if "\x00" in (getattr(event, name) or "")]
     if event.props is not None and _depth_exceeds(event.props, MAX_PROPS_DEPTH):
-        issues.append(_issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels"))
+        issues.append(issue(props_field, f"nests deeper than {MAX_PROPS_DEPTH} levels"))
     elif event.props is not None:
         try:
             if b"\\u0000" in orjson.dumps(event.props):
