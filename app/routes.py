@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.views import dashboard_auth, events, health, users
+from app.views import dashboard_auth, events, health, plausible, users
 from app.views.analytics import setup_analytics_routes
 from app.views.api_keys import setup_api_key_routes
 from app.views.dashboards import setup_dashboard_routes
 from app.views.data_sources import setup_data_source_routes
+from app.views.goals import setup_goal_routes
 from app.views.pages import setup_page_routes
 from app.views.public_dashboards import setup_public_dashboard_routes
 from app.views.reports import setup_report_routes
@@ -42,3 +43,5 @@ def setup_routes(app: web.Application) -> None:
     setup_page_routes(r)
     setup_analytics_routes(r)
     setup_site_api(app)
+    plausible.setup(app)
+    setup_goal_routes(r)

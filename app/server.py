@@ -20,10 +20,11 @@ from app.appkeys import DATABASE_DSN, KEYS, LIMITER, POOL, REDIS, REPORT_POOL, S
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import error_middleware, metrics_middleware
+from app.middlewares import error_middleware, metrics_middleware, nosniff
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
+from app.same_origin import same_origin_middleware
 from app.settings import Settings
 from app.sources import runner as source_runner
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
@@ -138,10 +139,12 @@ JOB_REGISTRARS = [source_runner.register, report_schedule.register]
 
 def init_app(settings: Settings) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware, error_middleware, keyed_middleware], client_max_size=MAX_BODY
+        middlewares=[metrics_middleware, error_middleware, same_origin_middleware, keyed_middleware],
+        client_max_size=MAX_BODY,
     )
     app[SETTINGS] = settings
     app[EXPORT_SLOTS] = ExportSlots()
+    app.on_response_prepare.append(nosniff)
     # The client connects lazily; created here because the session storage needs it at set-up.
     app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
     dashboard_session.install(app, settings, app[REDIS])

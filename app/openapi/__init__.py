@@ -18,6 +18,7 @@ FRAGMENTS = [
     "app.openapi.data_sources",
     "app.openapi.site_analytics",
     "app.openapi.site_ingest",
+    "app.openapi.site_goals",
     "app.openapi.reports",
 ]
 

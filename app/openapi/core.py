@@ -81,11 +81,9 @@ PATHS = {
                                  **keyed_errors(401, 403, 429)}},
     },
     "/api/auth/login": {"post": {
-        "summary": "Sign in to the dashboard (sets the session cookie)",
-        "requestBody": {"required": True, "content": {
-            "application/json": {"schema": ref("Credentials")},
-            "application/x-www-form-urlencoded": {"schema": ref("Credentials")}}},
-        "responses": {"200": json_body(_JSON_OBJ), **site_errors(400, 401, 429)},
+        "summary": "Sign in to the dashboard (sets a new session cookie); answers the account as /api/auth/me does",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref("Credentials")}}},
+        "responses": {"200": json_body(_JSON_OBJ), **site_errors(400, 401, 403, 415, 429)},
     }},
     "/api/auth/logout": {"post": {"summary": "Sign out", "responses": {"200": json_body(_JSON_OBJ)}}},
     "/api/auth/me": {"get": {"summary": "The signed-in account", "security": SESSION,

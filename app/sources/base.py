@@ -140,7 +140,17 @@ def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_n
 
 
 def redact(text: str, secrets: list[str]) -> str:
+    """Hide credential values in an error text. A secret of REDACT_ANYWHERE_MIN characters or more is
+    hidden wherever it appears; a shorter one only as a whole token, so that a one-letter password
+    does not turn "importing" into "im***orting"."""
     for secret in sorted(secrets, key=len, reverse=True):
-        if secret:
+        if not secret:
+            continue
+        if len(secret) >= REDACT_ANYWHERE_MIN:
             text = text.replace(secret, "***")
+        else:
+            text = re.sub(rf"(?<![0-9A-Za-z_]){re.escape(secret)}(?![0-9A-Za-z_])", "***", text)
     return text
+
+
+REDACT_ANYWHERE_MIN = 8

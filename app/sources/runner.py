@@ -37,6 +37,7 @@ from app.sources.schemas import CREDENTIALS, Options, Secret
 from storage import data_sources as store
 from storage import events as event_store
 from storage import users as user_store
+from storage.events import NO_DIMENSIONS
 from storage.ids import new_id
 
 log = logging.getLogger("tally.sources")
@@ -64,7 +65,7 @@ class PageSink:
         received = datetime.now(UTC)
         records = [
             (new_id("evt"), self.workspace_id, self.env, None, e.name, e.user_id, None, None, e.properties,
-             None, None, None, None, None, None, None, e.ts, received)
+             None, None, None, None, None, None, None, e.ts, received, *NO_DIMENSIONS)
             for e in batch.events
         ]
         async with self.pool.acquire() as conn:
