@@ -242,6 +242,30 @@ async def test_mysql_query_with_event_column_and_incremental_sync(client, make_k
     assert profile["event_count"] == 2
 
 
+async def test_mysql_query_with_a_percent_sign_syncs_incrementally(client, make_key, scratch_mysql):
+    """pymysql formats statements with %: a LIKE pattern in the user's query must survive the cursor
+    argument of incremental syncs (and the first sync, which has none)."""
+    database, conn = scratch_mysql
+    await add_actions(conn, database, ("m1", "buy-10%", "3.50", "2024-02-01 08:00:00"),
+                      ("m2", "browse", "0.00", "2024-02-01 09:00:00"))
+    key = await make_key("admin,read")
+    created = await create(client, key, {
+        "name": "shop", "type": "mysql",
+        "credentials": {"host": "127.0.0.1", "port": 3306, "database": database, "username": "root", "password": ""},
+        "options": {"query": "SELECT id, user_id, created_at FROM actions WHERE action LIKE '%10\\%'",
+                    "cursor_column": "id", "timestamp_column": "created_at", "event_name": "discounted"},
+        "schedule": {"frequency": "hourly"},
+    })
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    assert [e["user_id"] for e in await events(client, key, "discounted")] == ["m1"]
+    await add_actions(conn, database, ("m3", "buy-10%", "7.25", "2024-02-02 09:00:00"))
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    assert sorted(e["user_id"] for e in await events(client, key, "discounted")) == ["m1", "m3"]
+
+
 async def test_mysql_wrong_password_is_error(client, make_key, scratch_mysql):
     database, _ = scratch_mysql
     key = await make_key("admin,read")

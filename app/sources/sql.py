@@ -196,6 +196,15 @@ class MysqlConnector(SqlConnector):
     def placeholder(self, index: int) -> str:
         return "%s"
 
+    # pymysql formats every statement with `%` (stream() always passes arguments, an empty tuple too),
+    # so a literal % in a name or in the user's query (LIKE 'a%') is doubled here, once.
+    def ident(self, name: str) -> str:
+        return super().ident(name).replace("%", "%%")
+
+    def relation(self) -> str | None:
+        relation = super().relation()
+        return relation.replace("%", "%%") if relation and self.options.query else relation
+
     async def open(self) -> aiomysql.Connection:
         c = self.credentials
         port = c.port or self.default_port
@@ -219,7 +228,7 @@ class MysqlConnector(SqlConnector):
     async def stream(self, conn: aiomysql.Connection, sql: str, args: list) -> AsyncIterator[list[dict]]:
         try:
             async with conn.cursor(aiomysql.SSDictCursor) as cur:
-                await cur.execute(sql, args or None)
+                await cur.execute(sql, tuple(args))
                 while rows := await cur.fetchmany(PAGE):
                     yield list(rows)
         except pymysql.err.MySQLError as exc:
