@@ -155,9 +155,10 @@ async def test_production_refuses_sql_warehouse_on_loopback(production, make_key
 
 @pytest.mark.parametrize("allow", [("127.0.0.1/32", "::1/128"), ("localhost",)])
 async def test_allow_list_lets_on_premises_hosts_through(production, make_key, stripe, scratch_pg, allow):  # noqa: F811
-    client = await production(sources_allow_hosts=allow)
-    key = await make_key("admin,read")
     url = stripe if "/" in allow[0] else stripe.replace("127.0.0.1", "localhost")
+    key = await make_key("admin,read")
+    await refused(await production(), key, stripe_source(url))  # not without the allow-list
+    client = await production(sources_allow_hosts=allow)
     created = await create(client, key, stripe_source(url))
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "active", body
