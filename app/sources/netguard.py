@@ -14,9 +14,10 @@ Rules (docs/decisions.md, "Data-source network policy"):
 A refusal raises DestinationRefused, whose text is always REFUSED: status_reason never says which
 address a name resolved to or why, so it cannot be used to map the network.
 
-API (connectors use these; nothing else here is public):
+API (connectors use these; every connector gets the app's guard as self.guard):
     NetGuard.from_settings(settings, database_dsn=None) -> NetGuard   # the runner builds one per app
     NetGuard.from_environment() -> NetGuard                           # same, from os.environ
+    NetGuard.build(production=, own_services=[(host, port)], allow=[cidr or host]) -> NetGuard
     guard.allowed(host, address, port) -> bool                       # one resolved address
     await guard.resolve(host, port) -> list[str]                     # checked addresses, or raises
     guard.resolve_sync(host, port) -> list[str]                      # the same, blocking (for SDKs)
@@ -24,6 +25,9 @@ API (connectors use these; nothing else here is public):
     guard.requests_session() -> requests.Session                     # for requests-based vendor SDKs
     GuardedHTTPAdapter(guard)                                         # mount on your own Session
     DestinationRefused (a SourceError), REFUSED (its fixed message), UNREACHABLE (generic connect text)
+    canonical(address) -> IPv4Address | IPv6Address                  # the address a check judges
+A connector that opens its own sockets resolves with guard.resolve() and connects to an address it
+returned; on a connection error it raises SourceError(UNREACHABLE...) without the socket error.
 """
 
 from __future__ import annotations
