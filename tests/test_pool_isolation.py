@@ -140,3 +140,22 @@ async def test_sleeping_custom_reports_leave_other_tenants_answering(
             await asyncio.sleep(0.1)
     statuses = [(await run).status for run in runs]
     assert set(statuses) == {504}
+
+
+async def test_report_waits_for_its_own_pool_then_answers_503(make_client, settings, make_key):
+    from app.appkeys import REPORT_POOL
+
+    client = await make_client(dataclasses.replace(settings, report_pool_max=1, report_timeout_seconds=1))
+    key = await make_key("read,write")
+    report = await create_report(client, key, {"name": "volume", "type": "event_volume",
+                                               "config": {"events": ["signup"]}})
+    held = await client.app[REPORT_POOL].acquire()  # every report connection busy
+    try:
+        resp = await client.get(f"/v1/reports/{report['id']}/run", headers=bearer(key))
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5"
+        assert (await resp.json())["error"]["code"] == "reports_busy"
+        await other_tenant_reads(client, make_key)
+    finally:
+        await client.app[REPORT_POOL].release(held)
+    resp = await client.get(f"/v1/reports/{report['id']}/run", headers=bearer(key))
+    assert resp.status == 200
