@@ -219,7 +219,7 @@ def test_policy_judges_embedded_ipv4_and_production_ranges():
     assert str(canonical("::ffff:10.0.0.1")) == "10.0.0.1"
     for address in ("127.0.0.1", "::1", "::ffff:127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1",
                     "169.254.169.254", "fe80::1", "fd12::1", "100.64.0.1", "0.0.0.0", "::", "224.0.0.1",
-                    "2002:a00:1::", "::ffff:169.254.169.254"):
+                    "2002:a00:1::", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1"):
         assert not guard.allowed("", address, 443), address
     assert guard.allowed("", "8.8.8.8", 443) and guard.allowed("", "203.0.113.7", 443)
     dev = NetGuard.build(production=False, own_services=[("127.0.0.1", 5432)])
