@@ -252,3 +252,12 @@ async def test_requests_session_for_vendor_sdks_checks_every_connection(stripe):
         await asyncio.to_thread(call, guard, f"{stripe}/v1/customers")
     with pytest.raises(DestinationRefused):
         await asyncio.to_thread(call, guard, stripe.replace("127.0.0.1", "localhost") + "/v1/customers")
+
+
+def test_analytics_server_from_the_environment_is_refused(monkeypatch, settings):
+    monkeypatch.setenv("TALLY_ANALYTICS_URL", "http://127.0.0.1:8123/?database=tally")
+    guard = NetGuard.from_settings(settings)
+    assert not guard.allowed("", "127.0.0.1", 8123) and not guard.allowed("localhost", "::1", 8123)
+    assert guard.allowed("", "127.0.0.1", 8124)
+    db = urlparse(settings.database_url)
+    assert not guard.allowed("", "127.0.0.1", db.port or 5432)  # and the database, from settings
