@@ -155,9 +155,10 @@ async def test_production_refuses_sql_warehouse_on_loopback(production, make_key
 
 @pytest.mark.parametrize("allow", [("127.0.0.1/32", "::1/128"), ("localhost",)])
 async def test_allow_list_lets_on_premises_hosts_through(production, make_key, stripe, scratch_pg, allow):  # noqa: F811
-    client = await production(sources_allow_hosts=allow)
-    key = await make_key("admin,read")
     url = stripe if "/" in allow[0] else stripe.replace("127.0.0.1", "localhost")
+    key = await make_key("admin,read")
+    await refused(await production(), key, stripe_source(url))  # not without the allow-list
+    client = await production(sources_allow_hosts=allow)
     created = await create(client, key, stripe_source(url))
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "active", body
@@ -218,7 +219,7 @@ def test_policy_judges_embedded_ipv4_and_production_ranges():
     assert str(canonical("::ffff:10.0.0.1")) == "10.0.0.1"
     for address in ("127.0.0.1", "::1", "::ffff:127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1",
                     "169.254.169.254", "fe80::1", "fd12::1", "100.64.0.1", "0.0.0.0", "::", "224.0.0.1",
-                    "2002:a00:1::", "::ffff:169.254.169.254"):
+                    "2002:a00:1::", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1"):
         assert not guard.allowed("", address, 443), address
     assert guard.allowed("", "8.8.8.8", 443) and guard.allowed("", "203.0.113.7", 443)
     dev = NetGuard.build(production=False, own_services=[("127.0.0.1", 5432)])
@@ -251,3 +252,12 @@ async def test_requests_session_for_vendor_sdks_checks_every_connection(stripe):
         await asyncio.to_thread(call, guard, f"{stripe}/v1/customers")
     with pytest.raises(DestinationRefused):
         await asyncio.to_thread(call, guard, stripe.replace("127.0.0.1", "localhost") + "/v1/customers")
+
+
+def test_analytics_server_from_the_environment_is_refused(monkeypatch, settings):
+    monkeypatch.setenv("TALLY_ANALYTICS_URL", "http://127.0.0.1:8123/?database=tally")
+    guard = NetGuard.from_settings(settings)
+    assert not guard.allowed("", "127.0.0.1", 8123) and not guard.allowed("localhost", "::1", 8123)
+    assert guard.allowed("", "127.0.0.1", 8124)
+    db = urlparse(settings.database_url)
+    assert not guard.allowed("", "127.0.0.1", db.port or 5432)  # and the database, from settings

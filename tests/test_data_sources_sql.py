@@ -1,6 +1,6 @@
-"""Syncs from a second PostgreSQL server (tests/customer_pg.py) and the machine's MariaDB into events
-and profiles: first sync, incremental
-syncs (manual and scheduled), error -> active, pause, and delete keeping imported data."""
+"""Syncs from a second PostgreSQL server (tests/customer_pg.py; Tally's own server is out of bounds for
+sources) and the machine's MariaDB into events and profiles: first sync, incremental syncs (manual and
+scheduled), error -> active, pause, and delete keeping imported data."""
 
 from __future__ import annotations
 

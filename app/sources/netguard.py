@@ -7,16 +7,17 @@ Rules (docs/decisions.md, "Data-source network policy"):
 - in production also loopback, link-local, private (RFC 1918, fc00::/7, 100.64/10), unspecified,
   multicast and reserved addresses, unless TALLY_SOURCES_ALLOW_HOSTS names the host or a CIDR holding
   the address (on-premises warehouses). Tally's own servers stay refused even then.
-- IPv4-mapped, 6to4 and Teredo IPv6 addresses are judged by the IPv4 address they carry.
+- IPv4-mapped, NAT64, 6to4 and Teredo IPv6 addresses are judged by the IPv4 address they carry.
 - a name is refused when any address it resolves to is refused; callers then connect to the checked
   address itself, so a rebinding name cannot answer differently between check and connect.
 
 A refusal raises DestinationRefused, whose text is always REFUSED: status_reason never says which
 address a name resolved to or why, so it cannot be used to map the network.
 
-API (connectors use these; nothing else here is public):
+API (connectors use these; every connector gets the app's guard as self.guard):
     NetGuard.from_settings(settings, database_dsn=None) -> NetGuard   # the runner builds one per app
     NetGuard.from_environment() -> NetGuard                           # same, from os.environ
+    NetGuard.build(production=, own_services=[(host, port)], allow=[cidr or host]) -> NetGuard
     guard.allowed(host, address, port) -> bool                       # one resolved address
     await guard.resolve(host, port) -> list[str]                     # checked addresses, or raises
     guard.resolve_sync(host, port) -> list[str]                      # the same, blocking (for SDKs)
@@ -24,6 +25,9 @@ API (connectors use these; nothing else here is public):
     guard.requests_session() -> requests.Session                     # for requests-based vendor SDKs
     GuardedHTTPAdapter(guard)                                         # mount on your own Session
     DestinationRefused (a SourceError), REFUSED (its fixed message), UNREACHABLE (generic connect text)
+    canonical(address) -> IPv4Address | IPv6Address                  # the address a check judges
+A connector that opens its own sockets resolves with guard.resolve() and connects to an address it
+returned; on a connection error it raises SourceError(UNREACHABLE...) without the socket error.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ UNREACHABLE = "could not connect to {host}:{port}"
 
 # Beyond what ipaddress's is_* flags cover: carrier-grade NAT, which is_private misses on 3.11.
 _EXTRA_INTERNAL = (ipaddress.ip_network("100.64.0.0/10"),)
+# NAT64 prefixes (RFC 6052 well-known, RFC 8215 local-use): the last 32 bits are an IPv4 address.
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _UNSPECIFIED = (ipaddress.ip_address("0.0.0.0"), ipaddress.ip_address("::"))
 _DEFAULT_PORTS = {"postgres": 5432, "postgresql": 5432, "redis": 6379, "rediss": 6379, "http": 80,
                   "https": 443, "clickhouse": 9000, "tcp": 9000}
@@ -73,6 +79,8 @@ def canonical(address: str | IP) -> IP:
     """The address a check should judge: IPv4 for IPv4-mapped, 6to4 and Teredo IPv6 addresses."""
     ip = ipaddress.ip_address(address.split("%", 1)[0] if isinstance(address, str) else address)
     if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in net for net in _NAT64):
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if ip.ipv4_mapped is not None:
             return ip.ipv4_mapped
         if ip.sixtofour is not None:
