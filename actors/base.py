@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app import metrics
+from common.metrics import Metrics
 
 log = logging.getLogger("tally.actors")
 
@@ -60,7 +60,7 @@ class Actor:
     split_batches = False
 
     def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float,
-                 max_inflight: int = 1) -> None:
+                 max_inflight: int = 1, metrics: Metrics | None = None) -> None:
         self.key = key
         self.max_batch = max_batch
         self.capacity = capacity
@@ -76,11 +76,12 @@ class Actor:
         self.closing = False
         self.last_active = asyncio.get_running_loop().time()
         # Labelled children resolved once: labels() takes a lock and a dict lookup on every call.
-        self._depth = metrics.MAILBOX_DEPTH.labels(self.kind)
-        self._ingest_seconds = metrics.INGEST_SECONDS.labels(self.kind)
-        self._flush_seconds = metrics.FLUSH_SECONDS.labels(self.kind)
-        self._batch_events = metrics.BATCH_EVENTS.labels(self.kind)
-        self._ingested = metrics.EVENTS_INGESTED.labels(self.kind)
+        metrics = metrics or Metrics()  # an actor made outside an app (tests) counts on its own
+        self._depth = metrics.mailbox_depth.labels(self.kind)
+        self._ingest_seconds = metrics.ingest_seconds.labels(self.kind)
+        self._flush_seconds = metrics.flush_seconds.labels(self.kind)
+        self._batch_events = metrics.batch_events.labels(self.kind)
+        self._ingested = metrics.events_ingested.labels(self.kind)
 
     # -- called by request handlers ------------------------------------------------------------
     def submit(self, kind: str, items: list) -> asyncio.Future:

@@ -2,20 +2,19 @@
 
 Per-second buckets (events, pageviews, pageviews per path) over the last hour, the last event time
 of each session, and the 20 newest events. In memory by default; in Redis when configured, so that
-every process answers with the whole service's traffic. GET /api/analytics/realtime reads only this.
+every process answers with the whole service's traffic. GET /api/analytics/realtime reads only this;
+snapshots are plain data (RealtimeSnapshot), which app/views/realtime.py renders as JSON.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import orjson
 from redis.asyncio import Redis
 
-from app.redis_scripts import REALTIME_SUM
-from app.responses import iso_ms
+from common.redis_scripts import REALTIME_SUM
 
 MAX_WINDOW = 3600
 RECENT = 20
@@ -32,24 +31,23 @@ class LiveEvent:
     session_id: str
     at_ms: int
 
-    def public(self) -> dict:
-        stamp = datetime.fromtimestamp(self.at_ms / 1000, UTC)
-        return {"id": self.id, "name": self.name, "path": self.path, "country": self.country,
-                "timestamp": iso_ms(stamp)}
+
+@dataclass(frozen=True, slots=True)
+class RealtimeSnapshot:
+    active_visitors: int
+    pageviews_per_minute: float
+    events_per_minute: float
+    top_pages: list[tuple[str, int]]  # (path, pageviews), most first
+    recent: list[LiveEvent]  # newest first
 
 
 def summary(events: int, pageviews: int, pages: Counter, visitors: int, recent: list[LiveEvent],
-            window: int) -> dict:
+            window: int) -> RealtimeSnapshot:
     per_minute = 60 / window
-    return {
-        "activeVisitors": visitors,
-        "pageviewsPerMinute": round(pageviews * per_minute, 2),
-        "eventsPerMinute": round(events * per_minute, 2),
-        # Ties by path, so memory and Redis (whose hashes have no order) answer alike.
-        "topActivePages": [{"key": k, "count": c}
-                           for k, c in sorted(pages.items(), key=lambda kc: (-kc[1], kc[0]))[:TOP_PAGES]],
-        "recentEvents": [e.public() for e in recent],
-    }
+    # Ties by path, so memory and Redis (whose hashes have no order) answer alike.
+    top = sorted(pages.items(), key=lambda kc: (-kc[1], kc[0]))[:TOP_PAGES]
+    return RealtimeSnapshot(visitors, round(pageviews * per_minute, 2), round(events * per_minute, 2), top,
+                            recent)
 
 
 class _SiteWindow:
@@ -93,7 +91,7 @@ class MemoryRealtime:
         horizon = now_ms - MAX_WINDOW * 1000
         win.sessions = {k: t for k, t in win.sessions.items() if t > horizon}
 
-    async def snapshot(self, site_id: str, now_ms: int, window: int) -> dict:
+    async def snapshot(self, site_id: str, now_ms: int, window: int) -> RealtimeSnapshot:
         win = self._sites.get(site_id)
         if win is None:
             return summary(0, 0, Counter(), 0, [], window)
@@ -149,7 +147,7 @@ class RedisRealtime:
             pipe.expire(recent, ttl)
             await pipe.execute()
 
-    async def snapshot(self, site_id: str, now_ms: int, window: int) -> dict:
+    async def snapshot(self, site_id: str, now_ms: int, window: int) -> RealtimeSnapshot:
         since_ms = now_ms - window * 1000
         now_sec = now_ms // 1000
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from app.redis_scripts import SESSION_ASSIGN
+from common.redis_scripts import SESSION_ASSIGN
 from storage.ids import new_id
 
 SESSION_TIMEOUT_MS = 30 * 60 * 1000

@@ -8,14 +8,16 @@ import logging
 from collections.abc import Callable, Hashable
 
 from actors.base import Actor, Overloaded
-from app import metrics
+from common.metrics import Metrics
 
 log = logging.getLogger("tally.supervisor")
 
 
 class Supervisor:
-    def __init__(self, factory: Callable[[Hashable], Actor], *, idle_seconds: float) -> None:
+    def __init__(self, factory: Callable[[Hashable], Actor], *, idle_seconds: float,
+                 metrics: Metrics | None = None) -> None:
         self._factory = factory
+        self.metrics = metrics or Metrics()
         self.idle_seconds = idle_seconds
         self.actors: dict[Hashable, Actor] = {}
         self._tasks: dict[Hashable, asyncio.Task] = {}
@@ -33,7 +35,7 @@ class Supervisor:
             actor = self._factory(key)
             self.actors[key] = actor
             self._spawn(actor)
-            metrics.ACTORS_RUNNING.labels(actor.kind).inc()
+            self.metrics.actors_running.labels(actor.kind).inc()
         return actor
 
     def _spawn(self, actor: Actor) -> None:
@@ -47,7 +49,7 @@ class Supervisor:
         if self.actors.get(actor.key) is not actor:
             return
         log.error("actor crashed, restarting kind=%s key=%s error=%r", actor.kind, actor.key, task.exception())
-        metrics.ACTOR_RESTARTS.labels(actor.kind).inc()
+        self.metrics.actor_restarts.labels(actor.kind).inc()
         # Same actor object, same mailbox: queued messages are served by the new task.
         self._spawn(actor)
 
@@ -61,7 +63,7 @@ class Supervisor:
                 if actor.idle() and now - actor.last_active > self.idle_seconds:
                     del self.actors[key]
                     actor.close()
-                    metrics.ACTORS_RUNNING.labels(actor.kind).dec()
+                    self.metrics.actors_running.labels(actor.kind).dec()
 
     async def close(self) -> None:
         """Refuse new work, let every actor drain its mailbox and flush, then return."""

@@ -9,11 +9,14 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 if TYPE_CHECKING:
-    from actors.scheduler import Scheduler
     from actors.supervisor import Supervisor
+    from actors.workspace import PartitionCache
     from app.keys import KeyCache
     from app.ratelimit import MemoryLimiter, RedisLimiter
+    from app.scheduler import Scheduler
     from app.settings import Settings
+    from app.site_runtime import SiteRuntime
+    from common.metrics import Metrics
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
@@ -26,3 +29,6 @@ SUPERVISOR: web.AppKey[Supervisor] = web.AppKey("supervisor")
 KEYS: web.AppKey[KeyCache] = web.AppKey("keys")
 LIMITER: web.AppKey[MemoryLimiter | RedisLimiter] = web.AppKey("limiter")
 SCHEDULER: web.AppKey[Scheduler] = web.AppKey("scheduler")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+SITE_RUNTIME: web.AppKey[SiteRuntime] = web.AppKey("site_runtime")
+PARTITION_CACHE: web.AppKey[PartitionCache] = web.AppKey("partitions")

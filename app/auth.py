@@ -7,8 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from app import metrics
-from app.appkeys import KEYS, LIMITER, SETTINGS
+from app.appkeys import KEYS, LIMITER, METRICS, SETTINGS
 from app.keys import KeyInfo
 from app.net import client_ip
 from app.plans import ANONYMOUS, limits_for
@@ -65,7 +64,7 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         if not verdict.allowed:
             if group == "events":
-                metrics.EVENTS_REJECTED.labels("rate_limited").inc()
+                app[METRICS].events_rejected.labels("rate_limited").inc()
             raise ApiError(429, "rate_limited", "rate limit exceeded; retry after the Retry-After seconds")
         if key is None:
             message = "invalid or expired API key" if raw else "missing Authorization: Bearer <API key>"

@@ -11,12 +11,12 @@ import hashlib
 import hmac
 import re
 import secrets
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
 
+from common.ttl_cache import TTLCache
 from storage import workspaces as store
 from storage.ids import new_id
 
@@ -66,23 +66,15 @@ async def create_key(
 class KeyCache:
     def __init__(self, pool: asyncpg.Pool, ttl: float, max_entries: int = 50_000) -> None:
         self._pool = pool
-        self._ttl = ttl
-        self._max = max_entries
-        self._entries: dict[bytes, tuple[float, KeyInfo | None]] = {}
+        self._entries: TTLCache[KeyInfo | None] = TTLCache(ttl, max_entries)
 
     async def lookup(self, raw: str) -> KeyInfo | None:
         if not KEY_RE.match(raw):
             return None
         digest = hash_key(raw)
-        now = time.monotonic()
-        hit = self._entries.get(digest)
-        if hit is not None and hit[0] > now:
-            info = hit[1]
-        else:
-            info = await self._load(digest)
-            if len(self._entries) >= self._max:
-                self._entries.clear()
-            self._entries[digest] = (now + self._ttl, info)
+        found, info = self._entries.get(digest)
+        if not found:
+            info = self._entries.put(digest, await self._load(digest))
         return info if info is not None and info.usable() else None
 
     async def _load(self, digest: bytes) -> KeyInfo | None:

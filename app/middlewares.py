@@ -7,7 +7,7 @@ import time
 
 from aiohttp import web
 
-from app import metrics
+from app.appkeys import METRICS
 from app.auth import Handler
 from app.responses import ApiError, SiteError, json_response
 
@@ -26,17 +26,6 @@ def _route_name(request: web.Request) -> str:
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_children: dict[tuple[str, str, int], tuple] = {}
-
-
-def _route_metrics(method: str, route: str, status: int) -> tuple:
-    """(request counter, latency histogram) for these labels, resolved once per combination."""
-    key = (method, route, status)
-    found = _children.get(key)
-    if found is None:
-        found = _children[key] = (metrics.REQUESTS.labels(method, route, str(status)),
-                                  metrics.REQUEST_SECONDS.labels(route))
-    return found
 
 
 @web.middleware
@@ -53,7 +42,7 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         # Any token is a valid HTTP method: fold the unusual ones so clients cannot mint label values.
         method = request.method if request.method in _METHODS else "OTHER"
-        counter, latency = _route_metrics(method, _route_name(request), status)
+        counter, latency = request.app[METRICS].route(method, _route_name(request), status)
         counter.inc()
         latency.observe(time.perf_counter() - started)
 

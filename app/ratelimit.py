@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from app.plans import Limits
-from app.redis_scripts import RATE_LIMIT
+from common.redis_scripts import RATE_LIMIT
 
 WINDOWS_MS = (1_000, 60_000)
 _SECOND, _MINUTE = WINDOWS_MS

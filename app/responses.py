@@ -57,6 +57,9 @@ def not_found(message: str = "not found") -> ApiError:
 class SiteError(Exception):
     """A site-API failure: rendered as {"error": "<message>", ...}."""
 
+    # The tally_events_rejected_total reason an ingestion endpoint counts for this failure, if any.
+    rejected: str | None = None
+
     def __init__(self, status: int, error: str, *, headers: dict[str, str] | None = None, **extra: Any):
         super().__init__(error)
         self.status = status

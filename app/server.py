@@ -1,4 +1,6 @@
-"""Builds the application: settings, pools and actors live in cleanup contexts."""
+"""Builds the application. Every long-lived object (pools, Redis, the site runtime, actors, the source
+runner, the scheduler) is created in a cleanup context below and closed in reverse order, as in
+aiohttp-demos `polls`; route setup (app/routes.py) only adds routes."""
 
 from __future__ import annotations
 
@@ -11,13 +13,26 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 from redis.asyncio import Redis
 
-from actors.scheduler import Scheduler
-from actors.site import SITE_RUNTIME, SiteActor
+from actors.site import SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
-from app.appkeys import DATABASE_DSN, KEYS, LIMITER, POOL, REDIS, REPORT_POOL, SCHEDULER, SETTINGS, SUPERVISOR
+from app.appkeys import (
+    DATABASE_DSN,
+    KEYS,
+    LIMITER,
+    METRICS,
+    PARTITION_CACHE,
+    POOL,
+    REDIS,
+    REPORT_POOL,
+    SCHEDULER,
+    SETTINGS,
+    SITE_RUNTIME,
+    SUPERVISOR,
+)
 from app.auth import keyed_middleware
+from app.crypto import CredentialBox
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
 from app.middlewares import error_middleware, metrics_middleware, nosniff
@@ -25,15 +40,19 @@ from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
 from app.same_origin import same_origin_middleware
+from app.scheduler import Scheduler
 from app.settings import Settings
+from app.site_runtime import make_runtime
 from app.sources import runner as source_runner
+from app.sources.netguard import NetGuard
+from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
+from common.metrics import Metrics
 from storage.db import create_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
 
-PARTITION_CACHE: web.AppKey[PartitionCache] = web.AppKey("partitions")
 MAX_BODY = 8 * 1024 * 1024
 
 
@@ -91,24 +110,37 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
             await redis.aclose()
 
 
+async def site_runtime_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Sessions, realtime window, salts and GeoIP shared by site ingestion, its actors and realtime."""
+    runtime = make_runtime(app[SETTINGS], app[REDIS])
+    app[SITE_RUNTIME] = runtime
+    warm_up()  # build the User-Agent parser now, not on the first event
+    try:
+        yield
+    finally:
+        if runtime.geoip is not None:
+            runtime.geoip.close()
+
+
 async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    pool, partitions = app[POOL], app[PARTITION_CACHE]
+    pool, partitions, runtime = app[POOL], app[PARTITION_CACHE], app[SITE_RUNTIME]
     tuning = {
         "max_batch": settings.batch_max,
         "capacity": settings.mailbox_events,
         "linger": settings.batch_linger_ms / 1000,
         "max_inflight": settings.flushes_in_flight,
+        "metrics": app[METRICS],
     }
 
     def factory(key):
         if key[0] == "site":
-            return SiteActor(key, pool, partitions, app[SITE_RUNTIME], **tuning)
+            return SiteActor(key, pool, partitions, runtime.sessions, runtime.realtime, **tuning)
         if key[0] == "ws":
             return WorkspaceActor(key, pool, partitions, **tuning)
         raise KeyError(key)
 
-    supervisor = Supervisor(factory, idle_seconds=settings.actor_idle_seconds)
+    supervisor = Supervisor(factory, idle_seconds=settings.actor_idle_seconds, metrics=app[METRICS])
     supervisor.start()
     app[SUPERVISOR] = supervisor
     app[KEYS] = KeyCache(pool, settings.key_cache_seconds)
@@ -117,6 +149,19 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
     finally:
         # Runs after aiohttp stopped accepting and finished in-flight requests: drain and flush.
         await supervisor.close()
+
+
+async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The data-source runner; closed after the scheduler stopped, before the pool closes."""
+    settings = app[SETTINGS]
+    guard = NetGuard.from_settings(settings, database_dsn=app[DATABASE_DSN])
+    runner = source_runner.SourceRunner(app[POOL], CredentialBox(settings.secret), settings.source_timeout_seconds,
+                                        guard, app[METRICS])
+    app[source_runner.RUNNER] = runner
+    try:
+        yield
+    finally:
+        await runner.close()
 
 
 async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -143,6 +188,7 @@ def init_app(settings: Settings) -> web.Application:
         client_max_size=MAX_BODY,
     )
     app[SETTINGS] = settings
+    app[METRICS] = Metrics()
     app[EXPORT_SLOTS] = ExportSlots()
     app.on_response_prepare.append(nosniff)
     # The client connects lazily; created here because the session storage needs it at set-up.
@@ -150,8 +196,9 @@ def init_app(settings: Settings) -> web.Application:
     dashboard_session.install(app, settings, app[REDIS])
     app.cleanup_ctx.append(database_ctx)
     app.cleanup_ctx.append(redis_ctx)
+    app.cleanup_ctx.append(site_runtime_ctx)
     app.cleanup_ctx.append(actors_ctx)
-    app.cleanup_ctx.append(scheduler_ctx)
-    app.cleanup_ctx.append(source_runner.sources_ctx)  # stops data-source runs before the scheduler/pool
+    app.cleanup_ctx.append(sources_ctx)
+    app.cleanup_ctx.append(scheduler_ctx)  # stops first: no job starts while the others close
     setup_routes(app)
     return app

@@ -1,69 +1,111 @@
-"""Configuration, read once from the environment."""
+"""Configuration, read once from the environment.
+
+Each setting is declared once: its type, its default and the environment variable that sets it (every
+one is listed in the README's configuration table). from_env() parses only what is set and non-empty,
+so the defaults below are the only defaults."""
 
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 
 class ConfigError(RuntimeError):
     pass
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
+def _int(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
 
 
+def _float(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _flag(name: str, raw: str) -> bool:
+    return raw.strip().lower() not in ("0", "false", "no")
+
+
+def _csv(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _micros_as_ms(name: str, raw: str) -> float:
+    return _int(name, raw) / 1000
+
+
+def _env_name(name: str, raw: str) -> str:
+    if raw not in ("development", "production"):
+        raise ConfigError("TALLY_ENV must be 'development' or 'production'")
+    return raw
+
+
+def var(name: str, parse: Callable[[str, str], Any] = _text, minimum: float | None = None) -> dict:
+    """Field metadata: the variable that sets this setting, its parser, and a floor (values below it
+    are raised to it)."""
+    return {"setting": {"env": name, "parse": parse, "minimum": minimum}}
+
+
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
-    redis_url: str | None = None
-    env: str = "development"
-    secret: str = ""
-    data_dir: Path = Path(".tally-data")
-    host: str = "0.0.0.0"
-    port: int = 8000
-    trusted_proxies: tuple[str, ...] = ()
+    database_url: str | None = field(default=None, metadata=var("DATABASE_URL"))
+    redis_url: str | None = field(default=None, metadata=var("REDIS_URL"))
+    env: str = field(default="development", metadata=var("TALLY_ENV", _env_name))
+    secret: str = field(default="", metadata=var("TALLY_SECRET"))
+    data_dir: Path = field(default=Path(".tally-data"), metadata=var("TALLY_DATA_DIR", lambda _, raw: Path(raw)))
+    host: str = field(default="0.0.0.0", metadata=var("HOST"))
+    port: int = field(default=8000, metadata=var("PORT", _int))
+    trusted_proxies: tuple[str, ...] = field(default=(), metadata=var("TALLY_TRUSTED_PROXIES", _csv))
     # Actor tuning: batch size cap, linger before a flush, mailbox bound (events), flushes at once.
-    batch_max: int = 5000
-    batch_linger_ms: float = 0.0
-    mailbox_events: int = 50000
-    flushes_in_flight: int = 3
-    actor_idle_seconds: float = 300.0
-    key_cache_seconds: float = 2.0
-    pool_max: int = 10
+    batch_max: int = field(default=5000, metadata=var("TALLY_BATCH_MAX", _int))
+    batch_linger_ms: float = field(default=0.0, metadata=var("TALLY_BATCH_LINGER_US", _micros_as_ms))
+    mailbox_events: int = field(default=50000, metadata=var("TALLY_MAILBOX_EVENTS", _int))
+    flushes_in_flight: int = field(default=3, metadata=var("TALLY_FLUSHES_IN_FLIGHT", _int, 1))
+    actor_idle_seconds: float = field(default=300.0, metadata=var("TALLY_ACTOR_IDLE_SECONDS", _float, 0.1))
+    key_cache_seconds: float = field(default=2.0, metadata=var("TALLY_KEY_CACHE_SECONDS", _float, 0))
+    pool_max: int = field(default=10, metadata=var("TALLY_DB_POOL_MAX", _int))
     # Heavy reads get their own small pool so they cannot starve ingestion, /readyz or other tenants.
-    report_pool_max: int = 3
+    report_pool_max: int = field(default=3, metadata=var("TALLY_REPORT_POOL_MAX", _int, 1))
     # Event exports: at once per signed-in account, and how long one write may wait for a slow reader.
-    exports_per_account: int = 2
-    export_write_timeout_seconds: float = 30.0
-    access_log: bool = True
+    exports_per_account: int = field(default=2, metadata=var("TALLY_EXPORTS_PER_ACCOUNT", _int, 1))
+    export_write_timeout_seconds: float = field(default=30.0,
+                                                metadata=var("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS", _float))
+    access_log: bool = field(default=True, metadata=var("TALLY_ACCESS_LOG", _flag))
     # Tests turn the timers off and call Scheduler.run_now() instead.
-    run_scheduler: bool = True
+    run_scheduler: bool = field(default=True, metadata=var("TALLY_RUN_SCHEDULER", _flag))
     # Site ingestion: events per minute per site and per visitor IP (0 disables), DNS-over-HTTPS
     # resolver for domain verification, optional MaxMind country database.
-    site_events_per_min: int = 60_000
-    ip_events_per_min: int = 600
-    doh_url: str = "https://cloudflare-dns.com/dns-query"
-    geoip_db: str | None = None
+    site_events_per_min: int = field(default=60_000, metadata=var("TALLY_SITE_EVENTS_PER_MIN", _int))
+    ip_events_per_min: int = field(default=600, metadata=var("TALLY_IP_EVENTS_PER_MIN", _int))
+    doh_url: str = field(default="https://cloudflare-dns.com/dns-query", metadata=var("TALLY_DOH_URL"))
+    geoip_db: str | None = field(default=None, metadata=var("TALLY_GEOIP_DB"))
     # Reports: synchronous run timeout; custom SQL's own timeout and row cap; SMTP for scheduled delivery.
-    report_timeout_seconds: float = 30.0
-    custom_sql_timeout_seconds: float = 5.0
-    custom_sql_max_rows: int = 10_000
-    custom_sql_max_bytes: int = 8 * 1024 * 1024
-    smtp_url: str | None = None
-    smtp_from: str = "Tally Reports <reports@tally.localhost>"
-    # Data sources: CIDRs or host names that production sources may reach although private/loopback.
-    sources_allow_hosts: tuple[str, ...] = ()
-    extra: dict = field(default_factory=dict)
+    report_timeout_seconds: float = field(default=30.0, metadata=var("TALLY_REPORT_TIMEOUT_SECONDS", _float))
+    custom_sql_timeout_seconds: float = field(default=5.0,
+                                              metadata=var("TALLY_CUSTOM_SQL_TIMEOUT_SECONDS", _float, 0.1))
+    custom_sql_max_rows: int = field(default=10_000, metadata=var("TALLY_CUSTOM_SQL_MAX_ROWS", _int, 1))
+    custom_sql_max_bytes: int = field(default=8 * 1024 * 1024,
+                                      metadata=var("TALLY_CUSTOM_SQL_MAX_BYTES", _int, 1024))
+    smtp_url: str | None = field(default=None, metadata=var("TALLY_SMTP_URL"))
+    smtp_from: str = field(default="Tally Reports <reports@tally.localhost>", metadata=var("TALLY_SMTP_FROM"))
+    # Data sources: CIDRs or host names that production sources may reach although private/loopback, and
+    # how long one call to a source may take.
+    sources_allow_hosts: tuple[str, ...] = field(default=(), metadata=var("TALLY_SOURCES_ALLOW_HOSTS", _csv))
+    source_timeout_seconds: float = field(default=10.0, metadata=var("TALLY_SOURCE_TIMEOUT_SECONDS", _float, 0.1))
 
     @property
     def production(self) -> bool:
@@ -71,46 +113,22 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        env = os.environ.get("TALLY_ENV", "development")
-        if env not in ("development", "production"):
-            raise ConfigError("TALLY_ENV must be 'development' or 'production'")
-        data_dir = Path(os.environ.get("TALLY_DATA_DIR") or ".tally-data")
-        secret = os.environ.get("TALLY_SECRET", "")
-        if not secret:
-            if env == "production":
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            spec = f.metadata.get("setting")
+            raw = os.environ.get(spec["env"]) if spec else None
+            if raw in (None, ""):
+                continue
+            value = spec["parse"](spec["env"], raw)
+            if spec["minimum"] is not None:
+                value = max(spec["minimum"], value)
+            values[f.name] = value
+        settings = cls(**values)
+        if not settings.secret:
+            if settings.production:
                 raise ConfigError("TALLY_SECRET is required when TALLY_ENV=production")
-            secret = persisted_secret(data_dir)
-        allow = tuple(h.strip() for h in os.environ.get("TALLY_SOURCES_ALLOW_HOSTS", "").split(",") if h.strip())
-        proxies = tuple(p.strip() for p in os.environ.get("TALLY_TRUSTED_PROXIES", "").split(",") if p.strip())
-        return cls(
-            database_url=os.environ.get("DATABASE_URL") or None,
-            redis_url=os.environ.get("REDIS_URL") or None,
-            env=env,
-            secret=secret,
-            data_dir=data_dir,
-            host=os.environ.get("HOST", "0.0.0.0"),
-            port=_int("PORT", 8000),
-            trusted_proxies=proxies,
-            batch_max=_int("TALLY_BATCH_MAX", 5000),
-            batch_linger_ms=float(_int("TALLY_BATCH_LINGER_US", 0)) / 1000,
-            mailbox_events=_int("TALLY_MAILBOX_EVENTS", 50000),
-            flushes_in_flight=max(1, _int("TALLY_FLUSHES_IN_FLIGHT", 3)),
-            pool_max=_int("TALLY_DB_POOL_MAX", 10),
-            report_pool_max=max(1, _int("TALLY_REPORT_POOL_MAX", 3)),
-            exports_per_account=max(1, _int("TALLY_EXPORTS_PER_ACCOUNT", 2)),
-            export_write_timeout_seconds=float(os.environ.get("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS") or 30),
-            access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
-            report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),
-            custom_sql_max_rows=max(1, _int("TALLY_CUSTOM_SQL_MAX_ROWS", 10_000)),
-            custom_sql_max_bytes=max(1024, _int("TALLY_CUSTOM_SQL_MAX_BYTES", 8 * 1024 * 1024)),
-            smtp_url=os.environ.get("TALLY_SMTP_URL") or None,
-            smtp_from=os.environ.get("TALLY_SMTP_FROM") or "Tally Reports <reports@tally.localhost>",
-            site_events_per_min=_int("TALLY_SITE_EVENTS_PER_MIN", 60_000),
-            ip_events_per_min=_int("TALLY_IP_EVENTS_PER_MIN", 600),
-            doh_url=os.environ.get("TALLY_DOH_URL") or "https://cloudflare-dns.com/dns-query",
-            geoip_db=os.environ.get("TALLY_GEOIP_DB") or None,
-            sources_allow_hosts=allow,
-        )
+            settings = cls(**{**values, "secret": persisted_secret(settings.data_dir)})
+        return settings
 
 
 def persisted_secret(data_dir: Path) -> str:

@@ -8,8 +8,7 @@ import pytest
 from actors.base import Actor, Overloaded
 from actors.supervisor import Supervisor
 from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
-from app import metrics
-from app.appkeys import SUPERVISOR
+from app.appkeys import METRICS, SUPERVISOR
 from storage.events import erasure_lock_key
 from tests.conftest import bearer, connect
 
@@ -46,14 +45,15 @@ async def test_crash_mid_batch_loses_no_acknowledged_event(client, make_key, mon
         await original(self, batch)
 
     monkeypatch.setattr(WorkspaceActor, "flush", flaky)
-    before = metrics.ACTOR_RESTARTS.labels("workspace")._value.get()
+    restarts = client.app[METRICS].actor_restarts.labels("workspace")
+    before = restarts._value.get()
     responses = await asyncio.gather(*[_send(client, key, i) for i in range(40)])
     statuses = [r.status for r in responses]
     acked = {(await r.json())["id"] for r in responses if r.status == 200}
     assert statuses.count(500) == crashes[0]  # exactly the crashed batch failed, and said so
     assert all(s in (200, 500) for s in statuses) and acked
     assert acked <= await _stored_ids(database_url, await _workspace_id(database_url, workspace))
-    assert metrics.ACTOR_RESTARTS.labels("workspace")._value.get() == before + 1
+    assert restarts._value.get() == before + 1
     assert (await _send(client, key, 99)).status == 200  # the restarted actor serves on
 
 

@@ -181,7 +181,7 @@ def _service_account_key() -> dict:
 ])
 async def test_default_hosts_unreachable_end_in_error_with_a_reason(make_client, settings, make_key, body, reason):
     """No network here: the real provider hosts are unreachable, and the check says so within its timeout."""
-    client = await make_client(dataclasses.replace(settings, extra={"source_timeout": 2.0}))
+    client = await make_client(dataclasses.replace(settings, source_timeout_seconds=2.0))
     key = await make_key("admin,read")
     created = await create(client, key, {"name": "w", **body})
     result = await wait_status(client, key, created["id"], "error", tries=1200)

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
-from actors.site import SITE_RUNTIME
+from app.appkeys import SITE_RUNTIME
 from tests.site_helpers import FakeClock, post_event, register_site
 
 UA = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0"
@@ -142,6 +142,6 @@ async def test_redis_window_reads_the_same_as_the_memory_window_for_one_batch(re
         for window in (3, 60):
             expected = await memory.snapshot(site, t + 6000, window)
             assert await shared.snapshot(site, t + 6000, window) == expected
-        assert expected["activeVisitors"] == 7 and len(expected["recentEvents"]) == 20
+        assert expected.active_visitors == 7 and len(expected.recent) == 20
     finally:
         await redis.aclose()

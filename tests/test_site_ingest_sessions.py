@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from actors.sessions import make_sessions
-from actors.site import SITE_RUNTIME
+from app.appkeys import SITE_RUNTIME
 from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events
 from tests.conftest import connect

@@ -8,7 +8,7 @@ import secrets
 import asyncpg
 import pytest
 
-from actors.site import SITE_RUNTIME
+from app.appkeys import SITE_RUNTIME
 from app.views.sites import normalize_domain, site_id_for
 from tests.doh_server import start_doh
 from tests.site_helpers import post_event, register_site, stored_events, unique_domain

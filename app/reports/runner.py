@@ -9,7 +9,6 @@ from typing import Any
 
 import asyncpg
 
-from app import metrics
 from app.reports.config import (
     CustomConfig,
     EventVolumeConfig,
@@ -19,6 +18,7 @@ from app.reports.config import (
 )
 from app.responses import ApiError, iso_ms
 from app.settings import Settings
+from common.metrics import Metrics
 from storage import report_queries as q
 from storage import reports as store
 
@@ -96,8 +96,8 @@ async def _built_in(conn: asyncpg.Connection, ws: int, env: str, config: Any, no
 
 
 async def run_report(
-    pool: asyncpg.Pool, settings: Settings, *, workspace_id: int, env: str, plan: str, report_type: str,
-    config: dict,
+    pool: asyncpg.Pool, settings: Settings, metrics: Metrics, *, workspace_id: int, env: str, plan: str,
+    report_type: str, config: dict,
 ) -> Result:
     require_plan(report_type, plan)
     parsed = parse_config(report_type, config)
@@ -142,4 +142,4 @@ async def run_report(
         # The customer's own SQL failed (syntax, permission, read-only...): say why, as a 400.
         raise ApiError(400, "invalid_sql", f"the SQL failed: {exc.args[0] if exc.args else exc}") from None
     finally:
-        metrics.REPORT_RUN_SECONDS.labels(report_type, outcome).observe(time.perf_counter() - started)
+        metrics.report_run_seconds.labels(report_type, outcome).observe(time.perf_counter() - started)

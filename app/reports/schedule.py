@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from app import metrics
-from app.appkeys import POOL, REPORT_POOL, SETTINGS
+from app.appkeys import METRICS, POOL, REPORT_POOL, SETTINGS
 from app.reports import delivery
 from app.reports.runner import run_report
 from app.responses import ApiError
@@ -61,7 +60,7 @@ async def deliver_due(app: web.Application) -> int:
         async with pool.acquire() as conn:
             await store.finish_delivery(conn, item["delivery_id"], error, final=final)
         sent += error is None
-        metrics.REPORT_DELIVERIES.labels("sent" if error is None else "failed" if final else "retry").inc()
+        app[METRICS].report_deliveries.labels("sent" if error is None else "failed" if final else "retry").inc()
     return sent
 
 
@@ -71,7 +70,8 @@ async def _deliver_one(app: web.Application, item) -> str | None:
     schedule = item["schedule"] or {}
     try:
         result = await run_report(
-            app[REPORT_POOL], settings, workspace_id=item["workspace_id"], env=item["env"], plan=item["plan"],
+            app[REPORT_POOL], settings, app[METRICS], workspace_id=item["workspace_id"], env=item["env"],
+            plan=item["plan"],
             report_type=item["type"], config=item["config"],
         )
     except ApiError as exc:

@@ -17,23 +17,21 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import asyncpg
 import msgspec
 from aiohttp import web
 
-from actors.scheduler import Scheduler
 from actors.workspace import month_start
-from app import metrics
-from app.appkeys import DATABASE_DSN, POOL, SETTINGS
 from app.crypto import CredentialBox
+from app.scheduler import Scheduler
 from app.sources import CONNECTORS
 from app.sources.base import Batch, SourceError, redact
 from app.sources.netguard import REFUSED, DestinationRefused, NetGuard
 from app.sources.schedule import next_sync
 from app.sources.schemas import CREDENTIALS, Options, Secret
+from common.metrics import Metrics
 from storage import data_sources as store
 from storage import events as event_store
 from storage import users as user_store
@@ -84,8 +82,10 @@ class PageSink:
 
 
 class SourceRunner:
-    def __init__(self, pool: asyncpg.Pool, box: CredentialBox, timeout: float, guard: NetGuard) -> None:
+    def __init__(self, pool: asyncpg.Pool, box: CredentialBox, timeout: float, guard: NetGuard,
+                 metrics: Metrics) -> None:
         self.pool = pool
+        self.metrics = metrics
         self.box = box
         self.timeout = timeout
         self.guard = guard
@@ -170,8 +170,8 @@ class SourceRunner:
             reason = f"unexpected {type(exc).__name__} while syncing"
             text = redact("".join(traceback.format_exception(exc)), credentials.values())
             log.error("data source run failed source=%s type=%s\n%s", source_id, kind, text)
-        metrics.SOURCE_RUNS.labels(kind, "ok" if ok else "error").inc()
-        metrics.SOURCE_ROWS.labels(kind).inc(rows)
+        self.metrics.source_runs.labels(kind, "ok" if ok else "error").inc()
+        self.metrics.source_rows.labels(kind).inc(rows)
         if not ok and reason:
             log.warning("data source sync failed source=%s type=%s reason=%s", source_id, kind, reason)
         await self._finish(row, ok=ok, reason=reason)
@@ -186,18 +186,5 @@ RUNNER: web.AppKey[SourceRunner] = web.AppKey("source_runner", SourceRunner)
 
 
 def register(app: web.Application, scheduler: Scheduler) -> None:
-    """JOB_REGISTRARS entry: creates the runner and schedules the due-sync job."""
-    settings = app[SETTINGS]
-    guard = NetGuard.from_settings(settings, database_dsn=app[DATABASE_DSN])
-    runner = SourceRunner(app[POOL], CredentialBox(settings.secret),
-                          float(settings.extra.get("source_timeout", 10.0)), guard)
-    app[RUNNER] = runner
-    scheduler.every(JOB, JOB_SECONDS, runner.run_due)
-
-
-async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context (after the scheduler's): stops background runs before the pool closes."""
-    yield
-    runner = app.get(RUNNER)
-    if runner is not None:
-        await runner.close()
+    """JOB_REGISTRARS entry: the due-sync job of the runner app/server.py created."""
+    scheduler.every(JOB, JOB_SECONDS, app[RUNNER].run_due)

@@ -8,8 +8,7 @@ from aiohttp import web
 
 from actors.base import Overloaded, StoreFailed
 from actors.workspace import EVENTS
-from app import metrics
-from app.appkeys import POOL, SUPERVISOR
+from app.appkeys import METRICS, POOL, SUPERVISOR
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.keys import KeyInfo
@@ -39,11 +38,11 @@ async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> 
         actor = request.app[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
         await actor.submit(kind, items)
     except Overloaded as exc:
-        metrics.EVENTS_REJECTED.labels("overloaded").inc(len(items))
+        request.app[METRICS].events_rejected.labels("overloaded").inc(len(items))
         raise ApiError(503, "overloaded", "the server is busy; retry shortly",
                        headers={"Retry-After": str(exc.retry_after)}) from None
     except StoreFailed:
-        metrics.EVENTS_REJECTED.labels("store_failed").inc(len(items))
+        request.app[METRICS].events_rejected.labels("store_failed").inc(len(items))
         raise ApiError(500, "store_failed", "the event could not be stored; it was not recorded") from None
 
 
@@ -74,7 +73,7 @@ async def post_batch(request: web.Request) -> web.Response:
             continue
         records.append(_record(key, event, new_id("evt"), received))
     if errors:
-        metrics.EVENTS_REJECTED.labels("invalid").inc(len(errors))
+        request.app[METRICS].events_rejected.labels("invalid").inc(len(errors))
     if records:
         await commit(request, key, EVENTS, records)
     body: dict = {"received": len(records), "failed": len(errors)}

@@ -7,8 +7,7 @@ import asyncio
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.appkeys import POOL
-from app.metrics import REGISTRY
+from app.appkeys import METRICS, POOL
 from app.openapi import document
 from app.responses import json_response
 
@@ -28,7 +27,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def prometheus(request: web.Request) -> web.Response:
-    body = generate_latest(REGISTRY)
+    body = generate_latest(request.app[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -23,15 +23,16 @@ from aiohttp import web
 from msgspec import Meta
 
 from actors.base import Overloaded, StoreFailed
-from actors.site import SITE_EVENTS, SITE_RUNTIME, SiteInfo, SiteItem, SiteRuntime, make_runtime
-from app import bots, cors, metrics
+from actors.site import SITE_EVENTS, SiteItem
+from app import bots, cors
 from app.acquisition import acquisition
-from app.appkeys import LIMITER, POOL, REDIS, SETTINGS, SUPERVISOR
+from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR
 from app.bodies import field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
 from app.net import client_ip
 from app.responses import SiteError
-from app.useragent import Client, device_for, parse_client, warm_up
+from app.site_runtime import SiteInfo, SiteRuntime
+from app.useragent import Client, device_for, parse_client
 from storage import sites as site_store
 from storage.ids import new_id
 
@@ -68,8 +69,9 @@ def issue(field: str, message: str) -> dict[str, str]:
 
 
 def invalid_payload(issues: list[dict[str, str]]) -> SiteError:
-    metrics.EVENTS_REJECTED.labels("invalid").inc()
-    return SiteError(400, "invalid payload", issues=issues)
+    error = SiteError(400, "invalid payload", issues=issues)
+    error.rejected = "invalid"  # counted by ingest()
+    return error
 
 
 def _all_issues(data: dict) -> list[dict[str, str]]:
@@ -175,25 +177,31 @@ async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str)
                             "answers 404). Register your domain with POST /api/sites and use the id it "
                             "returns, or sign in to workspace %r to see these events",
                             site_id, DEV_WORKSPACE, DEV_WORKSPACE)
-    return runtime.sites.put(site_id, row)
+    return runtime.sites.put_row(site_id, row)
 
 
 def new_token() -> str:
     return secrets.token_hex(16)
 
 
+def _rejected(status: int, message: str, reason: str, **extra: object) -> SiteError:
+    """A refusal that ingest() counts under `reason` in tally_events_rejected_total."""
+    error = SiteError(status, message, **extra)
+    error.rejected = reason
+    return error
+
+
 def _check_access(site: SiteInfo, page: cors.PageOrigin) -> None:
     """Production rules: the page must be on the site's domain, and the domain verified."""
     if page.present and not cors.host_matches(page.host, site.domain):
-        metrics.EVENTS_REJECTED.labels("origin").inc()
-        raise SiteError(403, "origin not allowed")
+        raise _rejected(403, "origin not allowed", "origin")
     if not site.verified:
-        metrics.EVENTS_REJECTED.labels("unverified").inc()
-        raise SiteError(403, "site not verified")
+        raise _rejected(403, "site not verified", "unverified")
 
 
 async def _within_limits(request: web.Request, site_id: str, ip: str) -> bool:
     settings, limiter = request.app[SETTINGS], request.app[LIMITER]
+    rejected = request.app[METRICS].events_rejected
     for reason, bucket, per_minute in (("rate_limited_ip", f"site-ip:{ip}", settings.ip_events_per_min),
                                        ("rate_limited_site", f"site:{site_id}", settings.site_events_per_min)):
         if per_minute <= 0:
@@ -201,7 +209,7 @@ async def _within_limits(request: web.Request, site_id: str, ip: str) -> bool:
         # Only the minute window binds: the second window gets the same allowance.
         verdict = await limiter.hit(bucket, (per_minute, per_minute))
         if not verdict.allowed:
-            metrics.EVENTS_REJECTED.labels(reason).inc()
+            rejected.labels(reason).inc()
             return False
     return True
 
@@ -243,11 +251,9 @@ async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
         actor = request.app[SUPERVISOR].actor(("site", site_id))
         await asyncio.shield(actor.submit(SITE_EVENTS, [item]))
     except Overloaded as exc:
-        metrics.EVENTS_REJECTED.labels("overloaded").inc()
-        raise SiteError(503, "overloaded", headers={"Retry-After": str(exc.retry_after)}) from None
+        raise _rejected(503, "overloaded", "overloaded", headers={"Retry-After": str(exc.retry_after)}) from None
     except StoreFailed:
-        metrics.EVENTS_REJECTED.labels("store_failed").inc()
-        raise SiteError(500, "store failed") from None
+        raise _rejected(500, "store failed", "store_failed") from None
 
 
 SiteResolver = Callable[[web.Request, SiteRuntime, str], Awaitable[SiteInfo | None]]
@@ -266,15 +272,14 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         event = parse(await _read_body(request))
         site = await resolve(request, runtime, event.s)
         if site is None:
-            metrics.EVENTS_REJECTED.labels("unknown_site").inc()
-            raise SiteError(404, "unknown site")
+            raise _rejected(404, "unknown site", "unknown_site")
         if production:
             _check_access(site, page)
             allow = cors.mirror(page.origin)
         accepted = web.Response(status=202, headers=allow, text=accepted_text)
         user_agent = request.headers.get("User-Agent", "")
         if bots.is_bot(user_agent, from_page=page.present):
-            metrics.EVENTS_REJECTED.labels("bot").inc()
+            request.app[METRICS].events_rejected.labels("bot").inc()
             return accepted
         ip = client_ip(request, runtime.settings.trusted_proxies)
         if not await _within_limits(request, site.id, ip):
@@ -287,6 +292,8 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         await _commit(request, site.id, SiteItem(record, visitor))
         return accepted
     except SiteError as exc:
+        if exc.rejected:
+            request.app[METRICS].events_rejected.labels(exc.rejected).inc()
         exc.headers.update(allow)
         raise
 
@@ -312,8 +319,5 @@ async def preflight(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Create the site runtime (used by the site views and actors too) and add the routes."""
-    app[SITE_RUNTIME] = make_runtime(app[SETTINGS], app[REDIS])
-    warm_up()
     app.router.add_post("/api/service/event", post_event)
     app.router.add_route("OPTIONS", "/api/service/event", preflight)

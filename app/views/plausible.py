@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import msgspec
 from aiohttp import web
 
-from actors.site import SiteInfo, SiteRuntime
 from app.appkeys import POOL
+from app.site_runtime import SiteInfo, SiteRuntime
 from app.views import ingest
 from app.views.ingest import SiteEventIn, invalid_payload, issue
 from app.views.sites import normalize_domain, site_id_for
@@ -172,7 +172,7 @@ async def resolve_domain(request: web.Request, runtime: SiteRuntime, domain: str
         if row is None and not runtime.settings.production:
             row, _ = await site_store.create_dev_site(conn, site_id, ingest.DEV_WORKSPACE, ingest.new_token(),
                                                       domain=domain)
-    return runtime.sites.put(site_id, row)
+    return runtime.sites.put_row(site_id, row)
 
 
 async def post_event(request: web.Request) -> web.Response:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from aiohttp import web
 
-from actors.site import SITE_RUNTIME, SiteInfo
-from app.appkeys import POOL
+from actors.realtime import LiveEvent, RealtimeSnapshot
+from app.appkeys import POOL, SITE_RUNTIME
 from app.dashboard_session import current_account
-from app.responses import SiteError, json_response
+from app.responses import SiteError, iso_ms, json_response
+from app.site_runtime import SiteInfo
 from storage import sites as site_store
 
 DEFAULT_WINDOW = 60
@@ -32,7 +35,7 @@ async def site_in_workspace(request: web.Request, site_id: str, workspace_id: in
     cached, info = cache.get(site_id)
     if not cached:
         async with request.app[POOL].acquire() as conn:
-            info = cache.put(site_id, await site_store.site_by_id(conn, site_id))
+            info = cache.put_row(site_id, await site_store.site_by_id(conn, site_id))
     if info is None or info.workspace_id != workspace_id:
         raise SiteError(404, "not found")
     return info
@@ -60,7 +63,23 @@ async def realtime(request: web.Request) -> web.Response:
     site = await site_in_workspace(request, site_id, account.workspace_id)
     runtime = request.app[SITE_RUNTIME]
     now_ms = int(runtime.clock().timestamp() * 1000)
-    return json_response(await runtime.realtime.snapshot(site.id, now_ms, window))
+    return json_response(render(await runtime.realtime.snapshot(site.id, now_ms, window)))
+
+
+def _live_event(e: LiveEvent) -> dict:
+    return {"id": e.id, "name": e.name, "path": e.path, "country": e.country,
+            "timestamp": iso_ms(datetime.fromtimestamp(e.at_ms / 1000, UTC))}
+
+
+def render(snap: RealtimeSnapshot) -> dict:
+    """The /api body of a realtime snapshot (site-api.md): camelCase keys, ISO times."""
+    return {
+        "activeVisitors": snap.active_visitors,
+        "pageviewsPerMinute": snap.pageviews_per_minute,
+        "eventsPerMinute": snap.events_per_minute,
+        "topActivePages": [{"key": path, "count": count} for path, count in snap.top_pages],
+        "recentEvents": [_live_event(e) for e in snap.recent],
+    }
 
 
 def setup(app: web.Application) -> None:

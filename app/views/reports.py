@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 from aiohttp import web
 
-from app.appkeys import POOL, REPORT_POOL, SETTINGS
+from app.appkeys import METRICS, POOL, REPORT_POOL, SETTINGS
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.reports.config import ReportIn, ReportPatch, Schedule, config_json, parse_config
@@ -123,7 +123,8 @@ async def run(request: web.Request) -> web.Response:
     key = key_of(request)
     row = await _stored(request)
     result = await run_report(
-        request.app[REPORT_POOL], request.app[SETTINGS], workspace_id=key.workspace_id, env=key.env, plan=key.plan,
+        request.app[REPORT_POOL], request.app[SETTINGS], request.app[METRICS], workspace_id=key.workspace_id,
+        env=key.env, plan=key.plan,
         report_type=row["type"], config=row["config"],
     )
     async with request.app[POOL].acquire() as conn:

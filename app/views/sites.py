@@ -17,8 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from actors.site import SITE_RUNTIME
-from app.appkeys import POOL, SETTINGS
+from app.appkeys import POOL, SETTINGS, SITE_RUNTIME
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
 from app.views import ingest, realtime
@@ -215,7 +214,7 @@ async def txt_records(doh_url: str, domain: str) -> set[str]:
 
 
 def setup_site_api(app: web.Application) -> None:
-    """Ingestion (creates the site runtime), realtime, sites and verification routes."""
+    """Ingestion, realtime, sites and verification routes."""
     ingest.setup(app)
     realtime.setup(app)
     app.router.add_get("/api/sites", list_sites)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import asyncpg
+
+from storage import job_locks
 
 log = logging.getLogger("tally.scheduler")
 
@@ -37,7 +38,7 @@ class Scheduler:
 
     def every(self, name: str, seconds: float, job: Job) -> None:
         """Register `job` to run about every `seconds`; call before start()."""
-        self._entries.append(_Entry(name, seconds, job, zlib.crc32(f"tally-job:{name}".encode())))
+        self._entries.append(_Entry(name, seconds, job, job_locks.job_lock_key(name)))
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._loop(e), name=f"job:{e.name}") for e in self._entries]
@@ -67,10 +68,10 @@ class Scheduler:
 
     async def _run_locked(self, entry: _Entry) -> bool:
         async with self._pool.acquire() as conn:
-            if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", entry.lock_key):
+            if not await job_locks.try_lock(conn, entry.lock_key):
                 return False
             try:
                 await entry.job()
             finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", entry.lock_key)
+                await job_locks.unlock(conn, entry.lock_key)
         return True
