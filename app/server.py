@@ -24,6 +24,7 @@ from app.middlewares import error_middleware, metrics_middleware
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
+from app.segment import upkeep as segment_upkeep
 from app.settings import Settings
 from app.sources import runner as source_runner
 from storage.db import create_pool
@@ -128,7 +129,7 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
-JOB_REGISTRARS = [source_runner.register, report_schedule.register]
+JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
 
 
 def init_app(settings: Settings) -> web.Application:

@@ -1,0 +1,74 @@
+"""Segment tracking calls: write-key lookup, the messageId dedupe ledger, alias merges and source upkeep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+SOURCE_BY_WRITE_KEY = """
+SELECT s.id, s.workspace_id, s.env, s.status, s.write_key_hash, w.plan, w.rate_limits
+FROM data_sources s JOIN workspaces w ON w.id = s.workspace_id
+WHERE s.write_key_hash = $1 AND s.type = 'segment'
+"""
+
+# Sorted, so that concurrent flushes claiming overlapping ids take the key locks in one order (no deadlock).
+# A retry racing the first delivery blocks on the uncommitted key, then skips it once that commits.
+CLAIM = """
+INSERT INTO segment_messages (source_id, message_id, received_at)
+SELECT m.source_id, m.message_id, $3 FROM unnest($1::text[], $2::text[]) AS m(source_id, message_id)
+ORDER BY 1, 2
+ON CONFLICT DO NOTHING
+RETURNING source_id, message_id
+"""
+
+ALIAS = "SELECT tally_segment_alias($1, $2, $3, $4)"
+
+TOUCH = """
+UPDATE data_sources
+SET status = CASE WHEN status = 'testing' THEN 'active' ELSE status END,
+    status_reason = CASE WHEN status = 'testing' THEN NULL ELSE status_reason END,
+    last_synced_at = GREATEST(last_synced_at, $2)
+WHERE id = ANY($1::text[]) AND type = 'segment'
+"""
+
+PRUNE = """
+DELETE FROM segment_messages WHERE ctid IN (
+    SELECT ctid FROM segment_messages WHERE received_at < now() - make_interval(hours => $1) LIMIT $2)
+"""
+
+
+async def source_by_write_key(conn: asyncpg.Connection, digest: bytes) -> asyncpg.Record | None:
+    return await conn.fetchrow(SOURCE_BY_WRITE_KEY, digest)
+
+
+async def claim_messages(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]],
+                         received: datetime) -> set[tuple[str, str]]:
+    """Record (source_id, message_id) pairs; returns those seen for the first time. Call inside the
+    transaction that stores the messages, so a rolled-back flush leaves its ids claimable."""
+    if not keys:
+        return set()
+    ordered = sorted(set(keys))
+    rows = await conn.fetch(CLAIM, [k[0] for k in ordered], [k[1] for k in ordered], received)
+    return {(r["source_id"], r["message_id"]) for r in rows}
+
+
+async def alias(conn: asyncpg.Connection, workspace_id: int, env: str, previous: str, target: str) -> None:
+    await conn.execute(ALIAS, workspace_id, env, previous, target)
+
+
+async def touch_sources(conn: asyncpg.Connection, source_ids: Sequence[str], delivered: datetime) -> None:
+    """First accepted call: testing -> active; last_synced_at follows the latest delivery."""
+    await conn.execute(TOUCH, sorted(set(source_ids)), delivered)
+
+
+async def prune_messages(conn: asyncpg.Connection, older_than_hours: int, chunk: int = 50_000) -> int:
+    """Forget messageIds past the dedupe window, a chunk per statement so no lock is held for long."""
+    total = 0
+    while True:
+        done = await conn.execute(PRUNE, older_than_hours, chunk)
+        deleted = int(done.split()[-1])
+        total += deleted
+        if deleted < chunk:
+            return total
