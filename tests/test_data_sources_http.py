@@ -163,7 +163,6 @@ async def test_hubspot_oauth_contacts_become_profiles(client, make_key):
     {"type": "snowflake", "credentials": {"account": "tally-nowhere-xy12345", "warehouse": "w", "database": "d",
                                          "username": "u", "password": "p"}},
     {"type": "salesforce", "credentials": {"access_token": "sf-token"}},
-    {"type": "segment", "credentials": {"access_token": "seg-token"}},
 ])
 async def test_probe_types_end_in_error_with_a_reason(make_client, settings, make_key, body):
     """No network here: the real provider hosts are unreachable, and the check says so within its timeout."""

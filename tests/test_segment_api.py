@@ -199,12 +199,16 @@ async def test_invalid_messages(client, make_key):
                                ("/v1/group", {"userId": "u"}, "groupId"),
                                ("/v1/alias", {"userId": "u"}, "previousId"),
                                ("/v1/track", {"event": "A", "userId": "u", "timestamp": "yesterday"}, "timestamp"),
-                               ("/v1/track", {"event": "A", "userId": "u", "properties": {"k": "a\u0000"}}, "NUL")):
+                               ("/v1/track", {"event": "A", "userId": "u", "properties": {"k": "a\u0000"}}, "NUL"),
+                               ("/v1/track", {"event": "A", "userId": "u", "timestamp": "0001-01-01T00:00:00Z",
+                                              "sentAt": "9999-12-31T00:00:00Z"}, "timestamp"),
+                               ("/v1/track", {"event": "A", "userId": True}, "userId")):
         resp = await client.post(path, headers=basic(wk), json=body)
         assert resp.status == 400, (body, await resp.text())
         assert needle in (await resp.json())["message"]
-    resp = await client.post("/v1/track", headers={**basic(wk), "Content-Type": "application/json"}, data=b"{")
-    assert resp.status == 400 and (await resp.json())["code"] == "invalid_request"
+    for raw in (b"{", b'{"event": "A", "userId": 1e400}'):
+        resp = await client.post("/v1/track", headers={**basic(wk), "Content-Type": "application/json"}, data=raw)
+        assert resp.status == 400 and (await resp.json())["code"] == "invalid_request"
     batch = [{"type": "track", "event": "Fine", "userId": "u"}, {"type": "track", "userId": "u"},
              {"type": "jump", "userId": "u"}, {"type": "page", "anonymousId": "a"}]
     resp = await client.post("/v1/batch", headers=basic(wk), json={"batch": batch})

@@ -6,6 +6,7 @@ actor can drop messages it has already stored (see actors.workspace and storage.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -81,7 +82,7 @@ def event_name(text: str) -> str:
 def _id(value: Id | None, field: str) -> str | None:
     if value is None or value == "":
         return None
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         raise Invalid(f"{field}: expected a string")
     text = value if isinstance(value, str) else (str(int(value)) if value == int(value) else str(value))
     if len(text) > MAX_ID:
@@ -101,7 +102,10 @@ def event_time(msg: Message, batch_sent_at: datetime | None, received: datetime)
     stamp = _utc(msg.timestamp)
     sent = msg.sentAt or batch_sent_at
     if sent is not None:
-        stamp = received - (_utc(sent) - stamp)
+        try:
+            stamp = received - (_utc(sent) - stamp)
+        except OverflowError:
+            raise Invalid("timestamp: too far from sentAt") from None
     if stamp < EARLIEST or stamp > received + FUTURE_SKEW:
         raise Invalid("timestamp: must be between 2000-01-01 and one day from now")
     return stamp
