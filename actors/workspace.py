@@ -70,6 +70,12 @@ class WorkspaceActor(Actor):
                 # One statement: the events trigger checks erasures and keeps profiles (migration 0009).
                 await event_store.copy_events(conn, records)
                 return
+            if not traits and not records and all(item[2] == OP_EVENT for item in segment):
+                # Segment tracks, pages and screens alone: one statement too (storage.segment.STORE_EVENTS).
+                await segment_store.store_events(
+                    conn, self.workspace_id, self.env,
+                    [(s, m, row) for s, m, _, row in _first_of_each(segment)], datetime.now(UTC))
+                return
             async with conn.transaction():
                 aliases = await self._segment_ops(conn, segment, records, traits) if segment else []
                 if records:
@@ -85,15 +91,13 @@ class WorkspaceActor(Actor):
         """Claim the messageIds in this transaction and keep only the messages seen for the first time
         (a retried batch, even one racing its first delivery, stores nothing twice). Events join records and
         traits join traits, in call order; aliases are returned to run once the events are stored."""
+        segment = _first_of_each(segment)
         fresh = await segment_store.claim_messages(
             conn, [(item[0], item[1]) for item in segment if item[1] is not None], datetime.now(UTC))
         aliases: list[tuple[str, str]] = []
         for source_id, message_id, op, data in segment:
-            if message_id is not None:
-                claim = (source_id, message_id)
-                if claim not in fresh:
-                    continue
-                fresh.discard(claim)  # the same id twice in one flush: only the first counts
+            if message_id is not None and (source_id, message_id) not in fresh:
+                continue
             if op == OP_EVENT:
                 records.append(data)
             elif op == OP_TRAITS:
@@ -101,6 +105,20 @@ class WorkspaceActor(Actor):
             else:
                 aliases.append(data)
         return aliases
+
+
+def _first_of_each(segment: list[tuple]) -> list[tuple]:
+    """The same messageId twice in one flush (a retry racing its first delivery): only the first counts."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for item in segment:
+        if item[1] is not None:
+            claim = (item[0], item[1])
+            if claim in seen:
+                continue
+            seen.add(claim)
+        kept.append(item)
+    return kept
 
 
 def _merge_traits(traits: dict[str, tuple[dict, datetime]], items: list) -> None:

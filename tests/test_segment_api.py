@@ -39,6 +39,11 @@ async def source(client, key: str, source_id: str) -> dict:
     return await (await client.get(f"/v1/data-sources/{source_id}", headers=bearer(key))).json()
 
 
+def ms(at: datetime) -> datetime:
+    """Truncated to the millisecond, as the API renders times."""
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
 def mid() -> str:
     return str(uuid.uuid4())
 
@@ -285,7 +290,7 @@ async def test_timestamp_is_corrected_by_sent_at_clock_skew(client, make_key):
     assert kept["timestamp"] == "2026-01-02T03:04:05.000Z"
 
 
-async def test_source_turns_active_on_first_call_and_follows_deliveries(client, make_key):
+async def test_source_turns_active_on_first_call_and_follows_deliveries(client, make_key, pool):
     key = await make_key()
     created = await create_source(client, key)
     wk = created["write_key"]
@@ -293,13 +298,19 @@ async def test_source_turns_active_on_first_call_and_follows_deliveries(client, 
     # Invalid calls are not accepted: the source stays in testing.
     assert (await client.post("/v1/track", headers=basic(wk), json={"userId": "u"})).status == 400
     assert (await source(client, key, created["id"]))["status"] == "testing"
+    before = datetime.now(UTC)
     assert (await client.post("/v1/track", headers=basic(wk), json={"event": "A", "userId": "u"})).status == 200
     first = await source(client, key, created["id"])
-    assert first["status"] == "active" and first["last_synced_at"] is not None
-    await asyncio.sleep(0.01)
-    assert (await client.post("/v1/t", headers=basic(wk), json={"event": "B", "userId": "u"})).status == 200
-    second = await source(client, key, created["id"])
-    assert second["last_synced_at"] > first["last_synced_at"]
+    assert first["status"] == "active" and datetime.fromisoformat(first["last_synced_at"]) >= ms(before)
+    # last_synced_at follows deliveries to the second: an hour-old value moves to the next delivery's time,
+    # through the events-only path and through the one with profiles.
+    for path, body in (("/v1/t", {"event": "B", "userId": "u"}), ("/v1/i", {"userId": "u", "traits": {"a": 1}})):
+        await pool.execute("UPDATE data_sources SET last_synced_at = now() - interval '1 hour' WHERE id = $1",
+                           created["id"])
+        before = datetime.now(UTC)
+        assert (await client.post(path, headers=basic(wk), json=body)).status == 200
+        later = await source(client, key, created["id"])
+        assert datetime.fromisoformat(later["last_synced_at"]) >= ms(before) and later["status"] == "active"
     sync = await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))
     assert sync.status == 409 and "nothing to sync" in (await sync.json())["error"]["message"]
 

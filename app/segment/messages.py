@@ -42,11 +42,12 @@ class Message(msgspec.Struct):
     category: str | None = None
     properties: dict[str, Any] | None = None
     traits: dict[str, Any] | None = None
-    context: dict[str, Any] | None = None
+    # Accepted and not stored (see docs/decisions.md); left raw, so they cost no parsing.
+    context: msgspec.Raw = msgspec.Raw()
     timestamp: datetime | None = None
     sentAt: datetime | None = None
     messageId: str | None = None
-    integrations: dict[str, Any] | None = None
+    integrations: msgspec.Raw = msgspec.Raw()
     groupId: Id | None = None
     previousId: Id | None = None
     writeKey: str | None = None

@@ -12,7 +12,8 @@ CREATE TABLE segment_messages (
     received_at timestamptz NOT NULL,
     PRIMARY KEY (source_id, message_id)
 );
-CREATE INDEX segment_messages_received ON segment_messages (received_at);
+-- BRIN: rows arrive in received_at order, and the prune job is the only reader; a btree would cost every insert.
+CREATE INDEX segment_messages_received ON segment_messages USING brin (received_at);
 
 -- alias(previousId -> userId) also claims the anonymous events sent under previousId. Partial, so that only
 -- keyed anonymous events pay for it.
