@@ -214,6 +214,7 @@ async def test_invalid_messages(client, make_key):
     for raw in (b"{", b'{"event": "A", "userId": 1e400}'):
         resp = await client.post("/v1/track", headers={**basic(wk), "Content-Type": "application/json"}, data=raw)
         assert resp.status == 400 and (await resp.json())["code"] == "invalid_request"
+        assert "X-RateLimit-Remaining" in resp.headers
     batch = [{"type": "track", "event": "Fine", "userId": "u"}, {"type": "track", "userId": "u"},
              {"type": "jump", "userId": "u"}, {"type": "page", "anonymousId": "a"}]
     resp = await client.post("/v1/batch", headers=basic(wk), json={"batch": batch})

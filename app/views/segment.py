@@ -142,7 +142,11 @@ def _segment_route(kind: str):
         try:
             return await (_batch(request) if kind == "batch" else _single(request, kind))
         except SegmentError as exc:
-            return json_response({"code": exc.code, "message": exc.message}, exc.status, exc.headers)
+            headers = exc.headers
+            if not headers:  # rejected before its write key was known: counts against the client IP's allowance
+                ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
+                headers = (await request.app[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()
+            return json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
 
     handler.tally_segment = "always"  # type: ignore[attr-defined]  # app.auth leaves these to us
     handler.__name__ = f"segment_{kind}"
