@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import asyncpg
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -63,6 +64,17 @@ request = function()
   return wrk.format(nil, nil, nil, '{"batch":[' .. table.concat(items, ",") .. '],"sentAt":"%s"}')
 end
 """
+
+
+def measured(url: str, script: str, duration: int, connections: int, pid: int) -> dict:
+    """wrk's figures plus the Tally process's CPU time per request (its share of the machine's work)."""
+    proc = psutil.Process(pid)
+    before = proc.cpu_times()
+    result = wrk(url, script, duration, connections, pid)
+    after = proc.cpu_times()
+    spent = (after.user - before.user) + (after.system - before.system)
+    result["cpu_ms"] = spent * 1000 / max(result["requests"], 1)
+    return result
 
 
 async def create_source(dsn: str, port: int) -> str:
@@ -119,7 +131,7 @@ def main() -> None:
             # Alternate which goes first: the table grows and the machine drifts during a run.
             order = [("native", "/v1/events/batch", native), ("segment", "/v1/batch", segment)]
             for kind, path, script in order if r % 2 == 0 else order[::-1]:
-                rounds[kind].append(wrk(f"http://127.0.0.1:{port}{path}", script, d, c, proc.pid))
+                rounds[kind].append(measured(f"http://127.0.0.1:{port}{path}", script, d, c, proc.pid))
         stored = asyncio.run(count_events(dsn))
     finally:
         if proc is not None and proc.poll() is None:
@@ -131,18 +143,21 @@ def main() -> None:
     print(f"\nwrk -t2 -c{c} -d{d}s on loopback, {os.cpu_count()} cores; {args.batch} events per request; "
           f"{args.rounds} interleaved rounds, alternating which goes first")
     for i, (n, s) in enumerate(zip(rounds["native"], rounds["segment"], strict=True), 1):
-        print(f"  round {i}: /v1/events/batch {n['rps']:6.0f} req/s p99 {n['p99']:6.1f} | "
-              f"/v1/batch {s['rps']:6.0f} req/s p99 {s['p99']:6.1f} ({s['rps'] / n['rps']:.0%})")
+        print(f"  round {i}: /v1/events/batch {n['rps']:6.0f} req/s p99 {n['p99']:6.1f} cpu {n['cpu_ms']:.2f} ms | "
+              f"/v1/batch {s['rps']:6.0f} req/s p99 {s['p99']:6.1f} cpu {s['cpu_ms']:.2f} ms "
+              f"({s['rps'] / n['rps']:.0%})")
     shares = sorted(s["rps"] / n["rps"] for n, s in zip(rounds["native"], rounds["segment"], strict=True))
     print(f"\n{'target':40} {'req/s':>8} {'events/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
-          f"{'vs native':>10}")
+          f"{'cpu ms/req':>10} {'vs native':>10}")
     for label, key_, versus in (("POST /v1/events/batch x100 (baseline)", "native", "100%"),
                                 ("POST /v1/batch x100 Segment messages", "segment",
                                  f"{shares[len(shares) // 2]:.0%}")):
         r = median_run(rounds[key_])
         print(f"{label:40} {r['rps']:8.0f} {r['rps'] * args.batch:9.0f} {r['p50']:8.2f} {r['p99']:8.2f} "
-              f"{r['non2xx']:8d} {versus:>10}")
-    print(f"\nrows: the median round; 'vs native' is the median of the per-round ratios. Events stored: {stored}, "
+              f"{r['non2xx']:8d} {r['cpu_ms']:10.2f} {versus:>10}")
+    print("\ncpu ms/req: the Tally process's CPU time (user + system) per request, the rest of the work being "
+          "wrk's and PostgreSQL's")
+    print(f"rows: the median round; 'vs native' is the median of the per-round ratios. Events stored: {stored}, "
           f"acknowledged: {acknowledged} (requests in flight when wrk stopped were stored too)")
 
 
