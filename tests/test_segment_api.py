@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -344,3 +346,14 @@ async def test_rate_limit_is_the_events_group_per_source(client, make_key, datab
     assert (await resp.json())["code"] == "rate_limited"
     # A Tally key's own events allowance is separate.
     assert (await client.post("/v1/events", headers=bearer(key), json={"event": "a", "user_id": "u"})).status == 200
+
+
+async def test_gzip_bodies_are_accepted(client, make_key):
+    """segment-analytics-python's gzip=True option sends Content-Encoding: gzip."""
+    key = await make_key()
+    wk = (await create_source(client, key))["write_key"]
+    body = gzip.compress(json.dumps({"batch": [{"type": "track", "event": "Zipped", "userId": "u"}]}).encode())
+    resp = await client.post("/v1/batch", data=body, headers={**basic(wk), "Content-Type": "application/json",
+                                                              "Content-Encoding": "gzip"})
+    assert resp.status == 200 and (await resp.json())["received"] == 1
+    assert [e["event"] for e in await events(client, key)] == ["zipped"]

@@ -33,8 +33,8 @@ class RetryingProxy:
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type",
-                                                                               "content-encoding")}
+        # request.read() has already undone any Content-Encoding, so it is not forwarded.
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
         async with aiohttp.ClientSession() as http:
             async def forward() -> tuple[int, bytes]:
                 async with http.post(self.upstream + request.path, data=body, headers=headers) as resp:

@@ -72,7 +72,9 @@ async def _authenticate(request: web.Request, body_key: str | None) -> tuple[Seg
         raise SegmentError(429, "rate_limited", "rate limit exceeded; retry after the Retry-After seconds", headers)
     if source is None:
         message = ("invalid write key" if raw else
-                   "missing write key: send it as the HTTP Basic user name or as writeKey in the body")
+                   "missing write key: send it as the HTTP Basic user name or as writeKey in the body"
+                   + (" (Tally's own identify takes Authorization: Bearer <API key>)" if request.path == "/v1/identify"
+                      else ""))
         raise SegmentError(401, "unauthorized", message, headers)
     if source.status == "paused":
         raise SegmentError(403, "source_paused", "this Segment source is paused; resume it to accept calls", headers)
