@@ -240,6 +240,12 @@ async def test_message_id_dedupes_retries_and_racing_deliveries(client, make_key
     rows = await events(client, key)
     assert len(rows) == 50 and len({e["event"] for e in rows}) == 50
     assert (await user(client, key, "u"))["event_count"] == 50
+    # Events alone take the one-statement path: racing copies of such a batch store nothing twice either.
+    tracks = {"batch": [{"type": "track", "event": "Raced", "userId": "r", "messageId": f"r-{i}"} for i in range(30)]}
+    raced = await asyncio.gather(*[client.post("/v1/batch", headers=basic(wk), json=tracks) for _ in range(4)])
+    assert [r.status for r in raced] == [200] * 4
+    assert len(await events(client, key, event="raced")) == 30
+    assert (await user(client, key, "r"))["event_count"] == 30
     # The same messageId within one batch counts once; another source's ids are its own.
     twice = {"batch": [{"type": "track", "event": "Dup", "userId": "u", "messageId": "same"}] * 2}
     assert (await (await client.post("/v1/batch", headers=basic(wk), json=twice)).json())["received"] == 2
@@ -357,3 +363,39 @@ async def test_gzip_bodies_are_accepted(client, make_key):
                                                               "Content-Encoding": "gzip"})
     assert resp.status == 200 and (await resp.json())["received"] == 1
     assert [e["event"] for e in await events(client, key)] == ["zipped"]
+
+
+async def test_a_delivery_racing_an_uncommitted_one_waits_and_stores_nothing_twice(client, make_key, pool,
+                                                                                   database_url, workspace):
+    """The ledger at the database level: the second flush blocks on the first's uncommitted messageIds, then
+    skips them if it committed, or stores them if it rolled back."""
+    from storage import segment as store
+    from tests.test_reports_support import workspace_id
+
+    key = await make_key()
+    source_id = (await create_source(client, key))["id"]
+    ws = await workspace_id(database_url, workspace)
+    now = datetime.now(UTC)
+
+    def items(tag: str) -> list[tuple]:
+        return [(source_id, f"{tag}-{i}", (f"evt_{tag}{i}_{uuid.uuid4().hex[:8]}", ws, "live", None, "raced",
+                                         "u", None, None, {"i": i}, None, None, None, None, None, None, None,
+                                         now, now)) for i in range(3)]
+
+    for outcome in ("commit", "rollback"):
+        first, second = await pool.acquire(), await pool.acquire()
+        try:
+            tx = first.transaction()
+            await tx.start()
+            await store.store_events(first, ws, "live", items(outcome), now)
+            racing = asyncio.create_task(store.store_events(second, ws, "live", items(outcome), now))
+            await asyncio.sleep(0.2)
+            assert not racing.done()  # waiting on the first delivery's keys
+            await (tx.commit() if outcome == "commit" else tx.rollback())
+            await racing
+        finally:
+            await pool.release(first)
+            await pool.release(second)
+        ids = await pool.fetch("SELECT id FROM events WHERE workspace_id = $1 AND name = 'raced' "
+                               "AND properties->>'i' IS NOT NULL AND id LIKE $2", ws, f"evt_{outcome}%")
+        assert len(ids) == 3, outcome
