@@ -114,6 +114,19 @@ async def test_every_call_type_maps_onto_events_and_profiles(client, make_key):
     assert (await user(client, key, "u2"))["traits"] == {"group": {"id": "initech"}}
 
 
+def test_event_names_become_snake_case():
+    from app.segment.messages import event_name
+
+    assert event_name("Order Completed") == "order_completed"
+    assert event_name("orderCompleted") == "order_completed"
+    assert event_name("  Signed-Up! (v2) ") == "signed_up_v2"
+    assert event_name("404 Seen") == "e_404_seen"
+    assert event_name("already_snake") == "already_snake"
+    assert event_name("Crème Brûlée Ordered") == "creme_brulee_ordered"
+    assert event_name("注文完了") == event_name("注文完了") != event_name("購入")
+    assert event_name("注文完了").startswith("e_") and len(event_name("x" * 300)) == 128
+
+
 async def test_alias_merges_the_previous_profile_and_events(client, make_key):
     key = await make_key()
     wk = (await create_source(client, key))["write_key"]
@@ -202,7 +215,7 @@ async def test_invalid_messages(client, make_key):
     wk = (await create_source(client, key))["write_key"]
     for path, body, needle in (("/v1/track", {"userId": "u"}, "event"),
                                ("/v1/track", {"event": "A"}, "userId"),
-                               ("/v1/track", {"event": "!!!", "userId": "u"}, "event"),
+                               ("/v1/track", {"event": "  ", "userId": "u"}, "event"),
                                ("/v1/group", {"userId": "u"}, "groupId"),
                                ("/v1/alias", {"userId": "u"}, "previousId"),
                                ("/v1/track", {"event": "A", "userId": "u", "timestamp": "yesterday"}, "timestamp"),

@@ -6,8 +6,10 @@ actor can drop messages it has already stored (see actors.workspace and storage.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -73,10 +75,14 @@ _NON_WORD = re.compile(r"[^a-z0-9]+")
 @lru_cache(maxsize=4096)
 def event_name(text: str) -> str:
     """Segment's free-form event names as Tally's snake_case, the way Segment's warehouses name event
-    tables: "Order Completed" -> order_completed, "orderCompleted" -> order_completed."""
-    snake = _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", text).lower()).strip("_")[:128]
+    tables: "Order Completed" -> order_completed, "orderCompleted" -> order_completed; accents are dropped."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()  # "Crème" -> "Creme"
+    snake = _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", ascii_text).lower()).strip("_")[:128]
     if not snake:
-        raise Invalid("event: the event name has no letters or digits")
+        if not text.strip():
+            raise Invalid("event: the event name is blank")
+        # No ASCII letter or digit (e.g. "注文完了"): a stable name, so such events still count together.
+        return "e_" + hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
     return snake if snake[0].isalpha() else f"e_{snake}"[:128]
 
 
