@@ -273,12 +273,12 @@ async def test_message_id_dedupes_retries_and_racing_deliveries(client, make_key
 
 
 async def test_dedupe_window_is_pruned_after_48_hours(client, make_key, pool):
-    from storage import segment as store
+    from app.appkeys import SCHEDULER
+    from app.segment.upkeep import JOB
 
     await pool.execute("INSERT INTO segment_messages VALUES ('src_x', 'old', now() - interval '49 hours'), "
                        "('src_x', 'recent', now() - interval '25 hours')")
-    async with pool.acquire() as conn:
-        assert await store.prune_messages(conn, 48) >= 1
+    assert await client.app[SCHEDULER].run_now(JOB)
     rows = await pool.fetch("SELECT message_id FROM segment_messages WHERE source_id = 'src_x'")
     left = {r["message_id"] for r in rows}
     assert left == {"recent"}
