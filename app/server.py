@@ -25,6 +25,7 @@ from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
 from app.same_origin import same_origin_middleware
+from app.segment import upkeep as segment_upkeep
 from app.settings import Settings
 from app.sources import runner as source_runner
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
@@ -134,7 +135,7 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
-JOB_REGISTRARS = [source_runner.register, report_schedule.register]
+JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
 
 
 def init_app(settings: Settings) -> web.Application:
