@@ -36,6 +36,11 @@ def key_of(request: web.Request) -> KeyInfo:
     return request[KEY_INFO]
 
 
+def auth_scheme(request: web.Request) -> str:
+    """The Authorization header's scheme, lower-cased ("bearer", "basic", or "" without one)."""
+    return request.headers.get("Authorization", "").partition(" ")[0].lower()
+
+
 def _bearer(request: web.Request) -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
@@ -50,6 +55,11 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     app = request.app
     target = request.match_info.handler
+    # Segment tracking calls carry a write key, not a Tally key: app.views.segment authenticates and
+    # rate-limits them itself. POST /v1/identify is Tally's only when the scheme is Bearer.
+    own_auth = getattr(target, "tally_segment", None)
+    if own_auth == "always" or (own_auth == "unless_bearer" and auth_scheme(request) != "bearer"):
+        return await handler(request)
     scopes = getattr(target, "tally_scope", ())
     group = getattr(target, "tally_group", "query")
 

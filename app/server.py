@@ -41,6 +41,8 @@ from app.reports import schedule as report_schedule
 from app.routes import setup_routes
 from app.same_origin import same_origin_middleware
 from app.scheduler import Scheduler
+from app.segment import upkeep as segment_upkeep
+from app.segment.writekeys import WRITE_KEYS, WriteKeyCache
 from app.settings import Settings
 from app.site_runtime import make_runtime
 from app.sources import runner as source_runner
@@ -144,6 +146,7 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
     supervisor.start()
     app[SUPERVISOR] = supervisor
     app[KEYS] = KeyCache(pool, settings.key_cache_seconds)
+    app[WRITE_KEYS] = WriteKeyCache(pool, settings.key_cache_seconds)
     try:
         yield
     finally:
@@ -179,7 +182,7 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
-JOB_REGISTRARS = [source_runner.register, report_schedule.register]
+JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
 
 
 def init_app(settings: Settings) -> web.Application:

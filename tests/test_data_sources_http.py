@@ -177,7 +177,6 @@ def _service_account_key() -> dict:
     ({"type": "salesforce", "credentials": {"client_id": "cid-1", "client_secret": "secret-1",
                                             "refresh_token": "refresh-1"}},
      "could not reach Salesforce at https://login.salesforce.com"),
-    ({"type": "segment", "credentials": {"access_token": "seg-token"}}, "could not reach Segment at "),
 ])
 async def test_default_hosts_unreachable_end_in_error_with_a_reason(make_client, settings, make_key, body, reason):
     """No network here: the real provider hosts are unreachable, and the check says so within its timeout."""

@@ -61,7 +61,11 @@ PATHS = {
                       **keyed_errors(400, 401, 403, 413, 429, 500, 503)},
     }},
     "/v1/identify": {"post": {
-        "summary": "Identify a user and merge traits", "security": KEYED,
+        "summary": "Identify a user and merge traits",
+        "description": "With `Authorization: Bearer <Tally key>` this is Tally's identify (below). With HTTP Basic "
+                       "(a Segment write key) or `writeKey` in the body it is Segment's identify call: see "
+                       "POST /v1/track for its shapes.",
+        "security": [*KEYED, {"segmentWriteKey": []}],
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("IdentifyIn")}}},
         "responses": {"200": json_body(ref("Identified"), headers=RATE_HEADERS),
                       **keyed_errors(400, 401, 403, 413, 429, 500, 503)},

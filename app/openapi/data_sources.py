@@ -79,9 +79,13 @@ SCHEMAS = {
                     _creds(["account", "warehouse", "database", "username", "password"], {
                         k: _STR for k in ("account", "warehouse", "database", "username", "password")}),
                     _creds(["api_key"], {"api_key": {"type": "string", "pattern": "^(sk|rk)_(live|test)_"}}),
-                    # salesforce and hubspot (salesforce: instance_url with an access_token); segment
+                    # salesforce and hubspot (salesforce: instance_url with an access_token)
                     _creds([], {**{k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")},
                                 "instance_url": {"type": "string", "format": "uri"}}),
+                    _creds(["write_key"], {"write_key": {
+                        "type": "string", "minLength": 8, "maxLength": 200, "pattern": "^[!-9;-~]+$",
+                        "description": "segment: your existing Segment write key; omit it to have one generated "
+                                       "(returned once in the 201). Only its SHA-256 is stored."}}),
                 ],
             },
             "options": {
@@ -113,7 +117,9 @@ SCHEMAS = {
     "DataSourceCreated": {
         "type": "object", "required": ["id", "name", "type", "status", "created_at"],
         "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "type": {"type": "string"},
-                       "status": _STATUS, "created_at": _TS},
+                       "status": _STATUS, "created_at": _TS,
+                       "write_key": {"type": "string", "description": "segment sources created without a write "
+                                                                      "key: the generated one, shown only here"}},
     },
     "DataSource": {
         "type": "object",

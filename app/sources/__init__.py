@@ -1,11 +1,11 @@
-"""Data-source connectors, one module per family, behind app.sources.base.Connector."""
+"""Data-source connectors, one module per family, behind app.sources.base.Connector. Segment sources
+have none: their data arrives by push, through the Segment HTTP API (app/views/segment.py)."""
 
 from __future__ import annotations
 
 from app.sources.base import Connector
 from app.sources.bigquery import BigQueryConnector
 from app.sources.hubspot import HubSpotConnector
-from app.sources.probe import SegmentConnector
 from app.sources.salesforce import SalesforceConnector
 from app.sources.snowflake import SnowflakeConnector
 from app.sources.sql import MysqlConnector, PostgresConnector, RedshiftConnector
@@ -20,5 +20,4 @@ CONNECTORS: dict[str, type[Connector]] = {
     "bigquery": BigQueryConnector,
     "snowflake": SnowflakeConnector,
     "salesforce": SalesforceConnector,
-    "segment": SegmentConnector,
 }

@@ -142,8 +142,12 @@ class SalesforceCredentials(OAuthCredentials):
 
 
 class SegmentCredentials(Secret):
-    secret_fields: ClassVar[tuple[str, ...]] = ("access_token",)
-    access_token: Text  # a Segment Public API token
+    """A Segment source receives calls from Segment's SDKs: its write key (the user's existing one, so SDK
+    configurations keep working, or generated at creation) is stored as a SHA-256 only."""
+
+    secret_fields: ClassVar[tuple[str, ...]] = ("write_key",)
+    # Printable ASCII without ':' (it is the HTTP Basic user name) or spaces.
+    write_key: Annotated[str, Meta(min_length=8, max_length=200, pattern=r"^[!-9;-~]+$")] | None = None
 
 
 CREDENTIALS: dict[str, type[msgspec.Struct]] = {
