@@ -14,8 +14,10 @@ from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass, field
 
 import asyncpg
+from redis.exceptions import RedisError
 
 from common.metrics import Metrics
+from common.outages import POSTGRES, POSTGRES_UNREACHABLE, Outages
 
 log = logging.getLogger("tally.actors")
 
@@ -30,8 +32,15 @@ class StoreFailed(Exception):
     """The batch holding this message could not be committed."""
 
 
-# Errors that mean "the database refused or was unreachable": the actor survives them.
-STORE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+class StoreUnreachable(StoreFailed):
+    """PostgreSQL could not be reached, so the batch was not committed: answer 503 with Retry-After."""
+
+    retry_after = 5
+
+
+# Errors that mean "a store (PostgreSQL, or Redis for site sessions) refused or was unreachable": the
+# actor survives them.
+STORE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError, RedisError)
 
 
 @dataclass(slots=True)
@@ -60,7 +69,7 @@ class Actor:
     split_batches = False
 
     def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float,
-                 max_inflight: int = 1, metrics: Metrics | None = None) -> None:
+                 max_inflight: int = 1, metrics: Metrics | None = None, outages: Outages | None = None) -> None:
         self.key = key
         self.max_batch = max_batch
         self.capacity = capacity
@@ -77,6 +86,7 @@ class Actor:
         self.last_active = asyncio.get_running_loop().time()
         # Labelled children resolved once: labels() takes a lock and a dict lookup on every call.
         metrics = metrics or Metrics()  # an actor made outside an app (tests) counts on its own
+        self.outages = outages or Outages(metrics)
         self._depth = metrics.mailbox_depth.labels(self.kind)
         self._ingest_seconds = metrics.ingest_seconds.labels(self.kind)
         self._flush_seconds = metrics.flush_seconds.labels(self.kind)
@@ -99,10 +109,8 @@ class Actor:
 
     # -- to be provided by concrete actors -------------------------------------------------------
     async def flush(self, batch: list[Message]) -> None:
+        """Commit the batch durably (one transaction); anything to do once it is durable goes at its end."""
         raise NotImplementedError
-
-    def after_commit(self, batch: list[Message]) -> None:
-        """In-memory bookkeeping once a batch is durable (realtime counters, sessions)."""
 
     # -- database connections of a busy streak -----------------------------------------------------
     pool: asyncpg.Pool | None = None  # set by concrete actors that write
@@ -197,6 +205,10 @@ class Actor:
         try:
             await self.flush(batch)
         except STORE_ERRORS as exc:
+            if isinstance(exc, POSTGRES_UNREACHABLE):
+                self.outages.down(POSTGRES, exc, "ingestion answers 503")  # one line per outage
+                _fail(batch, StoreUnreachable(str(exc)))
+                return
             log.error("flush failed actor=%s key=%s events=%d error=%s", self.kind, self.key,
                       sum(m.size for m in batch), type(exc).__name__)
             _fail(batch, StoreFailed(str(exc)))
@@ -216,7 +228,7 @@ class Actor:
         self._flush_seconds.observe(now - started)
         self._batch_events.observe(events)
         self._ingested.inc(events)
-        self.after_commit(batch)
+        self.outages.up(POSTGRES)
 
 
 def _fail(batch: list[Message], exc: Exception) -> None:

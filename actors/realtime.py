@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import orjson
 from redis.asyncio import Redis
 
+from common.outages import REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import REALTIME_SUM
 
 MAX_WINDOW = 3600
@@ -114,11 +115,21 @@ def _key(site_id: str, part: str) -> str:
 
 
 class RedisRealtime:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, outages: Outages) -> None:
         self._redis = redis
         self._sum = redis.register_script(REALTIME_SUM)
+        self._outages = outages
 
     async def record(self, site_id: str, events: list[LiveEvent]) -> None:
+        try:
+            await self._record(site_id, events)
+        except REDIS_UNREACHABLE as exc:
+            # The events are stored; a lost realtime update only dims the live view for a minute.
+            self._outages.down(REDIS, exc, "the realtime view misses the events stored meanwhile")
+            return
+        self._outages.up(REDIS)
+
+    async def _record(self, site_id: str, events: list[LiveEvent]) -> None:
         # Counted here first, so a batch costs a few commands rather than several per event.
         ttl = MAX_WINDOW + 120
         counts: Counter[tuple[str, str]] = Counter()  # (bucket key, field)
@@ -167,5 +178,5 @@ class RedisRealtime:
         return summary(events, pageviews, pages, visitors, recent, window)
 
 
-def make_realtime(redis: Redis | None) -> MemoryRealtime | RedisRealtime:
-    return RedisRealtime(redis) if redis is not None else MemoryRealtime()
+def make_realtime(redis: Redis | None, outages: Outages) -> MemoryRealtime | RedisRealtime:
+    return RedisRealtime(redis, outages) if redis is not None else MemoryRealtime()

@@ -3,12 +3,16 @@
 A session ends after 30 minutes without events; the next event of that visitor opens a new one. The
 state lives in process memory, or in Redis when configured so that every process continues the same
 sessions. Times come from the events (server receive times), so tests move a clock, not the wall.
+
+While Redis is unreachable, sessions are assigned in process memory (counted as fallbacks): a visit
+then may start a new session where Redis would have continued one, but no event is refused.
 """
 
 from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from common.outages import REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import SESSION_ASSIGN
 from storage.ids import new_id
 
@@ -49,19 +53,27 @@ class MemorySessions:
         for key in ended:
             del self._open[key]
 
-    def open_count(self) -> int:
-        return len(self._open)
-
 
 class RedisSessions:
-    def __init__(self, redis: Redis, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+    def __init__(self, redis: Redis, outages: Outages, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         self.timeout_ms = timeout_ms
         self._redis = redis
         self._script = redis.register_script(SESSION_ASSIGN)
+        self._outages = outages
+        self._fallback = MemorySessions(timeout_ms)
 
     async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
         if not visits:
             return []
+        try:
+            assigned = await self._assign(site_id, visits)
+        except REDIS_UNREACHABLE as exc:
+            self._outages.fallback("sessions", exc)
+            return await self._fallback.assign(site_id, visits)
+        self._outages.up(REDIS)
+        return assigned
+
+    async def _assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
         # Keys outlive the timeout a little; the script compares times itself, so an injected clock works.
         ttl = self.timeout_ms + 5 * 60 * 1000
         keys = [f"tally:visit:{site_id}:{visitor}" for visitor, _ in visits]
@@ -72,5 +84,5 @@ class RedisSessions:
         return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
 
 
-def make_sessions(redis: Redis | None) -> MemorySessions | RedisSessions:
-    return RedisSessions(redis) if redis is not None else MemorySessions()
+def make_sessions(redis: Redis | None, outages: Outages) -> MemorySessions | RedisSessions:
+    return RedisSessions(redis, outages) if redis is not None else MemorySessions()

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
-from redis.exceptions import RedisError
 
 from actors.base import Actor, Message
 from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
@@ -65,12 +64,10 @@ class SiteActor(Actor):
         records = [item.record for item in items]
         if not missing:
             return records
-        try:
-            assigned = await self.sessions.assign(
-                self.site_id, [(items[i].visitor, _ms(items[i].record[ts])) for i in missing])
-        except RedisError as exc:
-            # A store error for the actor: the submitters get "store failed", the actor lives on.
-            raise ConnectionError(f"session store unavailable: {exc}") from exc
+        # Unreachable Redis falls back to memory inside assign(); another Redis error is a store error
+        # for the actor (actors.base.STORE_ERRORS): the submitters get "store failed", the actor lives on.
+        assigned = await self.sessions.assign(
+            self.site_id, [(items[i].visitor, _ms(items[i].record[ts])) for i in missing])
         for i, session_id in zip(missing, assigned, strict=True):
             r = records[i]
             records[i] = (*r[:sid], session_id, *r[sid + 1:])

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from app.settings import Settings
     from app.site_runtime import SiteRuntime
     from common.metrics import Metrics
+    from common.outages import Outages
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
@@ -30,5 +31,6 @@ KEYS: web.AppKey[KeyCache] = web.AppKey("keys")
 LIMITER: web.AppKey[MemoryLimiter | RedisLimiter] = web.AppKey("limiter")
 SCHEDULER: web.AppKey[Scheduler] = web.AppKey("scheduler")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+OUTAGES: web.AppKey[Outages] = web.AppKey("outages")
 SITE_RUNTIME: web.AppKey[SiteRuntime] = web.AppKey("site_runtime")
 PARTITION_CACHE: web.AppKey[PartitionCache] = web.AppKey("partitions")

@@ -1,5 +1,8 @@
-"""Keyed-API access: bearer key, scope and per-key rate limit, with X-RateLimit-* headers on every
-/v1 response (errors included)."""
+"""Who may call what. /v1 (a sub-application, app/routes.py): bearer key, scope and per-key rate limit,
+with X-RateLimit-* headers on every /v1 response (errors included); every /v1 handler declares its
+scope with @requires (or its own authentication, as Segment's write-keyed calls do) or the app refuses
+to start. /api: handlers marked @ingestion are key-less and session-less and admit any page's origin;
+every other /api handler runs under the dashboard session and the same-origin rule."""
 
 from __future__ import annotations
 
@@ -29,6 +32,38 @@ def requires(scope: str | tuple[str, ...], group: str) -> Callable[[Handler], Ha
     return mark
 
 
+def ingestion(handler: Handler) -> Handler:
+    """Mark an /api handler as key-less event ingestion: no dashboard session, no same-origin rule."""
+    handler.tally_ingestion = True  # type: ignore[attr-defined]
+    return handler
+
+
+def is_ingestion(request: web.Request) -> bool:
+    return getattr(request.match_info.handler, "tally_ingestion", False)
+
+
+def declared_access(handler: Handler) -> str | None:
+    """How a /v1 handler authenticates, as declared: "scope:<scopes>" (Tally key), "segment" (write key,
+    Segment's calls), "segment|scope:<scopes>" (either, by scheme); None when it declares nothing."""
+    scopes = getattr(handler, "tally_scope", ())
+    own = getattr(handler, "tally_segment", None)
+    tally = "scope:" + ",".join(scopes) if scopes else None
+    if own == "always":
+        return "segment"
+    if own == "unless_bearer" and tally:
+        return "segment|" + tally
+    return tally
+
+
+def refuse_undeclared(v1: web.Application) -> None:
+    """Fail closed: a /v1 handler without a declared scope would accept any valid key. Raised while the
+    app is built, so such a server never starts."""
+    for route in v1.router.routes():
+        if declared_access(route.handler) is None:
+            raise RuntimeError(f"/v1 route {route.method} {route.resource.canonical if route.resource else '?'} "
+                               "declares no scope: decorate its handler with @requires(...)")
+
+
 KEY_INFO: web.RequestKey[KeyInfo] = web.RequestKey("key_info", KeyInfo)
 
 
@@ -51,9 +86,7 @@ def _bearer(request: web.Request) -> str | None:
 
 @web.middleware
 async def keyed_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if not request.path.startswith("/v1/") and request.path != "/v1":
-        return await handler(request)
-    app = request.app
+    app = request.config_dict
     target = request.match_info.handler
     # Segment tracking calls carry a write key, not a Tally key: app.views.segment authenticates and
     # rate-limits them itself. POST /v1/identify is Tally's only when the scheme is Bearer.

@@ -15,7 +15,7 @@ from functools import cache
 
 import asyncpg
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 from aiohttp_session import STORAGE_KEY, AbstractStorage, Session, get_session, new_session, session_middleware
 from aiohttp_session.redis_storage import RedisStorage
 from argon2 import PasswordHasher
@@ -23,13 +23,12 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from redis.asyncio import Redis
 
 from app.appkeys import POOL
+from app.auth import is_ingestion
 from app.responses import SiteError
 from app.settings import Settings
 from storage import dashboard_sessions
 
 COOKIE = "tally_session"
-SESSIONLESS_PREFIXES = ("/v1/", "/api/service/")
-SESSIONLESS_PATHS = frozenset({"/api/event"})  # Plausible's ingestion path
 MAX_AGE = 30 * 24 * 3600
 _hasher = PasswordHasher()
 
@@ -109,25 +108,33 @@ class SharedRedisStorage(RedisStorage):
         await self._redis.delete(f"{self.cookie_name}_{key}")
 
 
-def install(app: web.Application, settings: Settings, redis: Redis | None) -> None:
+def storage_for(app: web.Application, settings: Settings, redis: Redis | None) -> AbstractStorage:
     cookie = {"cookie_name": COOKIE, "max_age": MAX_AGE, "httponly": True, "samesite": "Lax",
               "secure": settings.production}
-    storage: PostgresStorage | SharedRedisStorage
     if redis is not None:
-        storage = SharedRedisStorage(redis, key_factory=_new_key, **cookie)
-    else:
-        storage = PostgresStorage(lambda: app[POOL], **cookie)
+        return SharedRedisStorage(redis, key_factory=_new_key, **cookie)
+    return PostgresStorage(lambda: app[POOL], **cookie)
+
+
+def middlewares(storage: AbstractStorage) -> tuple[Middleware, Middleware]:
+    """(for the root app, for the /api sub-application). The root's serves only its own routes (the
+    pages); requests routed into a sub-application are left to that one: /v1 never reads a dashboard
+    session, and on /api the tracker's ingestion (@ingestion) skips the session layer on its hot path."""
     sessions = session_middleware(storage)
 
     @web.middleware
-    async def dashboard_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
-        # The keyed API and the tracker's ingestion never read a dashboard session: skip the session
-        # layer on those hot paths.
-        if request.path.startswith(SESSIONLESS_PREFIXES) or request.path in SESSIONLESS_PATHS:
+    async def page_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if len(request.match_info.apps) > 1:
             return await handler(request)
         return await sessions(request, handler)
 
-    app.middlewares.append(dashboard_sessions)
+    @web.middleware
+    async def site_api_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_ingestion(request):
+            return await handler(request)
+        return await sessions(request, handler)
+
+    return page_sessions, site_api_sessions
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,8 @@ from datetime import date
 from multidict import CIMultiDictProxy
 from redis.asyncio import Redis
 
+from common.outages import REDIS_UNREACHABLE, Outages
+
 log = logging.getLogger("tally.enrich")
 
 # CDN and edge headers carrying the visitor's ISO 3166-1 alpha-2 country, most common first.
@@ -130,12 +132,15 @@ def open_geoip(path: str | None) -> GeoIP | None:
 
 class DailySalt:
     """A random salt per UTC day. With Redis all processes share it (first writer wins); it expires
-    after two days so yesterday's visitor keys become unlinkable."""
+    after two days so yesterday's visitor keys become unlinkable. While Redis is unreachable this
+    process uses a salt of its own for the day (a fallback, counted), and asks Redis again next time."""
 
-    def __init__(self, redis: Redis | None) -> None:
+    def __init__(self, redis: Redis | None, outages: Outages) -> None:
         self._redis = redis
+        self._outages = outages
         self._day: date | None = None
         self._salt = b""
+        self._own: tuple[date, bytes] | None = None  # the fallback salt, never shared
 
     async def get(self, day: date) -> bytes:
         if day == self._day:
@@ -143,8 +148,14 @@ class DailySalt:
         salt = secrets.token_bytes(32)
         if self._redis is not None:
             key = f"tally:visitor-salt:{day.isoformat()}"
-            await self._redis.set(key, salt, nx=True, ex=2 * 86400)
-            salt = await self._redis.get(key) or salt
+            try:
+                await self._redis.set(key, salt, nx=True, ex=2 * 86400)
+                salt = await self._redis.get(key) or salt
+            except REDIS_UNREACHABLE as exc:
+                self._outages.fallback("salt", exc)
+                if self._own is None or self._own[0] != day:
+                    self._own = (day, salt)
+                return self._own[1]
         self._day, self._salt = day, salt
         return salt
 

@@ -6,9 +6,11 @@ import logging
 import time
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
-from app.appkeys import METRICS
+from app.appkeys import METRICS, OUTAGES
 from app.auth import Handler
+from app.outages import Unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 
 log = logging.getLogger("tally.http")
@@ -42,39 +44,51 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         # Any token is a valid HTTP method: fold the unusual ones so clients cannot mint label values.
         method = request.method if request.method in _METHODS else "OTHER"
-        counter, latency = request.app[METRICS].route(method, _route_name(request), status)
+        counter, latency = request.config_dict[METRICS].route(method, _route_name(request), status)
         counter.inc()
         latency.observe(time.perf_counter() - started)
 
 
-def _is_site_api(request: web.Request) -> bool:
-    return request.path.startswith("/api/")
-
-
-def _render_http_exception(request: web.Request, exc: web.HTTPException) -> web.Response:
+def _render_http_exception(request: web.Request, exc: web.HTTPException, site: bool) -> web.Response:
     headers = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
     message = exc.reason if exc.status != 404 else f"no route for {request.method} {request.path}"
-    if _is_site_api(request):
+    if site:
         return json_response({"error": message.lower()}, exc.status, headers)
     code = _CODES.get(exc.status, "error")
     return json_response({"error": {"code": code, "message": message}}, exc.status, headers)
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except (ApiError, SiteError) as exc:
-        return exc.response()
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _render_http_exception(request, exc)
-    except Exception:
-        log.exception("unhandled error method=%s path=%s", request.method, request.path)
-        if _is_site_api(request):
-            return json_response({"error": "internal error"}, 500)
-        return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)
+def _error_middleware(site: bool) -> Middleware:
+    """Every failure as JSON in one API's shape: the site API's flat {"error": "..."} (site=True, on the
+    /api sub-application) or the keyed {"error": {"code", "message"}} (the root and /v1)."""
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (ApiError, SiteError) as exc:
+            return exc.response()
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return _render_http_exception(request, exc, site)
+        except Unavailable as exc:
+            return exc.response(site)
+        except Exception as exc:
+            dependency = unreachable(exc)
+            if dependency is not None:
+                request.config_dict[OUTAGES].down(dependency, exc, "requests that need it answer 503")
+                return Unavailable(dependency).response(site)
+            log.exception("unhandled error method=%s path=%s", request.method, request.path)
+            if site:
+                return json_response({"error": "internal error"}, 500)
+            return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)
+
+    return errors
+
+
+error_middleware = _error_middleware(site=False)
+site_error_middleware = _error_middleware(site=True)
 
 
 async def nosniff(request: web.Request, response: web.StreamResponse) -> None:

@@ -1,7 +1,8 @@
 """Per-key rolling-window rate limits (sliding window counter over 1 s and 60 s buckets).
 
 In process by default; one atomic Lua script in Redis when REDIS_URL is set, so that every
-process shares the allowance.
+process shares the allowance. While Redis is unreachable each process counts on its own (a fallback,
+counted in /metrics): the allowance is then per process, but no request fails for it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from app.plans import Limits
+from common.outages import REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import RATE_LIMIT
 
 WINDOWS_MS = (1_000, 60_000)
@@ -102,10 +104,12 @@ class RedisLimiter:
     turn holds dozens of keyed requests, and a redis-py command with its round trip costs more than the
     rest of such a request (one call per hit halved the rate of POST /v1/events)."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, outages: Outages) -> None:
         self._script = redis.register_script(RATE_LIMIT)
         self._waiting: list[tuple[str, Limits, asyncio.Future[Verdict]]] = []
         self._sending: set[asyncio.Task] = set()
+        self._outages = outages
+        self._fallback = MemoryLimiter()
 
     async def hit(self, bucket: str, limits: Limits) -> Verdict:
         loop = asyncio.get_running_loop()
@@ -116,7 +120,13 @@ class RedisLimiter:
             task = loop.create_task(self._send())
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
-        return await future
+        try:
+            verdict = await future
+        except REDIS_UNREACHABLE as exc:
+            self._outages.fallback("rate_limits", exc)
+            return await self._fallback.hit(bucket, limits)
+        self._outages.up(REDIS)
+        return verdict
 
     async def _send(self) -> None:
         hits, self._waiting = self._waiting, []

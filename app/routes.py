@@ -1,4 +1,6 @@
-"""Every route of the service, in one table."""
+"""Every route of the service, in one table: the top-level routes (operations, pages, public dashboards),
+the keyed API's sub-application mounted at /v1 and the site API's at /api. Route setup only adds routes:
+the applications, their middlewares and everything long-lived are made in app/server.py."""
 
 from __future__ import annotations
 
@@ -17,33 +19,35 @@ from app.views.segment import setup_segment_routes
 from app.views.sites import setup_site_api
 
 
-def setup_routes(app: web.Application) -> None:
-    r = app.router
+def setup_routes(root: web.Application, v1: web.Application, api: web.Application) -> None:
+    """Add the routes of each application; v1 and api paths are relative to their mount points."""
+    r = root.router
     r.add_get("/healthz", health.healthz)
     r.add_get("/readyz", health.readyz)
     r.add_get("/metrics", health.prometheus)
     r.add_get("/openapi.json", health.openapi)
-
-    r.add_post("/v1/events", events.post_event)
-    r.add_post("/v1/events/batch", events.post_batch)
-    r.add_get("/v1/events", events.list_events)
-    r.add_post("/v1/identify", segment.identify)  # Tally's with a Bearer key, Segment's otherwise
-    r.add_get("/v1/users", users.list_users)
-    r.add_get("/v1/users/{user_id}", users.get_user)
-    r.add_delete("/v1/users/{user_id}", users.delete_user)
-
-    r.add_post("/api/auth/login", dashboard_auth.login)
-    r.add_post("/api/auth/logout", dashboard_auth.logout)
-    r.add_get("/api/auth/me", dashboard_auth.me)
-
-    setup_api_key_routes(r)
-    setup_dashboard_routes(r)
-    setup_data_source_routes(r)
     setup_public_dashboard_routes(r)
-    setup_report_routes(r)
-    setup_segment_routes(r)
     setup_page_routes(r)
-    setup_analytics_routes(r)
-    setup_site_api(app)
-    plausible.setup(app)
-    setup_goal_routes(r)
+
+    k = v1.router
+    k.add_post("/events", events.post_event)
+    k.add_post("/events/batch", events.post_batch)
+    k.add_get("/events", events.list_events)
+    k.add_post("/identify", segment.identify)  # Tally's with a Bearer key, Segment's otherwise
+    k.add_get("/users", users.list_users)
+    k.add_get("/users/{user_id}", users.get_user)
+    k.add_delete("/users/{user_id}", users.delete_user)
+    setup_dashboard_routes(k)
+    setup_data_source_routes(k)
+    setup_report_routes(k)
+    setup_segment_routes(k)
+
+    s = api.router
+    s.add_post("/auth/login", dashboard_auth.login)
+    s.add_post("/auth/logout", dashboard_auth.logout)
+    s.add_get("/auth/me", dashboard_auth.me)
+    setup_api_key_routes(s)
+    setup_analytics_routes(s)
+    setup_site_api(s)
+    plausible.setup(s)
+    setup_goal_routes(s)

@@ -4,8 +4,9 @@ A browser names the page that sent a request in Origin (and, in newer browsers, 
 Sec-Fetch-Site). A POST, PUT, PATCH or DELETE under /api/ whose Origin is not the dashboard's own
 origin is refused before it reaches a handler, so a foreign page cannot sign someone in, add a site or
 mint a key with their cookie. A request with no Origin and no Sec-Fetch-Site (curl, scripts) carries
-no ambient browser cookie by accident and is accepted. Key-less ingestion is exempt: any page may send
-events, and its own origin rules apply there.
+no ambient browser cookie by accident and is accepted. Key-less ingestion (handlers marked
+@ingestion) is exempt: any page may send events, and its own origin rules apply there. Installed on
+the /api sub-application only.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from aiohttp import web
 from yarl import URL
 
 from app.appkeys import SETTINGS
-from app.auth import Handler
+from app.auth import Handler, is_ingestion
 from app.net import _trusted
 from app.responses import SiteError
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-INGESTION_PATHS = frozenset({"/api/service/event", "/api/event"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -35,7 +35,7 @@ def own_authority(request: web.Request, origin_scheme: str) -> tuple[str, int | 
     """The host and port the browser addressed: Host, or X-Forwarded-Host from a trusted proxy."""
     host = request.host
     forwarded = request.headers.get("X-Forwarded-Host")
-    proxies = request.app[SETTINGS].trusted_proxies
+    proxies = request.config_dict[SETTINGS].trusted_proxies
     if forwarded and proxies and _trusted(request.remote or "", proxies):
         host = forwarded.split(",")[0].strip()
     return _authority(host, origin_scheme)
@@ -53,8 +53,7 @@ def is_same_origin(request: web.Request, origin: str) -> bool:
 
 @web.middleware
 async def same_origin_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if (request.method in UNSAFE_METHODS and request.path.startswith("/api/")
-            and request.path not in INGESTION_PATHS):
+    if request.method in UNSAFE_METHODS and not is_ingestion(request):
         origin = request.headers.get("Origin")
         if origin is not None:
             if not is_same_origin(request, origin):

@@ -22,6 +22,7 @@ from app.appkeys import (
     KEYS,
     LIMITER,
     METRICS,
+    OUTAGES,
     PARTITION_CACHE,
     POOL,
     REDIS,
@@ -31,11 +32,11 @@ from app.appkeys import (
     SITE_RUNTIME,
     SUPERVISOR,
 )
-from app.auth import keyed_middleware
+from app.auth import keyed_middleware, refuse_undeclared
 from app.crypto import CredentialBox
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import error_middleware, metrics_middleware, nosniff
+from app.middlewares import error_middleware, metrics_middleware, nosniff, site_error_middleware
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
@@ -50,6 +51,7 @@ from app.sources.netguard import NetGuard
 from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
+from common.outages import Outages
 from storage.db import create_pool
 from storage.migrate import migrate
 
@@ -104,7 +106,7 @@ async def _partition_timer(app: web.Application) -> None:
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     redis = app[REDIS]
-    app[LIMITER] = RedisLimiter(redis) if redis else MemoryLimiter()
+    app[LIMITER] = RedisLimiter(redis, app[OUTAGES]) if redis else MemoryLimiter()
     try:
         yield
     finally:
@@ -114,7 +116,7 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def site_runtime_ctx(app: web.Application) -> AsyncIterator[None]:
     """Sessions, realtime window, salts and GeoIP shared by site ingestion, its actors and realtime."""
-    runtime = make_runtime(app[SETTINGS], app[REDIS])
+    runtime = make_runtime(app[SETTINGS], app[REDIS], app[OUTAGES])
     app[SITE_RUNTIME] = runtime
     warm_up()  # build the User-Agent parser now, not on the first event
     try:
@@ -133,6 +135,7 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
         "linger": settings.batch_linger_ms / 1000,
         "max_inflight": settings.flushes_in_flight,
         "metrics": app[METRICS],
+        "outages": app[OUTAGES],
     }
 
     def factory(key):
@@ -186,22 +189,34 @@ JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upke
 
 
 def init_app(settings: Settings) -> web.Application:
-    app = web.Application(
-        middlewares=[metrics_middleware, error_middleware, same_origin_middleware, keyed_middleware],
-        client_max_size=MAX_BODY,
-    )
+    """The root application (operations, pages, public dashboards) with the keyed API mounted at /v1 and
+    the site API at /api, each a sub-application with its own middlewares."""
+    # The client connects lazily; created here because the session storage needs it at set-up. Short
+    # timeouts: an unreachable Redis must answer a request quickly (with a fallback or a 503).
+    redis = (Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
+             if settings.redis_url else None)
+    app = web.Application(middlewares=[metrics_middleware, error_middleware], client_max_size=MAX_BODY)
+    page_sessions, site_sessions = dashboard_session.middlewares(
+        dashboard_session.storage_for(app, settings, redis))
+    app.middlewares.append(page_sessions)
+    # Errors in /v1 take the root's keyed shape; keyed_middleware adds the rate-limit headers to them.
+    v1 = web.Application(middlewares=[keyed_middleware])
+    api = web.Application(middlewares=[site_error_middleware, same_origin_middleware, site_sessions])
+    metrics = Metrics()
     app[SETTINGS] = settings
-    app[METRICS] = Metrics()
+    app[METRICS] = metrics
+    app[OUTAGES] = Outages(metrics)
+    app[REDIS] = redis
     app[EXPORT_SLOTS] = ExportSlots()
     app.on_response_prepare.append(nosniff)
-    # The client connects lazily; created here because the session storage needs it at set-up.
-    app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
-    dashboard_session.install(app, settings, app[REDIS])
     app.cleanup_ctx.append(database_ctx)
     app.cleanup_ctx.append(redis_ctx)
     app.cleanup_ctx.append(site_runtime_ctx)
     app.cleanup_ctx.append(actors_ctx)
     app.cleanup_ctx.append(sources_ctx)
     app.cleanup_ctx.append(scheduler_ctx)  # stops first: no job starts while the others close
-    setup_routes(app)
+    setup_routes(app, v1, api)
+    refuse_undeclared(v1)  # fail closed: a /v1 route without a declared scope stops start-up
+    app.add_subapp("/v1", v1)
+    app.add_subapp("/api", api)
     return app

@@ -15,6 +15,7 @@ from actors.realtime import MemoryRealtime, RedisRealtime, make_realtime
 from actors.sessions import MemorySessions, RedisSessions, make_sessions
 from app.enrich import DailySalt, GeoIP, ip_salt, open_geoip
 from app.settings import Settings
+from common.outages import Outages
 from common.ttl_cache import TTLCache
 
 SITE_CACHE_SECONDS = 5.0
@@ -62,6 +63,6 @@ class SiteRuntime:
     clock: Callable[[], datetime] = utcnow  # tests replace it to move time without sleeping
 
 
-def make_runtime(settings: Settings, redis: Redis | None) -> SiteRuntime:
-    return SiteRuntime(settings, make_sessions(redis), make_realtime(redis), DailySalt(redis),
-                       open_geoip(settings.geoip_db), ip_salt(settings.secret))
+def make_runtime(settings: Settings, redis: Redis | None, outages: Outages) -> SiteRuntime:
+    return SiteRuntime(settings, make_sessions(redis, outages), make_realtime(redis, outages),
+                       DailySalt(redis, outages), open_geoip(settings.geoip_db), ip_salt(settings.secret))

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from app.plans import limits_for, parse_limit
 from app.ratelimit import RedisLimiter
+from common.outages import Outages
 from storage import workspaces as store
 from tests.conftest import bearer, connect
 
@@ -88,7 +89,7 @@ async def test_redis_limits_are_shared_between_processes(make_client, settings, 
 
 async def test_redis_limiter_answers_one_turns_hits_with_one_script_call_in_order(redis_url):
     redis = Redis.from_url(redis_url)
-    limiter = RedisLimiter(redis)
+    limiter = RedisLimiter(redis, Outages())
     calls, script = [], limiter._script
 
     async def counted(**kwargs):
@@ -107,12 +108,17 @@ async def test_redis_limiter_answers_one_turns_hits_with_one_script_call_in_orde
         await redis.aclose()
 
 
-async def test_redis_limiter_fails_every_waiting_hit_when_redis_is_down():
+async def test_redis_limiter_falls_back_to_memory_for_every_waiting_hit_when_redis_is_down():
     redis = Redis.from_url("redis://127.0.0.1:1", socket_connect_timeout=1)
-    limiter = RedisLimiter(redis)
+    outages = Outages()
+    fallbacks = outages.metrics.dependency_fallbacks.labels("rate_limits")
+    limiter = RedisLimiter(redis, outages)
     try:
         results = await asyncio.wait_for(
-            asyncio.gather(*[limiter.hit(f"b{i}", (3, 100)) for i in range(3)], return_exceptions=True), 10)
-        assert all(isinstance(r, Exception) for r in results)
+            asyncio.gather(*[limiter.hit("b", (2, 100)) for _ in range(3)], return_exceptions=True), 10)
+        # Counted in this process instead: the limit still binds, and every hit was a counted fallback.
+        assert [r.allowed for r in results] == [True, True, False]
+        assert fallbacks._value.get() == 3
+        assert outages.metrics.dependency_outages.labels("redis")._value.get() == 1  # one outage, not three
     finally:
         await redis.aclose()

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
 from app.appkeys import SITE_RUNTIME
+from common.outages import Outages
 from tests.site_helpers import FakeClock, post_event, register_site
 
 UA = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0"
@@ -136,7 +137,7 @@ async def test_redis_window_reads_the_same_as_the_memory_window_for_one_batch(re
     batch = [LiveEvent(f"evt_{i}", "pageview" if i % 3 else "signup", f"/p{i % 4}" if i % 5 else None, "DE",
                        f"ses_{i % 7}", t + i * 150) for i in range(40)]
     try:
-        memory, shared = MemoryRealtime(), RedisRealtime(redis)
+        memory, shared = MemoryRealtime(), RedisRealtime(redis, Outages())
         await memory.record(site, batch)
         await shared.record(site, batch)
         for window in (3, 60):

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from actors.sessions import make_sessions
 from app.appkeys import SITE_RUNTIME
+from common.outages import Outages
 from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events
 from tests.conftest import connect
@@ -152,7 +153,7 @@ async def test_batches_committed_out_of_order_make_the_same_session(database_url
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 async def test_one_batch_with_repeat_visits_assigns_as_visit_by_visit(kind, redis_url):
     redis = Redis.from_url(redis_url) if kind == "redis" else None
-    sessions = make_sessions(redis)
+    sessions = make_sessions(redis, Outages())
     site, t, idle = f"site_{secrets.token_hex(4)}", 1_700_000_000_000, 30 * 60 * 1000
     try:
         ids = await sessions.assign(site, [("a", t), ("a", t + 1000), ("b", t + 2000), ("a", t + 1000 + idle + 1)])

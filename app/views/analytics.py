@@ -81,7 +81,7 @@ async def overview(request: web.Request) -> web.Response:
     base = await base_params(request)
     filters = filters_param(request)
     site = await resolve_site(request, base)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         return json_response(await overview_body(conn, site, base.window, filters))
 
 
@@ -90,7 +90,7 @@ async def timeseries(request: web.Request) -> web.Response:
     interval = interval_param(request, base.window)
     name = request.query.get("eventName") or "pageview"
     site = await resolve_site(request, base)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         data = await _series(conn, site.id, base.window, interval, name, store.Filters())
     return json_response({"data": data, "interval": interval, "eventName": name})
 
@@ -101,7 +101,7 @@ async def _top_list(request: web.Request, dim: str) -> web.Response:
     name = request.query.get("eventName") or "pageview"
     site = await resolve_site(request, base)
     w = base.window
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
                                       limit=limit, grain=w.grain, filters=store.Filters())
     return json_response({"data": top_rows(rows, total), "total": total})
@@ -115,9 +115,9 @@ def _top_handler(dim: str):
 
 
 def setup_analytics_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/api/analytics/overview", overview)
-    router.add_get("/api/analytics/timeseries", timeseries)
+    router.add_get("/analytics/overview", overview)
+    router.add_get("/analytics/timeseries", timeseries)
     for path, dim in _DIMS.items():
-        router.add_get(f"/api/analytics/{path}", _top_handler(dim))
-    router.add_get("/api/analytics/events", analytics_events.events)
-    router.add_get("/api/analytics/export", analytics_events.export)
+        router.add_get(f"/analytics/{path}", _top_handler(dim))
+    router.add_get("/analytics/events", analytics_events.events)
+    router.add_get("/analytics/export", analytics_events.export)

@@ -48,7 +48,7 @@ async def events(request: web.Request) -> web.Response:
     name = request.query.get("eventName") or None
     site = await resolve_site(request, base)
     w = base.window
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         total = await store.count_events(conn, site.id, w.start, w.end, name, w.grain)
         rows = await store.list_events(conn, site.id, w.start, w.end, name, limit, offset) if offset < total else []
     return json_response({"events": [stored_event(r) for r in rows], "total": total, "limit": limit,
@@ -121,9 +121,9 @@ async def export(request: web.Request) -> web.StreamResponse:
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
     site = await resolve_site(request, base)
     account = await current_account(request)
-    settings = request.app[SETTINGS]
+    settings = request.config_dict[SETTINGS]
     w = base.window
-    with request.app[EXPORT_SLOTS].take(account.id, settings.exports_per_account):
+    with request.config_dict[EXPORT_SLOTS].take(account.id, settings.exports_per_account):
         response = web.StreamResponse(headers={
             "Content-Type": _CONTENT_TYPES[fmt],
             "Content-Disposition": f'attachment; filename="{export_filename(site.id, w.range, fmt)}"',
@@ -135,7 +135,7 @@ async def export(request: web.Request) -> web.StreamResponse:
         after, sent = None, 0
         try:
             while True:
-                async with request.app[POOL].acquire() as conn:
+                async with request.config_dict[POOL].acquire() as conn:
                     rows = await store.export_page(conn, site.id, w.start, w.end, after,
                                                    min(EXPORT_PAGE, limit - sent))
                 last = sent + len(rows) >= limit or len(rows) < EXPORT_PAGE

@@ -91,7 +91,7 @@ async def base_params(request: web.Request) -> BaseQuery:
 
 async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
     """The site, which must belong to the caller's workspace; anything else is a 404."""
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.site_in_workspace(conn, query.site_id, query.workspace_id)
     if row is None:
         raise SiteError(404, "not found")

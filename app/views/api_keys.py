@@ -65,7 +65,7 @@ def _parse(body: bytes) -> KeyIn:
 
 async def list_keys(request: web.Request) -> web.Response:
     account = await current_account(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await store.list_keys(conn, account.workspace_id)
     # Newest first, as a dashboard list reads best.
     return json_response({"keys": [key_json(r) for r in reversed(rows)]})
@@ -79,7 +79,7 @@ async def create(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise SiteError(413, "payload too large")
     data = _parse(await request.content.read(MAX_BODY + 1))
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         workspace = await store.workspace_name(conn, account.workspace_id)
         if workspace is None:
             raise SiteError(401, "unauthorized")
@@ -93,15 +93,15 @@ async def create(request: web.Request) -> web.Response:
 
 async def revoke(request: web.Request) -> web.Response:
     account = await current_account(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.revoke_workspace_key(conn, account.workspace_id, request.match_info["key_id"])
     if row is None:
         raise SiteError(404, "key not found")
-    request.app[KEYS].forget_all()
+    request.config_dict[KEYS].forget_all()
     return json_response(key_json(row))
 
 
 def setup_api_key_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/api/keys", list_keys)
-    router.add_post("/api/keys", create)
-    router.add_delete("/api/keys/{key_id}", revoke)
+    router.add_get("/keys", list_keys)
+    router.add_post("/keys", create)
+    router.add_delete("/keys/{key_id}", revoke)

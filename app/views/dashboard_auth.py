@@ -48,15 +48,15 @@ def _verify(account, password: str) -> bool:
 
 async def login(request: web.Request) -> web.Response:
     email, password = await _credentials(request)
-    limiter = request.app[LIMITER]
-    ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
+    limiter = request.config_dict[LIMITER]
+    ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
     for bucket, limits in ((f"login-ip:{ip}", LOGIN_LIMITS["ip"]),
                            (f"login:{ip}:{email}", LOGIN_LIMITS["ip_email"]),
                            (f"login:{email}", LOGIN_LIMITS["email"])):
         verdict = await limiter.hit(bucket, limits)
         if not verdict.allowed:
             raise SiteError(429, "too many login attempts", headers={"Retry-After": str(verdict.retry_after)})
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         account = await accounts.account_by_email(conn, email)
         # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop. An
         # unknown email is checked against a dummy hash of the same cost, so timing does not tell
@@ -80,7 +80,7 @@ async def logout(request: web.Request) -> web.Response:
 
 async def me(request: web.Request) -> web.Response:
     account = await ds.current_account(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         workspaces = await accounts.workspaces_of(conn, account.id)
     return json_response(account_json(account.email, account.workspace_id, workspaces))
 

@@ -147,7 +147,7 @@ def chart_json(row) -> dict:
 def base_url(request: web.Request) -> str:
     """The service root as the caller sees it; X-Forwarded-Proto/Host only from trusted proxies."""
     scheme, host = request.scheme, request.host
-    proxies = request.app[SETTINGS].trusted_proxies
+    proxies = request.config_dict[SETTINGS].trusted_proxies
     if proxies and _trusted(request.remote or "", proxies):
         scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
         host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
@@ -209,7 +209,7 @@ async def list_dashboards(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 50, 1, 200)
     (after,) = cursor_param(request, str) or ("",)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await store.list_dashboards(conn, key.workspace_id, key.env, after_id=after, limit=limit + 1)
     return page_response(rows, limit, lambda r: {
         "id": r["id"], "name": r["name"], "created_at": iso_ms(r["created_at"]),
@@ -221,7 +221,7 @@ async def create_dashboard(request: web.Request) -> web.Response:
     key = key_of(request)
     body = _decode(await read_body(request, BODY_LIMIT), DashboardIn)
     dashboard_id = new_id("dsh")
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         await store.create_dashboard(
             conn, key.workspace_id, key.env, dashboard_id, name=body.name, description=body.description,
             charts=[(new_id("chrt"), _chart_fields(c)) for c in body.charts],
@@ -242,7 +242,7 @@ async def _own_dashboard(request: web.Request, conn):
 
 @requires("read", "query")
 async def get_dashboard(request: web.Request) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         return await _full(request, conn, await _own_dashboard(request, conn))
 
 
@@ -251,7 +251,7 @@ async def patch_dashboard(request: web.Request) -> web.Response:
     key = key_of(request)
     body = _decode(await read_body(request, BODY_LIMIT), DashboardPatch)
     changes = {k: v for k, v in msgspec.structs.asdict(body).items() if v is not UNSET}
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.update_dashboard(conn, key.workspace_id, key.env, _dash(request),
                                            changes=changes)
         if row is None:
@@ -262,7 +262,7 @@ async def patch_dashboard(request: web.Request) -> web.Response:
 @requires("write", "query")
 async def delete_dashboard(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         if not await store.delete_dashboard(conn, key.workspace_id, key.env, _dash(request)):
             raise not_found("no dashboard with that id")
     return web.Response(status=204)
@@ -272,7 +272,7 @@ async def delete_dashboard(request: web.Request) -> web.Response:
 async def add_chart(request: web.Request) -> web.Response:
     key = key_of(request)
     chart = _decode(await read_body(request, BODY_LIMIT), ChartIn)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.add_chart(conn, key.workspace_id, key.env, _dash(request), new_id("chrt"),
                                     _chart_fields(chart), max_charts=MAX_CHARTS)
     if row is None:
@@ -295,7 +295,7 @@ async def _own_chart(request: web.Request, conn):
 async def patch_chart(request: web.Request) -> web.Response:
     key = key_of(request)
     patch = _decode(await read_body(request, BODY_LIMIT), ChartPatch)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         current = await _own_chart(request, conn)
         merged = {k: current[k] for k in ("title", "type", "event", "filters", "group_by", "steps")}
         merged.update(msgspec.to_builtins(patch))  # UNSET fields are left out
@@ -316,7 +316,7 @@ async def patch_chart(request: web.Request) -> web.Response:
 @requires("write", "query")
 async def delete_chart(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         deleted = await store.delete_chart(conn, key.workspace_id, key.env, _dash(request),
                                            _chart(request))
     if not deleted:
@@ -328,7 +328,7 @@ async def delete_chart(request: web.Request) -> web.Response:
 async def chart_data_view(request: web.Request) -> web.Response:
     key = key_of(request)
     start, end, interval = data_range(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         chart = await _own_chart(request, conn)
         body = await chart_data_json(conn, key.workspace_id, key.env, chart, start, end, interval)
     return json_response(body)
@@ -338,7 +338,7 @@ async def chart_data_view(request: web.Request) -> web.Response:
 async def share(request: web.Request) -> web.Response:
     """Make the dashboard public; sharing a shared dashboard keeps its URL."""
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.set_public(conn, key.workspace_id, key.env, _dash(request),
                                      secrets.token_urlsafe(24))
         if row is None:
@@ -350,21 +350,21 @@ async def share(request: web.Request) -> web.Response:
 async def unshare(request: web.Request) -> web.Response:
     """Make the dashboard private; its public URL stops working at once."""
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         if await store.set_public(conn, key.workspace_id, key.env, _dash(request), None) is None:
             raise not_found("no dashboard with that id")
     return web.Response(status=204)
 
 
 def setup_dashboard_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/v1/dashboards", list_dashboards)
-    router.add_post("/v1/dashboards", create_dashboard)
-    router.add_get("/v1/dashboards/{id}", get_dashboard)
-    router.add_patch("/v1/dashboards/{id}", patch_dashboard)
-    router.add_delete("/v1/dashboards/{id}", delete_dashboard)
-    router.add_post("/v1/dashboards/{id}/charts", add_chart)
-    router.add_patch("/v1/dashboards/{id}/charts/{chart_id}", patch_chart)
-    router.add_delete("/v1/dashboards/{id}/charts/{chart_id}", delete_chart)
-    router.add_get("/v1/dashboards/{id}/charts/{chart_id}/data", chart_data_view)
-    router.add_post("/v1/dashboards/{id}/share", share)
-    router.add_delete("/v1/dashboards/{id}/share", unshare)
+    router.add_get("/dashboards", list_dashboards)
+    router.add_post("/dashboards", create_dashboard)
+    router.add_get("/dashboards/{id}", get_dashboard)
+    router.add_patch("/dashboards/{id}", patch_dashboard)
+    router.add_delete("/dashboards/{id}", delete_dashboard)
+    router.add_post("/dashboards/{id}/charts", add_chart)
+    router.add_patch("/dashboards/{id}/charts/{chart_id}", patch_chart)
+    router.add_delete("/dashboards/{id}/charts/{chart_id}", delete_chart)
+    router.add_get("/dashboards/{id}/charts/{chart_id}/data", chart_data_view)
+    router.add_post("/dashboards/{id}/share", share)
+    router.add_delete("/dashboards/{id}/share", unshare)

@@ -38,7 +38,7 @@ async def create_source(request: web.Request) -> web.Response:
     body = decode(await read_body(request, BODY_LIMIT), CreateIn)
     credentials, options = decode_parts(body)
     schedule = body.schedule or Schedule()
-    runner = request.app[RUNNER]
+    runner = request.config_dict[RUNNER]
     source_id = new_id("src")
     generated = write_key_hash = None
     if body.type == "segment":
@@ -46,7 +46,7 @@ async def create_source(request: web.Request) -> web.Response:
         write_key = credentials.write_key or (generated := writekeys.generate())  # type: ignore[attr-defined]
         write_key_hash = writekeys.hash_write_key(write_key)
     sealed = runner.box.seal(b"{}" if write_key_hash else msgspec.json.encode(credentials), source_id)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.insert(
             conn, source_id=source_id, workspace_id=key.workspace_id, env=key.env, name=body.name,
             type_=body.type, credentials=sealed, options=msgspec.to_builtins(options),
@@ -69,7 +69,7 @@ async def list_sources(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 100, 1, 1000)
     (after,) = cursor_param(request, str) or ("",)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await store.page(conn, key.workspace_id, key.env, after, limit + 1)
     return page_response(rows, limit, source_json, lambda r: (r["id"],))
 
@@ -77,7 +77,7 @@ async def list_sources(request: web.Request) -> web.Response:
 @requires("read", "query")
 async def get_source(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.get(conn, key.workspace_id, key.env, request.match_info["id"])
     if row is None:
         raise not_found("no data source with that id")
@@ -87,7 +87,7 @@ async def get_source(request: web.Request) -> web.Response:
 @requires("admin", "admin")
 async def delete_source(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         deleted = await store.delete(conn, key.workspace_id, key.env, request.match_info["id"])
     if not deleted:
         raise not_found("no data source with that id")
@@ -97,7 +97,7 @@ async def delete_source(request: web.Request) -> web.Response:
 @requires("admin", "admin")
 async def pause_source(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.pause(conn, key.workspace_id, key.env, request.match_info["id"])
     if row is None:
         raise not_found("no data source with that id")
@@ -107,7 +107,7 @@ async def pause_source(request: web.Request) -> web.Response:
 @requires("admin", "admin")
 async def resume_source(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.get(conn, key.workspace_id, key.env, request.match_info["id"])
         if row is None:
             raise not_found("no data source with that id")
@@ -121,7 +121,7 @@ async def sync_source(request: web.Request) -> web.Response:
     """Start a sync now (202). 409 when paused or still being tested, or when a sync is already running."""
     key = key_of(request)
     source_id = request.match_info["id"]
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         claimed = await store.claim_manual(conn, key.workspace_id, key.env, source_id, LEASE_SECONDS)
         row = await store.get(conn, key.workspace_id, key.env, source_id)
     if row is None:
@@ -133,15 +133,15 @@ async def sync_source(request: web.Request) -> web.Response:
         if row["status"] == "paused":
             raise ApiError(409, "conflict", "the data source is paused; resume it first")
         raise ApiError(409, "conflict", f"the data source is {row['status']}; a run is already in progress")
-    request.app[RUNNER].start(source_id)
+    request.config_dict[RUNNER].start(source_id)
     return json_response(source_json(row), status=202)
 
 
 def setup_data_source_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/v1/data-sources", list_sources)
-    router.add_post("/v1/data-sources", create_source)
-    router.add_get("/v1/data-sources/{id}", get_source)
-    router.add_delete("/v1/data-sources/{id}", delete_source)
-    router.add_post("/v1/data-sources/{id}/pause", pause_source)
-    router.add_post("/v1/data-sources/{id}/resume", resume_source)
-    router.add_post("/v1/data-sources/{id}/sync", sync_source)
+    router.add_get("/data-sources", list_sources)
+    router.add_post("/data-sources", create_source)
+    router.add_get("/data-sources/{id}", get_source)
+    router.add_delete("/data-sources/{id}", delete_source)
+    router.add_post("/data-sources/{id}/pause", pause_source)
+    router.add_post("/data-sources/{id}/resume", resume_source)
+    router.add_post("/data-sources/{id}/sync", sync_source)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from actors.base import Overloaded, StoreFailed
+from actors.base import Overloaded, StoreFailed, StoreUnreachable
 from actors.workspace import EVENTS
 from app.appkeys import METRICS, POOL, SUPERVISOR
 from app.auth import key_of, requires
@@ -35,14 +35,18 @@ def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> 
 async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> None:
     """Hand items to the workspace actor and wait until they are durable."""
     try:
-        actor = request.app[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
+        actor = request.config_dict[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
         await actor.submit(kind, items)
     except Overloaded as exc:
-        request.app[METRICS].events_rejected.labels("overloaded").inc(len(items))
+        request.config_dict[METRICS].events_rejected.labels("overloaded").inc(len(items))
         raise ApiError(503, "overloaded", "the server is busy; retry shortly",
                        headers={"Retry-After": str(exc.retry_after)}) from None
+    except StoreUnreachable as exc:
+        request.config_dict[METRICS].events_rejected.labels("unavailable").inc(len(items))
+        raise ApiError(503, "unavailable", "the database is unreachable; retry shortly",
+                       headers={"Retry-After": str(exc.retry_after)}) from None
     except StoreFailed:
-        request.app[METRICS].events_rejected.labels("store_failed").inc(len(items))
+        request.config_dict[METRICS].events_rejected.labels("store_failed").inc(len(items))
         raise ApiError(500, "store_failed", "the event could not be stored; it was not recorded") from None
 
 
@@ -73,7 +77,7 @@ async def post_batch(request: web.Request) -> web.Response:
             continue
         records.append(_record(key, event, new_id("evt"), received))
     if errors:
-        request.app[METRICS].events_rejected.labels("invalid").inc(len(errors))
+        request.config_dict[METRICS].events_rejected.labels("invalid").inc(len(errors))
     if records:
         await commit(request, key, EVENTS, records)
     body: dict = {"received": len(records), "failed": len(errors)}
@@ -106,7 +110,7 @@ async def list_events(request: web.Request) -> web.Response:
             after = (datetime.fromisoformat(cursor[0]), cursor[1])
         except ValueError:
             raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}]) from None
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await event_store.list_events(
             conn, key.workspace_id, key.env, filters=filters, after=after, limit=limit + 1
         )

@@ -46,7 +46,7 @@ async def _own_site(request: web.Request):
     site_id = request.match_info["site_id"]
     row = None
     if storable(site_id):
-        async with request.app[POOL].acquire() as conn:
+        async with request.config_dict[POOL].acquire() as conn:
             row = await site_store.site_by_id(conn, site_id)
     if row is None or row["workspace_id"] != account.workspace_id:
         raise SiteError(404, "not found")
@@ -115,7 +115,7 @@ def parse_goal(data: dict[str, Any]) -> tuple[str, str | None, str | None]:
 
 async def list_goals(request: web.Request) -> web.Response:
     site = await _own_site(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await goal_store.list_goals(conn, site["id"])
     return json_response({"goals": [goal_json(r) for r in rows]})
 
@@ -123,7 +123,7 @@ async def list_goals(request: web.Request) -> web.Response:
 async def create_goal(request: web.Request) -> web.Response:
     site = await _own_site(request)
     goal_type, event_name, page_path = parse_goal(await _body(request))
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         existing = await goal_store.find_goal(conn, site["id"], goal_type, event_name, page_path)
         if existing is not None:
             return json_response(goal_json(existing))
@@ -137,7 +137,7 @@ async def create_goal(request: web.Request) -> web.Response:
 
 
 async def _delete(request: web.Request, site_id: str, goal_id: str | None) -> web.Response:
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         deleted = goal_id is not None and storable(goal_id) and await goal_store.delete_goal(conn, site_id, goal_id)
     if not deleted:
         raise SiteError(404, "goal not found")
@@ -157,13 +157,13 @@ async def delete_goal_by_fields(request: web.Request) -> web.Response:
     if isinstance(data.get("id"), str):
         return await _delete(request, site["id"], data["id"])
     goal_type, event_name, page_path = parse_goal(data)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await goal_store.find_goal(conn, site["id"], goal_type, event_name, page_path)
     return await _delete(request, site["id"], row["id"] if row is not None else None)
 
 
 def setup_goal_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/api/sites/{site_id}/goals", list_goals)
-    router.add_post("/api/sites/{site_id}/goals", create_goal)
-    router.add_delete("/api/sites/{site_id}/goals", delete_goal_by_fields)
-    router.add_delete("/api/sites/{site_id}/goals/{goal_id}", delete_goal)
+    router.add_get("/sites/{site_id}/goals", list_goals)
+    router.add_post("/sites/{site_id}/goals", create_goal)
+    router.add_delete("/sites/{site_id}/goals", delete_goal_by_fields)
+    router.add_delete("/sites/{site_id}/goals/{goal_id}", delete_goal)

@@ -19,7 +19,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     try:
         async with asyncio.timeout(2):
-            async with request.app[POOL].acquire() as conn:
+            async with request.config_dict[POOL].acquire() as conn:
                 await conn.fetchval("SELECT 1")
     except Exception as exc:  # any failure means "not ready"
         return json_response({"status": "unavailable", "database": type(exc).__name__}, 503)
@@ -27,7 +27,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def prometheus(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[METRICS].registry)
+    body = generate_latest(request.config_dict[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

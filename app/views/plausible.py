@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from app.appkeys import POOL
+from app.auth import ingestion
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.views import ingest
 from app.views.ingest import SiteEventIn, invalid_payload, issue
@@ -165,7 +166,7 @@ async def resolve_domain(request: web.Request, runtime: SiteRuntime, domain: str
     cached, info = runtime.sites.get(site_id)
     if cached and (info is not None or runtime.settings.production):
         return info
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await site_store.site_with_domain(conn, domain)
         if row is not None and row["id"] != site_id:
             return runtime.sites.info(row)
@@ -175,10 +176,11 @@ async def resolve_domain(request: web.Request, runtime: SiteRuntime, domain: str
     return runtime.sites.put_row(site_id, row)
 
 
+@ingestion
 async def post_event(request: web.Request) -> web.Response:
     return await ingest.ingest(request, parse_plausible, resolve_domain, accepted_text="ok")
 
 
-def setup(app: web.Application) -> None:
-    app.router.add_post("/api/event", post_event)
-    app.router.add_route("OPTIONS", "/api/event", ingest.preflight)
+def setup(router: web.UrlDispatcher) -> None:
+    router.add_post("/event", post_event)
+    router.add_route("OPTIONS", "/event", ingest.preflight)

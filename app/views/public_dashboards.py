@@ -40,8 +40,8 @@ NOT_SHARED_PAGE = (
 
 async def _rate_limit(request: web.Request) -> None:
     """Without a key, public views are limited per client address like other anonymous requests."""
-    ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
-    verdict = await request.app[LIMITER].hit(f"public:{ip}", ANONYMOUS)
+    ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
+    verdict = await request.config_dict[LIMITER].hit(f"public:{ip}", ANONYMOUS)
     if not verdict.allowed:
         raise ApiError(429, "rate_limited", "too many requests; retry later", headers=verdict.headers())
 
@@ -54,7 +54,7 @@ async def _shared(conn, token: str):
 
 async def page(request: web.Request) -> web.Response:
     await _rate_limit(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await _shared(conn, request.match_info["token"])
     if row is None:
         return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
@@ -66,7 +66,7 @@ async def page_data(request: web.Request) -> web.Response:
     """The dashboard (without its id or keyed details) and every chart's data over one range."""
     await _rate_limit(request)
     start, end, interval = data_range(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await _shared(conn, request.match_info["token"])
         if row is None:
             raise not_found("this dashboard does not exist or is no longer shared")

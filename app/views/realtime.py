@@ -31,10 +31,10 @@ async def site_in_workspace(request: web.Request, site_id: str, workspace_id: in
     """The site from the runtime's cache (read through); 404 unless it belongs to the workspace."""
     if not storable(site_id):
         raise SiteError(404, "not found")
-    cache = request.app[SITE_RUNTIME].sites
+    cache = request.config_dict[SITE_RUNTIME].sites
     cached, info = cache.get(site_id)
     if not cached:
-        async with request.app[POOL].acquire() as conn:
+        async with request.config_dict[POOL].acquire() as conn:
             info = cache.put_row(site_id, await site_store.site_by_id(conn, site_id))
     if info is None or info.workspace_id != workspace_id:
         raise SiteError(404, "not found")
@@ -61,7 +61,7 @@ async def realtime(request: web.Request) -> web.Response:
         raise SiteError(400, "missing siteId")
     window = _window(request)
     site = await site_in_workspace(request, site_id, account.workspace_id)
-    runtime = request.app[SITE_RUNTIME]
+    runtime = request.config_dict[SITE_RUNTIME]
     now_ms = int(runtime.clock().timestamp() * 1000)
     return json_response(render(await runtime.realtime.snapshot(site.id, now_ms, window)))
 
@@ -82,5 +82,5 @@ def render(snap: RealtimeSnapshot) -> dict:
     }
 
 
-def setup(app: web.Application) -> None:
-    app.router.add_get("/api/analytics/realtime", realtime)
+def setup(router: web.UrlDispatcher) -> None:
+    router.add_get("/analytics/realtime", realtime)

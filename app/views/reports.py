@@ -46,7 +46,7 @@ def _mailing_needs_read(key, schedule) -> None:
 
 async def _stored(request: web.Request):
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.get_report(conn, key.workspace_id, key.env, request.match_info["id"])
     if row is None:
         raise not_found("no report with that id")
@@ -61,7 +61,7 @@ async def create_report(request: web.Request) -> web.Response:
     config = config_json(parse_config(body.type, body.config))
     _mailing_needs_read(key, body.schedule)
     schedule, next_run_at = _schedule(body.schedule)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await store.insert_report(
             conn, report_id=new_id("rpt"), workspace_id=key.workspace_id, env=key.env, name=body.name,
             type_=body.type, config=config, schedule=schedule, next_run_at=next_run_at,
@@ -74,7 +74,7 @@ async def list_reports(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 50, 1, 200)
     (before,) = cursor_param(request, str) or (None,)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await store.list_reports(conn, key.workspace_id, key.env, before_id=before, limit=limit + 1)
     return page_response(rows, limit, lambda r: report_json(r, summary=True), lambda r: (r["id"],))
 
@@ -98,7 +98,7 @@ async def patch_report(request: web.Request) -> web.Response:
     else:
         schedule, next_run_at = _schedule(body.schedule)
     _mailing_needs_read(key, schedule)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         updated = await store.update_report(
             conn, key.workspace_id, key.env, row["id"], name=body.name or row["name"], type_=report_type,
             config=config, schedule=schedule, next_run_at=next_run_at,
@@ -111,7 +111,7 @@ async def patch_report(request: web.Request) -> web.Response:
 @requires("write", "query")
 async def delete_report(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         deleted = await store.delete_report(conn, key.workspace_id, key.env, request.match_info["id"])
     if not deleted:
         raise not_found("no report with that id")
@@ -123,19 +123,18 @@ async def run(request: web.Request) -> web.Response:
     key = key_of(request)
     row = await _stored(request)
     result = await run_report(
-        request.app[REPORT_POOL], request.app[SETTINGS], request.app[METRICS], workspace_id=key.workspace_id,
-        env=key.env, plan=key.plan,
-        report_type=row["type"], config=row["config"],
+        request.config_dict[REPORT_POOL], request.config_dict[SETTINGS], request.config_dict[METRICS],
+        workspace_id=key.workspace_id, env=key.env, plan=key.plan, report_type=row["type"], config=row["config"],
     )
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         await store.mark_run(conn, row["id"], result.generated_at)
     return json_response(result.json())
 
 
 def setup_report_routes(router: web.UrlDispatcher) -> None:
-    router.add_post("/v1/reports", create_report)
-    router.add_get("/v1/reports", list_reports)
-    router.add_get("/v1/reports/{id}", get_report)
-    router.add_patch("/v1/reports/{id}", patch_report)
-    router.add_delete("/v1/reports/{id}", delete_report)
-    router.add_get("/v1/reports/{id}/run", run)
+    router.add_post("/reports", create_report)
+    router.add_get("/reports", list_reports)
+    router.add_get("/reports/{id}", get_report)
+    router.add_patch("/reports/{id}", patch_report)
+    router.add_delete("/reports/{id}", delete_report)
+    router.add_get("/reports/{id}/run", run)

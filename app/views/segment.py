@@ -59,15 +59,15 @@ async def _read(request: web.Request, limit: int) -> bytes:
 async def _authenticate(request: web.Request, body_key: str | None) -> tuple[SegmentSource, dict[str, str]]:
     """The source of the write key, after its rate limit; returns the X-RateLimit-* headers to send."""
     raw = from_basic_auth(request.headers.get("Authorization", "")) or body_key
-    source = await request.app[WRITE_KEYS].lookup(raw) if raw else None
+    source = await request.config_dict[WRITE_KEYS].lookup(raw) if raw else None
     if source is None:
-        bucket, limits = f"ip:{client_ip(request, request.app[SETTINGS].trusted_proxies)}", ANONYMOUS
+        bucket, limits = f"ip:{client_ip(request, request.config_dict[SETTINGS].trusted_proxies)}", ANONYMOUS
     else:
         bucket, limits = f"src:{source.id}:{GROUP}", limits_for(source.plan, GROUP, source.custom_limits)
-    verdict = await request.app[LIMITER].hit(bucket, limits)
+    verdict = await request.config_dict[LIMITER].hit(bucket, limits)
     headers = verdict.headers()
     if not verdict.allowed:
-        request.app[METRICS].events_rejected.labels("rate_limited").inc()
+        request.config_dict[METRICS].events_rejected.labels("rate_limited").inc()
         raise SegmentError(429, "rate_limited", "rate limit exceeded; retry after the Retry-After seconds", headers)
     if source is None:
         message = ("invalid write key" if raw else
@@ -98,7 +98,7 @@ async def _single(request: web.Request, kind: str) -> web.Response:
     try:
         op = to_op(msg, kind, (source.id, source.workspace_id, source.env), None, received)
     except Invalid as exc:
-        request.app[METRICS].events_rejected.labels("invalid").inc()
+        request.config_dict[METRICS].events_rejected.labels("invalid").inc()
         raise SegmentError(400, "invalid_request", str(exc), headers) from None
     await _store(request, source, [op], headers)
     return json_response({"success": True}, headers=headers)
@@ -129,7 +129,7 @@ async def _batch(request: web.Request) -> web.Response:
         except Invalid as exc:
             errors.append({"index": index, "code": "invalid_request", "message": str(exc)})
     if errors:
-        request.app[METRICS].events_rejected.labels("invalid").inc(len(errors))
+        request.config_dict[METRICS].events_rejected.labels("invalid").inc(len(errors))
     if ops:
         await _store(request, source, ops, headers)
     answer: dict = {"success": True, "received": len(ops), "failed": len(errors)}
@@ -145,8 +145,8 @@ def _segment_route(kind: str):
         except SegmentError as exc:
             headers = exc.headers
             if not headers:  # rejected before its write key was known: counts against the client IP's allowance
-                ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
-                headers = (await request.app[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()
+                ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
+                headers = (await request.config_dict[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()
             return json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
 
     handler.tally_segment = "always"  # type: ignore[attr-defined]  # app.auth leaves these to us
@@ -172,6 +172,6 @@ def setup_segment_routes(router: web.UrlDispatcher) -> None:
     """Every Segment path but /v1/identify, which app.routes maps to identify() above."""
     for kind in (*TYPES, "batch"):
         if kind != "identify":
-            router.add_post(f"/v1/{kind}", _segment_route(kind))
+            router.add_post(f"/{kind}", _segment_route(kind))
     for short, kind in SHORT_PATHS.items():
-        router.add_post(f"/v1/{short}", _segment_route(kind))
+        router.add_post(f"/{short}", _segment_route(kind))

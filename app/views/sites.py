@@ -74,7 +74,7 @@ def site_json(row) -> dict:
 
 async def list_sites(request: web.Request) -> web.Response:
     account = await current_account(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await site_store.list_sites(conn, account.workspace_id, MAX_SITES)
     return json_response([site_json(r) for r in rows])
 
@@ -99,7 +99,7 @@ async def create_site(request: web.Request) -> web.Response:
     if domain is None:
         raise SiteError(400, "invalid domain")
     workspace_id = account.workspace_id
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await site_store.site_by_domain(conn, workspace_id, domain)  # asked again: same answer
         if row is None:
             if await site_store.verified_elsewhere(conn, domain, workspace_id):
@@ -113,7 +113,7 @@ async def create_site(request: web.Request) -> web.Response:
                 row = await site_store.site_by_domain(conn, workspace_id, domain)
     if row is None:
         raise SiteError(409, "domain already registered")
-    request.app[SITE_RUNTIME].sites.forget(row["id"])
+    request.config_dict[SITE_RUNTIME].sites.forget(row["id"])
     return json_response({"id": row["id"], "domain": row["domain"]})
 
 
@@ -125,7 +125,7 @@ async def _own_site(request: web.Request):
         raise SiteError(400, "missing site")
     if not realtime.storable(site_id):
         return None
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
     if row is not None and row["workspace_id"] != account.workspace_id:
         raise SiteError(404, "not found")
@@ -151,7 +151,7 @@ async def post_verify(request: web.Request) -> web.Response:
         return json_response({"status": "not_found"})
     if row["verified_at"] is not None:
         return json_response(_status(row))
-    pool, doh_url = request.app[POOL], request.app[SETTINGS].doh_url
+    pool, doh_url = request.config_dict[POOL], request.config_dict[SETTINGS].doh_url
     async with pool.acquire() as conn:
         if await site_store.verified_elsewhere(conn, row["domain"], row["workspace_id"]):
             raise SiteError(409, "domain verified by another workspace")
@@ -168,7 +168,7 @@ async def post_verify(request: web.Request) -> web.Response:
             won = await site_store.mark_verified(conn, row["id"])
         if not won:
             raise SiteError(409, "domain verified by another workspace")
-        request.app[SITE_RUNTIME].sites.forget(row["id"])
+        request.config_dict[SITE_RUNTIME].sites.forget(row["id"])
         return json_response({"status": "verified", "domain": row["domain"]})
     return json_response(_status(row))
 
@@ -213,11 +213,11 @@ async def txt_records(doh_url: str, domain: str) -> set[str]:
             if isinstance(r, dict) and r.get("type") == 16 and isinstance(r.get("data"), str)}
 
 
-def setup_site_api(app: web.Application) -> None:
+def setup_site_api(router: web.UrlDispatcher) -> None:
     """Ingestion, realtime, sites and verification routes."""
-    ingest.setup(app)
-    realtime.setup(app)
-    app.router.add_get("/api/sites", list_sites)
-    app.router.add_post("/api/sites", create_site)
-    app.router.add_get("/api/verify", get_verify)
-    app.router.add_post("/api/verify", post_verify)
+    ingest.setup(router)
+    realtime.setup(router)
+    router.add_get("/sites", list_sites)
+    router.add_post("/sites", create_site)
+    router.add_get("/verify", get_verify)
+    router.add_post("/verify", post_verify)

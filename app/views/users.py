@@ -47,7 +47,7 @@ async def list_users(request: web.Request) -> web.Response:
         if match:
             traits[match.group(1)] = value
     (after,) = cursor_param(request, int) or (0,)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         rows = await user_store.list_profiles(
             conn, key.workspace_id, key.env, trait_filters=traits, after_seq=after, limit=limit + 1
         )
@@ -57,7 +57,7 @@ async def list_users(request: web.Request) -> web.Response:
 @requires("read", "query")
 async def get_user(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         row = await user_store.get_profile(conn, key.workspace_id, key.env, request.match_info["user_id"])
     if row is None:
         raise not_found("no user with that id")
@@ -67,7 +67,7 @@ async def get_user(request: web.Request) -> web.Response:
 @requires("admin", "admin")
 async def delete_user(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.app[POOL].acquire() as conn:
+    async with request.config_dict[POOL].acquire() as conn:
         await event_store.erase_user(
             conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
         )

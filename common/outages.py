@@ -1,0 +1,62 @@
+"""One policy for dependencies going away (PostgreSQL, Redis).
+
+Callers report what they see: `down(dependency, exc)` when a call failed because the dependency is
+unreachable, `up(dependency)` when a call succeeded. The first failure of an outage writes one log line
+and counts one outage in /metrics; later failures of the same outage are silent, so an outage under
+load does not write a traceback per request. An outage ends at the next success, or when no failure
+was seen for QUIET_SECONDS (callers that have no success to report, e.g. a request answered 503).
+
+What a failure means to the caller is decided where it happens: the HTTP edge answers 503 with
+Retry-After (app/outages.py), while site sessions, rate limits and the daily salt fall back to process
+memory and count each fallback (tally_dependency_fallbacks_total)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import asyncpg
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from common.metrics import Metrics
+
+log = logging.getLogger("tally.outages")
+
+POSTGRES, REDIS = "postgres", "redis"
+QUIET_SECONDS = 30.0
+
+# Errors that mean "Redis cannot be reached", not "Redis refused this command".
+REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+# Errors that mean "PostgreSQL cannot be reached" (a connection refused, reset or dropped mid-query).
+POSTGRES_UNREACHABLE: tuple[type[BaseException], ...] = (
+    asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError, asyncpg.ConnectionFailureError,
+    asyncpg.InterfaceError, ConnectionError,
+)
+
+
+class Outages:
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics or Metrics()
+        self._last_failure: dict[str, float] = {}  # dependency -> monotonic time of its latest failure
+
+    def is_down(self, dependency: str) -> bool:
+        seen = self._last_failure.get(dependency)
+        return seen is not None and time.monotonic() - seen <= QUIET_SECONDS
+
+    def down(self, dependency: str, exc: BaseException, consequence: str) -> None:
+        """Record a failure; logs and counts only the first of an outage."""
+        if not self.is_down(dependency):
+            self.metrics.dependency_outages.labels(dependency).inc()
+            log.error("%s unreachable (%s: %s); %s until it answers again", dependency, type(exc).__name__,
+                      exc, consequence)
+        self._last_failure[dependency] = time.monotonic()
+
+    def up(self, dependency: str) -> None:
+        if self._last_failure.pop(dependency, None) is not None:
+            log.warning("%s reachable again", dependency)
+
+    def fallback(self, use: str, exc: BaseException) -> None:
+        """Redis failed and `use` (sessions, rate_limits, salt) was served from process memory."""
+        self.down(REDIS, exc, "sessions, rate limits and salts fall back to process memory")
+        self.metrics.dependency_fallbacks.labels(use).inc()
