@@ -18,7 +18,7 @@ from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
 from actors.sessions import MemorySessions, RedisSessions
 from actors.workspace import PartitionCache
 from storage import events as event_store
-from storage.events import COL
+from storage.events import EventRow
 
 log = logging.getLogger("tally.site")
 
@@ -27,7 +27,7 @@ SITE_EVENTS = "site_events"
 
 @dataclass(slots=True)
 class SiteItem:
-    record: tuple  # storage.events.EVENT_COLUMNS order; session_id None when to be assigned
+    record: EventRow  # session_id None when the actor is to assign one
     visitor: str  # daily visitor key (a hash), used only when the record has no session id
 
 
@@ -51,34 +51,31 @@ class SiteActor(Actor):
     async def flush(self, batch: list[Message]) -> None:
         items: list[SiteItem] = [item for msg in batch for item in msg.items]
         records = await self._with_sessions(items)
-        await self.partitions.ensure(self.pool, {r[COL["ts"]] for r in records})
+        await self.partitions.ensure(self.pool, {r.ts for r in records})
         async with self.connection() as conn:
             # One statement: the events triggers keep rollups and sessions (migrations 0004 and 0010).
             await event_store.copy_events(conn, records)
         # Committed: only now may the realtime window show these events.
         await self._publish(records)
 
-    async def _with_sessions(self, items: list[SiteItem]) -> list[tuple]:
-        sid, ts = COL["session_id"], COL["ts"]
-        missing = [i for i, item in enumerate(items) if item.record[sid] is None]
+    async def _with_sessions(self, items: list[SiteItem]) -> list[EventRow]:
+        missing = [i for i, item in enumerate(items) if item.record.session_id is None]
         records = [item.record for item in items]
         if not missing:
             return records
         # Unreachable Redis falls back to memory inside assign(); another Redis error is a store error
         # for the actor (actors.base.STORE_ERRORS): the submitters get "store failed", the actor lives on.
         assigned = await self.sessions.assign(
-            self.site_id, [(items[i].visitor, _ms(items[i].record[ts])) for i in missing])
+            self.site_id, [(items[i].visitor, _ms(items[i].record.ts)) for i in missing])
         for i, session_id in zip(missing, assigned, strict=True):
-            r = records[i]
-            records[i] = (*r[:sid], session_id, *r[sid + 1:])
+            records[i] = records[i]._replace(session_id=session_id)
         return records
 
-    async def _publish(self, records: list[tuple]) -> None:
-        c = COL
-        live = [LiveEvent(r[c["id"]], r[c["name"]], r[c["path"]], r[c["country"]], r[c["session_id"]],
-                          _ms(r[c["ts"]])) for r in records]
+    async def _publish(self, records: list[EventRow]) -> None:
+        live = [LiveEvent(r.id, r.name, r.path, r.country, r.session_id, _ms(r.ts)) for r in records]
         try:
             await self.realtime.record(self.site_id, live)
         except Exception:
-            # The events are stored; a lost realtime update only dims the live view for a minute.
+            # The events are stored; a lost realtime update only dims the live view for a minute (an
+            # unreachable Redis is handled, once per outage, inside record()).
             log.exception("realtime update failed site=%s", self.site_id)

@@ -10,13 +10,13 @@ from actors.base import Actor, Message
 from storage import events as event_store
 from storage import segment as segment_store
 from storage import users as user_store
-from storage.events import COL
+from storage.events import EventRow
 
 EVENTS = "events"
 IDENTIFY = "identify"
 # Segment calls (app.segment.messages): items are (source_id, message_id or None, op, data).
 SEGMENT = "segment"
-OP_EVENT = "event"  # data: an events row (storage.events.EVENT_COLUMNS order)
+OP_EVENT = "event"  # data: a storage.events.EventRow
 OP_TRAITS = "traits"  # data: (profile id, traits to merge, time)
 OP_ALIAS = "alias"  # data: (previous id, new id)
 
@@ -52,7 +52,7 @@ class WorkspaceActor(Actor):
         self.partitions = partitions
 
     async def flush(self, batch: list[Message]) -> None:
-        records: list[tuple] = []
+        records: list[EventRow] = []
         traits: dict[str, tuple[dict, datetime]] = {}
         segment: list[tuple] = []
         for msg in batch:
@@ -62,8 +62,8 @@ class WorkspaceActor(Actor):
                 _merge_traits(traits, msg.items)
             else:
                 segment.extend(msg.items)
-        stamps = {r[COL["ts"]] for r in records}
-        stamps.update(item[3][COL["ts"]] for item in segment if item[2] == OP_EVENT)
+        stamps = {r.ts for r in records}
+        stamps.update(item[3].ts for item in segment if item[2] == OP_EVENT)
         await self.partitions.ensure(self.pool, stamps)
         async with self.connection() as conn:
             if not traits and not segment:
@@ -86,7 +86,7 @@ class WorkspaceActor(Actor):
                 if segment:
                     await segment_store.touch_sources(conn, [item[0] for item in segment], datetime.now(UTC))
 
-    async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[tuple],
+    async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[EventRow],
                            traits: dict[str, tuple[dict, datetime]]) -> list[tuple[str, str]]:
         """Claim the messageIds in this transaction and keep only the messages seen for the first time
         (a retried batch, even one racing its first delivery, stores nothing twice). Events join records and

@@ -43,7 +43,7 @@ from app.views.analytics_params import Site, window_for  # noqa: E402
 from storage import accounts  # noqa: E402
 from storage import analytics as store  # noqa: E402
 from storage.db import init_connection  # noqa: E402
-from storage.events import copy_events, ensure_partitions  # noqa: E402
+from storage.events import EventRow, copy_events, ensure_partitions  # noqa: E402
 from storage.ids import new_id  # noqa: E402
 from storage.migrate import migrate  # noqa: E402
 from storage.workspaces import ensure_workspace  # noqa: E402
@@ -75,9 +75,10 @@ def build_data(site_id: str, workspace_id: int, total: int, now: datetime, seed:
             if name == "pageview":
                 path = rnd.choices(paths, cum_weights=cumulative)[0]
                 pageviews += 1
-            events.append((new_id("evt"), workspace_id, "live", site_id, name, None, None, sid,
-                           {"plan": "pro"} if name == "signup" else None, f"https://bench.example{path}", path,
-                           referrer, "Title", 1280, country, visitor, ts, ts))
+            events.append(EventRow(new_id("evt"), workspace_id, "live", name, ts, ts, site_id=site_id, session_id=sid,
+                                   properties={"plan": "pro"} if name == "signup" else None,
+                                   url=f"https://bench.example{path}", path=path, referrer=referrer, title="Title",
+                                   viewport_w=1280, country=country, ip_hash=visitor))
             ts = min(ts + timedelta(seconds=rnd.randint(5, 180)), now)
         sessions.append((site_id, sid, start, ts, pageviews, n, None, None, referrer or None, country))
     return events, sessions

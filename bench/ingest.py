@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from app.keys import create_key  # noqa: E402
 from storage import workspaces  # noqa: E402
 from storage.db import init_connection  # noqa: E402
-from storage.events import EVENT_COLUMNS, NO_DIMENSIONS  # noqa: E402
+from storage.events import EVENT_COLUMNS, EventRow  # noqa: E402
 from storage.ids import new_id  # noqa: E402
 from storage.migrate import migrate  # noqa: E402
 from tests.server_process import free_port  # noqa: E402
@@ -144,9 +144,8 @@ async def raw_copy(dsn: str, workspace_id: int, duration: float, batch: int, con
     now = datetime.now(UTC)
 
     def rows() -> list[tuple]:
-        return [(new_id("evt"), workspace_id, "live", None, "page_viewed", f"u{i % 5000}", None, None,
-                 {"path": "/pricing", "plan": "pro"}, None, None, None, None, None, None, None, now, now,
-                 *NO_DIMENSIONS)
+        return [EventRow(new_id("evt"), workspace_id, "live", "page_viewed", now, now, user_id=f"u{i % 5000}",
+                         properties={"path": "/pricing", "plan": "pro"})
                 for i in range(batch)]
 
     copied = 0

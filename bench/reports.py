@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from app.reports.runner import run_report  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from storage.db import create_pool, init_connection  # noqa: E402
-from storage.events import copy_events, ensure_partitions  # noqa: E402
+from storage.events import EventRow, copy_events, ensure_partitions  # noqa: E402
 from storage.migrate import migrate  # noqa: E402
 from storage.users import merge_traits  # noqa: E402
 from storage.workspaces import ensure_workspace  # noqa: E402
@@ -47,8 +47,8 @@ def events(workspace_id: int, total: int, users: int, start: datetime, seed: int
     for i in range(total):
         at = start + timedelta(seconds=rnd.random() * span)
         user = f"u{rnd.randrange(users)}"
-        yield (f"evt_{i:010d}", workspace_id, "live", None, rnd.choices(names, weights)[0], user, None, None,
-               {"plan": rnd.choice(PLANS)}, None, None, None, None, None, None, None, at, at)
+        yield EventRow(f"evt_{i:010d}", workspace_id, "live", rnd.choices(names, weights)[0], at, at, user_id=user,
+                       properties={"plan": rnd.choice(PLANS)})
 
 
 def reports(start: datetime, end: datetime) -> list[tuple[str, str, dict]]:

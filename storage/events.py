@@ -4,24 +4,51 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any, NamedTuple
 
 import asyncpg
 
-# Visit dimensions of site events (migration 0013), filled at ingestion; keyed events leave them NULL.
-DIMENSION_COLUMNS = (
-    "browser", "browser_version", "os", "os_version", "device",
-    "utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content", "source", "channel",
-    "region", "city",
-)
-NO_DIMENSIONS: tuple[None, ...] = (None,) * len(DIMENSION_COLUMNS)
-# Column order of the tuples the actors hand to copy_events().
-EVENT_COLUMNS = (
-    "id", "workspace_id", "env", "site_id", "name", "user_id", "anonymous_id", "session_id",
-    "properties", "url", "path", "referrer", "title", "viewport_w", "country", "ip_hash",
-    "ts", "received_at", *DIMENSION_COLUMNS,
-)
-BASE_WIDTH = len(EVENT_COLUMNS) - len(DIMENSION_COLUMNS)
-COL = {name: i for i, name in enumerate(EVENT_COLUMNS)}
+
+class EventRow(NamedTuple):
+    """One row of the events table, as every writer builds it and COPY sends it (columns by name, so
+    the field order here is free: the fields every row sets come first)."""
+
+    id: str
+    workspace_id: int
+    env: str  # "live" or "test"
+    name: str
+    ts: datetime  # when it happened (site events: when the server received it)
+    received_at: datetime
+    site_id: str | None = None  # site events only; keyed and imported events leave it NULL
+    user_id: str | None = None
+    anonymous_id: str | None = None
+    session_id: str | None = None  # site events: None until the site actor assigns one
+    properties: Any = None
+    url: str | None = None
+    path: str | None = None
+    referrer: str | None = None
+    title: str | None = None
+    viewport_w: int | None = None
+    country: str | None = None
+    ip_hash: str | None = None
+    # Visit dimensions of site events (migration 0013), filled at ingestion; keyed events leave them NULL.
+    browser: str | None = None
+    browser_version: str | None = None
+    os: str | None = None
+    os_version: str | None = None
+    device: str | None = None
+    utm_source: str | None = None
+    utm_medium: str | None = None
+    utm_campaign: str | None = None
+    utm_term: str | None = None
+    utm_content: str | None = None
+    source: str | None = None
+    channel: str | None = None
+    region: str | None = None
+    city: str | None = None
+
+
+EVENT_COLUMNS: tuple[str, ...] = EventRow._fields
 
 ENSURE_PARTITION = "SELECT tally_ensure_event_partition($1)"
 
@@ -37,13 +64,9 @@ async def ensure_partitions(conn: asyncpg.Connection, months: Iterable[datetime]
         await conn.execute(ENSURE_PARTITION, month)
 
 
-async def copy_events(conn: asyncpg.Connection, records: Sequence[tuple]) -> None:
-    """COPY records in EVENT_COLUMNS order. Every record of a call has the same width: all columns, or
-    (fixtures and benchmarks written before migration 0013) only the first BASE_WIDTH, leaving the
-    dimension columns NULL."""
-    width = len(records[0]) if records else len(EVENT_COLUMNS)
-    columns = EVENT_COLUMNS if width == len(EVENT_COLUMNS) else EVENT_COLUMNS[:BASE_WIDTH]
-    await conn.copy_records_to_table("events", records=records, columns=columns)
+async def copy_events(conn: asyncpg.Connection, rows: Sequence[EventRow]) -> None:
+    """COPY the rows in one statement (the events triggers keep rollups, sessions and profiles)."""
+    await conn.copy_records_to_table("events", records=rows, columns=EVENT_COLUMNS)
 
 
 _LIST_BASE = (

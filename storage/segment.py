@@ -7,10 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
-from storage.events import COL
-
-_ID, _NAME, _USER, _ANON = COL["id"], COL["name"], COL["user_id"], COL["anonymous_id"]
-_PROPS, _TS, _RECEIVED = COL["properties"], COL["ts"], COL["received_at"]
+from storage.events import EventRow
 
 SOURCE_BY_WRITE_KEY = """
 SELECT s.id, s.workspace_id, s.env, s.status, s.write_key_hash, w.plan, w.rate_limits
@@ -87,13 +84,13 @@ async def claim_messages(conn: asyncpg.Connection, keys: Sequence[tuple[str, str
     return {(r["source_id"], r["message_id"]) for r in rows}
 
 
-async def store_events(conn: asyncpg.Connection, workspace_id: int, env: str, items: Sequence[tuple],
-                       delivered: datetime) -> None:
+async def store_events(conn: asyncpg.Connection, workspace_id: int, env: str,
+                       items: Sequence[tuple[str, str | None, EventRow]], delivered: datetime) -> None:
     """items: (source_id, message_id or None, events row), no messageId twice. Stores the rows whose
     messageId is new, in one statement (see STORE_EVENTS); the events trigger keeps profiles."""
     rows = [
-        {"id": row[_ID], "name": row[_NAME], "user_id": row[_USER], "anonymous_id": row[_ANON],
-         "properties": row[_PROPS], "ts": row[_TS], "received_at": row[_RECEIVED], "source_id": source_id,
+        {"id": row.id, "name": row.name, "user_id": row.user_id, "anonymous_id": row.anonymous_id,
+         "properties": row.properties, "ts": row.ts, "received_at": row.received_at, "source_id": source_id,
          "message_id": message_id}
         for source_id, message_id, row in items
     ]

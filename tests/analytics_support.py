@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from storage import events as events_store
+from storage.events import EventRow
 from storage.ids import new_id
 from storage.workspaces import ensure_workspace
 
@@ -63,8 +64,9 @@ async def insert_events(conn: asyncpg.Connection, site_id: str, workspace_id: in
     """rows: (id, name, path, referrer, country, ip_hash, session_id, ts, props)."""
     await events_store.ensure_partitions(conn, {r[7] for r in rows})
     records = [
-        (eid, workspace_id, "live", site_id, name, None, None, sid, props,
-         f"https://example.test{path}", path, ref, f"Title {path}", 1280, country, ip, ts, ts)
+        EventRow(eid, workspace_id, "live", name, ts, ts, site_id=site_id, session_id=sid, properties=props,
+                 url=f"https://example.test{path}", path=path, referrer=ref, title=f"Title {path}", viewport_w=1280,
+                 country=country, ip_hash=ip)
         for eid, name, path, ref, country, ip, sid, ts, props in rows
     ]
     await events_store.copy_events(conn, records)

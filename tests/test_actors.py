@@ -2,14 +2,16 @@
 
 import asyncio
 import dataclasses
+from datetime import UTC, datetime
 
 import pytest
 
-from actors.base import Actor, Overloaded
+from actors.base import Actor, Message, Overloaded
 from actors.supervisor import Supervisor
-from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
+from actors.workspace import EVENTS, OP_EVENT, OP_TRAITS, SEGMENT, PartitionCache, WorkspaceActor
 from app.appkeys import METRICS, SUPERVISOR
-from storage.events import erasure_lock_key
+from storage.events import EventRow, erasure_lock_key
+from storage.ids import new_id
 from tests.conftest import bearer, connect
 
 
@@ -154,18 +156,32 @@ async def test_close_drains_every_mailbox_before_returning(pool, client, make_ke
                                                      linger=0), idle_seconds=60)
     supervisor.start()
     actor = supervisor.actor(("ws", workspace_id, "live"))
-    from datetime import UTC, datetime
-
-    from storage.ids import new_id
     now = datetime.now(UTC)
-    records = [(new_id("evt"), workspace_id, "live", None, "drained", None, "anon", None, {}, None, None, None,
-                None, None, None, None, now, now) for _ in range(10)]
+    records = [EventRow(new_id("evt"), workspace_id, "live", "drained", now, now, anonymous_id="anon", properties={})
+               for _ in range(10)]
     futures = [actor.submit(EVENTS, [r]) for r in records]
     await supervisor.close()
     assert all(f.done() and f.exception() is None for f in futures)
-    assert {r[0] for r in records} <= await _stored_ids(database_url, workspace_id)
+    assert {r.id for r in records} <= await _stored_ids(database_url, workspace_id)
     with pytest.raises(Overloaded):
         supervisor.actor(("ws", workspace_id, "test"))
+
+
+async def test_one_flush_stores_keyed_and_segment_events_with_traits_together(pool, client, make_key, database_url,
+                                                                              workspace):
+    # Keyed rows and Segment rows once had different widths, and a flush holding both with traits (so
+    # one COPY of both) failed. Every writer now builds the one EventRow.
+    await make_key("write")
+    workspace_id = await _workspace_id(database_url, workspace)
+    actor = WorkspaceActor(("ws", workspace_id, "live"), pool, PartitionCache(), max_batch=100, capacity=100,
+                           linger=0)
+    now = datetime.now(UTC)
+    keyed = EventRow(new_id("evt"), workspace_id, "live", "keyed", now, now, user_id="u1", properties={})
+    segment = EventRow(new_id("evt"), workspace_id, "live", "segment", now, now, user_id="u1", properties={})
+    loop = asyncio.get_running_loop()
+    calls = [("src_none", None, OP_EVENT, segment), ("src_none", None, OP_TRAITS, ("u1", {"plan": "pro"}, now))]
+    await actor.flush([Message(EVENTS, [keyed], loop.create_future()), Message(SEGMENT, calls, loop.create_future())])
+    assert {keyed.id, segment.id} <= await _stored_ids(database_url, workspace_id)
 
 
 class _GatedActor(Actor):

@@ -12,6 +12,7 @@ from storage import events as event_store
 from storage import users as user_store
 from storage import workspaces
 from storage.db import init_connection
+from storage.events import EventRow
 from tests.conftest import bearer
 
 
@@ -43,12 +44,10 @@ async def seed(pool: asyncpg.Pool, ws: int, events: list[tuple], env: str = "liv
     for name, actor, when, *props in events:
         user, anon = (None, actor[5:]) if actor.startswith("anon:") else (actor, None)
         at = ts(when)
-        records.append((
-            f"evt_{secrets.token_hex(8)}", ws, env, None, name, user, anon, None, props[0] if props else {},
-            None, None, None, None, None, None, None, at, at,
-        ))
+        records.append(EventRow(f"evt_{secrets.token_hex(8)}", ws, env, name, at, at, user_id=user, anonymous_id=anon,
+                                properties=props[0] if props else {}))
     async with pool.acquire() as conn:
-        await event_store.ensure_partitions(conn, {r[16] for r in records})
+        await event_store.ensure_partitions(conn, {r.ts for r in records})
         await event_store.copy_events(conn, records)
 
 

@@ -383,6 +383,7 @@ async def test_a_delivery_racing_an_uncommitted_one_waits_and_stores_nothing_twi
     """The ledger at the database level: the second flush blocks on the first's uncommitted messageIds, then
     skips them if it committed, or stores them if it rolled back."""
     from storage import segment as store
+    from storage.events import EventRow
     from tests.test_reports_support import workspace_id
 
     key = await make_key()
@@ -391,9 +392,8 @@ async def test_a_delivery_racing_an_uncommitted_one_waits_and_stores_nothing_twi
     now = datetime.now(UTC)
 
     def items(tag: str) -> list[tuple]:
-        return [(source_id, f"{tag}-{i}", (f"evt_{tag}{i}_{uuid.uuid4().hex[:8]}", ws, "live", None, "raced",
-                                         "u", None, None, {"i": i}, None, None, None, None, None, None, None,
-                                         now, now)) for i in range(3)]
+        return [(source_id, f"{tag}-{i}", EventRow(f"evt_{tag}{i}_{uuid.uuid4().hex[:8]}", ws, "live", "raced", now,
+                                                   now, user_id="u", properties={"i": i})) for i in range(3)]
 
     for outcome in ("commit", "rollback"):
         first, second = await pool.acquire(), await pool.acquire()

@@ -19,6 +19,7 @@ import msgspec
 from actors.workspace import OP_ALIAS, OP_EVENT, OP_TRAITS
 from app.bodies import find_nul
 from app.schemas import EARLIEST, FUTURE_SKEW
+from storage.events import EventRow
 from storage.ids import new_id
 
 CALL_LIMIT = 32 * 1024  # Segment: 32 KB per call, and per message inside a batch
@@ -155,9 +156,8 @@ def to_op(msg: Message, kind: str, source: tuple[str, int, str], batch_sent_at: 
             properties["category"] = msg.category
     else:
         raise Invalid(f"type: must be one of {', '.join(TYPES)}")
-    # Order follows storage.events.EVENT_COLUMNS.
-    row = (new_id("evt"), workspace_id, env, None, name, user_id, anonymous_id, None, properties,
-           None, None, None, None, None, None, None, ts, received)
+    row = EventRow(new_id("evt"), workspace_id, env, name, ts, received, user_id=user_id,
+                   anonymous_id=anonymous_id, properties=properties)
     return (source_id, message_id, OP_EVENT, row)
 
 

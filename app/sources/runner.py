@@ -35,7 +35,7 @@ from common.metrics import Metrics
 from storage import data_sources as store
 from storage import events as event_store
 from storage import users as user_store
-from storage.events import NO_DIMENSIONS
+from storage.events import EventRow
 from storage.ids import new_id
 
 log = logging.getLogger("tally.sources")
@@ -62,8 +62,8 @@ class PageSink:
     async def commit(self, batch: Batch) -> None:
         received = datetime.now(UTC)
         records = [
-            (new_id("evt"), self.workspace_id, self.env, None, e.name, e.user_id, None, None, e.properties,
-             None, None, None, None, None, None, None, e.ts, received, *NO_DIMENSIONS)
+            EventRow(new_id("evt"), self.workspace_id, self.env, e.name, e.ts, received, user_id=e.user_id,
+                     properties=e.properties)
             for e in batch.events
         ]
         async with self.pool.acquire() as conn:

@@ -16,20 +16,16 @@ from app.responses import ApiError, invalid, iso_ms, json_response
 from app.schemas import MAX_BATCH, BatchIn, EventIn
 from app.views.params import cursor_param, int_param, page_response, time_param
 from storage import events as event_store
-from storage.events import NO_DIMENSIONS
+from storage.events import EventRow
 from storage.ids import new_id
 
 SINGLE_LIMIT = 64 * 1024
 BATCH_LIMIT = 8 * 1024 * 1024
 
 
-def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> tuple:
-    # Order follows storage.events.EVENT_COLUMNS.
-    return (
-        event_id, key.workspace_id, key.env, None, event.event, event.user_id, event.anonymous_id, None,
-        event.properties, None, None, None, None, None, None, None,
-        event.timestamp or received, received, *NO_DIMENSIONS,
-    )
+def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> EventRow:
+    return EventRow(event_id, key.workspace_id, key.env, event.event, event.timestamp or received, received,
+                    user_id=event.user_id, anonymous_id=event.anonymous_id, properties=event.properties)
 
 
 async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> None:

@@ -35,6 +35,7 @@ from app.responses import SiteError
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.useragent import Client, device_for, parse_client
 from storage import sites as site_store
+from storage.events import EventRow
 from storage.ids import new_id
 
 log = logging.getLogger("tally.ingest")
@@ -222,16 +223,18 @@ def _viewport(w: float | None) -> int | None:
 
 
 def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | None, str | None],
-            hashed_ip: str, client: Client, received: datetime) -> tuple:
-    # Order follows storage.events.EVENT_COLUMNS; ts is the server's receive time.
+            hashed_ip: str, client: Client, received: datetime) -> EventRow:
+    # ts is the server's receive time; session_id stays None unless the tracker sent one (the actor
+    # assigns it).
     country, region, city = place
     width = _viewport(event.w)
-    return (
-        new_id("evt"), site.workspace_id, "live", site.id, event.n, None, None, event.sid,
-        event.props, event.u, event.p, event.r, event.t, width, country, hashed_ip,
-        received, received,
-        client.browser, client.browser_version, client.os, client.os_version, device_for(width, client),
-        *acquisition(event.u or event.p, event.r), region, city,
+    return EventRow(
+        new_id("evt"), site.workspace_id, "live", event.n, received, received, site_id=site.id,
+        session_id=event.sid, properties=event.props, url=event.u, path=event.p, referrer=event.r, title=event.t,
+        viewport_w=width, country=country, ip_hash=hashed_ip, browser=client.browser,
+        browser_version=client.browser_version, os=client.os, os_version=client.os_version,
+        device=device_for(width, client), region=region, city=city,
+        **acquisition(event.u or event.p, event.r)._asdict(),
     )
 
 
