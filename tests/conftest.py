@@ -21,6 +21,17 @@ from app.server import init_app
 from app.settings import Settings
 from storage.db import create_pool
 
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """One sample of a Prometheus text exposition (0 when absent): compare before and after."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    prefix = f"{name}{{{wanted}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 PG_ADMIN = os.environ.get("TALLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TALLY_TEST_REDIS", "redis://127.0.0.1:6379/0")
 

@@ -130,6 +130,19 @@ async def test_credentials_sealed_under_another_secret_end_in_error(client, make
     assert "cannot be decrypted" in body["status_reason"]
 
 
+async def test_credentials_that_decrypt_but_do_not_decode_say_so(client, make_key, scratch_pg, pool, settings):
+    database, _, port = scratch_pg
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port))
+    await wait_status(client, key, created["id"], "active")
+    await pool.execute("UPDATE data_sources SET credentials = $2, next_sync_at = now() - interval '1 minute' "
+                       "WHERE id = $1", created["id"],
+                       CredentialBox(settings.secret).seal(b'{"host": 5}', created["id"]))
+    await client.app[SCHEDULER].run_now(JOB)
+    body = await wait_status(client, key, created["id"], "error")
+    assert body["status_reason"].startswith("the stored credentials are not valid postgres credentials")
+
+
 async def test_wrong_database_is_error_with_reason(client, make_key, customer_pg_dsn):
     key = await make_key("admin,read")
     created = await create(client, key, pg_source(f"tally_missing_{secrets.token_hex(3)}",

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import shutil
 import socket
 import subprocess
@@ -21,10 +20,8 @@ from urllib.parse import urlparse
 import pytest
 import redis as redis_sync
 
-from tests.conftest import bearer
+from tests.conftest import bearer, metric
 from tests.site_helpers import BROWSER_UA, post_event, stored_events
-
-OUTAGE_LINE = re.compile(r"^(\w+) unreachable")
 
 
 def _free_port() -> int:
@@ -72,14 +69,6 @@ def own_redis():
     server.kill()
 
 
-def _metric(text: str, name: str, **labels: str) -> float:
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{wanted}}} ") or (not labels and line.startswith(f"{name} ")):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def _outage_lines(caplog, dependency: str) -> int:
     return sum(1 for r in caplog.records if r.name == "tally.outages" and r.getMessage().startswith(
         f"{dependency} unreachable"))
@@ -108,9 +97,9 @@ async def test_redis_cut_mid_load_answers_no_500_and_falls_back_to_memory(make_c
 
     after = await (await client.get("/metrics")).text()
     for use in ("sessions", "rate_limits"):
-        assert _metric(after, "tally_dependency_fallbacks_total", use=use) > _metric(
+        assert metric(after, "tally_dependency_fallbacks_total", use=use) > metric(
             before, "tally_dependency_fallbacks_total", use=use), use
-    assert _metric(after, "tally_dependency_outages_total", dependency="redis") == 1
+    assert metric(after, "tally_dependency_outages_total", dependency="redis") == 1
     assert _outage_lines(caplog, "redis") == 1  # one line for the outage, not one per request
     # Every acknowledged site event is stored, each with a session.
     stored = await stored_events(database_url, site)

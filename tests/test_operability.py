@@ -2,7 +2,7 @@
 
 import logging
 
-from tests.conftest import bearer
+from tests.conftest import bearer, metric
 
 
 async def test_health_and_readiness(client):
@@ -13,17 +13,36 @@ async def test_health_and_readiness(client):
 
 async def test_metrics_report_requests_batches_and_rejections(client, make_key):
     key = await make_key("write")
-    await client.post("/v1/events/batch", headers=bearer(key),
-                      json={"events": [{"event": "a", "user_id": "u"}, {"event": "Bad"}]})
+    before = await (await client.get("/metrics")).text()
+    resp = await client.post("/v1/events/batch", headers=bearer(key),
+                             json={"events": [{"event": "a", "user_id": "u"}, {"event": "Bad"}]})
+    assert resp.status == 200
     resp = await client.get("/metrics")
     assert resp.status == 200 and resp.content_type == "text/plain"
-    text = await resp.text()
-    assert 'tally_http_requests_total{method="POST",route="/v1/events/batch",status="200"}' in text
-    assert 'tally_batch_events_count{actor="workspace"}' in text
-    assert 'tally_flush_seconds_bucket{actor="workspace"' in text
-    assert 'tally_ingest_seconds_count{actor="workspace"}' in text
-    assert 'tally_events_rejected_total{reason="invalid"}' in text
-    assert 'tally_mailbox_events{actor="workspace"}' in text
+    after = await resp.text()
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    assert grew("tally_http_requests_total", method="POST", route="/v1/events/batch", status="200") == 1
+    assert grew("tally_batch_events_count", actor="workspace") == 1
+    assert grew("tally_batch_events_sum", actor="workspace") == 1  # the one valid event
+    assert grew("tally_flush_seconds_count", actor="workspace") == 1
+    assert grew("tally_ingest_seconds_count", actor="workspace") == 1
+    assert grew("tally_events_ingested_total", actor="workspace") == 1
+    assert grew("tally_events_rejected_total", reason="invalid") == 1
+    assert metric(after, "tally_mailbox_events", actor="workspace") == 0  # nothing left waiting
+
+
+async def test_each_app_counts_in_its_own_registry(make_client, settings, client, make_key):
+    other = await make_client(settings)
+    key = await make_key("write")
+    await client.post("/v1/events", headers=bearer(key), json={"event": "a", "user_id": "u"})
+    mine = await (await client.get("/metrics")).text()
+    theirs = await (await other.get("/metrics")).text()
+    route = {"method": "POST", "route": "/v1/events", "status": "200"}
+    assert metric(mine, "tally_http_requests_total", **route) == 1
+    assert metric(theirs, "tally_http_requests_total", **route) == 0
 
 
 async def test_no_key_reaches_a_log_line(client, make_key, caplog):

@@ -17,7 +17,7 @@ from storage.db import init_connection
 from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events
 from tests.conftest import bearer
-from tests.test_reports_support import create_report, set_plan
+from tests.reports_support import create_report, set_plan
 
 EVENTS = 8000  # with ~1 KB of props each, an export is far more than the socket buffers hold
 LIVENESS = 60  # seconds: only a stalled server takes this long

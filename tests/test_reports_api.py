@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from tests.conftest import bearer
-from tests.test_reports_support import create_report, run_report, seed, workspace_id
+from tests.reports_support import create_report, run_report, seed, workspace_id
 
 VOLUME = {"name": "Signups", "type": "event_volume",
           "config": {"events": ["signup"], "from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z"}}

@@ -8,7 +8,7 @@ import pytest
 
 from app.appkeys import REPORT_POOL
 from tests.conftest import bearer
-from tests.test_reports_support import create_report, run_report, seed, set_plan, workspace_id
+from tests.reports_support import create_report, run_report, seed, set_plan, workspace_id
 
 
 @pytest.fixture

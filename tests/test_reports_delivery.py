@@ -17,7 +17,7 @@ from pypdf import PdfReader
 
 from app.appkeys import POOL, SCHEDULER
 from app.reports.schedule import JOB_NAME, next_slot
-from tests.test_reports_support import create_report, seed, workspace_id
+from tests.reports_support import create_report, seed, workspace_id
 
 
 class Inbox:

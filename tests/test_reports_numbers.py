@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_reports_support import create_report, run_report, seed, seed_traits, workspace_id
+from tests.reports_support import create_report, run_report, seed, seed_traits, workspace_id
 
 D1, D2, D3 = "2024-03-01T00:00:00.000Z", "2024-03-02T00:00:00.000Z", "2024-03-03T00:00:00.000Z"
 RANGE = {"from": "2024-03-01T00:00:00Z", "to": "2024-03-03T23:59:59Z"}

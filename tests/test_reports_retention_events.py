@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import bearer
-from tests.test_reports_support import create_report, run_report, seed, workspace_id
+from tests.reports_support import create_report, run_report, seed, workspace_id
 
 D1, D2 = "2024-03-01T00:00:00.000Z", "2024-03-02T00:00:00.000Z"
 RANGE = {"from": "2024-03-01T00:00:00Z", "to": "2024-03-02T23:59:59Z"}

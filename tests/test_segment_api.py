@@ -384,7 +384,7 @@ async def test_a_delivery_racing_an_uncommitted_one_waits_and_stores_nothing_twi
     skips them if it committed, or stores them if it rolled back."""
     from storage import segment as store
     from storage.events import EventRow
-    from tests.test_reports_support import workspace_id
+    from tests.reports_support import workspace_id
 
     key = await make_key()
     source_id = (await create_source(client, key))["id"]

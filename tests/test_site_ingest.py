@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 import pytest
 
+from tests.conftest import metric
 from tests.site_helpers import INGEST, post_event, stored_events
 
 
@@ -174,9 +175,12 @@ async def test_development_mirrors_any_origin(client):
 
 
 async def test_metrics_count_rejections(client):
-    await post_event(client, b"{}")
-    text = await (await client.get("/metrics")).text()
-    assert 'tally_events_rejected_total{reason="invalid"}' in text
+    before = await (await client.get("/metrics")).text()
+    assert (await post_event(client, b"{}")).status == 400
+    assert (await post_event(client, {"s": "metrics-unknown", "n": ""})).status == 400
+    after = await (await client.get("/metrics")).text()
+    rejected = "tally_events_rejected_total"
+    assert metric(after, rejected, reason="invalid") - metric(before, rejected, reason="invalid") == 2
 
 
 async def test_chunked_body_is_read_whole_and_capped(client, database_url):

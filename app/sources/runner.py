@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import asyncpg
 import msgspec
 from aiohttp import web
+from cryptography.exceptions import InvalidTag
 
 from actors.workspace import month_start
 from app.crypto import CredentialBox
@@ -138,11 +139,18 @@ class SourceRunner:
     async def _run(self, row: asyncpg.Record) -> None:
         source_id, kind = row["id"], row["type"]
         try:
-            credentials: Secret = msgspec.json.decode(self.box.open(row["credentials"], source_id),
-                                                      type=CREDENTIALS[kind])
-        except Exception:  # InvalidTag: the secret changed since the source was created
+            plain = self.box.open(row["credentials"], source_id)
+        except (InvalidTag, ValueError):  # the secret changed since the source was created
             await self._finish(row, ok=False, reason="the stored credentials cannot be decrypted with the "
                                "current TALLY_SECRET; delete and reconnect the source")
+            return
+        try:
+            credentials: Secret = msgspec.json.decode(plain, type=CREDENTIALS[kind])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Decrypted but not this type's credentials: a bug or a hand-edited row, not a secret change.
+            log.error("data source credentials do not decode source=%s type=%s error=%s", source_id, kind, exc)
+            await self._finish(row, ok=False, reason=f"the stored credentials are not valid {kind} credentials; "
+                               "delete and reconnect the source")
             return
         options = msgspec.convert(row["options"], Options)
         connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout,
