@@ -82,6 +82,7 @@ class Actor:
         self._wakeup = asyncio.Event()
         self._inflight: set[asyncio.Task] = set()
         self._crash: BaseException | None = None
+        self._task: asyncio.Task | None = None
         self.closing = False
         self.last_active = asyncio.get_running_loop().time()
         # Labelled children resolved once: labels() takes a lock and a dict lookup on every call.
@@ -142,10 +143,18 @@ class Actor:
     def idle(self) -> bool:
         return not self._mail and not self._inflight
 
-    def close(self) -> None:
-        """Stop accepting; the task exits once the mailbox is drained."""
+    def start(self) -> asyncio.Task:
+        """Serve the mailbox in a task of its own (again after a crash: same actor, same mailbox)."""
+        self._task = asyncio.create_task(self.run(), name=f"actor:{self.kind}:{self.key}")
+        return self._task
+
+    async def stop(self) -> None:
+        """Refuse new messages and return once the mailbox is drained and flushed. A task the supervisor
+        restarts meanwhile (after a crash) is waited for too."""
         self.closing = True
         self._wakeup.set()
+        while self._task is not None and not self._task.done():
+            await asyncio.wait({self._task})
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Hashable
 
 from actors.base import Actor, Overloaded
 from common.metrics import Metrics
+from common.service import Timer
 
 log = logging.getLogger("tally.supervisor")
 
@@ -20,12 +20,12 @@ class Supervisor:
         self.metrics = metrics or Metrics()
         self.idle_seconds = idle_seconds
         self.actors: dict[Hashable, Actor] = {}
-        self._tasks: dict[Hashable, asyncio.Task] = {}
         self.closing = False
-        self._reaper: asyncio.Task | None = None
+        self._reaper = Timer("actor-reaper", max(idle_seconds / 4, 0.05), self._reap_idle, delay_first=True)
+        self._stopping: set[asyncio.Task] = set()  # idle actors draining their last messages
 
     def start(self) -> None:
-        self._reaper = asyncio.create_task(self._reap_idle(), name="actor-reaper")
+        self._reaper.start()
 
     def actor(self, key: Hashable) -> Actor:
         actor = self.actors.get(key)
@@ -39,8 +39,7 @@ class Supervisor:
         return actor
 
     def _spawn(self, actor: Actor) -> None:
-        task = asyncio.create_task(actor.run(), name=f"actor:{actor.kind}:{actor.key}")
-        self._tasks[actor.key] = task
+        task = actor.start()
         task.add_done_callback(lambda t, a=actor: self._on_exit(a, t))
 
     def _on_exit(self, actor: Actor, task: asyncio.Task) -> None:
@@ -54,29 +53,20 @@ class Supervisor:
         self._spawn(actor)
 
     async def _reap_idle(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(max(self.idle_seconds / 4, 0.05))
-            now = loop.time()
-            for key, actor in list(self.actors.items()):
-                # No await between the check and the removal: a submit cannot slip in between.
-                if actor.idle() and now - actor.last_active > self.idle_seconds:
-                    del self.actors[key]
-                    actor.close()
-                    self.metrics.actors_running.labels(actor.kind).dec()
+        now = asyncio.get_running_loop().time()
+        for key, actor in list(self.actors.items()):
+            # No await between the check and the removal: a submit cannot slip in between.
+            if actor.idle() and now - actor.last_active > self.idle_seconds:
+                del self.actors[key]
+                stopping = asyncio.create_task(actor.stop())
+                self._stopping.add(stopping)
+                stopping.add_done_callback(self._stopping.discard)
+                self.metrics.actors_running.labels(actor.kind).dec()
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Refuse new work, let every actor drain its mailbox and flush, then return."""
         self.closing = True
-        if self._reaper:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-        for actor in self.actors.values():
-            actor.close()
-        while True:
-            running = [t for t in self._tasks.values() if not t.done()]
-            if not running:
-                break
-            await asyncio.gather(*running, return_exceptions=True)
+        await self._reaper.stop()
+        await asyncio.gather(*(actor.stop() for actor in self.actors.values()), *self._stopping,
+                             return_exceptions=True)
         self.actors.clear()

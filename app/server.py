@@ -5,7 +5,6 @@ aiohttp-demos `polls`; route setup (app/routes.py) only adds routes."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -52,12 +51,14 @@ from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
 from common.outages import Outages
+from common.service import Timer
 from storage.db import create_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
 
 MAX_BODY = 8 * 1024 * 1024
+PARTITIONS_AHEAD_SECONDS = 6 * 3600
 
 
 async def database_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -76,13 +77,14 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     app[DATABASE_DSN] = dsn
     app[PARTITION_CACHE] = PartitionCache()
     await _ensure_partitions_ahead(app)
-    timer = asyncio.create_task(_partition_timer(app))
+    # Months ahead get their partition well before their first event; a failed round retries next time.
+    timer = Timer("partitions-ahead", PARTITIONS_AHEAD_SECONDS, lambda: _ensure_partitions_ahead(app),
+                  delay_first=True)
+    timer.start()
     try:
         yield
     finally:
-        timer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await timer
+        await timer.stop()
         await report_pool.close()
         await pool.close()
         if embedded is not None:
@@ -93,15 +95,6 @@ async def _ensure_partitions_ahead(app: web.Application) -> None:
     now = datetime.now(UTC)
     months = {now, now + timedelta(days=32), now + timedelta(days=64)}
     await app[PARTITION_CACHE].ensure(app[POOL], months)
-
-
-async def _partition_timer(app: web.Application) -> None:
-    while True:
-        await asyncio.sleep(6 * 3600)
-        try:
-            await _ensure_partitions_ahead(app)
-        except Exception:
-            log.exception("creating partitions ahead failed; will retry")
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -154,7 +147,7 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         # Runs after aiohttp stopped accepting and finished in-flight requests: drain and flush.
-        await supervisor.close()
+        await supervisor.stop()
 
 
 async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -164,15 +157,16 @@ async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
     runner = source_runner.SourceRunner(app[POOL], CredentialBox(settings.secret), settings.source_timeout_seconds,
                                         guard, app[METRICS])
     app[source_runner.RUNNER] = runner
+    runner.start()
     try:
         yield
     finally:
-        await runner.close()
+        await runner.stop()
 
 
 async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     """Background jobs; areas register theirs in JOB_REGISTRARS."""
-    scheduler = Scheduler(app[POOL])
+    scheduler = Scheduler(app[DATABASE_DSN])
     for register in JOB_REGISTRARS:
         register(app, scheduler)
     app[SCHEDULER] = scheduler

@@ -160,7 +160,7 @@ async def test_close_drains_every_mailbox_before_returning(pool, client, make_ke
     records = [EventRow(new_id("evt"), workspace_id, "live", "drained", now, now, anonymous_id="anon", properties={})
                for _ in range(10)]
     futures = [actor.submit(EVENTS, [r]) for r in records]
-    await supervisor.close()
+    await supervisor.stop()
     assert all(f.done() and f.exception() is None for f in futures)
     assert {r.id for r in records} <= await _stored_ids(database_url, workspace_id)
     with pytest.raises(Overloaded):
@@ -207,12 +207,11 @@ async def test_a_wave_of_waiting_requests_is_split_over_one_batch_more_than_the_
         split, requests, events_each, first_wave):
     actor = _GatedActor(split)
     futures = [actor.submit("e", [i] * events_each) for i in range(requests)]
-    runner = asyncio.create_task(actor.run())
+    actor.start()
     for _ in range(50):
         await asyncio.sleep(0)
     total = requests * events_each
     assert actor.sizes == first_wave and actor.pending == total - sum(first_wave)
     actor.gate.set()
-    actor.close()
-    await asyncio.wait_for(runner, 5)
+    await asyncio.wait_for(actor.stop(), 5)
     assert sum(actor.sizes) == total and all(f.done() and f.exception() is None for f in futures)

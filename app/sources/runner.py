@@ -92,7 +92,10 @@ class SourceRunner:
         self.guard = guard
         self._tasks: dict[str, asyncio.Task] = {}
 
-    def start(self, source_id: str) -> None:
+    def start(self) -> None:
+        """Nothing runs until a source is launched (POST, or the scheduled job's run_due)."""
+
+    def launch(self, source_id: str) -> None:
         """Run a source the caller has already leased, in the background."""
         task = asyncio.create_task(self.run(source_id), name=f"source:{source_id}")
         self._tasks[source_id] = task
@@ -103,7 +106,7 @@ class SourceRunner:
         """Ids of sources with a background run in this process."""
         return list(self._tasks)
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Stop runs in progress and release their leases so that the next start resumes them at once."""
         running = list(self._tasks)
         for task in list(self._tasks.values()):

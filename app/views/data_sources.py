@@ -60,7 +60,7 @@ async def create_source(request: web.Request) -> web.Response:
     if generated:
         created["write_key"] = generated  # shown this once; only its hash is stored
     if write_key_hash is None:
-        runner.start(source_id)  # the connection check and first sync run after the 201
+        runner.launch(source_id)  # the connection check and first sync run after the 201
     return json_response(created, status=201)
 
 
@@ -133,7 +133,7 @@ async def sync_source(request: web.Request) -> web.Response:
         if row["status"] == "paused":
             raise ApiError(409, "conflict", "the data source is paused; resume it first")
         raise ApiError(409, "conflict", f"the data source is {row['status']}; a run is already in progress")
-    request.config_dict[RUNNER].start(source_id)
+    request.config_dict[RUNNER].launch(source_id)
     return json_response(source_json(row), status=202)
 
 
