@@ -8,6 +8,7 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
+from app.input_rules import MAX_DEPTH, problem
 from app.responses import ApiError, invalid
 
 T = TypeVar("T")
@@ -37,37 +38,17 @@ def field_of(error: msgspec.ValidationError) -> tuple[str, str]:
     return prefix, message
 
 
-def find_nul(value: object, path: str = "") -> str | None:
-    """Path of the first string (or key) holding U+0000, which PostgreSQL text and jsonb cannot store."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                return f"{path}.{key!r}".lstrip(".")
-            found = find_nul(item, f"{path}.{key}")
-            if found is not None:
-                return found.lstrip(".")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = find_nul(item, f"{path}[{index}]")
-            if found is not None:
-                return found
-    elif isinstance(value, msgspec.Struct):
-        for field in value.__struct_fields__:
-            found = find_nul(getattr(value, field), f"{path}.{field}")
-            if found is not None:
-                return found.lstrip(".")
-    return None
-
-
-def reject_nul(body: bytes, value: object) -> None:
-    # The byte scan is cheap; the walk runs only for bodies that spell the escape.
-    if b"\\u0000" in body:
-        field = find_nul(value)
-        if field is not None:
-            raise invalid(f"{field}: text may not contain the NUL character (\\u0000)",
-                          fields=[{"field": field, "message": "contains U+0000"}])
+def reject_unstorable(body: bytes, value: object) -> None:
+    """The keyed API's 400 for what PostgreSQL cannot store (app/input_rules.py)."""
+    found = problem(body, value)
+    if found is None:
+        return
+    field, kind = found
+    if kind == "nul":
+        raise invalid(f"{field}: text may not contain the NUL character (\\u0000)",
+                      fields=[{"field": field, "message": "contains U+0000"}])
+    message = f"nests deeper than {MAX_DEPTH} levels"
+    raise invalid(f"{field}: {message}", fields=[{"field": field, "message": message}])
 
 
 def decode(body: bytes, schema: type[T]) -> T:
@@ -80,5 +61,5 @@ def decode(body: bytes, schema: type[T]) -> T:
         ) from None
     except (msgspec.DecodeError, RecursionError):
         raise invalid("request body is not valid JSON (or nests too deeply)") from None
-    reject_nul(body, value)
+    reject_unstorable(body, value)
     return value

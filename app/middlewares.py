@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from app.appkeys import METRICS, OUTAGES
 from app.auth import Handler
+from app.input_rules import storable_text
 from app.outages import Unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 
@@ -56,6 +58,23 @@ def _render_http_exception(request: web.Request, exc: web.HTTPException, site: b
         return json_response({"error": message.lower()}, exc.status, headers)
     code = _CODES.get(exc.status, "error")
     return json_response({"error": {"code": code, "message": message}}, exc.status, headers)
+
+
+def _path_ids_middleware(not_found: Callable[[], Exception]) -> Middleware:
+    """An id in the path that PostgreSQL text cannot hold (NUL, a lone surrogate) names nothing: the
+    API's 404 before any handler binds it to SQL (app/input_rules.py)."""
+
+    @web.middleware
+    async def path_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not all(storable_text(value) for value in request.match_info.values()):
+            raise not_found()
+        return await handler(request)
+
+    return path_ids
+
+
+keyed_path_ids = _path_ids_middleware(lambda: ApiError(404, "not_found", "not found"))
+site_path_ids = _path_ids_middleware(lambda: SiteError(404, "not found"))
 
 
 def _error_middleware(site: bool) -> Middleware:

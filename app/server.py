@@ -35,7 +35,14 @@ from app.auth import keyed_middleware, refuse_undeclared
 from app.crypto import CredentialBox
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import error_middleware, metrics_middleware, nosniff, site_error_middleware
+from app.middlewares import (
+    error_middleware,
+    keyed_path_ids,
+    metrics_middleware,
+    nosniff,
+    site_error_middleware,
+    site_path_ids,
+)
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
@@ -194,8 +201,8 @@ def init_app(settings: Settings) -> web.Application:
         dashboard_session.storage_for(app, settings, redis))
     app.middlewares.append(page_sessions)
     # Errors in /v1 take the root's keyed shape; keyed_middleware adds the rate-limit headers to them.
-    v1 = web.Application(middlewares=[keyed_middleware])
-    api = web.Application(middlewares=[site_error_middleware, same_origin_middleware, site_sessions])
+    v1 = web.Application(middlewares=[keyed_middleware, keyed_path_ids])
+    api = web.Application(middlewares=[site_error_middleware, same_origin_middleware, site_sessions, site_path_ids])
     metrics = Metrics()
     app[SETTINGS] = settings
     app[METRICS] = metrics

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from actors.workspace import OP_ALIAS, OP_EVENT, OP_TRAITS
-from app.bodies import find_nul
+from app.input_rules import MAX_DEPTH, problem
 from app.schemas import EARLIEST, FUTURE_SKEW
 from storage.events import EventRow
 from storage.ids import new_id
@@ -181,8 +181,10 @@ def field_message(exc: msgspec.ValidationError) -> str:
 
 
 def check_nul(raw: bytes, value: object) -> None:
-    # PostgreSQL text and jsonb cannot hold U+0000; the byte scan is cheap, the walk rare.
-    if b"\\u0000" in raw:
-        field = find_nul(value)
-        if field is not None:
+    """What PostgreSQL cannot store (app/input_rules.py), in Segment's words."""
+    found = problem(raw, value)
+    if found is not None:
+        field, kind = found
+        if kind == "nul":
             raise Invalid(f"{field}: text may not contain the NUL character (\\u0000)")
+        raise Invalid(f"{field}: nests deeper than {MAX_DEPTH} levels")

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from app.appkeys import POOL
 from app.dashboard_session import current_account
+from app.input_rules import query_int, storable_text
 from app.responses import SiteError
 from storage import analytics as store
 
@@ -80,8 +81,8 @@ async def base_params(request: web.Request) -> BaseQuery:
     """Session (401), then siteId and range (400). The site itself is checked by resolve_site once
     every other parameter has been validated."""
     account = await current_account(request)
-    bad = next((name for name, value in request.query.items() if "\x00" in value), None)
-    if bad is not None:  # PostgreSQL text cannot hold NUL
+    bad = next((name for name, value in request.query.items() if not storable_text(value)), None)
+    if bad is not None:  # PostgreSQL text cannot hold it (app/input_rules.py)
         raise SiteError(400, f"invalid {bad}")
     site_id = request.query.get("siteId", "").strip()
     if not site_id:
@@ -118,29 +119,17 @@ def interval_param(request: web.Request, window: Window) -> str:
 
 def count_param(request: web.Request, name: str, default: int, cap: int) -> int:
     """A positive integer; values above the cap are clamped to it (the response echoes it)."""
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
     try:
-        value = int(raw)
+        return query_int(request.query.get(name), default, 1, cap, clamp=True)
     except ValueError:
         raise SiteError(400, f"invalid {name}") from None
-    if value < 1:
-        raise SiteError(400, f"invalid {name}")
-    return min(value, cap)
 
 
 def offset_param(request: web.Request) -> int:
-    raw = request.query.get("offset")
-    if raw is None or raw == "":
-        return 0
     try:
-        value = int(raw)
+        return query_int(request.query.get("offset"), 0, 0)
     except ValueError:
         raise SiteError(400, "invalid offset") from None
-    if value < 0:
-        raise SiteError(400, "invalid offset")
-    return value
 
 
 def filters_param(request: web.Request) -> store.Filters:

@@ -14,7 +14,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from app.appkeys import POOL, SETTINGS
 from app.auth import key_of, requires
-from app.bodies import field_of, read_body, reject_nul
+from app.bodies import field_of, read_body, reject_unstorable
 from app.net import _trusted
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
@@ -111,7 +111,7 @@ def _decode(body: bytes, schema: type[T]) -> T:
         raise _problem(exc) from None
     except msgspec.DecodeError:
         raise invalid("request body is not valid JSON") from None
-    reject_nul(body, value)
+    reject_unstorable(body, value)
     return value
 
 

@@ -15,8 +15,8 @@ from aiohttp import web
 
 from app.appkeys import POOL
 from app.dashboard_session import current_account
+from app.input_rules import storable_text
 from app.responses import SiteError, iso_ms, json_response
-from app.views.realtime import storable
 from storage import goals as goal_store
 from storage import sites as site_store
 from storage.ids import new_id
@@ -45,7 +45,7 @@ async def _own_site(request: web.Request):
     account = await current_account(request)
     site_id = request.match_info["site_id"]
     row = None
-    if storable(site_id):
+    if storable_text(site_id):
         async with request.config_dict[POOL].acquire() as conn:
             row = await site_store.site_by_id(conn, site_id)
     if row is None or row["workspace_id"] != account.workspace_id:
@@ -82,7 +82,7 @@ def _text(issues: list, data: dict, field: str, max_length: int) -> str | None:
         issues.append({"field": field, "message": "must be a string"})
         return None
     value = value.strip()
-    if not value or len(value) > max_length or "\x00" in value or not storable(value):
+    if not value or len(value) > max_length or not storable_text(value):
         issues.append({"field": field, "message": f"must be 1 to {max_length} characters"})
         return None
     return value
@@ -138,7 +138,8 @@ async def create_goal(request: web.Request) -> web.Response:
 
 async def _delete(request: web.Request, site_id: str, goal_id: str | None) -> web.Response:
     async with request.config_dict[POOL].acquire() as conn:
-        deleted = goal_id is not None and storable(goal_id) and await goal_store.delete_goal(conn, site_id, goal_id)
+        deleted = (goal_id is not None and storable_text(goal_id)
+                   and await goal_store.delete_goal(conn, site_id, goal_id))
     if not deleted:
         raise SiteError(404, "goal not found")
     return json_response({"deleted": True})

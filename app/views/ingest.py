@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
-import orjson
 from aiohttp import web
 from msgspec import Meta
 
@@ -30,6 +29,7 @@ from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVIS
 from app.auth import ingestion
 from app.bodies import field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
+from app.input_rules import MAX_DEPTH, find_nul, nests_deeper
 from app.net import client_ip
 from app.responses import SiteError
 from app.site_runtime import SiteInfo, SiteRuntime
@@ -43,8 +43,6 @@ log = logging.getLogger("tally.ingest")
 BODY_LIMIT = 32 * 1024
 DEV_WORKSPACE = "default"
 MAX_VIEWPORT = 100_000
-# Deeper props cannot be re-encoded for storage (orjson stops at 255 levels) and no tracker sends them.
-MAX_PROPS_DEPTH = 64
 
 Url = Annotated[str, Meta(max_length=2048)]
 
@@ -91,18 +89,6 @@ def _all_issues(data: dict) -> list[dict[str, str]]:
     return issues
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether containers nest more than `limit` levels (iterative: the input may be deep)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return True
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
-
-
 def parse_event(body: bytes) -> SiteEventIn:
     data = decode_json_object(body)
     try:
@@ -123,7 +109,7 @@ def decode_json_object(body: bytes) -> dict:
     except msgspec.DecodeError:
         raise SiteError(400, "invalid json") from None
     except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
-        raise invalid_payload([issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels")]) from None
+        raise invalid_payload([issue("props", f"nests deeper than {MAX_DEPTH} levels")]) from None
     except msgspec.ValidationError as exc:  # e.g. a number beyond double range
         field, message = field_of(exc)
         raise invalid_payload([issue(field, message)]) from None
@@ -134,20 +120,16 @@ def decode_json_object(body: bytes) -> dict:
 
 def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str, ...],
                     props_field: str = "props") -> list[dict[str, str]]:
-    """PostgreSQL text and jsonb cannot hold NUL, and orjson cannot encode integers beyond 64 bits:
-    refuse those here rather than fail the whole batch at COPY time. text_fields maps each event
-    attribute to the name the sender used (or lists attributes named alike)."""
+    """What PostgreSQL cannot store (app/input_rules.py), refused here rather than failing the whole
+    batch at COPY time. text_fields maps each event attribute to the name the sender used (or lists
+    attributes named alike). Integers beyond 64 bits are stored, as on /v1."""
     names = text_fields if isinstance(text_fields, dict) else {name: name for name in text_fields}
     issues = [issue(sent, "must not contain NUL characters") for name, sent in names.items()
               if "\x00" in (getattr(event, name) or "")]
-    if event.props is not None and _depth_exceeds(event.props, MAX_PROPS_DEPTH):
-        issues.append(issue(props_field, f"nests deeper than {MAX_PROPS_DEPTH} levels"))
-    elif event.props is not None:
-        try:
-            if b"\\u0000" in orjson.dumps(event.props):
-                issues.append(issue(props_field, "must not contain NUL characters"))
-        except orjson.JSONEncodeError:
-            issues.append(issue(props_field, "contains a number that cannot be stored"))
+    if event.props is not None and nests_deeper(event.props):
+        issues.append(issue(props_field, f"nests deeper than {MAX_DEPTH} levels"))
+    elif event.props is not None and find_nul(event.props) is not None:
+        issues.append(issue(props_field, "must not contain NUL characters"))
     return issues
 
 

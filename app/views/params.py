@@ -1,4 +1,4 @@
-"""Query-string parsing shared by list endpoints."""
+"""Query-string parsing of the keyed API's list endpoints (integers through app/input_rules.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,19 @@ from typing import Any
 
 from aiohttp import web
 
+from app.input_rules import NotAnInteger, OutOfRange, query_int, storable_text
 from app.responses import invalid, json_response
 from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 
 def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
     try:
-        value = int(raw)
-    except ValueError:
+        return query_int(request.query.get(name), default, lo, hi)
+    except NotAnInteger:
         raise invalid(f"{name} must be an integer", fields=[{"field": name, "message": "not an integer"}]) from None
-    if not lo <= value <= hi:
+    except OutOfRange:
         raise invalid(f"{name} must be between {lo} and {hi}",
-                      fields=[{"field": name, "message": f"out of range {lo}..{hi}"}])
-    return value
+                      fields=[{"field": name, "message": f"out of range {lo}..{hi}"}]) from None
 
 
 def time_param(request: web.Request, name: str) -> datetime | None:
@@ -48,7 +45,7 @@ def cursor_param(request: web.Request, *types: type) -> list | None:
     except BadCursor:
         values = None
     if values is None or not all(
-        isinstance(v, t) and not (isinstance(v, str) and "\x00" in v) for v, t in zip(values, types, strict=True)
+        isinstance(v, t) and (not isinstance(v, str) or storable_text(v)) for v, t in zip(values, types, strict=True)
     ):
         raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}])
     return values

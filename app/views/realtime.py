@@ -9,6 +9,7 @@ from aiohttp import web
 from actors.realtime import LiveEvent, RealtimeSnapshot
 from app.appkeys import POOL, SITE_RUNTIME
 from app.dashboard_session import current_account
+from app.input_rules import query_int, storable_text
 from app.responses import SiteError, iso_ms, json_response
 from app.site_runtime import SiteInfo
 from storage import sites as site_store
@@ -18,18 +19,9 @@ MAX_WINDOW = 3600
 _WINDOW_ISSUE = {"field": "window", "message": f"an integer of seconds from 1 to {MAX_WINDOW}"}
 
 
-def storable(value: str) -> bool:
-    """PostgreSQL text takes neither NUL nor lone surrogates: such an id cannot name a site."""
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in value
-
-
 async def site_in_workspace(request: web.Request, site_id: str, workspace_id: int) -> SiteInfo:
     """The site from the runtime's cache (read through); 404 unless it belongs to the workspace."""
-    if not storable(site_id):
+    if not storable_text(site_id):  # a query parameter: the path_ids middleware sees only the path
         raise SiteError(404, "not found")
     cache = request.config_dict[SITE_RUNTIME].sites
     cached, info = cache.get(site_id)
@@ -42,16 +34,10 @@ async def site_in_workspace(request: web.Request, site_id: str, workspace_id: in
 
 
 def _window(request: web.Request) -> int:
-    raw = request.query.get("window")
-    if raw in (None, ""):
-        return DEFAULT_WINDOW
     try:
-        value = int(raw)
+        return query_int(request.query.get("window"), DEFAULT_WINDOW, 1, MAX_WINDOW)
     except ValueError:
         raise SiteError(400, "invalid window", issues=[_WINDOW_ISSUE]) from None
-    if not 1 <= value <= MAX_WINDOW:
-        raise SiteError(400, "invalid window", issues=[_WINDOW_ISSUE])
-    return value
 
 
 async def realtime(request: web.Request) -> web.Response:

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from app.appkeys import POOL, SETTINGS, SITE_RUNTIME
 from app.dashboard_session import current_account
+from app.input_rules import storable_text
 from app.responses import SiteError, iso_ms, json_response
 from app.views import ingest, realtime
 from app.views.ingest import new_token
@@ -123,7 +124,7 @@ async def _own_site(request: web.Request):
     site_id = request.query.get("site")
     if not site_id:
         raise SiteError(400, "missing site")
-    if not realtime.storable(site_id):
+    if not storable_text(site_id):
         return None
     async with request.config_dict[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)

@@ -1,0 +1,117 @@
+"""What PostgreSQL cannot store, checked once for every input before it reaches storage/, with the same
+rules on /v1, /api and Segment's calls (each API words the answer in its own shape):
+
+- text (and JSON keys) may not hold U+0000: PostgreSQL text and jsonb cannot;
+- a JSON value may nest at most MAX_DEPTH levels below its field (deeper is no real payload, and
+  re-encoding it would run out of stack);
+- any JSON number within double range is stored, integers beyond 64 bits included (storage/db.py
+  encodes jsonb with msgspec, which round-trips them); msgspec's decoder refuses the rest;
+- an id in a URL path that holds U+0000 or a lone surrogate names nothing: 404, before any SQL
+  (`path_ids` middlewares of both sub-applications).
+
+Also the one parser of integer query parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+import msgspec
+
+MAX_DEPTH = 64
+NUL_ESCAPE = b"\\u0000"
+
+Problem = tuple[str, Literal["nul", "depth"]]  # (the field's path, what is wrong)
+
+
+def storable_text(value: str) -> bool:
+    """Whether PostgreSQL text can hold the string (no NUL, no lone surrogate)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def find_nul(value: object, path: str = "") -> str | None:
+    """Path of the first string (or key) holding U+0000."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                return f"{path}.{key!r}".lstrip(".")
+            found = find_nul(item, f"{path}.{key}")
+            if found is not None:
+                return found.lstrip(".")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = find_nul(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    elif isinstance(value, msgspec.Struct):
+        for field in value.__struct_fields__:
+            found = find_nul(getattr(value, field), f"{path}.{field}")
+            if found is not None:
+                return found.lstrip(".")
+    return None
+
+
+def nests_deeper(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether containers nest more than `limit` levels (iterative: the input may be deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _fields(value: object) -> Mapping[str, object]:
+    if isinstance(value, msgspec.Struct):
+        return {f: getattr(value, f) for f in value.__struct_fields__}
+    return value if isinstance(value, dict) else {}
+
+
+def problem(body: bytes, value: object) -> Problem | None:
+    """The first thing PostgreSQL could not store in a decoded JSON body, or None. Cheap byte scans of
+    the body decide whether the walks run at all, so an ordinary event costs two scans."""
+    if NUL_ESCAPE in body:
+        found = find_nul(value)
+        if found is not None:
+            return found, "nul"
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH:
+        for name, item in _fields(value).items():
+            if nests_deeper(item):
+                return name, "depth"
+    return None
+
+
+class NotAnInteger(ValueError):
+    pass
+
+
+class OutOfRange(ValueError):
+    pass
+
+
+def query_int(raw: str | None, default: int, lo: int, hi: int | None = None, *, clamp: bool = False) -> int:
+    """An integer query parameter: `default` when absent or empty; below `lo` is out of range; above `hi`
+    is out of range, or `hi` when clamping."""
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise NotAnInteger(raw) from None
+    if value < lo:
+        raise OutOfRange(raw)
+    if hi is not None and value > hi:
+        if not clamp:
+            raise OutOfRange(raw)
+        value = hi
+    return value
