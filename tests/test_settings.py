@@ -1,0 +1,58 @@
+"""Settings: each declared once (type, default, variable), every variable documented in the README."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from app.settings import ConfigError, Settings
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def _variables() -> dict[str, str]:
+    return {f.name: f.metadata["setting"]["env"] for f in dataclasses.fields(Settings)}
+
+
+def test_every_setting_has_a_variable_in_the_readme_table():
+    table = [line for line in README.splitlines() if line.startswith("| `")]
+    for name, variable in _variables().items():
+        assert any(f"`{variable}`" in line for line in table), f"{name} ({variable}) is not in the README table"
+
+
+def test_from_env_with_nothing_set_is_the_declared_defaults(monkeypatch, tmp_path):
+    for variable in _variables().values():
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    settings = Settings.from_env()
+    assert dataclasses.replace(settings, secret="", data_dir=Path(".tally-data")) == Settings()
+    assert settings.secret == (tmp_path / "secret").read_text()
+
+
+def test_from_env_parses_types_and_floors(monkeypatch, tmp_path):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TALLY_BATCH_LINGER_US", "1500")
+    monkeypatch.setenv("TALLY_FLUSHES_IN_FLIGHT", "0")
+    monkeypatch.setenv("TALLY_TRUSTED_PROXIES", " 10.0.0.0/8 , ,127.0.0.1")
+    monkeypatch.setenv("TALLY_ACCESS_LOG", "no")
+    monkeypatch.setenv("TALLY_SOURCE_TIMEOUT_SECONDS", "2.5")
+    settings = Settings.from_env()
+    assert settings.batch_linger_ms == 1.5
+    assert settings.flushes_in_flight == 1
+    assert settings.trusted_proxies == ("10.0.0.0/8", "127.0.0.1")
+    assert settings.access_log is False
+    assert settings.source_timeout_seconds == 2.5
+    monkeypatch.setenv("TALLY_BATCH_MAX", "lots")
+    with pytest.raises(ConfigError, match="TALLY_BATCH_MAX must be an integer"):
+        Settings.from_env()
+
+
+def test_production_requires_a_secret(monkeypatch, tmp_path):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TALLY_ENV", "production")
+    monkeypatch.delenv("TALLY_SECRET", raising=False)
+    with pytest.raises(ConfigError, match="TALLY_SECRET is required"):
+        Settings.from_env()
+    monkeypatch.setenv("TALLY_ENV", "staging")
+    with pytest.raises(ConfigError, match="TALLY_ENV must be"):
+        Settings.from_env()
