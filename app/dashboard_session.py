@@ -22,7 +22,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from redis.asyncio import Redis
 
-from app.appkeys import POOL
+from app.appkeys import POOL, REDIS
 from app.auth import is_ingestion
 from app.responses import SiteError
 from app.settings import Settings
@@ -102,17 +102,30 @@ class PostgresStorage(AbstractStorage):
 
 
 class SharedRedisStorage(RedisStorage):
-    """Sessions in Redis (REDIS_URL), with a way to end one on the server."""
+    """Sessions in Redis (REDIS_URL), with a way to end one on the server. The client is the app's,
+    which exists only once the app has started (app/server.py redis_ctx): it is looked up per call."""
+
+    def __init__(self, redis: Callable[[], Redis], **cookie) -> None:
+        super().__init__(Redis(), **cookie)  # a client that never connects, for the base class's type check
+        self._redis_of = redis
+
+    @property
+    def _redis(self) -> Redis:
+        return self._redis_of()
+
+    @_redis.setter
+    def _redis(self, value: Redis) -> None:
+        pass  # the base class's __init__ stores its placeholder here
 
     async def forget(self, key: str) -> None:
         await self._redis.delete(f"{self.cookie_name}_{key}")
 
 
-def storage_for(app: web.Application, settings: Settings, redis: Redis | None) -> AbstractStorage:
+def storage_for(app: web.Application, settings: Settings) -> AbstractStorage:
     cookie = {"cookie_name": COOKIE, "max_age": MAX_AGE, "httponly": True, "samesite": "Lax",
               "secure": settings.production}
-    if redis is not None:
-        return SharedRedisStorage(redis, key_factory=_new_key, **cookie)
+    if settings.redis_url:
+        return SharedRedisStorage(lambda: app[REDIS], key_factory=_new_key, **cookie)
     return PostgresStorage(lambda: app[POOL], **cookie)
 
 

@@ -105,7 +105,11 @@ async def _ensure_partitions_ahead(app: web.Application) -> None:
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
-    redis = app[REDIS]
+    """The Redis client (connecting lazily) and the rate limiter, which uses it when configured. Short
+    timeouts: an unreachable Redis must answer a request quickly (with a fallback or a 503)."""
+    url = app[SETTINGS].redis_url
+    redis = Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5) if url else None
+    app[REDIS] = redis
     app[LIMITER] = RedisLimiter(redis, app[OUTAGES]) if redis else MemoryLimiter()
     try:
         yield
@@ -192,13 +196,8 @@ JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upke
 def init_app(settings: Settings) -> web.Application:
     """The root application (operations, pages, public dashboards) with the keyed API mounted at /v1 and
     the site API at /api, each a sub-application with its own middlewares."""
-    # The client connects lazily; created here because the session storage needs it at set-up. Short
-    # timeouts: an unreachable Redis must answer a request quickly (with a fallback or a 503).
-    redis = (Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
-             if settings.redis_url else None)
     app = web.Application(middlewares=[metrics_middleware, error_middleware], client_max_size=MAX_BODY)
-    page_sessions, site_sessions = dashboard_session.middlewares(
-        dashboard_session.storage_for(app, settings, redis))
+    page_sessions, site_sessions = dashboard_session.middlewares(dashboard_session.storage_for(app, settings))
     app.middlewares.append(page_sessions)
     # Errors in /v1 take the root's keyed shape; keyed_middleware adds the rate-limit headers to them.
     v1 = web.Application(middlewares=[keyed_middleware, keyed_path_ids])
@@ -207,7 +206,6 @@ def init_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[OUTAGES] = Outages(metrics)
-    app[REDIS] = redis
     app[EXPORT_SLOTS] = ExportSlots()
     app.on_response_prepare.append(nosniff)
     app.cleanup_ctx.append(database_ctx)
