@@ -43,8 +43,3 @@ async def workspaces_of(conn: asyncpg.Connection, account_id: int) -> list[async
     )
 
 
-async def is_member(conn: asyncpg.Connection, account_id: int, workspace_id: int) -> bool:
-    return await conn.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM memberships WHERE account_id = $1 AND workspace_id = $2)",
-        account_id, workspace_id,
-    )

@@ -129,13 +129,6 @@ async def finish_delivery(conn: asyncpg.Connection, delivery_id: int, error: str
     )
 
 
-async def deliveries_of(conn: asyncpg.Connection, report_id: str) -> list[asyncpg.Record]:
-    return await conn.fetch(
-        "SELECT id, due_at, status, attempts, error, sent_at FROM report_deliveries WHERE report_id = $1 ORDER BY id",
-        report_id,
-    )
-
-
 def _json_int(text: str) -> int | str:
     """Integers beyond 64 bits (numeric columns) stay exact as strings; JSON encoders refuse them."""
     value = int(text)
