@@ -178,3 +178,25 @@ async def test_postgres_cut_answers_503_with_retry_after_and_logs_once(make_clie
         assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
         assert await resp.json() == {"error": "service unavailable"}
     assert _outage_lines(caplog, "postgres") == 1
+
+
+async def test_the_daily_salt_falls_back_to_one_salt_of_this_process_per_day(own_redis):
+    from datetime import date
+
+    from redis.asyncio import Redis
+
+    from app.enrich import DailySalt
+    from common.outages import Outages
+
+    redis = Redis.from_url(own_redis.url, socket_connect_timeout=1)
+    outages = Outages()
+    fallbacks = outages.metrics.dependency_fallbacks.labels("salt")
+    salt = DailySalt(redis, outages)
+    try:
+        own_redis.kill()
+        first = await salt.get(date(2026, 1, 1))
+        assert await salt.get(date(2026, 1, 1)) == first  # the same visitor keeps one key all day
+        assert await salt.get(date(2026, 1, 2)) != first
+        assert fallbacks._value.get() == 3
+    finally:
+        await redis.aclose()
