@@ -26,7 +26,7 @@ serve: install
 
 test: dev
 	.ci/services
-	$(BIN)/ruff check app actors storage tests bench
+	$(BIN)/ruff check app actors storage common tests bench
 	$(BIN)/pytest -q
 	@if command -v npm >/dev/null 2>&1; then cd tracker_js && npm ci --silent --no-audit --no-fund && npm test --silent; \
 	else echo "node not found: tracker unit tests skipped"; fi
@@ -35,7 +35,7 @@ services:
 	.ci/services
 
 lint: dev
-	$(BIN)/ruff check app actors storage tests bench
+	$(BIN)/ruff check app actors storage common tests bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
