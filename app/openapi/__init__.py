@@ -33,6 +33,7 @@ def document() -> dict:
         for path, item in module.PATHS.items():
             paths.setdefault(path, {}).update(item)
         schemas.update(module.SCHEMAS)
+    _unavailable_everywhere(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Tally", "version": "1.0.0",
@@ -48,3 +49,22 @@ def document() -> dict:
             },
         },
     }
+
+
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def _unavailable_everywhere(paths: dict) -> None:
+    """Any /v1 or /api operation may answer 503 while PostgreSQL or Redis is unreachable (app/outages.py)."""
+    from app.openapi.common import json_body, ref
+
+    retry = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}}
+    for path, item in paths.items():
+        schema = "KeyedError" if path.startswith("/v1") else "SiteError" if path.startswith("/api") else None
+        if schema is None:
+            continue
+        for method in _METHODS:
+            if method in item:
+                item[method].setdefault("responses", {}).setdefault(
+                    "503", json_body(ref(schema), "a dependency (PostgreSQL, Redis) is unreachable", retry))
+
