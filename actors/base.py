@@ -17,7 +17,7 @@ import asyncpg
 from redis.exceptions import RedisError
 
 from common.metrics import Metrics
-from common.outages import POSTGRES, POSTGRES_UNREACHABLE, Outages
+from common.outages import POSTGRES, POSTGRES_UNREACHABLE, RETRY_AFTER_SECONDS, Outages
 
 log = logging.getLogger("tally.actors")
 
@@ -35,7 +35,7 @@ class StoreFailed(Exception):
 class StoreUnreachable(StoreFailed):
     """PostgreSQL could not be reached, so the batch was not committed: answer 503 with Retry-After."""
 
-    retry_after = 5
+    retry_after = RETRY_AFTER_SECONDS
 
 
 # Errors that mean "a store (PostgreSQL, or Redis for site sessions) refused or was unreachable": the

@@ -12,7 +12,7 @@ from aiohttp.typedefs import Middleware
 from app.appkeys import METRICS, OUTAGES
 from app.auth import Handler
 from app.input_rules import storable_text
-from app.outages import Unavailable, unreachable
+from app.outages import unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 
 log = logging.getLogger("tally.http")
@@ -91,13 +91,11 @@ def _error_middleware(site: bool) -> Middleware:
             if exc.status < 400:
                 raise
             return _render_http_exception(request, exc, site)
-        except Unavailable as exc:
-            return exc.response(site)
         except Exception as exc:
             dependency = unreachable(exc)
             if dependency is not None:
                 request.config_dict[OUTAGES].down(dependency, exc, "requests that need it answer 503")
-                return Unavailable(dependency).response(site)
+                return unavailable(dependency, site)
             log.exception("unhandled error method=%s path=%s", request.method, request.path)
             if site:
                 return json_response({"error": "internal error"}, 500)

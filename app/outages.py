@@ -3,28 +3,21 @@ unreachable answers 503 with Retry-After in its API's shape, never a 500 with a 
 
 from __future__ import annotations
 
+from aiohttp import web
 from redis.exceptions import RedisError
 
 from app.responses import json_response
-from common.outages import POSTGRES, POSTGRES_UNREACHABLE, REDIS, REDIS_UNREACHABLE
-
-RETRY_AFTER = 5
+from common.outages import POSTGRES, POSTGRES_UNREACHABLE, REDIS, REDIS_UNREACHABLE, RETRY_AFTER_SECONDS
 
 
-class Unavailable(Exception):
-    """A dependency is unreachable: 503 {"error": "service unavailable"} on /api, 503
-    {"error": {"code": "unavailable", ...}} elsewhere, both with Retry-After."""
-
-    def __init__(self, dependency: str) -> None:
-        super().__init__(dependency)
-        self.dependency = dependency
-
-    def response(self, site: bool):  # -> web.Response
-        headers = {"Retry-After": str(RETRY_AFTER)}
-        if site:
-            return json_response({"error": "service unavailable"}, 503, headers)
-        message = f"a storage dependency ({self.dependency}) is unreachable; retry shortly"
-        return json_response({"error": {"code": "unavailable", "message": message}}, 503, headers)
+def unavailable(dependency: str, site: bool) -> web.Response:
+    """503 {"error": "service unavailable"} on /api, 503 {"error": {"code": "unavailable", ...}}
+    elsewhere, both with Retry-After."""
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if site:
+        return json_response({"error": "service unavailable"}, 503, headers)
+    message = f"a storage dependency ({dependency}) is unreachable; retry shortly"
+    return json_response({"error": {"code": "unavailable", "message": message}}, 503, headers)
 
 
 def unreachable(exc: BaseException) -> str | None:

@@ -25,6 +25,7 @@ log = logging.getLogger("tally.outages")
 
 POSTGRES, REDIS = "postgres", "redis"
 QUIET_SECONDS = 30.0
+RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients to wait
 
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
 REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
