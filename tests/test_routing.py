@@ -96,7 +96,7 @@ ROOT = {
 }
 
 # /api routes that run under the session but serve a visitor who has none.
-API_WITHOUT_SIGN_IN = {("POST", "/api/auth/login"), ("POST", "/api/auth/logout"), ("GET", "/api/auth/me")}
+API_WITHOUT_SIGN_IN = {("POST", "/api/auth/login"), ("POST", "/api/auth/logout")}
 
 
 def _walk(app: web.Application) -> tuple[set, dict, dict]:
