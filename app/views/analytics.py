@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import asyncpg
 from aiohttp import web
 
-from app.appkeys import POOL
-from app.responses import iso_ms, json_response
+from app.responses import SiteError, iso_ms, json_response
 from app.views import analytics_events
 from app.views.analytics_params import (
     Site,
     Window,
+    analytics_store,
     base_params,
     count_param,
     filters_param,
@@ -24,6 +23,7 @@ from app.views.analytics_params import (
     resolve_site,
 )
 from storage import analytics as store
+from storage.clickhouse import AnalyticsStore
 
 TOP_DEFAULT, TOP_MAX = 20, 100
 _LABELS = {"minute": "%H:%M", "hour": "%b %d %H:00", "day": "%b %d"}
@@ -39,28 +39,28 @@ def top_rows(rows: list[tuple[str, int]], total: int) -> list[dict]:
             for key, count in rows]
 
 
-async def _series(conn: asyncpg.Connection, site_id: str, window: Window, interval: str, name: str,
-                  filters: store.Filters, *, rollups: bool = True) -> list[dict]:
+async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: str, name: str,
+                  filters: store.Filters) -> list[dict]:
     first, last = window.buckets(interval)
-    grain = window.grain_for(interval) if rollups else None
-    points = await store.series(conn, site_id, window.start, window.end, name=name, interval=interval,
-                                first=first, last=last, grain=grain, filters=filters)
+    points = await store.series(db, site_id, window.start, window.end, name=name, interval=interval,
+                                first=first, last=last, filters=filters)
     return [point(bucket, value, interval) for bucket, value in points]
 
 
-async def overview_body(conn: asyncpg.Connection, site: Site, w: Window, filters: store.Filters, *,
-                        rollups: bool = True) -> dict:
-    """The overview of a site; rollups=False reads raw events only (the bench's baseline)."""
+async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters) -> dict:
+    """The overview of a site."""
     name = filters.name or "pageview"
-    grain = w.grain if rollups else None
-    totals = await store.totals(conn, site.id, w.start, w.end, grain, filters)
-    sessions = await store.session_stats(conn, site.id, w.start, w.end, grain, filters)
+    try:
+        totals = await store.totals(db, site.id, w.start, w.end, filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
+    sessions = await store.session_stats(db, site.id, w.start, w.end, filters)
     tops = {}
-    for dim in store.DIMENSIONS:
-        rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
-                                      limit=TOP_DEFAULT, grain=grain, filters=filters)
+    for dim in store.TOP_DIMENSIONS:
+        rows, total = await store.top(db, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
+                                      limit=TOP_DEFAULT, filters=filters)
         tops[dim] = top_rows(rows, total)
-    series = await _series(conn, site.id, w, w.unit, name, filters, rollups=rollups)
+    series = await _series(db, site.id, w, w.unit, name, filters)
     return {
         "totalEvents": totals.events,
         "totalPageviews": totals.pageviews,
@@ -81,8 +81,7 @@ async def overview(request: web.Request) -> web.Response:
     base = await base_params(request)
     filters = filters_param(request)
     site = await resolve_site(request, base)
-    async with request.app[POOL].acquire() as conn:
-        return json_response(await overview_body(conn, site, base.window, filters))
+    return json_response(await overview_body(await analytics_store(request), site, base.window, filters))
 
 
 async def timeseries(request: web.Request) -> web.Response:
@@ -90,8 +89,7 @@ async def timeseries(request: web.Request) -> web.Response:
     interval = interval_param(request, base.window)
     name = request.query.get("eventName") or "pageview"
     site = await resolve_site(request, base)
-    async with request.app[POOL].acquire() as conn:
-        data = await _series(conn, site.id, base.window, interval, name, store.Filters())
+    data = await _series(await analytics_store(request), site.id, base.window, interval, name, store.Filters())
     return json_response({"data": data, "interval": interval, "eventName": name})
 
 
@@ -101,9 +99,8 @@ async def _top_list(request: web.Request, dim: str) -> web.Response:
     name = request.query.get("eventName") or "pageview"
     site = await resolve_site(request, base)
     w = base.window
-    async with request.app[POOL].acquire() as conn:
-        rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
-                                      limit=limit, grain=w.grain, filters=store.Filters())
+    rows, total = await store.top(await analytics_store(request), site.id, w.start, w.end, dim=dim, name=name,
+                                  domain=site.domain, limit=limit, filters=store.Filters())
     return json_response({"data": top_rows(rows, total), "total": total})
 
 

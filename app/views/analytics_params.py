@@ -13,10 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from app.appkeys import POOL
+from app.appkeys import ANALYTICS, MIRROR, POOL
 from app.dashboard_session import current_account
 from app.responses import SiteError
 from storage import analytics as store
+from storage.clickhouse import AnalyticsStore
 
 UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
@@ -96,6 +97,13 @@ async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
     if row is None:
         raise SiteError(404, "not found")
     return Site(row["id"], row["domain"])
+
+
+async def analytics_store(request: web.Request) -> AnalyticsStore:
+    """The store, brought up to date with every event committed before this read began (one indexed probe
+    of the outbox when the mirror has nothing pending)."""
+    await request.app[MIRROR].catch_up()
+    return request.app[ANALYTICS]
 
 
 def range_param(request: web.Request) -> Window:
