@@ -83,11 +83,13 @@ class AnalyticsStore:
 
     # --- blocking calls, run in a thread ------------------------------------------------------------
 
-    async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
-        return await asyncio.to_thread(self.query_sync, sql, params)
+    async def query(self, sql: str, params: dict[str, Any] | None = None, *,
+                    settings: dict[str, Any] | None = None) -> list[tuple]:
+        return await asyncio.to_thread(self.query_sync, sql, params, settings)
 
-    def query_sync(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
-        result = self.client.query(sql, parameters=params or {}, settings=self.query_settings)
+    def query_sync(self, sql: str, params: dict[str, Any] | None = None,
+                   settings: dict[str, Any] | None = None) -> list[tuple]:
+        result = self.client.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
         return result.result_rows
 
     async def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
