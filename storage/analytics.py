@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from storage.clickhouse import AnalyticsStore
+from storage.clickhouse import AnalyticsStore, bind_value
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
@@ -74,7 +74,7 @@ class Query:
 
     def bind(self, value: object, kind: str = "String") -> str:
         name = f"p{len(self.params)}"
-        self.params[name] = value
+        self.params[name] = bind_value(value)
         return "{" + name + ":" + kind + "}"
 
 

@@ -13,10 +13,22 @@ import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import clickhouse_connect
+
+# DateTime64's range; bounds beyond it (a chart "from the beginning of time") are clamped to it.
+TS_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+TS_MAX = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def bind_value(value: object) -> object:
+    if isinstance(value, datetime):
+        return min(max(value, TS_MIN), TS_MAX)
+    return value
+
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 

@@ -16,7 +16,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import asyncpg
 
-from storage.clickhouse import AnalyticsStore
+from storage.clickhouse import AnalyticsStore, bind_value
 
 PERIOD_SECONDS = {"day": 86_400, "week": 604_800}
 _TRUNC = {
@@ -34,7 +34,7 @@ class Binder:
 
     def __call__(self, value: object, kind: str = "String") -> str:
         name = f"p{len(self.params)}"
-        self.params[name] = value
+        self.params[name] = bind_value(value)
         return "{" + name + ":" + kind + "}"
 
 
