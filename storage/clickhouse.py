@@ -10,6 +10,7 @@ and its client serializes calls on that connection.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,10 @@ ORDER BY (workspace_id, env, name, ts, id)
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)"), "keyed_events": (KEYED_TABLE, "workspace_id")}
 
 
+class StoreBusy(RuntimeError):
+    """The embedded store's directory is open in another process (a running server)."""
+
+
 @dataclass
 class AnalyticsStore:
     client: Any  # clickhouse_connect Client (HTTP or chDB)
@@ -92,6 +97,7 @@ class AnalyticsStore:
     cluster: str | None = None
     embedded: bool = True
     query_settings: dict[str, Any] = field(default_factory=dict)
+    lock_file: Any = None  # embedded: the open file whose flock marks the directory as in use
 
     # --- blocking calls, run in a thread ------------------------------------------------------------
 
@@ -154,6 +160,8 @@ class AnalyticsStore:
 
     def close(self) -> None:
         self.client.close()
+        if self.lock_file is not None:
+            self.lock_file.close()  # releases the flock
 
 
 def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
@@ -163,14 +171,20 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
         raise ValueError(f"invalid analytics database name {database!r}")
     if cluster is not None and not _NAME.match(cluster):
         raise ValueError(f"invalid analytics cluster name {cluster!r}")
+    lock_file = None
     if url:
         client = clickhouse_connect.get_client(dsn=url)
-        embedded = False
     else:
         path.mkdir(parents=True, exist_ok=True)
+        lock_file = (path / "tally.lock").open("a")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.close()
+            raise StoreBusy(f"the analytics store at {path} is open in another process (is tally serve "
+                            "running?)") from None
         client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}")
-        embedded = True
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024}
-    store = AnalyticsStore(client, database, cluster if url else None, embedded, settings)
+    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file)
     store.ensure_schema()
     return store
