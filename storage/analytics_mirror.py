@@ -43,7 +43,7 @@ _DIMENSIONS = ("browser", "browser_version", "os", "os_version", "device", "utm_
                "utm_campaign", "utm_term", "utm_content", "source", "channel", "region", "city")
 
 
-# --- keys derived from a stored event (the same rules as migration 0004's SQL functions) --------------
+# --- keys derived from a stored event (the rules of migration 0004's retired SQL functions) -----------
 
 def page_key(path: str | None) -> str:
     """The path without query string or fragment; '' when none."""
