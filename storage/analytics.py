@@ -33,6 +33,17 @@ class UnsupportedFilter(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class GoalFilter:
+    """A `goal` term with the site's goals it may name; an unknown goal name matches nothing."""
+    term: Filter
+    goals: tuple
+
+    @property
+    def dimension(self) -> str:
+        return "goal"
+
+
+@dataclass(frozen=True, slots=True)
 class Filters:
     """The spec's own filter parameters; `where()` turns them into site_filters terms."""
     name: str | None = None  # exact event name
@@ -40,6 +51,15 @@ class Filters:
     referrer: str | None = None  # case-insensitive substring of the referrer
     country: str | None = None  # exact two-letter code
     extra: tuple[Filter, ...] = ()  # `filter=` terms (issue 12 vocabulary)
+    goals: tuple = ()  # the site's goals (Goal), which `goal` terms name
+
+    def without_name(self) -> Filters:
+        return Filters(None, self.path, self.referrer, self.country,
+                       tuple(f for f in self.extra if f.dimension != "event"), self.goals)
+
+    def without_goals(self) -> Filters:
+        return Filters(self.name, self.path, self.referrer, self.country,
+                       tuple(f for f in self.extra if f.dimension != "goal"), self.goals)
 
     def terms(self) -> list[Filter]:
         out = list(self.extra)
@@ -51,11 +71,7 @@ class Filters:
             out.append(Filter("referrer", "~=", self.referrer))
         if self.country:
             out.append(Filter("country", "==", self.country))
-        return out
-
-    def without_name(self) -> Filters:
-        return Filters(None, self.path, self.referrer, self.country,
-                       tuple(f for f in self.extra if f.dimension != "event"))
+        return [GoalFilter(f, self.goals) if f.dimension == "goal" else f for f in out]
 
 
 async def site_in_workspace(conn: asyncpg.Connection, site_id: str, workspace_id: int) -> asyncpg.Record | None:
@@ -112,6 +128,13 @@ def event_conditions(q: Query, filters: list[Filter]) -> list[str]:
     out = []
     for f in filters:
         if f.dimension in ("entry_page", "exit_page"):
+            continue
+        if isinstance(f, GoalFilter):
+            if f.term.op == "~=":
+                raise UnsupportedFilter("goal filters take == or !=")
+            named = [g for g in f.goals if g.name == f.term.value]
+            cond = " OR ".join(goal_condition(q, g) for g in named) or "0"
+            out.append(f"({cond})" if f.term.op == "==" else f"NOT ({cond})")
             continue
         out.append(_term(q, _column(q, f), f, f.dimension in PAGE_DIMENSIONS))
     return out
@@ -228,3 +251,110 @@ async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end
     q, table = Query(), store.table("site_events")
     cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
     return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
+
+
+# --- goals ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    name: str  # display name: the event name, or "Visit <page_path>"
+    event_name: str | None
+    page_path: str | None
+
+
+async def site_goals(conn: asyncpg.Connection, site_id: str) -> list[Goal]:
+    rows = await conn.fetch("SELECT goal_type, event_name, page_path FROM goals WHERE site_id = $1 "
+                            "ORDER BY created_at, id", site_id)
+    return [Goal(r["event_name"] if r["goal_type"] == "event" else f"Visit {r['page_path']}",
+                 r["event_name"], r["page_path"]) for r in rows]
+
+
+def goal_condition(q: Query, goal: Goal) -> str:
+    if goal.event_name is not None:
+        return f"name = {q.bind(goal.event_name)}"
+    return f"(name = 'pageview' AND {_term(q, 'page', Filter('page', '==', goal.page_path or ''), True)})"
+
+
+# --- breakdowns (issue 12) --------------------------------------------------------------------------
+
+SESSION_DIMENSIONS = {"entry_page": _ENTRY, "exit_page": _EXIT}
+
+
+def _key_expr(q: Query, prop: str) -> str:
+    if prop.startswith("props:"):
+        return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
+    return _COLUMN[prop]
+
+
+async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
+                    filters: Filters, goals: list[Goal], limit: int, offset: int) -> list[dict]:
+    """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
+    Event dimensions count matching events; entry/exit pages group the visits that started in the window."""
+    table = store.table("site_events")
+    if prop == "goal":
+        return await _goal_breakdown(store, site_id, start, end, filters, goals)
+    q = Query()
+    if prop in SESSION_DIMENSIONS:
+        site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
+        lo, back = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
+        having = f"first >= {lo}"
+        terms = filters.terms()
+        if terms:
+            having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
+        rows = await store.query(
+            "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
+            f"SELECT session_id, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
+            "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
+            f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
+            f"AND session_id != '' GROUP BY session_id HAVING {having}) WHERE key != '' "
+            f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
+            q.params)
+        return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
+                 "bounce_rate": round(100 * b / s, 2) if s else 0.0, "visit_duration": round(d / 1000)}
+                for k, v, s, pv, ev, b, d in rows]
+    key = _key_expr(q, prop)
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session_id, session_id != ''), "
+        f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
+        f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
+    out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
+               "visit_duration": 0} for k, v, s, pv, ev in rows}
+    if out:  # the visits holding a matching event of each key: their bounces and durations
+        q2 = Query()
+        key2 = _key_expr(q2, prop)
+        cond2 = where(q2, table, site_id, start, end, filters.terms())
+        site, hi = q2.bind(site_id), q2.bind(end, "DateTime64(6, 'UTC')")
+        back = q2.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
+        for k, n, b, d in await store.query(
+                f"SELECT k.key, count(), countIf(s.pv = 1), avg(s.dur) FROM (SELECT DISTINCT {key2} AS key, "
+                f"session_id FROM {table} FINAL WHERE {cond2} AND session_id != '' "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session_id, "
+                "countIf(name = 'pageview') AS pv, dateDiff('microsecond', min(ts), max(ts)) AS dur "
+                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session_id != '' "
+                "GROUP BY session_id) AS s ON s.session_id = k.session_id GROUP BY k.key", q2.params):
+            out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
+            out[k]["visit_duration"] = round(d / 1000)
+    return list(out.values())
+
+
+async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
+                          goals: list[Goal]) -> list[dict]:
+    """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
+    share of all visitors matching the other filters."""
+    if not goals:
+        return []
+    q, table = Query(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    parts = []
+    for g in goals:
+        c = goal_condition(q, g)
+        parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
+    row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
+                             f"WHERE {cond}", q.params))[0]
+    total, out = row[0], []
+    for i, g in enumerate(goals):
+        uniques, events = row[1 + 2 * i], row[2 + 2 * i]
+        out.append({"key": g.name, "visitors": uniques, "events": events,
+                    "conversion_rate": round(100 * uniques / total, 2) if total else 0.0})
+    return sorted(out, key=lambda r: (-r["visitors"], r["key"]))

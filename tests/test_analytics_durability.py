@@ -59,6 +59,7 @@ async def test_kill_9_mid_ingest_loses_nothing_and_counts_nothing_twice(pg_admin
         key = made.stdout.strip()
         proc, base = await asyncio.to_thread(server_process.start, env)
         acked = 0
+        enough = asyncio.Event()
         async with aiohttp.ClientSession() as http:
             async def sender(n: int) -> None:
                 nonlocal acked
@@ -69,12 +70,13 @@ async def test_kill_9_mid_ingest_loses_nothing_and_counts_nothing_twice(pg_admin
                                              json={"events": batch}) as resp:
                             if resp.status == 200:
                                 acked += 25
+                                if acked >= 3000:  # well into ingesting and mirroring
+                                    enough.set()
                     except aiohttp.ClientError:
                         return  # the process is gone
 
             senders = [asyncio.create_task(sender(n)) for n in range(4)]
-            while acked < 3000:  # well into ingesting and mirroring
-                await asyncio.sleep(0.05)
+            await asyncio.wait_for(enough.wait(), 120)
             proc.kill()
             await asyncio.gather(*senders)
         await asyncio.to_thread(proc.wait, 30)

@@ -8,6 +8,7 @@ hourly/daily rollups answer them exactly.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from app.dashboard_session import current_account
 from app.responses import SiteError
 from storage import analytics as store
 from storage.clickhouse import AnalyticsStore
+from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
 
 UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
@@ -151,6 +153,24 @@ def offset_param(request: web.Request) -> int:
     return value
 
 
+def filter_terms(request: web.Request) -> tuple[Filter, ...]:
+    """Repeated `filter=dimension<op>value` parameters, op one of == (is), != (is not), ~= (contains)."""
+    out = []
+    for raw in request.query.getall("filter", []):
+        found = min(((raw.find(op), op) for op in ("==", "!=", "~=") if raw.find(op) > 0), default=None)
+        if found is None:
+            raise SiteError(400, "invalid filter", filter=raw, syntax="dimension==value, != or ~=")
+        at, op = found
+        dimension, value = raw[:at].strip(), raw[at + 2:]
+        known = dimension in DIMENSIONS or (dimension.startswith(PROPS_PREFIX) and len(dimension) > len(PROPS_PREFIX))
+        if not known or value == "":
+            raise SiteError(400, "invalid filter", filter=raw, dimensions=[*DIMENSIONS, "props:<key>"])
+        if dimension == "goal" and op == "~=":
+            raise SiteError(400, "invalid filter", filter=raw, detail="goal filters take == or !=")
+        out.append(Filter(dimension, op, value))  # type: ignore[arg-type]
+    return tuple(out)
+
+
 def filters_param(request: web.Request) -> store.Filters:
     q = request.query
     return store.Filters(
@@ -158,4 +178,15 @@ def filters_param(request: web.Request) -> store.Filters:
         path=q.get("path") or None,
         referrer=q.get("referrer") or None,
         country=(q.get("country") or "").upper() or None,
+        extra=filter_terms(request),
     )
+
+
+async def with_goals(request: web.Request, site: Site, filters: store.Filters,
+                     needed: bool = False) -> tuple[store.Filters, list[store.Goal]]:
+    """The site's goals, read when a filter (or the caller) names them."""
+    if not needed and not any(f.dimension == "goal" for f in filters.extra):
+        return filters, []
+    async with request.app[POOL].acquire() as conn:
+        goals = await store.site_goals(conn, site.id)
+    return dataclasses.replace(filters, goals=tuple(goals)), goals
