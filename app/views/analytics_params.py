@@ -2,8 +2,7 @@
 
 A range covers the N most recent buckets of its granularity, the current (partial) one included:
 1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, all in UTC. Windows
-therefore start on a bucket boundary, so the totals equal the sum of the time-series points and the
-hourly/daily rollups answer them exactly.
+therefore start on a bucket boundary, so the totals equal the sum of the time-series points.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
 
 UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
-GRAIN_OF_UNIT = {"minute": None, "hour": "h", "day": "d"}
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 
 
@@ -42,17 +40,6 @@ class Window:
     start: datetime  # inclusive, on a bucket boundary
     end: datetime  # exclusive: the end of the current bucket
     unit: str  # the range's own bucket
-
-    @property
-    def grain(self) -> str | None:
-        """The rollup grain that covers this window exactly (None: read raw events)."""
-        return GRAIN_OF_UNIT[self.unit]
-
-    def grain_for(self, interval: str) -> str | None:
-        """The coarsest rollup grain aligned with both the window start and the interval."""
-        if self.unit == "minute" or interval == "minute":
-            return None
-        return "d" if self.unit == "day" and interval == "day" else "h"
 
     def buckets(self, interval: str) -> tuple[datetime, datetime]:
         """First and last bucket start of a series over this window."""
