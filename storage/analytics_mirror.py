@@ -14,6 +14,7 @@ referrer host, visitor hash) is computed here, from the stored event, by the sam
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -85,11 +86,17 @@ def _row_keyed(r) -> list:
 
 
 async def write_events(store: AnalyticsStore, records: Iterable) -> int:
+    """Insert stored events into the store; the row building runs in the worker thread with the insert, so
+    a 20,000-event batch does not hold the event loop."""
+    return await asyncio.to_thread(_write_sync, store, records)
+
+
+def _write_sync(store: AnalyticsStore, records: Iterable) -> int:
     site, keyed = [], []
     for r in records:
         (site if r["site_id"] is not None else keyed).append(r)
-    await store.insert("site_events", [_row_site(r) for r in site], SITE_COLUMNS)
-    await store.insert("keyed_events", [_row_keyed(r) for r in keyed], KEYED_COLUMNS)
+    store.insert_sync("site_events", [_row_site(r) for r in site], SITE_COLUMNS)
+    store.insert_sync("keyed_events", [_row_keyed(r) for r in keyed], KEYED_COLUMNS)
     return len(site) + len(keyed)
 
 
