@@ -3,7 +3,7 @@ ordered by (workspace_id, env, name, ts) as these reads need.
 
 A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
 collide; the mirror stores it). Grouping by a user trait reads the traits from PostgreSQL (profiles are
-the system of record) for the actors the store returned, and groups here. Statement texts come from
+the system of record): event volume passes them to the store, a funnel groups its per-actor rows here. Statement texts come from
 constant fragments picked by validated options; values are always bound parameters.
 """
 
