@@ -31,6 +31,21 @@ def bind_value(value: object) -> object:
     return value
 
 
+class Params:
+    """Bound parameters of one statement, named p0, p1, ...: `bind(value)` (or calling it) returns the
+    `{pN:Type}` placeholder to put in the SQL text."""
+
+    def __init__(self) -> None:
+        self.params: dict = {}
+
+    def bind(self, value: object, kind: str = "String") -> str:
+        name = f"p{len(self.params)}"
+        self.params[name] = bind_value(value)
+        return "{" + name + ":" + kind + "}"
+
+    __call__ = bind
+
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 # Columns of the two mirrored tables, in insert order (storage/analytics_mirror.py builds the rows).
