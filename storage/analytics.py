@@ -2,9 +2,9 @@
 time series and top lists, under any combination of filters from storage/site_filters.py.
 
 Every read uses FINAL, so a mirror batch written twice still counts once. Sessions are derived per query
-from the events (grouped by session id, with a 24-hour look-back so that a session is attributed to the
-window its first event falls in). Windows are [start, end) in UTC. SQL is assembled from constant
-fragments; every value is a bound parameter.
+from the events (grouped by the 64-bit hash of the session id, with a 24-hour look-back so that a session
+is attributed to the window its first event falls in). Windows are [start, end) in UTC. SQL is assembled
+from constant fragments; every value is a bound parameter.
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, f
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
         lookback = q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
         having = " AND ".join(_term(q, _ENTRY if f.dimension == "entry_page" else _EXIT, f, True) for f in visit)
-        sql.append(f"session_id IN (SELECT session_id FROM {table} FINAL WHERE site_id = {site} "
-                   f"AND ts >= {lookback} AND ts < {hi} AND session_id != '' GROUP BY session_id HAVING {having})")
+        sql.append(f"session IN (SELECT session FROM {table} FINAL WHERE site_id = {site} "
+                   f"AND ts >= {lookback} AND ts < {hi} AND session != 0 GROUP BY session HAVING {having})")
     return " AND ".join(sql)
 
 
@@ -183,10 +183,10 @@ async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, en
         having += f" AND countIf({match}) > 0"
     rows = await store.query(
         "SELECT count(), countIf(pageviews = 1), if(count() = 0, 0, avg(duration_us) / 1000) FROM ("
-        "SELECT session_id, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
+        "SELECT session, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
         "dateDiff('microsecond', min(ts), max(ts)) AS duration_us "
-        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session_id != '' "
-        f"GROUP BY session_id HAVING {having})", q.params)
+        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session != 0 "
+        f"GROUP BY session HAVING {having})", q.params)
     sessions, bounces, avg_ms = rows[0]
     return SessionStats(sessions, bounces, float(avg_ms))
 
@@ -291,10 +291,10 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
             having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
         rows = await store.query(
             "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
-            f"SELECT session_id, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
+            f"SELECT session, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
             "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
             f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
-            f"AND session_id != '' GROUP BY session_id HAVING {having}) WHERE key != '' "
+            f"AND session != 0 GROUP BY session HAVING {having}) WHERE key != '' "
             f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
             q.params)
         return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
@@ -303,7 +303,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     key = _key_expr(q, prop)
     cond = where(q, table, site_id, start, end, filters.terms())
     rows = await store.query(
-        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session_id, session_id != ''), "
+        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session, session != 0), "
         f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
         f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
     out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
@@ -316,11 +316,11 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         back = q2.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
         for k, n, b, d in await store.query(
                 f"SELECT k.key, count(), countIf(s.pv = 1), avg(s.dur) FROM (SELECT DISTINCT {key2} AS key, "
-                f"session_id FROM {table} FINAL WHERE {cond2} AND session_id != '' "
-                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session_id, "
+                f"session FROM {table} FINAL WHERE {cond2} AND session != 0 "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session, "
                 "countIf(name = 'pageview') AS pv, dateDiff('microsecond', min(ts), max(ts)) AS dur "
-                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session_id != '' "
-                "GROUP BY session_id) AS s ON s.session_id = k.session_id GROUP BY k.key", q2.params):
+                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session != 0 "
+                "GROUP BY session) AS s ON s.session = k.session GROUP BY k.key", q2.params):
             out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
             out[k]["visit_duration"] = round(d / 1000)
     return list(out.values())
