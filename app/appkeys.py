@@ -9,11 +9,13 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 if TYPE_CHECKING:
+    from actors.analytics_mirror import Mirror
     from actors.scheduler import Scheduler
     from actors.supervisor import Supervisor
     from app.keys import KeyCache
     from app.ratelimit import MemoryLimiter, RedisLimiter
     from app.settings import Settings
+    from storage.clickhouse import AnalyticsStore
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
@@ -26,3 +28,5 @@ SUPERVISOR: web.AppKey[Supervisor] = web.AppKey("supervisor")
 KEYS: web.AppKey[KeyCache] = web.AppKey("keys")
 LIMITER: web.AppKey[MemoryLimiter | RedisLimiter] = web.AppKey("limiter")
 SCHEDULER: web.AppKey[Scheduler] = web.AppKey("scheduler")
+ANALYTICS: web.AppKey[AnalyticsStore] = web.AppKey("analytics")
+MIRROR: web.AppKey[Mirror] = web.AppKey("mirror")

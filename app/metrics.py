@@ -49,3 +49,17 @@ REPORT_RUN_SECONDS = Histogram(
 REPORT_DELIVERIES = Counter(
     "tally_report_deliveries_total", "Scheduled report emails by outcome", ["outcome"], registry=REGISTRY
 )
+MIRROR_EVENTS = Counter(
+    "tally_analytics_mirrored_events_total", "Events written to the analytics store by the mirror", registry=REGISTRY
+)
+MIRROR_ROUND_SECONDS = Histogram(
+    "tally_analytics_mirror_round_seconds", "Duration of one mirror round that moved events", registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+MIRROR_LAG = Gauge(
+    "tally_analytics_lag_seconds", "Age of the oldest committed event not yet in the analytics store",
+    registry=REGISTRY,
+)
+MIRROR_PENDING = Gauge(
+    "tally_analytics_pending_events", "Committed events not yet in the analytics store", registry=REGISTRY
+)

@@ -11,12 +11,25 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 from redis.asyncio import Redis
 
+from actors.analytics_mirror import Mirror
 from actors.scheduler import Scheduler
 from actors.site import SITE_RUNTIME, SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
-from app.appkeys import DATABASE_DSN, KEYS, LIMITER, POOL, REDIS, REPORT_POOL, SCHEDULER, SETTINGS, SUPERVISOR
+from app.appkeys import (
+    ANALYTICS,
+    DATABASE_DSN,
+    KEYS,
+    LIMITER,
+    MIRROR,
+    POOL,
+    REDIS,
+    REPORT_POOL,
+    SCHEDULER,
+    SETTINGS,
+    SUPERVISOR,
+)
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
@@ -29,6 +42,7 @@ from app.segment import upkeep as segment_upkeep
 from app.settings import Settings
 from app.sources import runner as source_runner
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
+from storage.clickhouse import AnalyticsStore, open_store
 from storage.db import create_pool
 from storage.migrate import migrate
 
@@ -80,6 +94,33 @@ async def _partition_timer(app: web.Application) -> None:
             await _ensure_partitions_ahead(app)
         except Exception:
             log.exception("creating partitions ahead failed; will retry")
+
+
+def open_analytics(settings: Settings) -> AnalyticsStore:
+    """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set)."""
+    return open_store(url=settings.analytics_url, path=settings.analytics_path,
+                      database=settings.analytics_database, cluster=settings.analytics_cluster,
+                      max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+
+
+def analytics_ctx_for(shared: AnalyticsStore | None):
+    async def analytics_ctx(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        store = shared or await asyncio.to_thread(open_analytics, settings)
+        app[ANALYTICS] = store
+        mirror = Mirror(app[POOL], store, interval=settings.mirror_interval_ms / 1000, batch=settings.mirror_batch)
+        app[MIRROR] = mirror
+        mirror.start()
+        try:
+            yield
+        finally:
+            await mirror.stop()
+            with contextlib.suppress(Exception):  # best effort: what stays in the outbox goes next start
+                await mirror.catch_up()
+            if shared is None:
+                await asyncio.to_thread(store.close)
+
+    return analytics_ctx
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -138,7 +179,8 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
 
 
-def init_app(settings: Settings) -> web.Application:
+def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> web.Application:
+    """`analytics`: an already open store to share (tests; chDB opens one data directory per process)."""
     app = web.Application(
         middlewares=[metrics_middleware, error_middleware, same_origin_middleware, keyed_middleware],
         client_max_size=MAX_BODY,
@@ -150,6 +192,7 @@ def init_app(settings: Settings) -> web.Application:
     app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
     dashboard_session.install(app, settings, app[REDIS])
     app.cleanup_ctx.append(database_ctx)
+    app.cleanup_ctx.append(analytics_ctx_for(analytics))
     app.cleanup_ctx.append(redis_ctx)
     app.cleanup_ctx.append(actors_ctx)
     app.cleanup_ctx.append(scheduler_ctx)

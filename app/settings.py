@@ -63,7 +63,22 @@ class Settings:
     smtp_from: str = "Tally Reports <reports@tally.localhost>"
     # Data sources: CIDRs or host names that production sources may reach although private/loopback.
     sources_allow_hosts: tuple[str, ...] = ()
+    # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
+    # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server
+    # per-query bounds, and the mirror's period and batch size.
+    analytics_url: str | None = None
+    analytics_cluster: str | None = None
+    analytics_dir: Path | None = None
+    analytics_database: str = "tally"
+    analytics_max_threads: int = 2
+    analytics_max_memory_mb: int = 1024
+    mirror_interval_ms: int = 500
+    mirror_batch: int = 20_000
     extra: dict = field(default_factory=dict)
+
+    @property
+    def analytics_path(self) -> Path:
+        return self.analytics_dir or self.data_dir / "analytics"
 
     @property
     def production(self) -> bool:
@@ -110,6 +125,12 @@ class Settings:
             doh_url=os.environ.get("TALLY_DOH_URL") or "https://cloudflare-dns.com/dns-query",
             geoip_db=os.environ.get("TALLY_GEOIP_DB") or None,
             sources_allow_hosts=allow,
+            analytics_url=os.environ.get("TALLY_ANALYTICS_URL") or None,
+            analytics_cluster=os.environ.get("TALLY_ANALYTICS_CLUSTER") or None,
+            analytics_database=os.environ.get("TALLY_ANALYTICS_DATABASE") or "tally",
+            analytics_max_threads=max(1, _int("TALLY_ANALYTICS_MAX_THREADS", 2)),
+            analytics_max_memory_mb=max(64, _int("TALLY_ANALYTICS_MAX_MEMORY_MB", 1024)),
+            mirror_interval_ms=max(10, _int("TALLY_MIRROR_INTERVAL_MS", 500)),
         )
 
 

@@ -7,6 +7,8 @@ from datetime import datetime
 
 import asyncpg
 
+from storage.analytics_mirror import queue_erasure
+
 # Visit dimensions of site events (migration 0013), filled at ingestion; keyed events leave them NULL.
 DIMENSION_COLUMNS = (
     "browser", "browser_version", "os", "os_version", "device",
@@ -85,7 +87,8 @@ async def list_events(
 async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str,
                      erased_at: datetime) -> None:
     """Delete a user's profile and events. The exclusive lock waits for in-flight flushes; the
-    tombstone makes later flushes drop events received before now."""
+    tombstone makes later flushes drop events received before now. The erasure is queued for the
+    analytics store in the same transaction (storage/analytics_mirror.py applies it)."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, env))
         await conn.execute(
@@ -101,3 +104,4 @@ async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user
             "DELETE FROM user_profiles WHERE workspace_id = $1 AND env = $2 AND user_id = $3",
             workspace_id, env, user_id,
         )
+        await queue_erasure(conn, workspace_id, env, user_id)
