@@ -9,6 +9,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 if TYPE_CHECKING:
+    from actors.analytics_mirror import Mirror
     from actors.supervisor import Supervisor
     from actors.workspace import PartitionCache
     from app.keys import KeyCache
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from app.site_runtime import SiteRuntime
     from common.metrics import Metrics
     from common.outages import Outages
+    from storage.clickhouse import AnalyticsStore
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
@@ -34,3 +36,5 @@ METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 OUTAGES: web.AppKey[Outages] = web.AppKey("outages")
 SITE_RUNTIME: web.AppKey[SiteRuntime] = web.AppKey("site_runtime")
 PARTITION_CACHE: web.AppKey[PartitionCache] = web.AppKey("partitions")
+ANALYTICS: web.AppKey[AnalyticsStore] = web.AppKey("analytics")
+MIRROR: web.AppKey[Mirror] = web.AppKey("mirror")

@@ -1,4 +1,4 @@
-"""The `tally` command: serve, keys, plans and migrations."""
+"""The `tally` command: serve, keys, plans, migrations and the analytics store."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import asyncio
 import gc
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import asyncpg
+import orjson
 
 from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
@@ -119,7 +120,21 @@ def parser() -> argparse.ArgumentParser:
     cu.add_argument("--password", required=True)
 
     sub.add_parser("migrate", help="apply pending database migrations")
+
+    an = sub.add_parser("analytics", help="the analytics store (ClickHouse) mirrored from PostgreSQL")
+    an_sub = an.add_subparsers(dest="analytics_command", required=True)
+    rb = an_sub.add_parser("rebuild", help="re-mirror events from PostgreSQL into the analytics store")
+    rb.add_argument("--since", type=_date, help="only events at or after this UTC date (YYYY-MM-DD)")
+    an_sub.add_parser("status", help="mirror lag and row counts in PostgreSQL and the analytics store")
     return p
+
+
+def _date(text: str) -> datetime:
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a date, YYYY-MM-DD") from None
+    return day.replace(tzinfo=UTC)
 
 
 async def _create_key(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
@@ -180,6 +195,36 @@ async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
+    """Opens the store itself. Embedded (chDB) while `tally serve` runs on the same data directory: refused,
+    as the directory belongs to the server. A ClickHouse server: runs beside a live Tally (rebuild takes
+    the mirror's lock, so no round interleaves)."""
+    from app.server import open_analytics
+    from storage import analytics_mirror
+    from storage.clickhouse import StoreBusy
+
+    try:
+        store = await asyncio.to_thread(open_analytics, settings)
+    except StoreBusy as exc:
+        print(f"{exc}; stop the server first, or read `tally_analytics_lag_seconds` from /metrics",
+              file=sys.stderr)
+        return 3
+
+    async def work(conn: asyncpg.Connection) -> int:
+        if args.analytics_command == "rebuild":
+            written = await analytics_mirror.rebuild(conn, store, since=args.since)
+            print(f"rebuilt: {written} events written to the analytics store")
+            return 0
+        status = await analytics_mirror.status(conn, store)
+        print(orjson.dumps(status.json(), option=orjson.OPT_INDENT_2).decode())
+        return 0
+
+    try:
+        return await _with_db(settings, work)
+    finally:
+        await asyncio.to_thread(store.close)
+
+
 COMMANDS = {
     "create-key": _create_key, "revoke-key": _revoke_key, "list-keys": _list_keys,
     "set-plan": _set_plan, "create-user": _create_user, "migrate": _migrate,
@@ -193,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "serve":
             _serve(args, settings)
             return
+        if args.command == "analytics":
+            sys.exit(asyncio.run(_analytics(settings, args)))
         if args.command == "set-plan":
             try:
                 for item in args.limit:

@@ -5,6 +5,7 @@ aiohttp-demos `polls`; route setup (app/routes.py) only adds routes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -12,15 +13,18 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 from redis.asyncio import Redis
 
+from actors.analytics_mirror import Mirror
 from actors.site import SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
 from app.appkeys import (
+    ANALYTICS,
     DATABASE_DSN,
     KEYS,
     LIMITER,
     METRICS,
+    MIRROR,
     OUTAGES,
     PARTITION_CACHE,
     POOL,
@@ -59,6 +63,7 @@ from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
 from common.outages import Outages
 from common.service import Timer
+from storage.clickhouse import AnalyticsStore, open_store
 from storage.db import create_pool
 from storage.migrate import migrate
 
@@ -102,6 +107,36 @@ async def _ensure_partitions_ahead(app: web.Application) -> None:
     now = datetime.now(UTC)
     months = {now, now + timedelta(days=32), now + timedelta(days=64)}
     await app[PARTITION_CACHE].ensure(app[POOL], months)
+
+
+def open_analytics(settings: Settings) -> AnalyticsStore:
+    """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set)."""
+    return open_store(url=settings.analytics_url, path=settings.analytics_path,
+                      database=settings.analytics_database, cluster=settings.analytics_cluster,
+                      max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+
+
+def analytics_ctx_for(shared: AnalyticsStore | None):
+    """The analytics store (or a shared one, which its owner closes) and the mirror that feeds it."""
+
+    async def analytics_ctx(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        store = shared or await asyncio.to_thread(open_analytics, settings)
+        app[ANALYTICS] = store
+        mirror = Mirror(app[POOL], store, interval=settings.mirror_interval_ms / 1000, batch=settings.mirror_batch,
+                        metrics=app[METRICS])
+        app[MIRROR] = mirror
+        mirror.start()
+        try:
+            yield
+        finally:
+            await mirror.stop()
+            with contextlib.suppress(Exception):  # best effort: what stays in the outbox goes next start
+                await mirror.catch_up()
+            if shared is None:
+                await asyncio.to_thread(store.close)
+
+    return analytics_ctx
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -193,9 +228,10 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
 
 
-def init_app(settings: Settings) -> web.Application:
+def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> web.Application:
     """The root application (operations, pages, public dashboards) with the keyed API mounted at /v1 and
-    the site API at /api, each a sub-application with its own middlewares."""
+    the site API at /api, each a sub-application with its own middlewares. `analytics`: an already open
+    store to share (tests; chDB opens one data directory per process)."""
     app = web.Application(middlewares=[metrics_middleware, error_middleware], client_max_size=MAX_BODY)
     page_sessions, site_sessions = dashboard_session.middlewares(dashboard_session.storage_for(app, settings))
     app.middlewares.append(page_sessions)
@@ -209,6 +245,7 @@ def init_app(settings: Settings) -> web.Application:
     app[EXPORT_SLOTS] = ExportSlots()
     app.on_response_prepare.append(nosniff)
     app.cleanup_ctx.append(database_ctx)
+    app.cleanup_ctx.append(analytics_ctx_for(analytics))
     app.cleanup_ctx.append(redis_ctx)
     app.cleanup_ctx.append(site_runtime_ctx)
     app.cleanup_ctx.append(actors_ctx)

@@ -1,25 +1,23 @@
-"""Site analytics read benchmark: 1,000,000 site events, rollups against raw events, one run.
+"""Site analytics read benchmark: the analytics engine (embedded ClickHouse, chDB) against the same reads
+as plain PostgreSQL queries on the same data, in one run.
 
-    .venv/bin/python bench/analytics.py [--events 1000000] [--runs 40] [--raw-runs 5] [--keep]
+    .venv/bin/python bench/analytics.py [--events 10000000] [--runs 11] [--pg-runs 3] [--keep]
 
-DATABASE_URL (default: a fresh database on the local PostgreSQL, dropped at the end) gets the
-migrations, one site and the events, loaded with COPY through the production triggers (which derive
-the rollups and the sessions). Then, per range (24h, 7d, 30d), it times:
-
-- the storage path the views use (app.views.analytics.overview_body and the same series/top calls),
-  once with rollups and the 0004 indexes and once on raw events only, inside a transaction that has
-  dropped the index 0004 adds (rolled back afterwards), so the baseline has only the core indexes;
-- the real HTTP app (GET /api/analytics/overview with a dashboard session, in-process client).
+Creates a fresh database on the local PostgreSQL (BENCH_PG), applies the migrations and generates one
+site's events in SQL (sessions of 5 events spread over 30 days, 200,000 visitors, visit dimensions filled)
+with the events triggers off. Then `tally analytics rebuild`'s code path copies them into a fresh embedded
+store (timed), and each 30-day query is timed interleaved: the engine's storage call (what the HTTP views
+run) and a straightforward PostgreSQL query of the same numbers. Prints p50/p99 per side, bytes per event
+on each side, the rebuild rate and the process's peak RSS (chDB runs in this process).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import math
 import os
-import random
+import resource
 import secrets
 import sys
 import tempfile
@@ -28,98 +26,71 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
-import aiohttp
 import asyncpg
-from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.dashboard_session import hash_password  # noqa: E402
-from app.server import init_app  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from app.views.analytics import _series, overview_body  # noqa: E402
+from app.views.analytics import overview_body  # noqa: E402
 from app.views.analytics_params import Site, window_for  # noqa: E402
-from storage import accounts  # noqa: E402
 from storage import analytics as store  # noqa: E402
+from storage.analytics_mirror import rebuild  # noqa: E402
+from storage.clickhouse import open_store  # noqa: E402
 from storage.db import init_connection  # noqa: E402
-from storage.events import EventRow, copy_events, ensure_partitions  # noqa: E402
-from storage.ids import new_id  # noqa: E402
+from storage.events import ensure_partitions  # noqa: E402
 from storage.migrate import migrate  # noqa: E402
+from storage.site_filters import Filter  # noqa: E402
 from storage.workspaces import ensure_workspace  # noqa: E402
 
 ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-SPAN = timedelta(days=30)
-RANGES = ["24h", "7d", "30d"]
-CHUNK = 50_000
+SITE = Site("bench-site", "bench.example")
+CHUNK = 1_000_000
+
+# Sessions of 5 events (g / 5), newest first over 30 days; 80% pageviews; a third of the pages under /blog.
+GENERATE = """
+INSERT INTO events (id, workspace_id, env, site_id, name, session_id, properties, url, path, referrer, title,
+                    viewport_w, country, ip_hash, ts, received_at, browser, os, device, source, channel)
+SELECT 'evt_b' || g, $1, 'live', 'bench-site', CASE WHEN g % 10 < 8 THEN 'pageview' ELSE 'click' END,
+       'ses_' || (g / 5), '{}'::jsonb, 'https://bench.example' || p, p,
+       (ARRAY['', 'https://www.google.com/', 'https://news.ycombinator.com/item', 'https://t.co/x'])[1 + (g / 5) % 4],
+       'Title', 1280, (ARRAY['US', 'DE', 'FR', 'GB', 'IN', 'BR'])[1 + (g / 5 / 7) % 6], 'v' || ((g / 5) % 200000),
+       t, t, (ARRAY['Chrome', 'Firefox', 'Safari'])[1 + (g / 5) % 3],
+       (ARRAY['Windows', 'macOS', 'Android'])[1 + (g / 5 / 3) % 3],
+       (ARRAY['desktop', 'mobile'])[1 + (g / 5) % 2],
+       (ARRAY['', 'Google', 'Hacker News', 'Twitter'])[1 + (g / 5) % 4],
+       (ARRAY['Direct', 'Organic Search', 'Referral', 'Organic Social'])[1 + (g / 5) % 4]
+FROM (SELECT g, CASE WHEN g % 3 = 0 THEN '/blog/post-' || (g % 97) ELSE '/docs/' || (g % 300) END AS p,
+             $2::timestamptz - $3::interval * ((g / 5)::float8 / $4) + (g % 5) * interval '40 seconds' AS t
+      FROM generate_series($5::bigint, $6::bigint) AS g) s
+"""
+
+CASES = {
+    "unfiltered": ((), ""),
+    "path contains /blog": ((Filter("page", "~=", "/blog"),), " AND strpos(lower(path), '/blog') > 0"),
+    "country = DE": ((Filter("country", "==", "DE"),), " AND country = 'DE'"),
+    "3 filters": ((Filter("country", "==", "DE"), Filter("page", "~=", "/blog"), Filter("browser", "==", "Chrome")),
+                  " AND country = 'DE' AND strpos(lower(path), '/blog') > 0 AND browser = 'Chrome'"),
+}
 
 
-def build_data(site_id: str, workspace_id: int, total: int, now: datetime, seed: int = 7):
-    """Sessions spread uniformly over the last 30 days, ~5 events each (first one a pageview)."""
-    rnd = random.Random(seed)
-    paths = [f"/docs/{i}" if i % 3 else f"/blog/post-{i}" for i in range(300)]
-    cumulative = list(itertools.accumulate(1 / (i + 1) for i in range(300)))  # Zipf-like popularity
-    referrers = ["", "", "", "https://www.google.com/", "https://news.ycombinator.com/item?id=1",
-                 *(f"https://ref{i}.example/x" for i in range(40))]
-    countries = ["US", "DE", "FR", "GB", "IN", "BR", "JP", "CA", "NL", "SE", *(f"C{i}" for i in range(20))]
-    visitors = [secrets.token_hex(8) for _ in range(60_000)]
-    events, sessions = [], []
-    while len(events) < total:
-        sid = new_id("ses")
-        start = now - SPAN * rnd.random()
-        visitor, country, referrer = rnd.choice(visitors), rnd.choice(countries), rnd.choice(referrers)
-        n = min(total - len(events), 1 + min(int(rnd.expovariate(0.25)), 30))
-        ts, pageviews, path = start, 0, "/"
-        for i in range(n):
-            name = "pageview" if i == 0 or rnd.random() < 0.8 else rnd.choice(["outbound", "signup", "click"])
-            if name == "pageview":
-                path = rnd.choices(paths, cum_weights=cumulative)[0]
-                pageviews += 1
-            events.append(EventRow(new_id("evt"), workspace_id, "live", name, ts, ts, site_id=site_id, session_id=sid,
-                                   properties={"plan": "pro"} if name == "signup" else None,
-                                   url=f"https://bench.example{path}", path=path, referrer=referrer, title="Title",
-                                   viewport_w=1280, country=country, ip_hash=visitor))
-            ts = min(ts + timedelta(seconds=rnd.randint(5, 180)), now)
-        sessions.append((site_id, sid, start, ts, pageviews, n, None, None, referrer or None, country))
-    return events, sessions
-
-
-async def load(conn: asyncpg.Connection, total: int) -> Site:
-    workspace_id = await ensure_workspace(conn, "bench")
-    site = Site("bench-site", "bench.example")
-    await conn.execute("INSERT INTO sites (id, workspace_id, domain, verification_token) VALUES ($1, $2, $3, 't') "
-                       "ON CONFLICT DO NOTHING", site.id, workspace_id, site.domain)
-    now = datetime.now(UTC)
-    started = time.perf_counter()
-    events, sessions = build_data(site.id, workspace_id, total, now)
-    print(f"generated {len(events):,} events, {len(sessions):,} sessions in {time.perf_counter() - started:.1f}s")
-    await ensure_partitions(conn, {now - SPAN + timedelta(days=d) for d in range(0, 32, 5)} | {now})
-    started = time.perf_counter()
-    for i in range(0, len(events), CHUNK):
-        await copy_events(conn, events[i:i + CHUNK])  # one COPY per chunk; the triggers make rollups and sessions
-    print(f"loaded with COPY (rollup and session triggers on) in {time.perf_counter() - started:.1f}s")
-    await conn.execute("VACUUM ANALYZE")
-    return site
-
-
-async def trigger_cost(conn: asyncpg.Connection, site: Site, rows: int = 50_000) -> tuple[float, float]:
-    """Seconds to COPY `rows` more site events with and without the site triggers (both rolled back)."""
-    workspace_id = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site.id)
-    events, _ = build_data(site.id, workspace_id, rows, datetime.now(UTC), seed=11)
-    out = []
-    for trigger in (True, False):
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            if not trigger:
-                await conn.execute("ALTER TABLE events DISABLE TRIGGER events_site_rollup")
-                await conn.execute("ALTER TABLE events DISABLE TRIGGER events_site_sessions")
-            started = time.perf_counter()
-            await copy_events(conn, events)
-            out.append(time.perf_counter() - started)
-        finally:
-            await tx.rollback()
-    return out[0], out[1]
+async def pg_overview(conn: asyncpg.Connection, start: datetime, end: datetime, extra: str) -> list:
+    """The overview's numbers as plain SQL on events (what the engine replaces)."""
+    scope = "site_id = $1 AND ts >= $2 AND ts < $3" + extra
+    args = (SITE.id, start, end)
+    out = [await conn.fetchrow(f"SELECT count(*), count(*) FILTER (WHERE name = 'pageview'), "
+                               f"count(DISTINCT ip_hash) FROM events WHERE {scope}", *args)]
+    out.append(await conn.fetchrow(
+        "WITH s AS (SELECT session_id, min(ts) AS first, max(ts) AS last, count(*) FILTER (WHERE name = 'pageview') "
+        "AS pv FROM events WHERE site_id = $1 AND ts >= $2::timestamptz - interval '1 day' AND ts < $3 "
+        "GROUP BY session_id HAVING min(ts) >= $2) SELECT count(*), count(*) FILTER (WHERE pv = 1), "
+        "avg(extract(epoch FROM last - first)) FROM s "
+        f"WHERE session_id IN (SELECT session_id FROM events WHERE {scope})", *args))
+    for column in ("path", "referrer", "country"):
+        out.append(await conn.fetch(f"SELECT {column}, count(*) AS c FROM events WHERE {scope} AND name = 'pageview' "
+                                    f"AND {column} <> '' GROUP BY 1 ORDER BY c DESC LIMIT 20", *args))
+    out.append(await conn.fetch(f"SELECT date_trunc('day', ts, 'UTC'), count(*) FROM events WHERE {scope} "
+                                "AND name = 'pageview' GROUP BY 1", *args))
+    return out
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -127,129 +98,123 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-async def timed(fn, runs: int) -> list[float]:
-    await fn()  # warm the plan cache
-    out = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        await fn()
-        out.append((time.perf_counter() - started) * 1000)
-    return out
+async def timed(fn) -> float:
+    started = time.perf_counter()
+    await fn()
+    return (time.perf_counter() - started) * 1000
 
 
-def queries(conn: asyncpg.Connection, site: Site, range_name: str, rollups: bool) -> dict:
-    w = window_for(range_name)
-    none = store.Filters()
-    grain = w.grain if rollups else None
-    return {
-        "overview": lambda: overview_body(conn, site, w, none, rollups=rollups),
-        "timeseries": lambda: _series(conn, site.id, w, w.unit, "pageview", none, rollups=rollups),
-        "top-pages": lambda: store.top(conn, site.id, w.start, w.end, dim="p", name="pageview", domain=site.domain,
-                                       limit=20, grain=grain, filters=none),
-    }
+async def generate(conn: asyncpg.Connection, total: int, now: datetime) -> None:
+    ws = await ensure_workspace(conn, "bench")
+    await conn.execute("INSERT INTO sites (id, workspace_id, domain, verification_token) VALUES ($1, $2, $3, 't') "
+                       "ON CONFLICT DO NOTHING", SITE.id, ws, SITE.domain)
+    await ensure_partitions(conn, {now - timedelta(days=d) for d in range(0, 35, 5)} | {now})
+    await conn.execute("ALTER TABLE events DISABLE TRIGGER USER")
+    started = time.perf_counter()
+    for lo in range(0, total, CHUNK):
+        await conn.execute(GENERATE, ws, now, timedelta(days=30), max(1, total // 5), lo, min(total, lo + CHUNK) - 1)
+        print(f"  generated {min(total, lo + CHUNK):,} events", file=sys.stderr)
+    await conn.execute("ALTER TABLE events ENABLE TRIGGER USER")
+    await conn.execute("VACUUM ANALYZE events")
+    print(f"generated {total:,} events in SQL in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
-async def bench_storage(conn: asyncpg.Connection, site: Site, runs: int, raw_runs: int) -> dict:
-    results = {}
-    for range_name in RANGES:
-        for name, fn in queries(conn, site, range_name, True).items():
-            results[(name, range_name, "rollups")] = await timed(fn, runs)
-    tx = conn.transaction()
-    await tx.start()
-    try:
-        await conn.execute("DROP INDEX events_site_name_ts")  # baseline: core indexes only
-        for range_name in RANGES:
-            for name, fn in queries(conn, site, range_name, False).items():
-                results[(name, range_name, "raw")] = await timed(fn, raw_runs)
-        raw = {r: await overview_body(conn, site, window_for(r), store.Filters(), rollups=False) for r in RANGES}
-    finally:
-        await tx.rollback()
-    for r in RANGES:  # the two paths must agree
-        assert raw[r] == await overview_body(conn, site, window_for(r), store.Filters()), f"mismatch in {r}"
-    return results
-
-
-async def bench_http(dsn: str, site: Site, runs: int) -> dict:
-    settings = Settings(database_url=dsn, secret="bench-" + "x" * 32, data_dir=Path(tempfile.mkdtemp()),
-                        run_scheduler=False, access_log=False)
-    conn = await asyncpg.connect(dsn)
-    try:
-        await accounts.upsert_account(conn, "bench@example.com", hash_password("bench password"), "bench")
-    finally:
-        await conn.close()
-    runner = web.AppRunner(init_app(settings), access_log=None)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    port = tcp._server.sockets[0].getsockname()[1]
-    results = {}
-    try:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}", cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-            resp = await http.post("/api/auth/login", json={"email": "bench@example.com", "password": "bench password"})
-            assert resp.status == 200, await resp.text()
-            for range_name in RANGES:
-                async def get(r=range_name):
-                    async with http.get("/api/analytics/overview", params={"siteId": site.id, "range": r}) as resp:
-                        assert resp.status == 200, await resp.text()
-                        await resp.read()
-                results[("overview (HTTP)", range_name, "rollups")] = await timed(get, runs)
-    finally:
-        await runner.cleanup()
-    return results
-
-
-def table(results: dict) -> str:
-    lines = ["| query | range | rollups p50 / p99 (ms) | raw events p50 / p99 (ms) |",
-             "|---|---|---|---|"]
-    names = list(dict.fromkeys(k[0] for k in results))
-    for name in names:
-        for r in RANGES:
-            cells = []
-            for mode in ("rollups", "raw"):
-                s = results.get((name, r, mode))
-                cells.append(f"{pct(s, 0.5):.1f} / {pct(s, 0.99):.1f}" if s else "-")
-            lines.append(f"| {name} | {r} | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines)
+async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
+    pg_all = await conn.fetchval("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i "
+                                 "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")
+    pg_heap = await conn.fetchval("SELECT sum(pg_table_size(c.oid)) FROM pg_inherits i "
+                                  "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")
+    ch = (await db.query("SELECT sum(bytes_on_disk), sum(data_uncompressed_bytes) FROM system.parts "
+                         "WHERE database = {d:String} AND table = 'site_events' AND active", {"d": db.database}))[0]
+    return ["| store | bytes on disk | bytes per event |", "|---|---:|---:|",
+            f"| PostgreSQL events (heap + TOAST) | {pg_heap:,} | {pg_heap / total:.0f} |",
+            f"| PostgreSQL events (with its indexes) | {pg_all:,} | {pg_all / total:.0f} |",
+            f"| ClickHouse site_events (compressed) | {ch[0]:,} | {ch[0] / total:.1f} |",
+            f"| ClickHouse site_events (uncompressed) | {ch[1]:,} | {ch[1] / total:.0f} |"]
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--raw-runs", type=int, default=5)
-    parser.add_argument("--keep", action="store_true", help="keep the database created for the run")
-    parser.add_argument("--reuse", action="store_true", help="with DATABASE_URL: skip loading if the site has data")
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--pg-runs", type=int, default=3)
+    parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    dsn, created = os.environ.get("DATABASE_URL"), None
-    if not dsn:
-        created = f"tally_bench_analytics_{secrets.token_hex(3)}"
-        admin = await asyncpg.connect(ADMIN)
-        await admin.execute(f'CREATE DATABASE "{created}"')
-        await admin.close()
-        dsn = urlparse(ADMIN)._replace(path=f"/{created}").geturl()
+    name = f"tally_bench_analytics_{secrets.token_hex(3)}"
+    admin = await asyncpg.connect(ADMIN)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
+    now = datetime.now(UTC)
+    db = None
     try:
-        conn = await asyncpg.connect(dsn)
+        conn = await asyncpg.connect(dsn, server_settings={"plan_cache_mode": "force_custom_plan"})
         await init_connection(conn)
         await migrate(conn)
-        loaded = await conn.fetchval("SELECT count(*) FROM sessions WHERE site_id = 'bench-site'")
-        if args.reuse and loaded:
-            site = Site("bench-site", "bench.example")
-            print("reusing the loaded site (its events were timed relative to the original load)")
-        else:
-            site = await load(conn, args.events)
-        results = await bench_storage(conn, site, args.runs, args.raw_runs)
-        results.update(await bench_http(dsn, site, args.runs))
-        with_trigger, without = await trigger_cost(conn, site)  # last: its rolled-back rows leave dead tuples
+        await generate(conn, args.events, now)
+        db = await asyncio.to_thread(open_store, url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-ch-")),
+                                     database="bench")
+        started = time.perf_counter()
+        written = await rebuild(conn, db)
+        rebuild_s = time.perf_counter() - started
+        print(f"rebuild: {written:,} events in {rebuild_s:.0f} s ({written / rebuild_s:,.0f} events/s)",
+              file=sys.stderr)
+        await db.command("OPTIMIZE TABLE bench.site_events FINAL")  # as merges leave it after a while
+
+        w = window_for("30d")
+        first, last = w.buckets("day")
+        results: dict[str, tuple[list, list]] = {}
+        for label, (terms, pg_extra) in CASES.items():
+            filters = store.Filters(extra=terms)
+            results[f"overview, {label}"] = (
+                lambda f=filters: overview_body(db, SITE, w, f),
+                lambda e=pg_extra: pg_overview(conn, w.start, w.end, e))
+        de, blog = CASES["country = DE"], CASES["path contains /blog"]
+        results["top pages, country = DE"] = (
+            lambda: store.top(db, SITE.id, w.start, w.end, dim="p", name="pageview", domain=SITE.domain, limit=20,
+                              filters=store.Filters(extra=de[0])),
+            lambda: conn.fetch("SELECT path, count(*) AS c FROM events WHERE site_id = $1 AND ts >= $2 AND ts < $3"
+                               f"{de[1]} AND name = 'pageview' GROUP BY 1 ORDER BY c DESC LIMIT 20",
+                               SITE.id, w.start, w.end))
+        results["daily series, path contains /blog"] = (
+            lambda: store.series(db, SITE.id, w.start, w.end, name="pageview", interval="day", first=first,
+                                 last=last, filters=store.Filters(extra=blog[0])),
+            lambda: conn.fetch("SELECT date_trunc('day', ts, 'UTC'), count(*) FROM events WHERE site_id = $1 "
+                               f"AND ts >= $2 AND ts < $3{blog[1]} AND name = 'pageview' GROUP BY 1",
+                               SITE.id, w.start, w.end))
+        results["breakdown by browser, 2 filters"] = (
+            lambda: store.breakdown(db, SITE.id, w.start, w.end, prop="browser", goals=[], limit=20, offset=0,
+                                    filters=store.Filters(extra=(*de[0], *blog[0]))),
+            lambda: conn.fetch("SELECT browser, count(DISTINCT ip_hash), count(DISTINCT session_id), count(*) "
+                               "FROM events WHERE site_id = $1 AND ts >= $2 AND ts < $3"
+                               f"{de[1]}{blog[1]} GROUP BY 1", SITE.id, w.start, w.end))
+        table = ["| 30-day query | ClickHouse (chDB) p50 / p99 ms | PostgreSQL p50 / p99 ms | ratio (p50) |",
+                 "|---|---:|---:|---:|"]
+        for label, (engine, pg) in results.items():
+            await engine()  # warm
+            ch_ms, pg_ms = [], []
+            for i in range(args.runs):
+                ch_ms.append(await timed(engine))
+                if i < args.pg_runs:
+                    pg_ms.append(await timed(pg))
+            table.append(f"| {label} | {pct(ch_ms, .5):.0f} / {pct(ch_ms, .99):.0f} | {pct(pg_ms, .5):.0f} / "
+                         f"{pct(pg_ms, .99):.0f} | {pct(pg_ms, .5) / pct(ch_ms, .5):.0f}x |")
+            print(table[-1], file=sys.stderr)
+        size_table = await sizes(conn, db, args.events)
         await conn.close()
-        print(f"\n{args.events:,} site events; storage rows: {args.runs} runs with rollups, {args.raw_runs} raw\n")
-        print(table(results))
-        print(f"\nCOPY of 50,000 more site events: {with_trigger:.2f}s with the site triggers, "
-              f"{without:.2f}s without ({with_trigger / without:.1f}x)")
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"\n{args.events:,} site events over 30 days; {args.runs} engine runs, {args.pg_runs} PostgreSQL runs "
+              "per query, interleaved\n")
+        print("\n".join(table))
+        print()
+        print("\n".join(size_table))
+        print(f"\nrebuild from PostgreSQL: {written / rebuild_s:,.0f} events/s; peak RSS of this process "
+              f"(chDB in process): {rss:,.0f} MB")
     finally:
-        if created and not args.keep:
-            admin = await asyncpg.connect(ADMIN)
-            await admin.execute(f'DROP DATABASE IF EXISTS "{created}" WITH (FORCE)')
-            await admin.close()
+        if db is not None:
+            db.close()
+        if not args.keep:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
 
 
 if __name__ == "__main__":

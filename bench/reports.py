@@ -1,10 +1,12 @@
-"""Report benchmark: every report type over 1,000,000 keyed events, timed through the runner the API uses.
+"""Report benchmark: the built-in reports on the analytics engine (embedded ClickHouse) against the same
+reports as they ran on PostgreSQL (bench/report_queries_postgres.py), on the same keyed events, one run.
 
-    .venv/bin/python bench/reports.py [--events 1000000] [--users 50000] [--runs 5] [--keep]
+    .venv/bin/python bench/reports.py [--events 10000000] [--users 50000] [--runs 5] [--pg-runs 2] [--keep]
 
-Creates a fresh database on the local PostgreSQL (BENCH_PG, default postgres@127.0.0.1:5432), applies
-the migrations, COPYs the events (30 days, four event names, a `plan` property) and user traits into one
-workspace, ANALYZEs, then times each report `--runs` times and prints a Markdown table (median, min).
+Creates a fresh database on the local PostgreSQL (BENCH_PG), generates the events in SQL with the events
+triggers off (30 days, four event names, a `plan` property) and the users' traits, ANALYZEs, copies the
+events into a fresh embedded store with `tally analytics rebuild`'s code, then times each report through
+the runner the API uses (engine) and through the former PostgreSQL SQL, interleaved.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
+import resource
 import secrets
 import statistics
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,36 +29,38 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.reports.runner import run_report  # noqa: E402
+import report_queries_postgres as pgq  # noqa: E402
+
+from app.reports.runner import parse_group, run_report  # noqa: E402
 from app.settings import Settings  # noqa: E402
+from storage.analytics_mirror import rebuild  # noqa: E402
+from storage.clickhouse import open_store  # noqa: E402
 from storage.db import create_pool, init_connection  # noqa: E402
-from storage.events import EventRow, copy_events, ensure_partitions  # noqa: E402
+from storage.events import ensure_partitions  # noqa: E402
 from storage.migrate import migrate  # noqa: E402
-from storage.users import merge_traits  # noqa: E402
 from storage.workspaces import ensure_workspace  # noqa: E402
 
 ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-NAMES = [("view", 0.6), ("login", 0.25), ("signup", 0.1), ("purchase", 0.05)]
 PLANS = ["free", "pro", "enterprise"]
-CHUNK = 50_000
-
-
-def events(workspace_id: int, total: int, users: int, start: datetime, seed: int = 11):
-    rnd = random.Random(seed)
-    names, weights = zip(*NAMES, strict=True)
-    span = 30 * 86_400
-    for i in range(total):
-        at = start + timedelta(seconds=rnd.random() * span)
-        user = f"u{rnd.randrange(users)}"
-        yield EventRow(f"evt_{i:010d}", workspace_id, "live", rnd.choices(names, weights)[0], at, at, user_id=user,
-                       properties={"plan": rnd.choice(PLANS)})
+CHUNK = 1_000_000
+# view 60%, login 25%, signup 10%, purchase 5% (by g % 20), users by a multiplicative hash of g.
+GENERATE = """
+INSERT INTO events (id, workspace_id, env, site_id, name, user_id, properties, ts, received_at)
+SELECT 'evt_' || g, $1, 'live', NULL,
+       CASE WHEN g % 20 < 12 THEN 'view' WHEN g % 20 < 17 THEN 'login' WHEN g % 20 < 19 THEN 'signup'
+            ELSE 'purchase' END,
+       'u' || ((g * 7919) % $2), jsonb_build_object('plan', (ARRAY['free', 'pro', 'enterprise'])[1 + g % 3]),
+       t, t
+FROM (SELECT g, $3::timestamptz + interval '30 days' * ((g * 104729) % 1000003)::float8 / 1000003 AS t
+      FROM generate_series($4::bigint, $5::bigint) AS g) s
+"""
 
 
 def reports(start: datetime, end: datetime) -> list[tuple[str, str, dict]]:
     window = {"from": start.isoformat(), "to": end.isoformat()}
     return [
         ("event_volume, 4 events, daily", "event_volume",
-         {"events": [n for n, _ in NAMES], **window}),
+         {"events": ["view", "login", "signup", "purchase"], **window}),
         ("event_volume, hourly, by traits.plan", "event_volume",
          {"events": ["view", "purchase"], "interval": "hour", "group_by": "traits.plan", **window}),
         ("funnel, 3 steps, 7-day window", "funnel", {"events": ["view", "signup", "purchase"], **window}),
@@ -65,41 +70,52 @@ def reports(start: datetime, end: datetime) -> list[tuple[str, str, dict]]:
          {"start_event": "signup", "return_event": "login", **window}),
         ("retention, weekly, 4 periods", "retention",
          {"start_event": "signup", "return_event": "login", "period": "week", "periods": 4, **window}),
-        ("custom SQL, count by event", "custom",
-         {"sql": "SELECT event, count(*) AS n, count(DISTINCT user_id) AS users FROM events GROUP BY event"}),
     ]
 
 
-async def load(dsn: str, total: int, users: int, start: datetime) -> int:
-    conn = await asyncpg.connect(dsn)
-    await init_connection(conn)
-    try:
-        await migrate(conn)
-        ws = await ensure_workspace(conn, "bench-reports")
-        await ensure_partitions(conn, [start + timedelta(days=d) for d in range(0, 32, 7)])
-        t0 = time.perf_counter()
-        batch = []
-        for record in events(ws, total, users, start):
-            batch.append(record)
-            if len(batch) == CHUNK:
-                await copy_events(conn, batch)
-                batch = []
-        if batch:
-            await copy_events(conn, batch)
-        traits = {f"u{i}": ({"plan": PLANS[i % 3]}, start) for i in range(users)}
-        await merge_traits(conn, ws, "live", traits)
-        await conn.execute("ANALYZE events; ANALYZE user_profiles")
-        print(f"loaded {total:,} events for {users:,} users in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        return ws
-    finally:
-        await conn.close()
+async def postgres_run(pool: asyncpg.Pool, ws: int, kind: str, config: dict, now: datetime) -> int:
+    start, end = datetime.fromisoformat(config["from"]), datetime.fromisoformat(config["to"])
+    async with pool.acquire() as conn, pgq.scoped_run(conn, 600_000):
+        if kind == "event_volume":
+            group_kind, path = parse_group(config.get("group_by"))
+            rows = await pgq.event_volume(conn, ws, "live", events=config["events"], start=start, end=end,
+                                          interval=config.get("interval", "day"), group_kind=group_kind,
+                                          group_path=path)
+        elif kind == "funnel":
+            group_kind, path = parse_group(config.get("group_by"))
+            rows = await pgq.funnel(conn, ws, "live", events=config["events"], start=start, end=end, window_days=7,
+                                    group_kind=group_kind, group_path=path)
+        else:
+            rows = await pgq.retention(conn, ws, "live", start_event=config["start_event"],
+                                       return_event=config["return_event"], start=start, end=end,
+                                       period=config.get("period", "day"), periods=config.get("periods", 8), now=now)
+    return len(rows)
+
+
+async def load(conn: asyncpg.Connection, total: int, users: int, start: datetime) -> int:
+    ws = await ensure_workspace(conn, "bench-reports")
+    await ensure_partitions(conn, [start + timedelta(days=d) for d in range(0, 35, 5)])
+    await conn.execute("ALTER TABLE events DISABLE TRIGGER USER")
+    t0 = time.perf_counter()
+    for lo in range(0, total, CHUNK):
+        await conn.execute(GENERATE, ws, users, start, lo, min(total, lo + CHUNK) - 1)
+    await conn.execute("ALTER TABLE events ENABLE TRIGGER USER")
+    await conn.execute(
+        "INSERT INTO user_profiles (workspace_id, env, user_id, traits, created_at) "
+        "SELECT $1, 'live', 'u' || i, jsonb_build_object('plan', (ARRAY['free', 'pro', 'enterprise'])[1 + i % 3]), $3 "
+        "FROM generate_series(0, $2 - 1) AS i", ws, users, start)
+    await conn.execute("VACUUM ANALYZE events")
+    await conn.execute("ANALYZE user_profiles")
+    print(f"generated {total:,} events for {users:,} users in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return ws
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--users", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--pg-runs", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
 
@@ -107,26 +123,50 @@ async def main() -> None:
     admin = await asyncpg.connect(ADMIN)
     await admin.execute(f'CREATE DATABASE "{name}"')
     dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
-    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    now = datetime.now(UTC)
+    end = now.replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=30)
+    db = None
     try:
-        ws = await load(dsn, args.events, args.users, start)
+        conn = await asyncpg.connect(dsn)
+        await init_connection(conn)
+        await migrate(conn)
+        ws = await load(conn, args.events, args.users, start)
+        db = await asyncio.to_thread(open_store, url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-ch-")),
+                                     database="bench")
+        t0 = time.perf_counter()
+        written = await rebuild(conn, db)
+        print(f"rebuild: {written:,} events in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        await db.command("OPTIMIZE TABLE bench.keyed_events FINAL")
+        await conn.close()
         pool = await create_pool(dsn, min_size=1, max_size=2)
-        settings = Settings(database_url=dsn, report_timeout_seconds=300, custom_sql_timeout_seconds=300)
-        print(f"\n{args.events:,} events, {args.users:,} users, 30 days; {args.runs} runs each\n")
-        print("| report | rows | median ms | min ms |")
-        print("|---|---:|---:|---:|")
+        settings = Settings(database_url=dsn, report_timeout_seconds=600, custom_sql_timeout_seconds=600)
+        lines = ["| report | rows | engine p50 ms | engine min ms | PostgreSQL p50 ms | ratio (p50) |",
+                 "|---|---:|---:|---:|---:|---:|"]
         for label, kind, config in reports(start, end):
-            times, rows = [], 0
-            for _ in range(args.runs):
+            engine, postgres, rows = [], [], 0
+            for i in range(args.runs):
                 t0 = time.perf_counter()
                 result = await run_report(pool, settings, workspace_id=ws, env="live", plan="enterprise",
-                                          report_type=kind, config=config)
-                times.append((time.perf_counter() - t0) * 1000)
+                                          report_type=kind, config=config, analytics=db)
+                engine.append((time.perf_counter() - t0) * 1000)
                 rows = len(result.rows)
-            print(f"| {label} | {rows} | {statistics.median(times):.0f} | {min(times):.0f} |")
+                if i < args.pg_runs:
+                    t0 = time.perf_counter()
+                    await postgres_run(pool, ws, kind, config, now)
+                    postgres.append((time.perf_counter() - t0) * 1000)
+            e, p = statistics.median(engine), statistics.median(postgres)
+            lines.append(f"| {label} | {rows} | {e:.0f} | {min(engine):.0f} | {p:.0f} | {p / e:.0f}x |")
+            print(lines[-1], file=sys.stderr)
         await pool.close()
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"\n{args.events:,} events, {args.users:,} users, 30 days; engine {args.runs} runs, PostgreSQL "
+              f"{args.pg_runs} runs, interleaved\n")
+        print("\n".join(lines))
+        print(f"\npeak RSS of this process (chDB in process): {rss:,.0f} MB")
     finally:
+        if db is not None:
+            db.close()
         if not args.keep:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()

@@ -51,6 +51,15 @@ class Metrics:
         self.dependency_fallbacks = Counter("tally_dependency_fallbacks_total",
                                             "Operations served from process memory while Redis was down",
                                             ["use"], registry=r)
+        self.mirror_events = Counter("tally_analytics_mirrored_events_total",
+                                     "Events written to the analytics store by the mirror", registry=r)
+        self.mirror_round_seconds = Histogram("tally_analytics_mirror_round_seconds",
+                                              "Duration of one mirror round that moved events", registry=r,
+                                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.mirror_lag = Gauge("tally_analytics_lag_seconds",
+                                "Age of the oldest committed event not yet in the analytics store", registry=r)
+        self.mirror_pending = Gauge("tally_analytics_pending_events",
+                                    "Committed events not yet in the analytics store", registry=r)
         self._route_children: dict[tuple[str, str, int], tuple] = {}
 
     def route(self, method: str, route: str, status: int) -> tuple:

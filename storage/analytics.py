@@ -1,38 +1,77 @@
-"""Aggregates of the site analytics API: totals, visitors, sessions, time series and top lists.
+"""Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
+time series and top lists, under any combination of filters from storage/site_filters.py.
 
-Each aggregate has two sources. Rollups (migration 0004, grain 'h' or 'd') answer unfiltered windows
-that start on an hour or day boundary; raw events answer the 1h range, minute series and any
-path/referrer/country filter. Both use the same key functions, so they agree to the row (the tests
-and bench/analytics.py compare them). Windows are [start, end) in UTC.
+Every read uses FINAL, so a mirror batch written twice still counts once. Sessions are derived per query
+from the events (grouped by the 64-bit hash of the session id, with a 24-hour look-back so that a session
+is attributed to the window its first event falls in). Windows are [start, end) in UTC. SQL is assembled
+from constant fragments; every value is a bound parameter.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import asyncpg
 
-DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
-# Raw column and key expression of each dimension; keys are computed once per distinct raw value.
-_DIM_KEY = {
-    "p": ("path", "tally_page_key(raw)"),
-    "r": ("referrer", "tally_referrer_key(raw, ${})"),
-    "c": ("country", "nullif(raw, '')"),
-}
+from storage.clickhouse import AnalyticsStore, Params
+from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
+
+TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
+_TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
+SESSION_LOOKBACK = timedelta(hours=24)
+# Columns of site_events behind each filterable dimension (entry/exit pages and goals are handled apart).
+_COLUMN = {d: c for d, c in DIMENSIONS.items() if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
+_ENTRY = "argMinIf(page, (ts, id), name = 'pageview' AND page != '')"
+_EXIT = "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')"
+_UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
+
+
+class UnsupportedFilter(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class GoalFilter:
+    """A `goal` term with the site's goals it may name; an unknown goal name matches nothing."""
+    term: Filter
+    goals: tuple
+
+    @property
+    def dimension(self) -> str:
+        return "goal"
 
 
 @dataclass(frozen=True, slots=True)
 class Filters:
+    """The spec's own filter parameters; `where()` turns them into site_filters terms."""
     name: str | None = None  # exact event name
-    path: str | None = None  # case-insensitive substring
-    referrer: str | None = None  # case-insensitive substring
+    path: str | None = None  # case-insensitive substring of the page
+    referrer: str | None = None  # case-insensitive substring of the referrer
     country: str | None = None  # exact two-letter code
+    extra: tuple[Filter, ...] = ()  # `filter=` terms (issue 12 vocabulary)
+    goals: tuple = ()  # the site's goals (Goal), which `goal` terms name
 
-    @property
-    def beyond_rollups(self) -> bool:
-        """Rollups carry no path/referrer/country dimension combined with another one."""
-        return bool(self.path or self.referrer or self.country)
+    def without_name(self) -> Filters:
+        return Filters(None, self.path, self.referrer, self.country,
+                       tuple(f for f in self.extra if f.dimension != "event"), self.goals)
+
+    def without_goals(self) -> Filters:
+        return Filters(self.name, self.path, self.referrer, self.country,
+                       tuple(f for f in self.extra if f.dimension != "goal"), self.goals)
+
+    def terms(self) -> list[Filter]:
+        out = list(self.extra)
+        if self.name:
+            out.append(Filter("event", "==", self.name))
+        if self.path:
+            out.append(Filter("page", "~=", self.path))
+        if self.referrer:
+            out.append(Filter("referrer", "~=", self.referrer))
+        if self.country:
+            out.append(Filter("country", "==", self.country))
+        return [GoalFilter(f, self.goals) if f.dimension == "goal" else f for f in out]
 
 
 async def site_in_workspace(conn: asyncpg.Connection, site_id: str, workspace_id: int) -> asyncpg.Record | None:
@@ -41,51 +80,68 @@ async def site_in_workspace(conn: asyncpg.Connection, site_id: str, workspace_id
     )
 
 
-def raw_where(args: list, filters: Filters, *, name: str | None = None) -> str:
-    """Conditions on events for args = [site_id, start, end, ...]; appends the filter values to args.
-    `name` (when given) replaces filters.name. Fragments are constants; values are always bound."""
-    sql = ["site_id = $1 AND ts >= $2 AND ts < $3"]
-    name = name if name is not None else filters.name
-    if name is not None:
-        args.append(name)
-        sql.append(f"name = ${len(args)}")
-    if filters.path:
-        args.append(filters.path.lower())
-        sql.append(f"strpos(lower(path), ${len(args)}) > 0")
-    if filters.referrer:
-        args.append(filters.referrer.lower())
-        sql.append(f"strpos(lower(referrer), ${len(args)}) > 0")
-    if filters.country:
-        args.append(filters.country)
-        sql.append(f"country = ${len(args)}")
+# --- the where-builder ------------------------------------------------------------------------------
+
+def page_pattern(value: str) -> str:
+    """A page wildcard as an anchored RE2 pattern: `*` within one path segment, `**` across segments."""
+    parts = []
+    for i, chunk in enumerate(value.split("**")):
+        if i:
+            parts.append(".*")
+        parts.append("[^/]*".join(re.escape(p) for p in chunk.split("*")))
+    return "^" + "".join(parts) + "$"
+
+
+def _term(q: Params, column: str, f: Filter, page: bool) -> str:
+    if f.op == "~=":
+        return f"positionCaseInsensitiveUTF8({column}, {q.bind(f.value)}) > 0"
+    if page and "*" in f.value:
+        cond = f"match({column}, {q.bind(page_pattern(f.value))})"
+    else:
+        cond = f"{column} = {q.bind(f.value)}"
+    return cond if f.op == "==" else f"NOT ({cond})"
+
+
+def _column(q: Params, f: Filter) -> str:
+    key = f.prop_key
+    if key is not None:
+        return f"JSONExtractString(properties, {q.bind(key)})"
+    if f.dimension not in _COLUMN:
+        raise UnsupportedFilter(f"cannot filter on {f.dimension}")
+    return _COLUMN[f.dimension]
+
+
+def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
+    """Per-event conditions of the filters (not the site or window)."""
+    out = []
+    for f in filters:
+        if f.dimension in ("entry_page", "exit_page"):
+            continue
+        if isinstance(f, GoalFilter):
+            if f.term.op == "~=":
+                raise UnsupportedFilter("goal filters take == or !=")
+            named = [g for g in f.goals if g.name == f.term.value]
+            cond = " OR ".join(goal_condition(q, g) for g in named) or "0"
+            out.append(f"({cond})" if f.term.op == "==" else f"NOT ({cond})")
+            continue
+        out.append(_term(q, _column(q, f), f, f.dimension in PAGE_DIMENSIONS))
+    return out
+
+
+def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter]) -> str:
+    """Site, window and every filter as one condition on site_events."""
+    site, lo, hi = q.bind(site_id), q.bind(start, "DateTime64(6, 'UTC')"), q.bind(end, "DateTime64(6, 'UTC')")
+    sql = [f"site_id = {site}", f"ts >= {lo}", f"ts < {hi}", *event_conditions(q, filters)]
+    visit = [f for f in filters if f.dimension in ("entry_page", "exit_page")]
+    if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
+        lookback = q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
+        having = " AND ".join(_term(q, _ENTRY if f.dimension == "entry_page" else _EXIT, f, True) for f in visit)
+        sql.append(f"session IN (SELECT session FROM {table} FINAL WHERE site_id = {site} "
+                   f"AND ts >= {lookback} AND ts < {hi} AND session != 0 GROUP BY session HAVING {having})")
     return " AND ".join(sql)
 
 
-def rollup_spans(args: list, start: datetime, end: datetime, grain: str) -> str:
-    """Condition on (grain, bucket) covering [start, end): an hour-aligned window reads daily rows for
-    its whole UTC days and hourly rows only for the partial days at its edges (7d: ~40 hours + 6 days
-    instead of 168 hours). Appends the bounds to args."""
-    pieces = [(grain, start, end)]
-    if grain == "h":
-        first_day = _ceil_day(start)
-        last_day = end.replace(hour=0, minute=0, second=0, microsecond=0)
-        if first_day < last_day:
-            pieces = [p for p in (("h", start, first_day), ("d", first_day, last_day), ("h", last_day, end))
-                      if p[1] < p[2]]
-    sql = []
-    for piece in pieces:
-        args.extend(piece)
-        n = len(args)
-        sql.append(f'(grain = ${n - 2}::text::"char" AND bucket >= ${n - 1} AND bucket < ${n})')
-    return "(" + " OR ".join(sql) + ")"
-
-
-def _ceil_day(moment: datetime) -> datetime:
-    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-    return day if day == moment else day + timedelta(days=1)
-
-
-# --- totals ---------------------------------------------------------------------------------------
+# --- totals -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class Totals:
@@ -94,30 +150,16 @@ class Totals:
     visitors: int
 
 
-async def totals(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
-                 grain: str | None, filters: Filters) -> Totals:
-    if grain is not None and filters.name is None and not filters.beyond_rollups:
-        args: list = [site_id, start]
-        spans = rollup_spans(args, start, end, grain)
-        row = await conn.fetchrow(
-            "SELECT coalesce(sum(events), 0)::bigint AS events, "
-            "coalesce(sum(events) FILTER (WHERE name = 'pageview'), 0)::bigint AS pageviews, "
-            "(SELECT count(*) FROM site_visitors WHERE site_id = $1 AND last_seen >= $2) AS visitors "
-            f"FROM site_rollup_counts WHERE site_id = $1 AND {spans}",
-            *args,
-        )
-    else:
-        args: list = [site_id, start, end]
-        where = raw_where(args, filters)
-        row = await conn.fetchrow(
-            "SELECT count(*) AS events, count(*) FILTER (WHERE name = 'pageview') AS pageviews, "
-            f"count(DISTINCT ip_hash) AS visitors FROM events WHERE {where}",
-            *args,
-        )
-    return Totals(row["events"], row["pageviews"], row["visitors"])
+async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters) -> Totals:
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) FROM {table} FINAL "
+        f"WHERE {cond}", q.params)
+    return Totals(*rows[0])
 
 
-# --- sessions -------------------------------------------------------------------------------------
+# --- sessions ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class SessionStats:
@@ -126,86 +168,181 @@ class SessionStats:
     avg_ms: float
 
 
-async def session_stats(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
-                        grain: str | None, filters: Filters) -> SessionStats:
-    """Sessions that started in the window; with filters, only those holding a matching event."""
-    if grain is not None and filters.name is None and not filters.beyond_rollups:
-        args = [site_id]
-        spans = rollup_spans(args, start, end, grain)
-        row = await conn.fetchrow(
-            "SELECT coalesce(sum(sessions), 0)::bigint AS sessions, coalesce(sum(bounces), 0)::bigint AS bounces, "
-            "coalesce(sum(duration_us)::float8 / nullif(sum(sessions), 0) / 1000, 0)::float8 AS avg_ms "
-            f"FROM site_session_rollups WHERE site_id = $1 AND {spans}",
-            *args,
-        )
-        return SessionStats(row["sessions"], row["bounces"], row["avg_ms"])
-    args: list = [site_id, start, end]
-    scope = ""
-    if filters.name is not None or filters.beyond_rollups:
-        scope = f" AND id IN (SELECT session_id FROM events WHERE {raw_where(args, filters)})"
-    row = await conn.fetchrow(
-        "SELECT count(*) AS sessions, count(*) FILTER (WHERE pageviews = 1) AS bounces, "
-        "coalesce(avg(extract(epoch FROM ended_at - started_at) * 1000), 0)::float8 AS avg_ms "
-        f"FROM sessions WHERE site_id = $1 AND started_at >= $2 AND started_at < $3{scope}",
-        *args,
-    )
-    return SessionStats(row["sessions"], row["bounces"], row["avg_ms"])
+async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                        filters: Filters) -> SessionStats:
+    """Sessions whose first event is in the window; with filters, only those holding a matching event."""
+    q, table = Params(), store.table("site_events")
+    terms = filters.terms()
+    site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
+    lo, lookback = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
+    having = f"first >= {lo}"
+    if terms:
+        sub = Params()
+        sub.params = q.params
+        match = where(sub, table, site_id, start, end, terms)
+        having += f" AND countIf({match}) > 0"
+    rows = await store.query(
+        "SELECT count(), countIf(pageviews = 1), if(count() = 0, 0, avg(duration_us) / 1000) FROM ("
+        "SELECT session, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
+        "dateDiff('microsecond', min(ts), max(ts)) AS duration_us "
+        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session != 0 "
+        f"GROUP BY session HAVING {having})", q.params)
+    sessions, bounces, avg_ms = rows[0]
+    return SessionStats(sessions, bounces, float(avg_ms))
 
 
-# --- time series ----------------------------------------------------------------------------------
+# --- time series ------------------------------------------------------------------------------------
 
-_UNIT_SECONDS = {"minute": 60.0, "hour": 3600.0, "day": 86400.0}
+_STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 
 
-async def series(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime, *,
-                 name: str, interval: str, first: datetime, last: datetime, grain: str | None,
-                 filters: Filters) -> list[tuple[datetime, int]]:
+async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
+                 interval: str, first: datetime, last: datetime, filters: Filters) -> list[tuple[datetime, int]]:
     """Counts of `name` per UTC bucket from first to last, zero buckets included."""
-    args: list = [site_id, start, end]
-    if grain is not None and not filters.beyond_rollups:
-        args += [grain, name]
-        agg = ("SELECT date_trunc(${u}, bucket, 'UTC') AS b, sum(events)::bigint AS v FROM site_rollup_counts "
-               'WHERE site_id = $1 AND grain = $4::text::"char" AND name = $5 '
-               "AND bucket >= $2 AND bucket < $3 GROUP BY 1")
-    else:
-        where = raw_where(args, filters, name=name)
-        agg = "SELECT date_trunc(${u}, ts, 'UTC') AS b, count(*) AS v FROM events WHERE " + where + " GROUP BY 1"
-    args += [interval, first, last, _UNIT_SECONDS[interval]]
-    n = len(args)
-    sql = (
-        f"WITH agg AS ({agg.replace('${u}', f'${n - 3}')}) "
-        f"SELECT s.b AS bucket, coalesce(agg.v, 0)::bigint AS value "
-        f"FROM generate_series(${n - 2}::timestamptz, ${n - 1}::timestamptz, make_interval(secs => ${n})) AS s (b) "
-        "LEFT JOIN agg ON agg.b = s.b ORDER BY s.b"
-    )
-    return [(r["bucket"], r["value"]) for r in await conn.fetch(sql, *args)]
+    q, table = Params(), store.table("site_events")
+    terms = [*filters.without_name().terms(), Filter("event", "==", name)]
+    cond = where(q, table, site_id, start, end, terms)
+    rows = await store.query(
+        f"SELECT toUnixTimestamp({_UNIT[interval]}) AS b, count() FROM {table} FINAL WHERE {cond} GROUP BY b",
+        q.params)
+    counts = {b: n for b, n in rows}
+    step, out, at = _STEP[interval], [], first
+    while at <= last:
+        out.append((at, counts.get(int(at.timestamp()), 0)))
+        at += step
+    return out
 
 
-# --- top lists ------------------------------------------------------------------------------------
+# --- top lists --------------------------------------------------------------------------------------
 
-async def top(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime, *, dim: str,
-              name: str, domain: str | None, limit: int, grain: str | None,
-              filters: Filters) -> tuple[list[tuple[str, int]], int]:
-    """The `limit` most frequent non-empty keys of a dimension among events called `name`, and the
-    total over all non-empty keys (the base of the percentages)."""
-    args: list = [site_id, start, end]
-    if grain is not None and not filters.beyond_rollups:
-        args = [site_id, dim, name]
-        spans = rollup_spans(args, start, end, grain)
-        grouped = ('SELECT key, sum(events)::bigint AS c FROM site_rollup_dims WHERE site_id = $1 '
-                   f'AND dim = $2::text::"char" AND name = $3 AND {spans} GROUP BY key')
-    else:
-        where = raw_where(args, filters, name=name)
-        column, key = _DIM_KEY[dim]
-        if dim == "r":
-            args.append(domain)
-            key = key.format(len(args))
-        grouped = (f"SELECT {key} AS key, sum(c)::bigint AS c FROM (SELECT {column} AS raw, count(*) AS c "
-                   f"FROM events WHERE {where} AND {column} <> '' GROUP BY {column}) e "
-                   f"WHERE {key} IS NOT NULL GROUP BY 1")
-    args.append(limit)
-    rows = await conn.fetch(
-        f"SELECT key, c, sum(c) OVER ()::bigint AS total FROM ({grouped}) g ORDER BY c DESC, key LIMIT ${len(args)}",
-        *args,
-    )
-    return [(r["key"], r["c"]) for r in rows], (rows[0]["total"] if rows else 0)
+async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, dim: str, name: str,
+              domain: str | None, limit: int, filters: Filters) -> tuple[list[tuple[str, int]], int]:
+    """The `limit` most frequent non-empty keys of a dimension among events called `name`, and the total
+    over all non-empty keys (the base of the percentages). Referrers from the site itself are left out."""
+    q, table = Params(), store.table("site_events")
+    terms = [*filters.without_name().terms(), Filter("event", "==", name)]
+    cond = where(q, table, site_id, start, end, terms)
+    key = _TOP_KEY[dim]
+    cond += f" AND {key} != ''"
+    if dim == "r" and domain:
+        d = q.bind(domain.lower())
+        cond += f" AND referrer_host != {d} AND NOT endsWith(referrer_host, concat('.', {d}))"
+    rows = await store.query(
+        f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
+        f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    return [(k, c) for k, c, _ in rows], (rows[0][2] if rows else 0)
+
+
+async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                       name: str | None) -> int:
+    """Events of a window (the event log's total)."""
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
+    return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
+
+
+# --- goals ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    name: str  # display name: the event name, or "Visit <page_path>"
+    event_name: str | None
+    page_path: str | None
+
+
+async def site_goals(conn: asyncpg.Connection, site_id: str) -> list[Goal]:
+    rows = await conn.fetch("SELECT goal_type, event_name, page_path FROM goals WHERE site_id = $1 "
+                            "ORDER BY created_at, id", site_id)
+    return [Goal(r["event_name"] if r["goal_type"] == "event" else f"Visit {r['page_path']}",
+                 r["event_name"], r["page_path"]) for r in rows]
+
+
+def goal_condition(q: Params, goal: Goal) -> str:
+    if goal.event_name is not None:
+        return f"name = {q.bind(goal.event_name)}"
+    return f"(name = 'pageview' AND {_term(q, 'page', Filter('page', '==', goal.page_path or ''), True)})"
+
+
+# --- breakdowns (issue 12) --------------------------------------------------------------------------
+
+SESSION_DIMENSIONS = {"entry_page": _ENTRY, "exit_page": _EXIT}
+
+
+def _key_expr(q: Params, prop: str) -> str:
+    if prop.startswith("props:"):
+        return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
+    return _COLUMN[prop]
+
+
+async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
+                    filters: Filters, goals: list[Goal], limit: int, offset: int) -> list[dict]:
+    """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
+    Event dimensions count matching events; entry/exit pages group the visits that started in the window."""
+    table = store.table("site_events")
+    if prop == "goal":
+        return await _goal_breakdown(store, site_id, start, end, filters, goals)
+    q = Params()
+    if prop in SESSION_DIMENSIONS:
+        site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
+        lo, back = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
+        having = f"first >= {lo}"
+        terms = filters.terms()
+        if terms:
+            having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
+        rows = await store.query(
+            "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
+            f"SELECT session, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
+            "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
+            f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
+            f"AND session != 0 GROUP BY session HAVING {having}) WHERE key != '' "
+            f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
+            q.params)
+        return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
+                 "bounce_rate": round(100 * b / s, 2) if s else 0.0, "visit_duration": round(d / 1000)}
+                for k, v, s, pv, ev, b, d in rows]
+    key = _key_expr(q, prop)
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session, session != 0), "
+        f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
+        f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
+    out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
+               "visit_duration": 0} for k, v, s, pv, ev in rows}
+    if out:  # the visits holding a matching event of each key: their bounces and durations
+        q2 = Params()
+        key2 = _key_expr(q2, prop)
+        cond2 = where(q2, table, site_id, start, end, filters.terms())
+        site, hi = q2.bind(site_id), q2.bind(end, "DateTime64(6, 'UTC')")
+        back = q2.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
+        for k, n, b, d in await store.query(
+                f"SELECT k.key, count(), countIf(s.pv = 1), avg(s.dur) FROM (SELECT DISTINCT {key2} AS key, "
+                f"session FROM {table} FINAL WHERE {cond2} AND session != 0 "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session, "
+                "countIf(name = 'pageview') AS pv, dateDiff('microsecond', min(ts), max(ts)) AS dur "
+                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session != 0 "
+                "GROUP BY session) AS s ON s.session = k.session GROUP BY k.key", q2.params):
+            out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
+            out[k]["visit_duration"] = round(d / 1000)
+    return list(out.values())
+
+
+async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
+                          goals: list[Goal]) -> list[dict]:
+    """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
+    share of all visitors matching the other filters."""
+    if not goals:
+        return []
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    parts = []
+    for g in goals:
+        c = goal_condition(q, g)
+        parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
+    row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
+                             f"WHERE {cond}", q.params))[0]
+    total, out = row[0], []
+    for i, g in enumerate(goals):
+        uniques, events = row[1 + 2 * i], row[2 + 2 * i]
+        out.append({"key": g.name, "visitors": uniques, "events": events,
+                    "conversion_rate": round(100 * uniques / total, 2) if total else 0.0})
+    return sorted(out, key=lambda r: (-r["visitors"], r["key"]))

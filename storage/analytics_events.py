@@ -17,21 +17,6 @@ def _scope(site_id: str, start: datetime, end: datetime, name: str | None) -> tu
     return _NAMED, [site_id, start, end, name]
 
 
-async def count_events(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
-                       name: str | None, grain: str | None) -> int:
-    """Matching events; from the rollup counts when the window is aligned to one of their grains."""
-    where, args = _scope(site_id, start, end, name)
-    if grain is None:
-        return await conn.fetchval(f"SELECT count(*) FROM events WHERE {where}", *args)
-    where = where.replace("ts >=", "bucket >=").replace("ts <", "bucket <")
-    args.append(grain)
-    return await conn.fetchval(
-        f"SELECT coalesce(sum(events), 0)::bigint FROM site_rollup_counts "
-        f'WHERE {where} AND grain = ${len(args)}::text::"char"',
-        *args,
-    )
-
-
 async def list_events(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
                       name: str | None, limit: int, offset: int) -> list[asyncpg.Record]:
     where, args = _scope(site_id, start, end, name)

@@ -1,61 +1,39 @@
 """The numbers behind a dashboard chart: counts of its event per time bucket, grouped totals, and
-funnel step conversions, over keyed events (site_id IS NULL) of one workspace and env.
+funnel step conversions, over the keyed events of one workspace and env in the analytics store.
 
-SQL text is assembled only from constant fragments and parameter numbers; property names, values,
-event names and the interval are always bound parameters."""
+SQL text is assembled only from constant fragments and parameter names; property names, values, event
+names and the interval are always bound parameters. A property reads as PostgreSQL's `->>` renders it
+(storage/report_queries.property_expr)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
-import asyncpg
 import orjson
+
+from storage.clickhouse import AnalyticsStore, Params
+from storage.report_queries import property_expr
 
 INTERVALS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 TIME_SERIES_TYPES = frozenset({"line", "bar"})
 MAX_GROUPS = 20  # further groups are summed into OTHER
 OTHER = "(other)"
 NONE = "(none)"  # events that lack the group_by property
-
-_BASE = (
-    "FROM events e WHERE e.workspace_id = $1 AND e.env = $2 AND e.site_id IS NULL "
-    "AND e.ts >= $3 AND e.ts <= $4"
-)
-# gt/lt compare numerically and only match values that read as numbers (JSON numbers or numeric strings);
-# CASE keeps the cast from ever seeing a non-numeric value.
-_NUMERIC = r"'^\s*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$'"
+_TS = "DateTime64(6, 'UTC')"
+_BUCKET = {"hour": "toUnixTimestamp(toStartOfHour(ts))", "day": "toUnixTimestamp(toStartOfDay(ts))"}
+# gt/lt compare numerically and only match values that read as numbers (JSON numbers or numeric strings).
+_NUMERIC = r"^\s*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$"
 _FILTERS = {
-    "eq": "(e.properties ->> ${p}::text) = ${v}::text",
+    "eq": "ifNull({x} = {v}, 0)",
     # Events without the property count as "not equal", as in Mixpanel's "is not".
-    "neq": "(e.properties ->> ${p}::text) IS DISTINCT FROM ${v}::text",
-    "contains": "strpos(lower(e.properties ->> ${p}::text), lower(${v}::text)) > 0",
-    "gt": f"CASE WHEN (e.properties ->> ${{p}}::text) ~ {_NUMERIC} "
-          "THEN (e.properties ->> ${p}::text)::numeric > ${v}::numeric ELSE false END",
-    "lt": f"CASE WHEN (e.properties ->> ${{p}}::text) ~ {_NUMERIC} "
-          "THEN (e.properties ->> ${p}::text)::numeric < ${v}::numeric ELSE false END",
+    "neq": "ifNull({x} != {v}, 1)",
+    "contains": "ifNull(positionCaseInsensitiveUTF8({x}, {v}) > 0, 0)",
+    "gt": "ifNull(match({x}, {n}) AND toFloat64OrNull(trimBoth({x})) > {v}, 0)",
+    "lt": "ifNull(match({x}, {n}) AND toFloat64OrNull(trimBoth({x})) < {v}, 0)",
 }
-
-_BUCKETED = (
-    "SELECT date_trunc($5::text, e.ts, 'UTC') AS bucket, e.properties ->> $6::text AS grp, count(*) AS n "
-    + _BASE + " AND e.name = $7{filters} GROUP BY 1, 2"
-)
-_TOTALS = "SELECT e.properties ->> $5::text AS grp, count(*) AS n " + _BASE + " AND e.name = $6{filters} GROUP BY 1"
-
-_ACTOR = "coalesce(e.user_id, e.anonymous_id)"
-_FIRST_STEP = (
-    "s0 AS (SELECT " + _ACTOR + " AS actor, min(e.ts) AS t " + _BASE
-    + " AND e.name = ${name} AND " + _ACTOR + " IS NOT NULL{filters} GROUP BY 1)"
-)
-# Greedy earliest match: each step is the actor's first such event at or after the previous step.
-_NEXT_STEP = (
-    "s{i} AS (SELECT p.actor, min(e.ts) AS t FROM s{prev} p JOIN events e ON " + _ACTOR + " = p.actor "
-    "AND e.ts {cmp} p.t WHERE e.workspace_id = $1 AND e.env = $2 AND e.site_id IS NULL "
-    "AND e.ts >= $3 AND e.ts <= $4 AND e.name = ${name}{filters} GROUP BY 1)"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +58,27 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def filter_sql(filters: Sequence[Mapping[str, Any]], args: list[Any]) -> str:
-    """Append each filter's property and value to args; return the matching AND clauses."""
+def filter_sql(b: Params, filters: Sequence[Mapping[str, Any]]) -> str:
+    """The AND clauses of the chart's property filters."""
     clauses = []
     for f in filters:
         op = f["operator"]
-        value = Decimal(str(f["value"])) if op in ("gt", "lt") else _text(f["value"])
-        args.extend((f["property"], value))
-        clauses.append(" AND " + _FILTERS[op].format(p=len(args) - 1, v=len(args)))
+        x = property_expr(b, [f["property"]])
+        if op in ("gt", "lt"):
+            v, n = b(float(f["value"]), "Float64"), b(_NUMERIC)
+        else:
+            v, n = b(_text(f["value"])), ""
+        clauses.append(" AND " + _FILTERS[op].format(x=x, v=v, n=n))
     return "".join(clauses)
+
+
+def _base(b: Params, store: AnalyticsStore, workspace_id: int, env: str, start: datetime, end: datetime) -> str:
+    return (f"FROM {store.table('keyed_events')} FINAL WHERE workspace_id = {b(workspace_id, 'UInt64')} "
+            f"AND env = {b(env)} AND ts >= {b(start, _TS)} AND ts <= {b(end, _TS)}")
+
+
+def _grp(b: Params, chart: Mapping[str, Any]) -> str:
+    return property_expr(b, [chart["group_by"]]) if chart["group_by"] is not None else "NULL"
 
 
 def _group_name(group: str | None, grouped: bool, event: str) -> str:
@@ -103,18 +93,21 @@ def _top_groups(totals: dict[str, int]) -> tuple[list[str], set[str]]:
 
 
 async def time_series(
-    conn: asyncpg.Connection, workspace_id: int, env: str, chart: Mapping[str, Any],
+    store: AnalyticsStore, workspace_id: int, env: str, chart: Mapping[str, Any],
     start: datetime, end: datetime, interval: str,
 ) -> list[Series]:
     """Per-bucket counts, one series per group_by value (top MAX_GROUPS, the rest as OTHER); every bucket
     of the range appears, zero when empty. Without group_by: one series named after the event."""
-    args: list[Any] = [workspace_id, env, start, end, interval, chart["group_by"], chart["event"]]
-    sql = _BUCKETED.format(filters=filter_sql(chart["filters"], args))
+    b = Params()
+    sql = (f"SELECT {_BUCKET[interval]} AS bucket, {_grp(b, chart)} AS grp, count() "
+           f"{_base(b, store, workspace_id, env, start, end)} AND name = {b(chart['event'])}"
+           f"{filter_sql(b, chart['filters'])} GROUP BY bucket, grp")
     grouped = chart["group_by"] is not None
     counts: dict[str, dict[datetime, int]] = {}
-    for row in await conn.fetch(sql, *args):
-        per_bucket = counts.setdefault(_group_name(row["grp"], grouped, chart["event"]), {})
-        per_bucket[row["bucket"]] = per_bucket.get(row["bucket"], 0) + row["n"]
+    for epoch, grp, n in await store.query(sql, b.params):
+        bucket = datetime.fromtimestamp(epoch, UTC)
+        per_bucket = counts.setdefault(_group_name(grp, grouped, chart["event"]), {})
+        per_bucket[bucket] = per_bucket.get(bucket, 0) + n
     if not grouped and not counts:
         counts[chart["event"]] = {}
     top, rest = _top_groups({g: sum(c.values()) for g, c in counts.items()})
@@ -130,17 +123,18 @@ async def time_series(
 
 
 async def grouped_totals(
-    conn: asyncpg.Connection, workspace_id: int, env: str, chart: Mapping[str, Any],
+    store: AnalyticsStore, workspace_id: int, env: str, chart: Mapping[str, Any],
     start: datetime, end: datetime,
 ) -> list[tuple[str, int]]:
     """(group, count) over the whole range, largest first; the rest beyond MAX_GROUPS as OTHER."""
-    args: list[Any] = [workspace_id, env, start, end, chart["group_by"], chart["event"]]
-    sql = _TOTALS.format(filters=filter_sql(chart["filters"], args))
+    b = Params()
+    sql = (f"SELECT {_grp(b, chart)} AS grp, count() {_base(b, store, workspace_id, env, start, end)} "
+           f"AND name = {b(chart['event'])}{filter_sql(b, chart['filters'])} GROUP BY grp")
     grouped = chart["group_by"] is not None
     totals: dict[str, int] = {}
-    for row in await conn.fetch(sql, *args):
-        name = _group_name(row["grp"], grouped, chart["event"])
-        totals[name] = totals.get(name, 0) + row["n"]
+    for grp, n in await store.query(sql, b.params):
+        name = _group_name(grp, grouped, chart["event"])
+        totals[name] = totals.get(name, 0) + n
     if not grouped and not totals:
         totals[chart["event"]] = 0
     top, rest = _top_groups(totals)
@@ -151,23 +145,29 @@ async def grouped_totals(
 
 
 async def funnel(
-    conn: asyncpg.Connection, workspace_id: int, env: str, chart: Mapping[str, Any],
+    store: AnalyticsStore, workspace_id: int, env: str, chart: Mapping[str, Any],
     start: datetime, end: datetime,
 ) -> list[tuple[str, int]]:
     """(step event, distinct users reaching it) for the steps [event, *steps], in order, all within
-    the range. A user is user_id or else anonymous_id; filters apply to every step."""
+    the range. A user is the report actor (user_id, else anonymous_id); filters apply to every step.
+    Greedy earliest match: each step is the actor's first such event at or after the previous step."""
     steps = [chart["event"], *(chart["steps"] or [])]
-    args: list[Any] = [workspace_id, env, start, end]
-    filters = filter_sql(chart["filters"], args)
-    ctes = []
-    for i, name in enumerate(steps):
-        args.append(name)
-        if i == 0:
-            ctes.append(_FIRST_STEP.format(name=len(args), filters=filters))
-        else:
-            # A repeated event (a -> a) needs a later occurrence; a different one may share the instant.
-            cmp = ">" if name == steps[i - 1] else ">="
-            ctes.append(_NEXT_STEP.format(i=i, prev=i - 1, cmp=cmp, name=len(args), filters=filters))
-    counts = ", ".join(f"(SELECT count(*) FROM s{i})" for i in range(len(steps)))
-    row = await conn.fetchrow("WITH " + ", ".join(ctes) + " SELECT " + counts, *args)
+    b = Params()
+    base = _base(b, store, workspace_id, env, start, end)
+    filters = filter_sql(b, chart["filters"])
+    names = b(sorted(set(steps)), "Array(String)")
+    times = [f"minIf(ts, name = {b(steps[0])}) AS t0"]
+    for i in range(1, len(steps)):
+        # A repeated event (a -> a) needs a later occurrence; a different one may share the instant.
+        cmp = ">" if steps[i] == steps[i - 1] else ">="
+        cand = f"arrayMap(x -> x.1, arrayFilter(x -> x.2 = {b(steps[i])} AND x.1 {cmp} t{i - 1}, evs))"
+        times.append(f"if(t{i - 1} IS NULL OR empty({cand}), NULL, arrayMin({cand})) AS t{i}")
+    first = b(steps[0])
+    inner = (f"SELECT actor, groupArray((ts, name)) AS evs, toNullable({times[0].removesuffix(' AS t0')}) AS t0 "
+             f"{base} AND name IN {names} AND actor != ''{filters} GROUP BY actor "
+             f"HAVING countIf(name = {first}) > 0")
+    counts = ", ".join(f"count(t{i})" for i in range(len(steps)))
+    later = ", ".join(times[1:])
+    sql = f"SELECT {counts} FROM (SELECT t0{', ' + later if later else ''} FROM ({inner}))"
+    row = (await store.query(sql, b.params))[0]
     return [(name, row[i]) for i, name in enumerate(steps)]

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
+from storage.analytics_mirror import queue_erasure
+
 
 class EventRow(NamedTuple):
     """One row of the events table, as every writer builds it and COPY sends it (columns by name, so
@@ -108,7 +110,8 @@ async def list_events(
 async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str,
                      erased_at: datetime) -> None:
     """Delete a user's profile and events. The exclusive lock waits for in-flight flushes; the
-    tombstone makes later flushes drop events received before now."""
+    tombstone makes later flushes drop events received before now. The erasure is queued for the
+    analytics store in the same transaction (storage/analytics_mirror.py applies it)."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, env))
         await conn.execute(
@@ -124,3 +127,4 @@ async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user
             "DELETE FROM user_profiles WHERE workspace_id = $1 AND env = $2 AND user_id = $3",
             workspace_id, env, user_id,
         )
+        await queue_erasure(conn, workspace_id, env, user_id)

@@ -1,162 +1,235 @@
-"""The built-in report types as set-based SQL over the events table's (workspace_id, env, name, ts) index.
+"""The built-in report types (event volume, funnel, retention) on the analytics store's keyed_events table,
+ordered by (workspace_id, env, name, ts) as these reads need.
 
-Only keyed events count (site_id IS NULL). A report's actor is the user_id, or the anonymous_id for
-events without one (prefixed so the two never collide). Every statement text is assembled from
-constant fragments picked by validated options (grouping kind, number of funnel steps); values are
-always bound parameters. Callers run these inside `scoped_run()` (UTC, read only, statement timeout).
+A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
+collide; the mirror stores it). Grouping by a user trait reads the traits from PostgreSQL (profiles are
+the system of record): event volume passes them to the store, a funnel groups its per-actor rows here.
+Statement texts come from constant fragments picked by validated options; values are always bound
+parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 import asyncpg
 
-ACTOR = "COALESCE(e.user_id, 'anon:' || e.anonymous_id)"
-KEYED = "e.workspace_id = $1 AND e.env = $2 AND e.site_id IS NULL"
-PROFILE_JOIN = (
-    "LEFT JOIN user_profiles u ON u.workspace_id = $1 AND u.env = $2 AND u.user_id = {actor}"
-)
-# Grouping expressions; $G is replaced by the number of the bound text[] path parameter.
-GROUP_EXPR = {None: "NULL::text", "properties": "e.properties #>> $G::text[]", "traits": "u.traits #>> $G::text[]"}
+from storage.clickhouse import AnalyticsStore, Params
+
+PERIOD_SECONDS = {"day": 86_400, "week": 604_800}
+_TRUNC = {
+    "hour": "toUnixTimestamp(toStartOfHour({t}))",
+    "day": "toUnixTimestamp(toStartOfDay({t}))",
+    "week": "toUnixTimestamp(toDateTime(toMonday({t}), 'UTC'))",
+}
+_STEP = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+_TS = "DateTime64(6, 'UTC')"
 
 
-@asynccontextmanager
-async def scoped_run(conn: asyncpg.Connection, timeout_ms: int) -> AsyncIterator[asyncpg.Connection]:
-    """A read-only transaction in UTC whose statements are cancelled after timeout_ms."""
-    async with conn.transaction(readonly=True):
-        await conn.execute(
-            "SELECT set_config('statement_timeout', $1, true), set_config('TimeZone', 'UTC', true)",
-            str(max(1, timeout_ms)),
-        )
-        yield conn
+def truncate(moment: datetime, interval: str) -> datetime:
+    moment = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if interval == "hour":
+        return moment
+    moment = moment.replace(hour=0)
+    return moment - timedelta(days=moment.weekday()) if interval == "week" else moment
 
 
-def _group(kind: str | None, param: int) -> str:
-    return GROUP_EXPR[kind].replace("$G", f"${param}")
+def _epoch(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def property_expr(b: Params, path: Sequence[str]) -> str:
+    """The event property at `path` as PostgreSQL's `#>>` renders it: strings bare, other JSON values as
+    their JSON text, NULL when absent or null."""
+    keys = ", ".join(b(k) for k in path)
+    kind = f"JSONType(properties, {keys})"
+    return (f"multiIf({kind} = 'String', JSONExtractString(properties, {keys}), {kind} = 'Null', NULL, "
+            f"JSONExtractRaw(properties, {keys}))")
+
+
+def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str) -> str:
+    return (f"{store.table('keyed_events')} FINAL WHERE workspace_id = {b(workspace_id, 'UInt64')} "
+            f"AND env = {b(env)}")
+
+
+async def traits_of(conn: asyncpg.Connection, workspace_id: int, env: str, users: list[str],
+                    path: list[str]) -> dict[str, str | None]:
+    rows = await conn.fetch(
+        "SELECT user_id, traits #>> $4::text[] AS v FROM user_profiles "
+        "WHERE workspace_id = $1 AND env = $2 AND user_id = ANY($3::text[])",
+        workspace_id, env, users, path,
+    )
+    return {r["user_id"]: r["v"] for r in rows}
+
+
+_NO_TRAIT = "\x00"  # PostgreSQL text cannot hold NUL, so no trait value equals it
+
+
+async def trait_values(conn: asyncpg.Connection, workspace_id: int, env: str, path: list[str]) -> dict[str, str]:
+    """user_id -> trait value, for the users who have one."""
+    rows = await conn.fetch(
+        "SELECT user_id, traits #>> $3::text[] AS v FROM user_profiles "
+        "WHERE workspace_id = $1 AND env = $2 AND traits #>> $3::text[] IS NOT NULL",
+        workspace_id, env, path,
+    )
+    return {r["user_id"]: r["v"] for r in rows}
+
+
+def _ratio(part: int, whole: int | None) -> float | None:
+    if not whole:
+        return None
+    return float((Decimal(part) / Decimal(whole)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP))
+
+
+def _grp_order(g: str | None) -> tuple:
+    return (g is None, g or "")
+
+
+# --- event volume -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class VolumeRow:
+    bucket: datetime
+    event: str
+    grp: str | None
+    n: int
 
 
 async def event_volume(
-    conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str], start: datetime,
-    end: datetime, interval: str, group_kind: str | None, group_path: list[str],
-) -> list[asyncpg.Record]:
-    """Rows (bucket, event, grp, n): every bucket from start to end for each event (zeros included);
-    with a grouping, each (event, group) pair that occurs."""
-    join = PROFILE_JOIN.format(actor="e.user_id") if group_kind == "traits" else ""
-    keys = ("SELECT DISTINCT event, grp FROM c" if group_kind
-            else "SELECT unnest($3::text[]) AS event, NULL::text AS grp")
-    sql = f"""
-    WITH c AS (
-        SELECT date_trunc($6, e.ts) AS bucket, e.name AS event, {_group(group_kind, 7)} AS grp, count(*) AS n
-        FROM events e {join}
-        WHERE {KEYED} AND e.name = ANY($3::text[]) AND e.ts >= $4 AND e.ts <= $5
-        GROUP BY 1, 2, 3
-    ), k AS ({keys})
-    SELECT s.bucket, k.event, k.grp, COALESCE(c.n, 0) AS n
-    FROM generate_series(date_trunc($6, $4::timestamptz), $5::timestamptz, ('1 ' || $6)::interval) AS s(bucket)
-    CROSS JOIN k
-    LEFT JOIN c ON c.bucket = s.bucket AND c.event = k.event AND c.grp IS NOT DISTINCT FROM k.grp
-    ORDER BY s.bucket, k.event, k.grp NULLS LAST
-    """
-    args: list[object] = [workspace_id, env, events, start, end, interval]
-    if group_kind:
-        args.append(group_path)
-    return await conn.fetch(sql, *args)
+    store: AnalyticsStore, conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str],
+    start: datetime, end: datetime, interval: str, group_kind: str | None, group_path: list[str],
+    settings: dict | None = None,
+) -> list[VolumeRow]:
+    """Every bucket from start to end for each event (zeros included); with a grouping, each
+    (event, group) pair that occurs."""
+    b = Params()
+    scope = _scope(b, store, workspace_id, env)
+    if group_kind == "properties":
+        grp = property_expr(b, group_path)
+    elif group_kind == "traits":
+        # The trait of each user who has it, handed to ClickHouse as two arrays: transform() looks them up
+        # in a hash table, and the grouping stays (bucket, event, value) however many users there are.
+        values = await trait_values(conn, workspace_id, env, group_path)
+        users, traits = b(list(values), "Array(String)"), b(list(values.values()), "Array(String)")
+        grp = f"nullIf(transform(user_id, {users}, {traits}, {b(_NO_TRAIT)}), {b(_NO_TRAIT)})"
+    else:
+        grp = "NULL"
+    rows = await store.query(
+        f"SELECT {_TRUNC[interval].format(t='ts')} AS bucket, name, {grp} AS grp, count() FROM {scope} "
+        f"AND name IN {b(events, 'Array(String)')} AND ts >= {b(start, _TS)} AND ts <= {b(end, _TS)} "
+        "GROUP BY bucket, name, grp", b.params, settings=settings)
+    counts = {(_epoch(bucket), name, g): n for bucket, name, g, n in rows}
+    keys = sorted({(e, g) for _, e, g in counts}, key=lambda k: (k[0], _grp_order(k[1]))) if group_kind \
+        else [(e, None) for e in sorted(set(events))]
+    out, at, step = [], truncate(start, interval), _STEP[interval]
+    while at <= end:
+        out.extend(VolumeRow(at, e, g, counts.get((at, e, g), 0)) for e, g in keys)
+        at += step
+    return out
 
 
-def _funnel_sql(steps: int, group_kind: str | None) -> str:
-    grp = _group("properties", 7) if group_kind == "properties" else "NULL::text"
-    ctes = [f"""ev AS MATERIALIZED (
-        SELECT {ACTOR} AS actor, e.name, e.ts, {grp} AS grp FROM events e
-        WHERE {KEYED} AND e.name = ANY($3::text[]) AND e.ts >= $4 AND e.ts <= $5::timestamptz + $6::interval
-          AND (e.user_id IS NOT NULL OR e.anonymous_id IS NOT NULL)
-    )""", """f1 AS (
-        SELECT DISTINCT ON (actor) actor, grp, ts AS t1 FROM ev
-        WHERE name = ($3::text[])[1] AND ts <= $5 ORDER BY actor, ts
-    )"""]
-    # Step k: the earliest step-k event after step k-1, within the window opened by step 1.
-    for k in range(2, steps + 1):
-        carried = ", ".join(f"f.t{i}" for i in range(1, k))
-        ctes.append(f"""f{k} AS (
-        SELECT f.actor, f.grp, {carried}, min(ev.ts) AS t{k} FROM f{k - 1} f
-        LEFT JOIN ev ON f.t{k - 1} IS NOT NULL AND ev.actor = f.actor AND ev.name = ($3::text[])[{k}]
-             AND ev.ts > f.t{k - 1} AND ev.ts <= f.t1 + $6::interval
-        GROUP BY f.actor, f.grp, {carried}
-    )""")
-    counts = ", ".join(f"count(f.t{i}) AS c{i}" for i in range(1, steps + 1))
-    values = ", ".join(f"({i}, c.c{i})" for i in range(1, steps + 1))
-    if group_kind == "traits":
-        source = f"f{steps} f {PROFILE_JOIN.format(actor='f.actor')}"
-        counted = f"SELECT {_group('traits', 7)} AS grp, {counts} FROM {source} GROUP BY 1"
-    elif group_kind == "properties":
-        counted = f"SELECT f.grp, {counts} FROM f{steps} f GROUP BY 1"
-    else:  # no GROUP BY: one row even when nobody entered the funnel
-        counted = f"SELECT NULL::text AS grp, {counts} FROM f{steps} f"
-    return f"""
-    WITH {", ".join(ctes)},
-    counts AS ({counted}),
-    steps AS (
-        SELECT c.grp, s.step, s.users FROM counts c CROSS JOIN LATERAL (VALUES {values}) AS s(step, users)
-    )
-    SELECT step, ($3::text[])[step] AS event, grp, users,
-           round(users::numeric / NULLIF(first_value(users) OVER w, 0), 4)::float8 AS from_first,
-           round(users::numeric / NULLIF(COALESCE(lag(users) OVER w, users), 0), 4)::float8 AS from_previous
-    FROM steps
-    WINDOW w AS (PARTITION BY grp ORDER BY step)
-    ORDER BY grp NULLS LAST, step
-    """
+# --- funnel -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class FunnelRow:
+    step: int
+    event: str
+    grp: str | None
+    users: int
+    from_first: float | None
+    from_previous: float | None
 
 
 async def funnel(
-    conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str], start: datetime,
-    end: datetime, window_days: int, group_kind: str | None, group_path: list[str],
-) -> list[asyncpg.Record]:
-    """Rows (step, event, grp, users, from_first, from_previous) per group and step."""
-    args: list[object] = [workspace_id, env, events, start, end, timedelta(days=window_days)]
-    if group_kind:
-        args.append(group_path)
-    return await conn.fetch(_funnel_sql(len(events), group_kind), *args)
+    store: AnalyticsStore, conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str],
+    start: datetime, end: datetime, window_days: int, group_kind: str | None, group_path: list[str],
+    settings: dict | None = None,
+) -> list[FunnelRow]:
+    """Actors enter at their first step-1 event in [start, end]; step k is their earliest step-k event
+    after step k-1 and within window_days of the entry. Rows per group and step."""
+    b = Params()
+    scope = _scope(b, store, workspace_id, env)
+    window = b(window_days * 86_400_000_000, "Int64")
+    hi = b(end, _TS)
+    first = b(events[0])
+    grp = property_expr(b, group_path) if group_kind == "properties" else "NULL"
+    steps = [f"minIf(ts, name = {first} AND ts <= {hi}) AS t1"]
+    for k in range(2, len(events) + 1):
+        cand = (f"arrayMap(x -> x.1, arrayFilter(x -> x.2 = {b(events[k - 1])} AND x.1 > t{k - 1} "
+                f"AND x.1 <= t1 + toIntervalMicrosecond({window}), evs))")
+        steps.append(f"if(t{k - 1} IS NULL OR empty({cand}), NULL, arrayMin({cand})) AS t{k}")
+    inner = (f"SELECT actor, argMinIf({grp}, ts, name = {first} AND ts <= {hi}) AS grp, "
+             f"groupArray((ts, name)) AS evs, {steps[0]} FROM {scope} AND name IN {b(events, 'Array(String)')} "
+             f"AND ts >= {b(start, _TS)} AND ts <= {hi} + toIntervalMicrosecond({window}) AND actor != '' "
+             f"GROUP BY actor HAVING countIf(name = {first} AND ts <= {hi}) > 0")
+    reached = " + ".join(f"(t{k} IS NOT NULL)" for k in range(2, len(events) + 1)) or "0"
+    rows = await store.query(
+        f"SELECT actor, grp, 1 + {reached} AS level FROM (SELECT actor, grp, {', '.join(steps[1:]) or '1'} "
+        f"FROM ({inner})) ", b.params, settings=settings)
+    levels: dict[str | None, list[int]] = {}
+    if group_kind == "traits":
+        users = sorted({a for a, _, _ in rows if not a.startswith("anon:")})
+        traits = await traits_of(conn, workspace_id, env, users, group_path) if users else {}
+        keyed = [(traits.get(a), level) for a, _, level in rows]
+    else:
+        keyed = [(g, level) for _, g, level in rows]
+    for g, level in keyed:
+        per = levels.setdefault(g, [0] * len(events))
+        for k in range(level):
+            per[k] += 1
+    if not group_kind and None not in levels:
+        levels[None] = [0] * len(events)
+    out = []
+    for g in sorted(levels, key=_grp_order):
+        users = levels[g]
+        for k, n in enumerate(users):
+            prev = users[k - 1] if k else n
+            out.append(FunnelRow(k + 1, events[k], g, n, _ratio(n, users[0]), _ratio(n, prev)))
+    return out
 
 
-RETENTION = f"""
-WITH starts AS (
-    SELECT {ACTOR} AS actor, min(e.ts) AS first_ts FROM events e
-    WHERE {KEYED} AND e.name = $3 AND e.ts <= $6 AND (e.user_id IS NOT NULL OR e.anonymous_id IS NOT NULL)
-    GROUP BY 1 HAVING min(e.ts) >= $5
-), cohorts AS (
-    SELECT actor, date_trunc($7, first_ts) AS cohort FROM starts
-), returns AS (
-    SELECT DISTINCT c.cohort, c.actor,
-           floor(extract(epoch FROM date_trunc($7, e.ts) - c.cohort) / $8)::int AS k
-    FROM events e JOIN cohorts c ON c.actor = {ACTOR}
-    WHERE {KEYED} AND e.name = $4
-      AND e.ts >= date_trunc($7, $5::timestamptz) + $9::interval
-      AND e.ts < date_trunc($7, $6::timestamptz) + ($10 + 1) * $9::interval
-      AND e.ts >= c.cohort + $9::interval AND e.ts < c.cohort + ($10 + 1) * $9::interval
-), sizes AS (
-    SELECT cohort, count(*) AS users FROM cohorts GROUP BY cohort
-), returned AS (
-    SELECT cohort, k, count(*) AS n FROM returns GROUP BY cohort, k
-)
-SELECT s.cohort, s.users,
-       array_agg(CASE WHEN s.cohort + g.k * $9::interval > $11 THEN NULL
-                      ELSE round(COALESCE(r.n, 0)::numeric / s.users, 4)::float8 END ORDER BY g.k) AS shares
-FROM sizes s CROSS JOIN generate_series(1, $10) AS g(k)
-LEFT JOIN returned r ON r.cohort = s.cohort AND r.k = g.k
-GROUP BY s.cohort, s.users
-ORDER BY s.cohort
-"""
-PERIOD_SECONDS = {"day": 86_400, "week": 604_800}
+# --- retention --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RetentionRow:
+    cohort: datetime
+    users: int
+    shares: list[float | None]
 
 
 async def retention(
-    conn: asyncpg.Connection, workspace_id: int, env: str, *, start_event: str, return_event: str,
-    start: datetime, end: datetime, period: str, periods: int, now: datetime,
-) -> list[asyncpg.Record]:
-    """Rows (cohort, users, shares[1..periods]); a share is NULL while its period has not begun."""
-    return await conn.fetch(
-        RETENTION, workspace_id, env, start_event, return_event, start, end, period,
-        PERIOD_SECONDS[period], timedelta(seconds=PERIOD_SECONDS[period]), periods, now,
-    )
+    store: AnalyticsStore, workspace_id: int, env: str, *, start_event: str, return_event: str,
+    start: datetime, end: datetime, period: str, periods: int, now: datetime, settings: dict | None = None,
+) -> list[RetentionRow]:
+    """Cohorts by the period of each actor's first start event (which must fall in [start, end]); a share
+    is the part of the cohort with a return event k periods later, NULL while that period has not begun."""
+    b = Params()
+    seconds = PERIOD_SECONDS[period]
+    trunc = _TRUNC[period]
+    cohort_scope = _scope(b, store, workspace_id, env)
+    cohorts = (f"SELECT actor, {trunc.format(t='min(ts)')} AS cohort FROM {cohort_scope} "
+               f"AND name = {b(start_event)} AND ts <= {b(end, _TS)} AND actor != '' "
+               f"GROUP BY actor HAVING min(ts) >= {b(start, _TS)}")
+    lo = truncate(start, period) + timedelta(seconds=seconds)
+    hi = truncate(end, period) + (periods + 1) * timedelta(seconds=seconds)
+    return_scope = _scope(b, store, workspace_id, env)
+    returns = (f"SELECT actor, {trunc.format(t='ts')} AS bucket FROM {return_scope} AND name = {b(return_event)} "
+               f"AND ts >= {b(lo, _TS)} AND ts < {b(hi, _TS)} AND actor != '' GROUP BY actor, bucket")
+    sec = b(seconds, "Int64")
+    rows = await store.query(
+        f"SELECT c.cohort, intDiv(r.bucket - c.cohort, {sec}) AS k, count() FROM ({cohorts}) AS c "
+        f"INNER JOIN ({returns}) AS r ON r.actor = c.actor "
+        f"WHERE k >= 1 AND k <= {b(periods, 'Int64')} GROUP BY c.cohort, k", b.params, settings=settings)
+    sizes = await store.query(f"SELECT cohort, count() FROM ({cohorts}) GROUP BY cohort", b.params,
+                              settings=settings)
+    returned = {(c, k): n for c, k, n in rows}
+    out = []
+    for cohort, users in sorted(sizes):
+        at = _epoch(cohort)
+        shares = [None if at + k * timedelta(seconds=seconds) > now else _ratio(returned.get((cohort, k), 0), users)
+                  for k in range(1, periods + 1)]
+        out.append(RetentionRow(at, users, shares))
+    return out

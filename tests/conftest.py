@@ -8,7 +8,7 @@ import os
 import secrets
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient
 from app.keys import create_key
 from app.server import init_app
 from app.settings import Settings
+from storage.clickhouse import AnalyticsStore, open_store
 from storage.db import create_pool
 
 
@@ -97,6 +98,16 @@ def redis_url() -> str:
     server.shutdown()
 
 
+@pytest.fixture(scope="session")
+def analytics_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnalyticsStore]:
+    """One embedded ClickHouse (chDB) for the whole run: chDB opens one data directory per process. A
+    database of its own per run; sites and workspaces are unique per test, so tests never see each other."""
+    store = open_store(url=None, path=tmp_path_factory.mktemp("analytics"),
+                       database=f"tally_test_{secrets.token_hex(4)}")
+    yield store
+    store.close()
+
+
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     return Settings(database_url=database_url, secret="test-secret-" + "x" * 32, data_dir=tmp_path,
@@ -104,9 +115,9 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def make_client(aiohttp_client) -> Callable[..., Awaitable[TestClient]]:
+def make_client(aiohttp_client, analytics_store: AnalyticsStore) -> Callable[..., Awaitable[TestClient]]:
     async def make(settings: Settings) -> TestClient:
-        return await aiohttp_client(init_app(settings))
+        return await aiohttp_client(init_app(settings, analytics=analytics_store))
 
     return make
 

@@ -1,5 +1,4 @@
-"""GET /api/analytics/events and /export, access rules shared by every analytics route, and the
-agreement of rollups with raw events."""
+"""GET /api/analytics/events and /export, and the access rules shared by every analytics route."""
 
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ import asyncpg
 import orjson
 import pytest
 
-from app.views.analytics_params import window_for
-from storage import analytics as store
 from storage.db import init_connection
 from tests.analytics_support import create_site, iso, load_fixture
 
@@ -140,61 +137,6 @@ async def test_workspaces_see_only_their_own_numbers(client, site, database_url,
     assert resp.status == 404
     body = await (await client.get("/api/analytics/overview", params={"siteId": other.site_id})).json()
     assert body["totalEvents"] == 8
-
-
-@pytest.mark.parametrize("range_name", ["24h", "7d", "30d", "90d"])
-async def test_rollups_agree_with_raw_events(site, database_url, range_name):
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        w = window_for(range_name)
-        none = store.Filters()
-        assert await store.totals(conn, site.site_id, w.start, w.end, w.grain, none) == \
-            await store.totals(conn, site.site_id, w.start, w.end, None, none)
-        rolled = await store.session_stats(conn, site.site_id, w.start, w.end, w.grain, none)
-        raw = await store.session_stats(conn, site.site_id, w.start, w.end, None, none)
-        assert (rolled.sessions, rolled.bounces, round(rolled.avg_ms)) == (raw.sessions, raw.bounces, round(raw.avg_ms))
-        for dim in store.DIMENSIONS:
-            args = {"dim": dim, "name": "pageview", "domain": site.domain, "limit": 20, "filters": none}
-            assert await store.top(conn, site.site_id, w.start, w.end, grain=w.grain, **args) == \
-                await store.top(conn, site.site_id, w.start, w.end, grain=None, **args)
-        first, last = w.buckets(w.unit)
-        args = {"name": "pageview", "interval": w.unit, "first": first, "last": last, "filters": none}
-        assert await store.series(conn, site.site_id, w.start, w.end, grain=w.grain, **args) == \
-            await store.series(conn, site.site_id, w.start, w.end, grain=None, **args)
-    finally:
-        await conn.close()
-
-
-def test_hour_windows_read_whole_days_from_daily_rollups():
-    from datetime import UTC, datetime
-
-    w = window_for("7d", datetime(2026, 3, 10, 14, 25, tzinfo=UTC))
-    args: list = []
-    sql = store.rollup_spans(args, w.start, w.end, "h")
-    assert sql.count(" OR ") == 2
-    day = lambda d, h=0: datetime(2026, 3, d, h, tzinfo=UTC)  # noqa: E731
-    assert args == ["h", day(3, 15), day(4), "d", day(4), day(10), "h", day(10), day(10, 15)]
-    args = []
-    w = window_for("24h", datetime(2026, 3, 10, 14, 25, tzinfo=UTC))
-    store.rollup_spans(args, w.start, w.end, "h")
-    assert args == ["h", day(9, 15), day(10, 15)]
-
-
-async def test_session_rollups_follow_updates_and_deletes(client, site, database_url):
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        w, none = window_for("7d"), store.Filters()
-        # s2 gets a second pageview and lasts longer; s5 is deleted: 3 sessions left, s1 s2 s3 no bounce.
-        await conn.execute("UPDATE sessions SET pageviews = 2, ended_at = started_at + interval '90 seconds' "
-                           "WHERE site_id = $1 AND id = $2", site.site_id, f"s2-{site.site_id}")
-        await conn.execute("DELETE FROM sessions WHERE site_id = $1 AND id = $2", site.site_id, f"s5-{site.site_id}")
-        for grain in (w.grain, None):
-            stats = await store.session_stats(conn, site.site_id, w.start, w.end, grain, none)
-            assert (stats.sessions, stats.bounces, round(stats.avg_ms)) == (3, 0, 90_000)
-    finally:
-        await conn.close()
 
 
 # --- CSV formula injection (issue 10, item 6) ----------------------------------------------------------

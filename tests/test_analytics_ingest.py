@@ -1,5 +1,5 @@
-"""End to end: events posted to the ingestion endpoint show up in the analytics reads (the rollup
-trigger runs inside the site actor's COPY transaction)."""
+"""End to end: events posted to the ingestion endpoint show up in the analytics reads (the outbox trigger
+runs inside the site actor's COPY transaction; every read first brings the analytics store up to date)."""
 
 from __future__ import annotations
 

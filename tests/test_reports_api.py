@@ -153,14 +153,14 @@ async def test_custom_needs_the_enterprise_plan(client, make_key):
 
 
 async def test_run_past_the_timeout_is_504(make_client, settings, make_key, database_url):
-    # A run blocked on a lock is cancelled by the statement timeout like a slow one.
+    # A run blocked on a lock (here: the mirror waiting for the outbox) is cancelled by the timeout.
     client = await make_client(dataclasses.replace(settings, report_timeout_seconds=0.3))
     key = await make_key("read,write")
     rid = (await create_report(client, key, VOLUME))["id"]
     blocker = await asyncpg.connect(database_url)
     try:
         async with blocker.transaction():
-            await blocker.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+            await blocker.execute("LOCK TABLE analytics_outbox IN ACCESS EXCLUSIVE MODE")
             resp = await client.get(f"/v1/reports/{rid}/run", headers=bearer(key))
     finally:
         await blocker.close()

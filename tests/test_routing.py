@@ -68,6 +68,7 @@ API = {
     ("DELETE", "/api/keys/{key_id}"): "session",
     ("GET", "/api/analytics/overview"): "session",
     ("GET", "/api/analytics/timeseries"): "session",
+    ("GET", "/api/analytics/breakdown"): "session",
     ("GET", "/api/analytics/top-pages"): "session",
     ("GET", "/api/analytics/top-referrers"): "session",
     ("GET", "/api/analytics/top-countries"): "session",

@@ -9,6 +9,10 @@ _RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "9
                description="the N most recent UTC buckets: 60 minutes, 24 hours, 168 hours, 30 days or 90 days")
 _EVENT = query("eventName", {"type": "string"}, description="exact event name")
 _ERRORS = site_errors(400, 401, 404, 500)
+_FILTER = {"name": "filter", "in": "query", "required": False, "style": "form", "explode": True,
+           "description": "repeatable, ANDed: dimension==value (is), != (is not), ~= (contains); page values "
+                          "with == may use * (one segment) and ** (any)",
+           "schema": {"type": "array", "items": {"type": "string"}}}
 
 
 def _limit(default: int, maximum: int) -> dict:
@@ -45,6 +49,20 @@ PATHS = {
          query("eventName", {"type": "string", "default": "pageview"})],
         json_body({"type": "object", "required": ["data"],
                    "properties": {"data": {"type": "array", "items": ref("Point")}}}),
+    ),
+    "/api/analytics/breakdown": _get(
+        "Visitors, visits, pageviews, events, bounce rate, visit duration or conversion rate per value of a property",
+        [query("property", {"type": "string"}, True,
+               "source, channel, utm_*, page, entry_page, exit_page, referrer, country, region, city, browser, "
+               "browser_version, os, os_version, device, goal or props:<key>"),
+         query("metrics", {"type": "string", "default": "visitors"},
+               description="comma list of visitors, visits, pageviews, events, bounce_rate, visit_duration, "
+                           "conversion_rate"),
+         _limit(20, 1000), query("offset", {"type": "integer", "minimum": 0, "default": 0}), _FILTER],
+        json_body({"type": "object", "required": ["data", "property", "metrics"], "properties": {
+            "data": {"type": "array", "items": {"type": "object"}}, "property": {"type": "string"},
+            "metrics": {"type": "array", "items": {"type": "string"}}, "limit": {"type": "integer"},
+            "offset": {"type": "integer"}}}),
     ),
     "/api/analytics/top-pages": _top("Top paths (without query string)"),
     "/api/analytics/top-referrers": _top("Top referrer hosts (internal navigation excluded)"),

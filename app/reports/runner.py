@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
+from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from app.reports.config import (
     CustomConfig,
@@ -21,6 +24,7 @@ from app.settings import Settings
 from common.metrics import Metrics
 from storage import report_queries as q
 from storage import reports as store
+from storage.clickhouse import AnalyticsStore
 
 TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
                      "LIMIT")
@@ -68,37 +72,43 @@ def parse_group(group_by: str | None) -> tuple[str | None, list[str]]:
     return "properties", group_by.split(".")
 
 
-async def _built_in(conn: asyncpg.Connection, ws: int, env: str, config: Any, now: datetime) -> tuple[list, list]:
+async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, env: str, config: Any,
+                    now: datetime, limits: dict) -> tuple[list, list]:
     if isinstance(config, EventVolumeConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
-        records = await q.event_volume(conn, ws, env, events=config.events, start=start, end=end,
-                                       interval=config.interval, group_kind=kind, group_path=path)
+        records = await q.event_volume(store, conn, ws, env, events=config.events, start=start, end=end,
+                                       interval=config.interval, group_kind=kind, group_path=path, settings=limits)
         columns = ["bucket", "event", *([config.group_by] if kind else []), "count"]
-        rows = [[r["bucket"], r["event"], *([r["grp"]] if kind else []), r["n"]] for r in records]
+        rows = [[r.bucket, r.event, *([r.grp] if kind else []), r.n] for r in records]
         return columns, rows
     if isinstance(config, FunnelConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
-        records = await q.funnel(conn, ws, env, events=config.events, start=start, end=end,
-                                 window_days=config.conversion_window_days, group_kind=kind, group_path=path)
+        records = await q.funnel(store, conn, ws, env, events=config.events, start=start, end=end,
+                                 window_days=config.conversion_window_days, group_kind=kind, group_path=path,
+                                 settings=limits)
         columns = ["step", "event", *([config.group_by] if kind else []), "users",
                    "conversion_from_first", "conversion_from_previous"]
-        rows = [[r["step"], r["event"], *([r["grp"]] if kind else []), r["users"], r["from_first"],
-                 r["from_previous"]] for r in records]
+        rows = [[r.step, r.event, *([r.grp] if kind else []), r.users, r.from_first, r.from_previous]
+                for r in records]
         return columns, rows
     assert isinstance(config, RetentionConfig)
     start, end = config.window(now)
-    records = await q.retention(conn, ws, env, start_event=config.start_event, return_event=config.return_event,
-                                start=start, end=end, period=config.period, periods=config.periods, now=now)
+    records = await q.retention(store, ws, env, start_event=config.start_event, return_event=config.return_event,
+                                start=start, end=end, period=config.period, periods=config.periods, now=now,
+                                settings=limits)
     columns = ["cohort", "users", *(f"{config.period}_{k}" for k in range(1, config.periods + 1))]
-    return columns, [[r["cohort"], r["users"], *r["shares"]] for r in records]
+    return columns, [[r.cohort, r.users, *r.shares] for r in records]
 
 
 async def run_report(
     pool: asyncpg.Pool, settings: Settings, metrics: Metrics, *, workspace_id: int, env: str, plan: str,
-    report_type: str, config: dict,
+    report_type: str, config: dict, analytics: AnalyticsStore | None = None,
+    catch_up: Callable[[], Awaitable[object]] | None = None,
 ) -> Result:
+    """Built-in types run on the analytics store (required for them), after `catch_up` brought it up to date;
+    custom SQL on PostgreSQL. Both within the report timeout."""
     require_plan(report_type, plan)
     parsed = parse_config(report_type, config)
     now = datetime.now(UTC)
@@ -123,8 +133,12 @@ async def run_report(
                 )
                 outcome = "ok"
                 return Result(columns, rows, now, truncated)
-            async with q.scoped_run(conn, int(timeout * 1000)):
-                columns, rows = await _built_in(conn, workspace_id, env, parsed, now)
+            assert analytics is not None, "built-in reports need the analytics store"
+            limits = {"max_execution_time": max(1, round(timeout))}
+            async with asyncio.timeout(timeout):
+                if catch_up is not None:
+                    await catch_up()
+                columns, rows = await _built_in(analytics, conn, workspace_id, env, parsed, now, limits)
             outcome = "ok"
             return Result(columns, rows, now)
         finally:
@@ -133,7 +147,12 @@ async def run_report(
         outcome = "too_large"
         raise ApiError(413, "result_too_large", TOO_LARGE_MESSAGE.format(
             n=settings.custom_sql_max_bytes)) from None
-    except asyncpg.QueryCanceledError:
+    except (asyncpg.QueryCanceledError, TimeoutError):
+        outcome = "timeout"
+        raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
+    except ClickHouseError as exc:
+        if "TIMEOUT_EXCEEDED" not in str(exc):
+            raise
         outcome = "timeout"
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
     except asyncpg.PostgresError as exc:

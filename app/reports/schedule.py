@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from app.appkeys import METRICS, POOL, REPORT_POOL, SETTINGS
+from app.appkeys import ANALYTICS, METRICS, MIRROR, POOL, REPORT_POOL, SETTINGS
 from app.reports import delivery
 from app.reports.runner import run_report
 from app.responses import ApiError
@@ -71,8 +71,8 @@ async def _deliver_one(app: web.Application, item) -> str | None:
     try:
         result = await run_report(
             app[REPORT_POOL], settings, app[METRICS], workspace_id=item["workspace_id"], env=item["env"],
-            plan=item["plan"],
-            report_type=item["type"], config=item["config"],
+            plan=item["plan"], report_type=item["type"], config=item["config"], analytics=app[ANALYTICS],
+            catch_up=app[MIRROR].catch_up,
         )
     except ApiError as exc:
         return f"report: {exc.code}: {exc.message}"

@@ -1,4 +1,5 @@
-"""GET /api/analytics/overview, /timeseries and /top-*: dashboard reads of one site.
+"""GET /api/analytics/overview, /timeseries, /top-* and /breakdown: dashboard reads of one site, with
+`filter=` terms on every one and `compare=` on the overview and the time series.
 
 Every handler checks the session (401), then its parameters (400), then that the site belongs to the
 caller's workspace (404), and only then queries.
@@ -6,24 +7,27 @@ caller's workspace (404), and only then queries.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-import asyncpg
 from aiohttp import web
 
-from app.appkeys import POOL
-from app.responses import iso_ms, json_response
+from app.responses import SiteError, iso_ms, json_response
 from app.views import analytics_events
 from app.views.analytics_params import (
     Site,
     Window,
+    analytics_store,
     base_params,
     count_param,
     filters_param,
     interval_param,
+    offset_param,
     resolve_site,
+    with_goals,
 )
 from storage import analytics as store
+from storage.clickhouse import AnalyticsStore
+from storage.site_filters import DIMENSIONS, METRICS, PROPS_PREFIX
 
 TOP_DEFAULT, TOP_MAX = 20, 100
 _LABELS = {"minute": "%H:%M", "hour": "%b %d %H:00", "day": "%b %d"}
@@ -39,28 +43,23 @@ def top_rows(rows: list[tuple[str, int]], total: int) -> list[dict]:
             for key, count in rows]
 
 
-async def _series(conn: asyncpg.Connection, site_id: str, window: Window, interval: str, name: str,
-                  filters: store.Filters, *, rollups: bool = True) -> list[dict]:
+async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: str, name: str,
+                  filters: store.Filters) -> list[dict]:
     first, last = window.buckets(interval)
-    grain = window.grain_for(interval) if rollups else None
-    points = await store.series(conn, site_id, window.start, window.end, name=name, interval=interval,
-                                first=first, last=last, grain=grain, filters=filters)
+    try:
+        points = await store.series(db, site_id, window.start, window.end, name=name, interval=interval,
+                                    first=first, last=last, filters=filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
     return [point(bucket, value, interval) for bucket, value in points]
 
 
-async def overview_body(conn: asyncpg.Connection, site: Site, w: Window, filters: store.Filters, *,
-                        rollups: bool = True) -> dict:
-    """The overview of a site; rollups=False reads raw events only (the bench's baseline)."""
-    name = filters.name or "pageview"
-    grain = w.grain if rollups else None
-    totals = await store.totals(conn, site.id, w.start, w.end, grain, filters)
-    sessions = await store.session_stats(conn, site.id, w.start, w.end, grain, filters)
-    tops = {}
-    for dim in store.DIMENSIONS:
-        rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
-                                      limit=TOP_DEFAULT, grain=grain, filters=filters)
-        tops[dim] = top_rows(rows, total)
-    series = await _series(conn, site.id, w, w.unit, name, filters, rollups=rollups)
+async def _headline(db: AnalyticsStore, site: Site, start: datetime, end: datetime, filters: store.Filters) -> dict:
+    try:
+        totals = await store.totals(db, site.id, start, end, filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
+    sessions = await store.session_stats(db, site.id, start, end, filters)
     return {
         "totalEvents": totals.events,
         "totalPageviews": totals.pageviews,
@@ -68,6 +67,21 @@ async def overview_body(conn: asyncpg.Connection, site: Site, w: Window, filters
         "sessions": sessions.sessions,
         "bounceRate": round(100 * sessions.bounces / sessions.sessions, 2) if sessions.sessions else 0.0,
         "avgSessionDuration": round(sessions.avg_ms),
+    }
+
+
+async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters) -> dict:
+    """The overview of a site."""
+    name = filters.name or "pageview"
+    body = await _headline(db, site, w.start, w.end, filters)
+    tops = {}
+    for dim in store.TOP_DIMENSIONS:
+        rows, total = await store.top(db, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
+                                      limit=TOP_DEFAULT, filters=filters)
+        tops[dim] = top_rows(rows, total)
+    series = await _series(db, site.id, w, w.unit, name, filters)
+    return {
+        **body,
         "topPages": tops["p"],
         "topReferrers": tops["r"],
         "topCountries": tops["c"],
@@ -77,33 +91,89 @@ async def overview_body(conn: asyncpg.Connection, site: Site, w: Window, filters
     }
 
 
+# --- comparison (issue 12) ----------------------------------------------------------------------------
+
+COMPARE = ("previous_period", "year_over_year")
+
+
+def compare_param(request: web.Request) -> str | None:
+    value = request.query.get("compare") or None
+    if value is not None and value not in COMPARE:
+        raise SiteError(400, "invalid compare", allowed=list(COMPARE))
+    return value
+
+
+def shifted(w: Window, mode: str) -> Window:
+    """The window compared with: the one just before (same length), or the same dates a year earlier."""
+    if mode == "previous_period":
+        delta = w.end - w.start
+    else:
+        delta = timedelta(days=366 if _crosses_leap_day(w.start) else 365)
+    return Window(w.range, w.start - delta, w.end - delta, w.unit)
+
+
+def _crosses_leap_day(moment: datetime) -> bool:
+    try:
+        return moment.replace(year=moment.year - 1) != moment - timedelta(days=365)
+    except ValueError:  # 29 February
+        return True
+
+
+def change(current: float, previous: float, *, points: bool = False) -> float | None:
+    """Percent change (null when the comparison is 0); for rates the difference in percentage points."""
+    if points:
+        return round(current - previous, 2)
+    return None if previous == 0 else round(100 * (current - previous) / previous, 1)
+
+
 async def overview(request: web.Request) -> web.Response:
     base = await base_params(request)
     filters = filters_param(request)
+    mode = compare_param(request)
     site = await resolve_site(request, base)
-    async with request.config_dict[POOL].acquire() as conn:
-        return json_response(await overview_body(conn, site, base.window, filters))
+    filters, _ = await with_goals(request, site, filters)
+    db = await analytics_store(request)
+    body = await overview_body(db, site, base.window, filters)
+    if mode:
+        prev = shifted(base.window, mode)
+        before = await _headline(db, site, prev.start, prev.end, filters)
+        body["comparison"] = {**before, "from": iso_ms(prev.start), "to": iso_ms(prev.end), "mode": mode}
+        body["change"] = {k: change(body[k], before[k], points=k == "bounceRate") for k in before}
+    return json_response(body)
 
 
 async def timeseries(request: web.Request) -> web.Response:
     base = await base_params(request)
     interval = interval_param(request, base.window)
     name = request.query.get("eventName") or "pageview"
+    filters = filters_param(request)
+    mode = compare_param(request)
     site = await resolve_site(request, base)
-    async with request.config_dict[POOL].acquire() as conn:
-        data = await _series(conn, site.id, base.window, interval, name, store.Filters())
-    return json_response({"data": data, "interval": interval, "eventName": name})
+    filters, _ = await with_goals(request, site, filters)
+    db = await analytics_store(request)
+    data = await _series(db, site.id, base.window, interval, name, filters)
+    body: dict = {"data": data, "interval": interval, "eventName": name}
+    if mode:
+        prev = shifted(base.window, mode)
+        before = await _series(db, site.id, prev, interval, name, filters)
+        body["comparison"] = before
+        body["change"] = change(sum(p["value"] for p in data), sum(p["value"] for p in before))
+    return json_response(body)
 
 
 async def _top_list(request: web.Request, dim: str) -> web.Response:
     base = await base_params(request)
     limit = count_param(request, "limit", TOP_DEFAULT, TOP_MAX)
     name = request.query.get("eventName") or "pageview"
+    filters = filters_param(request)
     site = await resolve_site(request, base)
+    filters, _ = await with_goals(request, site, filters)
     w = base.window
-    async with request.config_dict[POOL].acquire() as conn:
-        rows, total = await store.top(conn, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
-                                      limit=limit, grain=w.grain, filters=store.Filters())
+    try:
+        rows, total = await store.top(await analytics_store(request), site.id, w.start, w.end, dim=dim, name=name,
+                                      domain=site.domain, limit=limit, filters=filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
     return json_response({"data": top_rows(rows, total), "total": total})
 
 
@@ -114,9 +184,51 @@ def _top_handler(dim: str):
     return top_list
 
 
+# --- breakdown (issue 12) -----------------------------------------------------------------------------
+
+BREAKDOWN_DEFAULT, BREAKDOWN_MAX = 20, 1000
+
+
+async def breakdown(request: web.Request) -> web.Response:
+    """GET /api/analytics/breakdown?siteId&range&property&metrics&limit&offset&filter=…"""
+    base = await base_params(request)
+    prop = request.query.get("property") or ""
+    if not (prop in DIMENSIONS and prop != "event") and not (prop.startswith(PROPS_PREFIX) and len(prop) > 6):
+        raise SiteError(400, "invalid property", allowed=[d for d in DIMENSIONS if d != "event"] + ["props:<key>"])
+    metrics = [m for m in (request.query.get("metrics") or "visitors").split(",") if m]
+    if not metrics or any(m not in METRICS for m in metrics):
+        raise SiteError(400, "invalid metrics", allowed=list(METRICS))
+    limit = count_param(request, "limit", BREAKDOWN_DEFAULT, BREAKDOWN_MAX)
+    offset = offset_param(request)
+    filters = filters_param(request)
+    site = await resolve_site(request, base)
+    goal_filtered = any(f.dimension == "goal" for f in filters.extra)
+    if "conversion_rate" in metrics and prop != "goal" and not goal_filtered:
+        raise SiteError(400, "conversion_rate needs property=goal or a goal filter")
+    filters, goals = await with_goals(request, site, filters, needed=prop == "goal")
+    db = await analytics_store(request)
+    w = base.window
+    try:
+        rows = await store.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
+                                     limit=limit, offset=offset)
+        if "conversion_rate" in metrics and prop != "goal":
+            # Converting visitors of each key over all its visitors (the same filters but the goal's).
+            everyone = {r["key"]: r["visitors"] for r in await store.breakdown(
+                db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
+                limit=BREAKDOWN_MAX, offset=0)}
+            for r in rows:
+                total = everyone.get(r["key"], 0)
+                r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
+    data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
+    return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
+
+
 def setup_analytics_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/analytics/overview", overview)
     router.add_get("/analytics/timeseries", timeseries)
+    router.add_get("/analytics/breakdown", breakdown)
     for path, dim in _DIMS.items():
         router.add_get(f"/analytics/{path}", _top_handler(dim))
     router.add_get("/analytics/events", analytics_events.events)

@@ -13,7 +13,8 @@ from aiohttp import web
 from app.appkeys import POOL, SETTINGS
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
-from app.views.analytics_params import base_params, count_param, offset_param, resolve_site
+from app.views.analytics_params import analytics_store, base_params, count_param, offset_param, resolve_site
+from storage import analytics
 from storage import analytics_events as store
 
 LOG_DEFAULT, LOG_MAX = 50, 500
@@ -48,8 +49,9 @@ async def events(request: web.Request) -> web.Response:
     name = request.query.get("eventName") or None
     site = await resolve_site(request, base)
     w = base.window
+    db = await analytics_store(request)
+    total = await analytics.count_events(db, site.id, w.start, w.end, name)
     async with request.config_dict[POOL].acquire() as conn:
-        total = await store.count_events(conn, site.id, w.start, w.end, name, w.grain)
         rows = await store.list_events(conn, site.id, w.start, w.end, name, limit, offset) if offset < total else []
     return json_response({"events": [stored_event(r) for r in rows], "total": total, "limit": limit,
                           "offset": offset})

@@ -2,26 +2,27 @@
 
 A range covers the N most recent buckets of its granularity, the current (partial) one included:
 1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, all in UTC. Windows
-therefore start on a bucket boundary, so the totals equal the sum of the time-series points and the
-hourly/daily rollups answer them exactly.
+therefore start on a bucket boundary, so the totals equal the sum of the time-series points.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from app.appkeys import POOL
+from app.appkeys import ANALYTICS, MIRROR, POOL
 from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError
 from storage import analytics as store
+from storage.clickhouse import AnalyticsStore
+from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
 
 UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
-GRAIN_OF_UNIT = {"minute": None, "hour": "h", "day": "d"}
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 
 
@@ -40,17 +41,6 @@ class Window:
     start: datetime  # inclusive, on a bucket boundary
     end: datetime  # exclusive: the end of the current bucket
     unit: str  # the range's own bucket
-
-    @property
-    def grain(self) -> str | None:
-        """The rollup grain that covers this window exactly (None: read raw events)."""
-        return GRAIN_OF_UNIT[self.unit]
-
-    def grain_for(self, interval: str) -> str | None:
-        """The coarsest rollup grain aligned with both the window start and the interval."""
-        if self.unit == "minute" or interval == "minute":
-            return None
-        return "d" if self.unit == "day" and interval == "day" else "h"
 
     def buckets(self, interval: str) -> tuple[datetime, datetime]:
         """First and last bucket start of a series over this window."""
@@ -99,6 +89,13 @@ async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
     return Site(row["id"], row["domain"])
 
 
+async def analytics_store(request: web.Request) -> AnalyticsStore:
+    """The store, brought up to date with every event committed before this read began (one indexed probe
+    of the outbox when the mirror has nothing pending)."""
+    await request.config_dict[MIRROR].catch_up()
+    return request.config_dict[ANALYTICS]
+
+
 def range_param(request: web.Request) -> Window:
     name = request.query.get("range") or "7d"
     if name not in RANGES:
@@ -132,6 +129,24 @@ def offset_param(request: web.Request) -> int:
         raise SiteError(400, "invalid offset") from None
 
 
+def filter_terms(request: web.Request) -> tuple[Filter, ...]:
+    """Repeated `filter=dimension<op>value` parameters, op one of == (is), != (is not), ~= (contains)."""
+    out = []
+    for raw in request.query.getall("filter", []):
+        found = min(((raw.find(op), op) for op in ("==", "!=", "~=") if raw.find(op) > 0), default=None)
+        if found is None:
+            raise SiteError(400, "invalid filter", filter=raw, syntax="dimension==value, != or ~=")
+        at, op = found
+        dimension, value = raw[:at].strip(), raw[at + 2:]
+        known = dimension in DIMENSIONS or (dimension.startswith(PROPS_PREFIX) and len(dimension) > len(PROPS_PREFIX))
+        if not known or value == "":
+            raise SiteError(400, "invalid filter", filter=raw, dimensions=[*DIMENSIONS, "props:<key>"])
+        if dimension == "goal" and op == "~=":
+            raise SiteError(400, "invalid filter", filter=raw, detail="goal filters take == or !=")
+        out.append(Filter(dimension, op, value))  # type: ignore[arg-type]
+    return tuple(out)
+
+
 def filters_param(request: web.Request) -> store.Filters:
     q = request.query
     return store.Filters(
@@ -139,4 +154,15 @@ def filters_param(request: web.Request) -> store.Filters:
         path=q.get("path") or None,
         referrer=q.get("referrer") or None,
         country=(q.get("country") or "").upper() or None,
+        extra=filter_terms(request),
     )
+
+
+async def with_goals(request: web.Request, site: Site, filters: store.Filters,
+                     needed: bool = False) -> tuple[store.Filters, list[store.Goal]]:
+    """The site's goals, read when a filter (or the caller) names them."""
+    if not needed and not any(f.dimension == "goal" for f in filters.extra):
+        return filters, []
+    async with request.config_dict[POOL].acquire() as conn:
+        goals = await store.site_goals(conn, site.id)
+    return dataclasses.replace(filters, goals=tuple(goals)), goals

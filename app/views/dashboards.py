@@ -18,9 +18,11 @@ from app.bodies import field_of, read_body, reject_unstorable
 from app.net import _trusted
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
+from app.views.analytics_params import analytics_store
 from app.views.params import cursor_param, int_param, page_response, time_param
 from storage import chart_data
 from storage import dashboards as store
+from storage.clickhouse import AnalyticsStore
 from storage.ids import new_id
 
 T = TypeVar("T")
@@ -181,19 +183,19 @@ def data_range(request: web.Request) -> tuple[datetime, datetime, str]:
     return start, end, interval
 
 
-async def chart_data_json(conn, workspace_id: int, env: str, chart, start: datetime, end: datetime,
-                          interval: str) -> dict:
+async def chart_data_json(db: AnalyticsStore, workspace_id: int, env: str, chart, start: datetime,
+                          end: datetime, interval: str) -> dict:
     """line/bar: one series per group with a point per bucket. pie/table/funnel: one series per group
     (or funnel step) holding one point, stamped with the range start, that carries the total."""
     if chart["type"] in chart_data.TIME_SERIES_TYPES:
-        found = await chart_data.time_series(conn, workspace_id, env, chart, start, end, interval)
+        found = await chart_data.time_series(db, workspace_id, env, chart, start, end, interval)
         series = [{"name": s.name, "points": [{"timestamp": iso_ms(t), "value": v} for t, v in s.points]}
                   for s in found]
     else:
         if chart["type"] == "funnel":
-            totals = await chart_data.funnel(conn, workspace_id, env, chart, start, end)
+            totals = await chart_data.funnel(db, workspace_id, env, chart, start, end)
         else:
-            totals = await chart_data.grouped_totals(conn, workspace_id, env, chart, start, end)
+            totals = await chart_data.grouped_totals(db, workspace_id, env, chart, start, end)
         series = [{"name": name, "points": [{"timestamp": iso_ms(start), "value": value}]}
                   for name, value in totals]
     return {"chart_id": chart["id"], "type": chart["type"], "interval": interval,
@@ -330,7 +332,8 @@ async def chart_data_view(request: web.Request) -> web.Response:
     start, end, interval = data_range(request)
     async with request.config_dict[POOL].acquire() as conn:
         chart = await _own_chart(request, conn)
-        body = await chart_data_json(conn, key.workspace_id, key.env, chart, start, end, interval)
+    body = await chart_data_json(await analytics_store(request), key.workspace_id, key.env, chart, start, end,
+                                 interval)
     return json_response(body)
 
 

@@ -14,6 +14,7 @@ from app.appkeys import LIMITER, POOL, SETTINGS
 from app.net import client_ip
 from app.plans import ANONYMOUS
 from app.responses import ApiError, iso_ms, json_response, not_found
+from app.views.analytics_params import analytics_store
 from app.views.dashboards import chart_data_json, chart_json, data_range
 from storage import dashboards as store
 
@@ -71,8 +72,8 @@ async def page_data(request: web.Request) -> web.Response:
         if row is None:
             raise not_found("this dashboard does not exist or is no longer shared")
         charts = await store.charts_of(conn, row["id"])
-        data = [await chart_data_json(conn, row["workspace_id"], row["env"], c, start, end, interval)
-                for c in charts]
+    db = await analytics_store(request)
+    data = [await chart_data_json(db, row["workspace_id"], row["env"], c, start, end, interval) for c in charts]
     body = {
         "dashboard": {"name": row["name"], "description": row["description"],
                       "updated_at": iso_ms(row["updated_at"]), "charts": [chart_json(c) for c in charts]},

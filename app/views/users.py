@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 
 from aiohttp import web
 
 from actors.workspace import IDENTIFY
-from app.appkeys import POOL
+from app.appkeys import MIRROR, POOL
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.responses import iso_ms, json_response, not_found
@@ -18,6 +19,7 @@ from app.views.params import cursor_param, int_param, page_response
 from storage import events as event_store
 from storage import users as user_store
 
+log = logging.getLogger("tally.users")
 _TRAIT = re.compile(r"^trait\[(.{1,255})\]$")
 
 
@@ -71,4 +73,10 @@ async def delete_user(request: web.Request) -> web.Response:
         await event_store.erase_user(
             conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
         )
+    # Apply it to the analytics store now. Should that fail, the erasure stays queued, and every analytics
+    # read applies the queue before it reads, so no read returns the user's events either way.
+    try:
+        await request.config_dict[MIRROR].catch_up()
+    except Exception:
+        log.exception("applying an erasure to the analytics store failed; it stays queued")
     return web.Response(status=204)

@@ -104,7 +104,8 @@ class LiveServer:
 
 
 @pytest.fixture(scope="session")
-def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory,
+                analytics_store) -> Iterator[LiveServer]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -113,7 +114,7 @@ def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     if "doh_url" in {f.name for f in dataclasses.fields(Settings)}:
         # Domain verification asks the test server's fake DNS-over-HTTPS resolver.
         settings = dataclasses.replace(settings, doh_url=f"{base_url}/__doh__")
-    app = init_app(settings)
+    app = init_app(settings, analytics=analytics_store)
     site_pages.add_routes(app.router)
     loop = asyncio.new_event_loop()
     started = threading.Event()

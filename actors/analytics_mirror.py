@@ -1,0 +1,67 @@
+"""The process's analytics mirror: a timer that keeps ClickHouse within about a round of PostgreSQL, and
+`catch_up()` for reads and erasures that must see everything committed before they began.
+
+Rounds run one at a time (an asyncio lock here, an advisory lock across processes in storage/), each on a
+pooled connection; a failing store is retried on the next tick and the outbox keeps the events meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import asyncpg
+
+from common.metrics import Metrics
+from common.service import Timer
+from storage import analytics_mirror as mirror
+from storage.clickhouse import AnalyticsStore
+
+log = logging.getLogger("tally.mirror")
+
+
+class Mirror:
+    def __init__(self, pool: asyncpg.Pool, store: AnalyticsStore, *, interval: float, batch: int,
+                 metrics: Metrics | None = None) -> None:
+        self.pool, self.store = pool, store
+        self.interval, self.batch = interval, batch
+        self.metrics = metrics or Metrics()
+        self._lock = asyncio.Lock()
+        self._timer = Timer("analytics-mirror", interval, self._round)
+        self.last_error: str | None = None
+
+    async def catch_up(self) -> int:
+        """Mirror everything committed before this call (and apply queued erasures); returns rows moved."""
+        moved = 0
+        async with self._lock, self.pool.acquire() as conn:
+            while True:
+                started = time.perf_counter()
+                n = await mirror.mirror_round(conn, self.store, self.batch)
+                moved += n
+                if n:
+                    self.metrics.mirror_events.inc(n)
+                    self.metrics.mirror_round_seconds.observe(time.perf_counter() - started)
+                if n < self.batch:
+                    return moved
+
+    async def lag(self) -> tuple[int, float]:
+        async with self.pool.acquire() as conn:
+            pending, age = await mirror.lag(conn)
+        self.metrics.mirror_lag.set(age)
+        self.metrics.mirror_pending.set(pending)
+        return pending, age
+
+    def start(self) -> None:
+        self._timer.start()
+
+    async def stop(self) -> None:
+        await self._timer.stop()
+
+    async def _round(self) -> None:
+        try:
+            await self.catch_up()
+            self.last_error = None
+        except Exception as exc:  # the outbox keeps the events; the next tick retries
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("analytics mirror round failed; will retry")

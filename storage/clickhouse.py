@@ -1,0 +1,207 @@
+"""The analytics store: ClickHouse tables reached through clickhouse-connect, either embedded (chDB, an
+in-process ClickHouse registered as clickhouse-connect's `chdb` backend) or a ClickHouse server/cluster.
+
+Blocking client calls run in a worker thread so the event loop keeps answering. Every query carries
+bounded `max_threads` and `max_memory_usage`, so one report cannot take the machine. chDB allows one
+open data directory per process: `open_store` is called once per process (the tests share one store),
+and its client serializes calls on that connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import clickhouse_connect
+
+# DateTime64's range; bounds beyond it (a chart "from the beginning of time") are clamped to it.
+TS_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+TS_MAX = datetime(2299, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def bind_value(value: object) -> object:
+    if isinstance(value, datetime):
+        return min(max(value, TS_MIN), TS_MAX)
+    return value
+
+
+class Params:
+    """Bound parameters of one statement, named p0, p1, ...: `bind(value)` (or calling it) returns the
+    `{pN:Type}` placeholder to put in the SQL text."""
+
+    def __init__(self) -> None:
+        self.params: dict = {}
+
+    def bind(self, value: object, kind: str = "String") -> str:
+        name = f"p{len(self.params)}"
+        self.params[name] = bind_value(value)
+        return "{" + name + ":" + kind + "}"
+
+    __call__ = bind
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+# Columns of the two mirrored tables, in insert order (storage/analytics_mirror.py builds the rows).
+SITE_COLUMNS = (
+    "site_id", "ts", "id", "name", "session", "visitor", "page", "referrer", "referrer_host", "country",
+    "browser", "browser_version", "os", "os_version", "device", "utm_source", "utm_medium", "utm_campaign",
+    "utm_term", "utm_content", "source", "channel", "region", "city", "properties",
+)
+KEYED_COLUMNS = ("workspace_id", "env", "name", "ts", "id", "user_id", "actor", "properties")
+
+_LC = "LowCardinality(String)"
+# Site events: one row per event, ordered for "one site, a date range, then the event name", the shape
+# of every dashboard read. A ReplacingMergeTree whose sorting key ends in the event id collapses the
+# copies a retried mirror batch may insert; queries read with FINAL so they never count a copy twice.
+SITE_TABLE = f"""
+(
+    site_id LowCardinality(String),
+    ts DateTime64(6, 'UTC'),
+    id String,
+    name {_LC},
+    session UInt64,
+    visitor UInt64,
+    page String,
+    referrer String,
+    referrer_host String,
+    country {_LC},
+    browser {_LC}, browser_version {_LC}, os {_LC}, os_version {_LC}, device {_LC},
+    utm_source String, utm_medium {_LC}, utm_campaign String, utm_term String, utm_content String,
+    source {_LC}, channel {_LC}, region {_LC}, city String,
+    properties String,
+    INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4
+)
+ENGINE = {{engine}}
+PARTITION BY toYYYYMM(ts)
+ORDER BY (site_id, toDate(ts), name, ts, id)
+"""
+# Keyed events, ordered as the reports read them: one workspace/env, the report's event names, time.
+KEYED_TABLE = f"""
+(
+    workspace_id UInt64,
+    env {_LC},
+    name {_LC},
+    ts DateTime64(6, 'UTC'),
+    id String,
+    user_id String,
+    actor String,
+    properties String
+)
+ENGINE = {{engine}}
+PARTITION BY toYYYYMM(ts)
+ORDER BY (workspace_id, env, name, ts, id)
+"""
+TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)"), "keyed_events": (KEYED_TABLE, "workspace_id")}
+
+
+class StoreBusy(RuntimeError):
+    """The embedded store's directory is open in another process (a running server)."""
+
+
+@dataclass
+class AnalyticsStore:
+    client: Any  # clickhouse_connect Client (HTTP or chDB)
+    database: str
+    cluster: str | None = None
+    embedded: bool = True
+    query_settings: dict[str, Any] = field(default_factory=dict)
+    lock_file: Any = None  # embedded: the open file whose flock marks the directory as in use
+
+    # --- blocking calls, run in a thread ------------------------------------------------------------
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None, *,
+                    settings: dict[str, Any] | None = None) -> list[tuple]:
+        return await asyncio.to_thread(self.query_sync, sql, params, settings)
+
+    def query_sync(self, sql: str, params: dict[str, Any] | None = None,
+                   settings: dict[str, Any] | None = None) -> list[tuple]:
+        result = self.client.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
+        return result.result_rows
+
+    async def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        await asyncio.to_thread(self.command_sync, sql, params)
+
+    def command_sync(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        self.client.command(sql, parameters=params or {}, settings=self.query_settings)
+
+    async def insert(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
+        if rows:
+            await asyncio.to_thread(self.insert_sync, table, rows, columns)
+
+    def insert_sync(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
+        if rows:
+            self.client.insert(table, rows, column_names=list(columns), database=self.database,
+                               settings=self.query_settings)
+
+    # --- schema ---------------------------------------------------------------------------------------
+
+    def table(self, name: str) -> str:
+        """The table queries and inserts use (the Distributed one in cluster mode)."""
+        return f"{self.database}.{name}"
+
+    def local_table(self, name: str) -> str:
+        """The table holding the rows (deletes and truncates go here)."""
+        return f"{self.database}.{name}_local" if self.cluster else f"{self.database}.{name}"
+
+    @property
+    def on_cluster(self) -> str:
+        return f" ON CLUSTER {self.cluster}" if self.cluster else ""
+
+    def ensure_schema(self) -> None:
+        self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
+        for name, (body, shard_key) in TABLES.items():
+            self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
+                              + body.format(engine="ReplacingMergeTree"))
+            if self.cluster:
+                self.command_sync(
+                    f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
+                    f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
+                )
+
+    async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
+        """A synchronous lightweight DELETE: rows are gone from every read once this returns."""
+        await asyncio.to_thread(
+            self.client.command,
+            f"DELETE FROM {self.local_table(name)}{self.on_cluster} WHERE {condition}",
+            parameters=params, settings={**self.query_settings, "lightweight_deletes_sync": 2},
+        )
+
+    def close(self) -> None:
+        self.client.close()
+        if self.lock_file is not None:
+            self.lock_file.close()  # releases the flock
+
+
+def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
+               max_threads: int = 2, max_memory_mb: int = 1024) -> AnalyticsStore:
+    """Open (blocking) the store and create its tables. url None: embedded chDB at `path`."""
+    if not _NAME.match(database):
+        raise ValueError(f"invalid analytics database name {database!r}")
+    if cluster is not None and not _NAME.match(cluster):
+        raise ValueError(f"invalid analytics cluster name {cluster!r}")
+    lock_file = None
+    if url:
+        client = clickhouse_connect.get_client(dsn=url)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        lock_file = (path / "tally.lock").open("a")
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.close()
+            raise StoreBusy(f"the analytics store at {path} is open in another process (is tally serve "
+                            "running?)") from None
+        client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}")
+    # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
+    settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
+                "do_not_merge_across_partitions_select_final": 1}
+    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file)
+    store.ensure_schema()
+    return store

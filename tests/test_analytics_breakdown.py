@@ -1,0 +1,141 @@
+"""Issue 12 reads on the analytics engine: GET /api/analytics/breakdown, `filter=` terms on every
+endpoint, goals in filters and breakdowns, and `compare=`. Numbers worked out by hand from
+tests/analytics_support.py (within 24h: events 1, 2, 3, 4, 8, 9 of sessions s1, s2, s5)."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tests.analytics_support import load_fixture
+
+
+@pytest.fixture
+async def site(client, database_url, workspace, login):
+    await login()
+    return await load_fixture(database_url, workspace)
+
+
+async def get(client, route: str, params: list[tuple[str, str]]):
+    resp = await client.get(f"/api/analytics/{route}", params=params)
+    return resp.status, await resp.json()
+
+
+ALL = "visitors,visits,pageviews,events,bounce_rate,visit_duration"
+
+
+async def test_breakdown_by_page_with_every_visit_metric(client, site):
+    status, body = await get(client, "breakdown", [("siteId", site.site_id), ("range", "24h"),
+                                                   ("property", "page"), ("metrics", ALL)])
+    assert status == 200, body
+    assert body["data"] == [
+        {"key": "/", "visitors": 2, "visits": 2, "pageviews": 2, "events": 3, "bounce_rate": 50.0,
+         "visit_duration": 75_000},
+        {"key": "/live", "visitors": 1, "visits": 1, "pageviews": 1, "events": 1, "bounce_rate": 100.0,
+         "visit_duration": 0},
+        {"key": "/pricing", "visitors": 1, "visits": 1, "pageviews": 1, "events": 2, "bounce_rate": 0.0,
+         "visit_duration": 120_000},
+    ]
+    status, body = await get(client, "breakdown", [("siteId", site.site_id), ("range", "24h"),
+                                                   ("property", "page"), ("limit", "1"), ("offset", "1")])
+    assert body["data"] == [{"key": "/live", "visitors": 1}]
+
+
+async def test_breakdown_by_entry_and_exit_page(client, site):
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, entry = await get(client, "breakdown", [*base, ("property", "entry_page"), ("metrics", ALL)])
+    assert entry["data"] == [
+        {"key": "/", "visitors": 2, "visits": 2, "pageviews": 3, "events": 5, "bounce_rate": 50.0,
+         "visit_duration": 75_000},
+        {"key": "/live", "visitors": 1, "visits": 1, "pageviews": 1, "events": 1, "bounce_rate": 100.0,
+         "visit_duration": 0},
+    ]
+    _, exits = await get(client, "breakdown", [*base, ("property", "exit_page"), ("metrics", "visits")])
+    assert exits["data"] == [{"key": "/", "visits": 1}, {"key": "/live", "visits": 1}, {"key": "/pricing", "visits": 1}]
+
+
+@pytest.mark.parametrize(("terms", "events", "pageviews", "visitors"), [
+    (["page==/pri*"], 2, 1, 1),             # one segment wildcard: /pricing (query string dropped)
+    (["page==/**"], 6, 4, 3),
+    (["country!=US"], 1, 1, 1),
+    (["props:plan==pro"], 1, 0, 1),
+    (["entry_page==/live"], 1, 1, 1),
+    (["page~=PRIC", "event==signup"], 1, 0, 1),
+    (["referrer~=google"], 1, 1, 1),
+])
+async def test_filters_on_the_overview(client, site, terms, events, pageviews, visitors):
+    status, body = await get(client, "overview", [("siteId", site.site_id), ("range", "24h"),
+                                                  *[("filter", t) for t in terms]])
+    assert status == 200, body
+    assert (body["totalEvents"], body["totalPageviews"], body["uniqueVisitors"]) == (events, pageviews, visitors)
+
+
+async def test_filters_apply_to_top_lists_and_series(client, site):
+    base = [("siteId", site.site_id), ("range", "24h"), ("filter", "country==US")]
+    _, pages = await get(client, "top-pages", base)
+    assert [(r["key"], r["count"]) for r in pages["data"]] == [("/", 1), ("/live", 1), ("/pricing", 1)]
+    _, series = await get(client, "timeseries", base)
+    assert sum(p["value"] for p in series["data"]) == 3
+
+
+@pytest.mark.parametrize("bad", ["bogus==x", "page", "page==", "goal~=x", "props:==x"])
+async def test_bad_filters_are_400(client, site, bad):
+    status, body = await get(client, "overview", [("siteId", site.site_id), ("filter", bad)])
+    assert status == 400
+    assert body["error"] == "invalid filter"
+
+
+async def test_bad_breakdown_parameters_are_400(client, site):
+    for params, error in [([("property", "nope")], "invalid property"),
+                          ([("property", "page"), ("metrics", "visitors,nope")], "invalid metrics"),
+                          ([("property", "page"), ("metrics", "conversion_rate")],
+                           "conversion_rate needs property=goal or a goal filter")]:
+        status, body = await get(client, "breakdown", [("siteId", site.site_id), *params])
+        assert (status, body["error"]) == (400, error)
+
+
+async def test_goals_in_breakdowns_and_filters(client, site, database_url):
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
+                           f"g1-{site.site_id}", site.site_id)
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, page_path) VALUES ($1, $2, 'page', '/pricing')",
+                           f"g2-{site.site_id}", site.site_id)
+    finally:
+        await conn.close()
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, goals = await get(client, "breakdown", [*base, ("property", "goal"),
+                                               ("metrics", "visitors,events,conversion_rate")])
+    assert goals["data"] == [
+        {"key": "Visit /pricing", "visitors": 1, "events": 1, "conversion_rate": 33.33},
+        {"key": "signup", "visitors": 1, "events": 1, "conversion_rate": 33.33},
+    ]
+    _, pages = await get(client, "breakdown", [*base, ("property", "page"), ("filter", "goal==signup"),
+                                               ("metrics", "visitors,conversion_rate")])
+    assert pages["data"] == [{"key": "/pricing", "visitors": 1, "conversion_rate": 100.0}]
+    _, overview = await get(client, "overview", [*base, ("filter", "goal!=signup")])
+    assert overview["totalEvents"] == 5
+    _, unknown = await get(client, "overview", [*base, ("filter", "goal==No such goal")])
+    assert unknown["totalEvents"] == 0
+
+
+async def test_compare_with_the_previous_period(client, site):
+    _, body = await get(client, "overview", [("siteId", site.site_id), ("range", "30d"),
+                                             ("compare", "previous_period")])
+    assert body["totalEvents"] == 8
+    c = body["comparison"]
+    assert (c["totalEvents"], c["totalPageviews"], c["uniqueVisitors"], c["sessions"], c["bounceRate"]) == \
+        (1, 1, 1, 1, 100.0)
+    assert body["change"]["totalEvents"] == 700.0
+    assert body["change"]["uniqueVisitors"] == 300.0
+    assert body["change"]["bounceRate"] == -50.0
+    _, series = await get(client, "timeseries", [("siteId", site.site_id), ("range", "30d"),
+                                                 ("compare", "previous_period")])
+    assert len(series["comparison"]) == len(series["data"]) == 30
+    assert sum(p["value"] for p in series["comparison"]) == 1
+    assert series["change"] == 500.0
+    _, quiet = await get(client, "overview", [("siteId", site.site_id), ("range", "24h"),
+                                              ("compare", "year_over_year")])
+    assert quiet["comparison"]["totalEvents"] == 0 and quiet["change"]["totalEvents"] is None
+    status, bad = await get(client, "overview", [("siteId", site.site_id), ("compare", "nope")])
+    assert (status, bad["error"]) == (400, "invalid compare")

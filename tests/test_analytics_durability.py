@@ -1,0 +1,120 @@
+"""The real server process killed with SIGKILL while it ingests and mirrors: once it is back, every event
+committed in PostgreSQL is in the analytics store exactly once. Also the analytics CLI with the server
+stopped, and its refusal while the server holds the embedded store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from urllib.parse import urlparse
+
+import aiohttp
+import asyncpg
+
+from tests import server_process
+from tests.conftest import bearer
+
+
+def tally(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+async def fresh_database(admin_dsn: str) -> str:
+    """A database of its own: its outbox must feed only this server's store."""
+    name = f"tally_kill_{secrets.token_hex(4)}"
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return urlparse(admin_dsn)._replace(path=f"/{name}").geturl()
+
+
+async def drop_database(admin_dsn: str, dsn: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{urlparse(dsn).path[1:]}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def status(env: dict[str, str]) -> dict:
+    done = tally(env, "analytics", "status")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def test_kill_9_mid_ingest_loses_nothing_and_counts_nothing_twice(pg_admin_dsn, tmp_path):
+    dsn = await fresh_database(pg_admin_dsn)
+    env = {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path), "TALLY_MIRROR_INTERVAL_MS": "20"}
+    try:
+        made = await asyncio.to_thread(tally, env, "create-key", "--workspace", "kill", "--scopes", "read,write")
+        assert made.returncode == 0, made.stderr
+        key = made.stdout.strip()
+        proc, base = await asyncio.to_thread(server_process.start, env)
+        acked = 0
+        enough = asyncio.Event()
+        async with aiohttp.ClientSession() as http:
+            async def sender(n: int) -> None:
+                nonlocal acked
+                for i in range(10_000):
+                    batch = [{"event": "load", "user_id": f"u{n}-{i % 5}"} for _ in range(25)]
+                    try:
+                        async with http.post(f"{base}/v1/events/batch", headers=bearer(key),
+                                             json={"events": batch}) as resp:
+                            if resp.status == 200:
+                                acked += 25
+                                if acked >= 3000:  # well into ingesting and mirroring
+                                    enough.set()
+                    except aiohttp.ClientError:
+                        return  # the process is gone
+
+            senders = [asyncio.create_task(sender(n)) for n in range(4)]
+            await asyncio.wait_for(enough.wait(), 120)
+            proc.kill()
+            await asyncio.gather(*senders)
+        await asyncio.to_thread(proc.wait, 30)
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            committed = await conn.fetchval("SELECT count(*) FROM events")
+        finally:
+            await conn.close()
+        assert committed >= acked >= 3000
+
+        before = await asyncio.to_thread(status, env)  # the server is down: the CLI opens the store itself
+        assert before["postgres_events"] == committed
+
+        proc, base = await asyncio.to_thread(server_process.start, env)
+        try:
+            refused = await asyncio.to_thread(tally, env, "analytics", "status")
+            assert refused.returncode == 3
+            assert "is tally serve running?" in refused.stderr
+            deadline = time.monotonic() + 60
+            async with aiohttp.ClientSession() as http:
+                while True:
+                    async with http.get(f"{base}/readyz") as resp:
+                        analytics = (await resp.json())["analytics"]
+                    if analytics["pending"] == 0 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+            assert analytics["pending"] == 0
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+
+        after = await asyncio.to_thread(status, env)
+        assert after["pending"] == 0
+        assert after["analytics_keyed_events"] == after["postgres_events"] == committed
+
+        rebuilt = await asyncio.to_thread(tally, env, "analytics", "rebuild")
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert f"rebuilt: {committed} events" in rebuilt.stdout
+        assert (await asyncio.to_thread(status, env))["analytics_keyed_events"] == committed
+    finally:
+        await drop_database(pg_admin_dsn, dsn)

@@ -1,0 +1,247 @@
+"""The analytics store against PostgreSQL: every site aggregate and the keyed event volume agree exactly
+with a straightforward PostgreSQL query on a generated data set; the mirror misses nothing when batches
+commit out of order, counts nothing twice, and erasure leaves no trace in any analytics read."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from app.appkeys import ANALYTICS, MIRROR
+from app.views.analytics_params import window_for
+from storage import analytics as store
+from storage import analytics_mirror, report_queries
+from storage.analytics_mirror import EVENT_FIELDS, page_key, referrer_host
+from storage.db import init_connection
+from storage.site_filters import Filter
+from tests.analytics_support import create_site, insert_events
+from tests.conftest import bearer
+from tests.reports_support import create_report, run_report, seed, workspace_id
+
+PATHS = ["/", "/pricing", "/blog/a", "/blog/b?x=1", "/blog/deep/c", "/docs#top", "/Blog/A"]
+REFS = ["", "https://www.google.com/search?q=1", "https://news.ycombinator.com/", "http://sub.{d}/x",
+        "https://{d}/", "android-app://com.slack", "https://user@Example.org:8080/p"]
+COUNTRIES = ["US", "DE", "FR", None, ""]
+NAMES = ["pageview"] * 6 + ["signup", "outbound"]
+
+
+async def generated_site(database_url: str, workspace: str, n: int = 1500, seed_: int = 7):
+    """n random site events over the last 40 days: ~120 visitors, sessions of a few events each."""
+    rnd = random.Random(seed_)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        site_id, domain, ws = await create_site(conn, workspace)
+        now = datetime.now(UTC)
+        rows, i = [], 0
+        while i < n:
+            visitor, start = f"v{rnd.randrange(120)}-{site_id}", now - timedelta(minutes=rnd.randrange(40 * 24 * 60))
+            session = f"s{i}-{site_id}"
+            for k in range(rnd.randrange(1, 6)):
+                ts = start + timedelta(seconds=37 * k, microseconds=rnd.randrange(10**6))
+                if ts >= now:
+                    continue
+                ref = rnd.choice(REFS).format(d=domain)
+                rows.append((f"evt_gen_{site_id}_{i}", rnd.choice(NAMES), rnd.choice(PATHS), ref,
+                             rnd.choice(COUNTRIES), visitor, session, ts, {"plan": rnd.choice(["a", "b"])}))
+                i += 1
+        await insert_events(conn, site_id, ws, rows)
+    finally:
+        await conn.close()
+    return site_id, domain
+
+
+PG_WHERE = {
+    # The same filters spelled for PostgreSQL, for the comparison.
+    "none": ([], ""),
+    "path": ([Filter("page", "~=", "blog")],
+             " AND strpos(lower(split_part(split_part(path, '#', 1), '?', 1)), 'blog') > 0"),
+    "country": ([Filter("country", "==", "DE")], " AND country = 'DE'"),
+    "not-country+ref": ([Filter("country", "!=", "US"), Filter("referrer", "~=", "google")],
+                        " AND coalesce(country, '') <> 'US' AND strpos(lower(referrer), 'google') > 0"),
+    "wildcard": ([Filter("page", "==", "/blog/**")],
+                 " AND split_part(split_part(path, '#', 1), '?', 1) LIKE '/blog/%'"),
+    "one-segment": ([Filter("page", "==", "/blog/*")],
+                    " AND split_part(split_part(path, '#', 1), '?', 1) ~ '^/blog/[^/]*$'"),
+    "event": ([Filter("event", "==", "signup")], " AND name = 'signup'"),  # series and tops: of signups
+    "prop": ([Filter("props:plan", "==", "a")], " AND properties ->> 'plan' = 'a'"),
+}
+
+
+@pytest.mark.parametrize("range_name", ["24h", "7d", "30d", "90d"])
+@pytest.mark.parametrize("case", list(PG_WHERE))
+async def test_every_site_aggregate_matches_postgresql(client, database_url, workspace, range_name, case):
+    site_id, domain = await generated_site(database_url, workspace)
+    db = client.app[ANALYTICS]
+    await client.app[MIRROR].catch_up()
+    terms, pg = PG_WHERE[case]
+    filters = store.Filters(extra=tuple(terms))
+    w = window_for(range_name)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        scope = "site_id = $1 AND ts >= $2 AND ts < $3" + pg
+        args = (site_id, w.start, w.end)
+        row = await conn.fetchrow(
+            f"SELECT count(*) AS e, count(*) FILTER (WHERE name = 'pageview') AS p, count(DISTINCT ip_hash) AS v "
+            f"FROM events WHERE {scope}", *args)
+        assert await store.totals(db, site_id, w.start, w.end, filters) == store.Totals(row["e"], row["p"], row["v"])
+
+        sessions = await conn.fetchrow(
+            "WITH s AS (SELECT session_id, min(ts) AS first, max(ts) AS last, "
+            "count(*) FILTER (WHERE name = 'pageview') AS pv FROM events WHERE site_id = $1 AND ts < $3 "
+            "GROUP BY session_id HAVING min(ts) >= $2) "
+            "SELECT count(*) AS n, count(*) FILTER (WHERE pv = 1) AS b, "
+            "coalesce(avg(extract(epoch FROM last - first) * 1000), 0)::float8 AS ms FROM s "
+            f"WHERE session_id IN (SELECT session_id FROM events WHERE {scope})", *args)
+        got = await store.session_stats(db, site_id, w.start, w.end, filters)
+        assert (got.sessions, got.bounces, round(got.avg_ms, 3)) == (sessions["n"], sessions["b"],
+                                                                    round(sessions["ms"], 3))
+
+        # Series and top lists count one event name: the filtered one, else pageviews.
+        name = "signup" if case == "event" else "pageview"
+        scope = scope.replace(" AND name = 'signup'", "")
+        first, last = w.buckets(w.unit)
+        expected = {r["b"]: r["n"] for r in await conn.fetch(
+            f"SELECT date_trunc('{w.unit}', ts, 'UTC') AS b, count(*) AS n FROM events "
+            f"WHERE {scope} AND name = $4 GROUP BY 1", *args, name)}
+        points = await store.series(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
+                                    last=last, filters=filters)
+        assert sum(v for _, v in points) == sum(expected.values())
+        assert {b: v for b, v in points if v} == expected
+
+        raw = await conn.fetch(f"SELECT path, referrer, country FROM events WHERE {scope} AND name = $4",
+                               *args, name)
+        for dim, key in (("p", lambda r: page_key(r["path"])), ("c", lambda r: r["country"] or ""),
+                         ("r", lambda r: referrer_host(r["referrer"]))):
+            counts: dict[str, int] = {}
+            for r in raw:
+                k = key(r)
+                if not k or (dim == "r" and (k == domain or k.endswith("." + domain))):
+                    continue
+                counts[k] = counts.get(k, 0) + 1
+            ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+            got_rows, total = await store.top(db, site_id, w.start, w.end, dim=dim, name=name,
+                                              domain=domain, limit=5, filters=filters)
+            assert (got_rows, total) == (ranked, sum(counts.values())), dim
+    finally:
+        await conn.close()
+
+
+def test_referrer_host_matches_the_postgresql_key_function():
+    assert referrer_host("https://www.Google.com/search?q=1") == "google.com"
+    assert referrer_host("https://user@Example.org:8080/p") == "example.org"
+    assert referrer_host("android-app://com.slack") == "com.slack"
+    assert referrer_host("") == ""
+    assert page_key("/blog/b?x=1#f") == "/blog/b"
+
+
+async def test_keyed_event_volume_matches_postgresql(client, make_key, pool, workspace, database_url):
+    await make_key("read,write")
+    ws = await workspace_id(database_url, workspace)
+    rnd = random.Random(3)
+    base = datetime(2024, 5, 1, tzinfo=UTC)
+    events = [(rnd.choice(["a", "b", "c"]), f"u{rnd.randrange(30)}",
+               (base + timedelta(minutes=rnd.randrange(20 * 24 * 60))).isoformat(), {"plan": rnd.choice(["x", 1])})
+              for _ in range(800)]
+    await seed(pool, ws, events)
+    await client.app[MIRROR].catch_up()
+    start, end = base, base + timedelta(days=14)
+    async with pool.acquire() as conn:
+        expected = {(r["b"], r["name"], r["g"]): r["n"] for r in await conn.fetch(
+            "SELECT date_trunc('day', ts, 'UTC') AS b, name, properties ->> 'plan' AS g, count(*) AS n FROM events "
+            "WHERE workspace_id = $1 AND env = 'live' AND site_id IS NULL AND name = ANY($2) AND ts >= $3 "
+            "AND ts <= $4 GROUP BY 1, 2, 3", ws, ["a", "b"], start, end)}
+        rows = await report_queries.event_volume(client.app[ANALYTICS], conn, ws, "live", events=["a", "b"],
+                                                 start=start, end=end, interval="day", group_kind="properties",
+                                                 group_path=["plan"])
+    assert {(r.bucket, r.event, r.grp): r.n for r in rows if r.n} == expected
+    assert sum(r.n for r in rows) == sum(expected.values()) > 0
+
+
+async def test_batches_committed_out_of_order_are_all_mirrored(client, database_url, workspace):
+    """A naive "sequence > last seen" tailer would skip the first batch: it commits after the second."""
+    conn = await asyncpg.connect(database_url)
+    late = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    await init_connection(late)
+    try:
+        site_id, _, ws = await create_site(conn, workspace)
+        now = datetime.now(UTC) - timedelta(minutes=5)
+        mk = lambda i: (f"evt_ooo_{site_id}_{i}", "pageview", "/", "", "US", "v", f"s{i}-{site_id}", now, None)  # noqa: E731
+        tx = late.transaction()
+        await tx.start()
+        await insert_events(late, site_id, ws, [mk(1)])  # takes the lower outbox sequence, commits last
+        await insert_events(conn, site_id, ws, [mk(2)])
+        await client.app[MIRROR].catch_up()
+        w = window_for("24h")
+        db = client.app[ANALYTICS]
+        assert (await store.totals(db, site_id, w.start, w.end, store.Filters())).events == 1
+        await tx.commit()
+        await client.app[MIRROR].catch_up()
+        assert (await store.totals(db, site_id, w.start, w.end, store.Filters())).events == 2
+    finally:
+        await conn.close()
+        await late.close()
+
+
+async def test_a_batch_written_twice_counts_once(client, database_url, workspace):
+    """What a crash between the store's insert and the outbox delete leaves behind: the same rows again."""
+    site_id, _ = await generated_site(database_url, workspace, n=200)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    w = window_for("90d")
+    before = await store.totals(db, site_id, w.start, w.end, store.Filters())
+    sessions = await store.session_stats(db, site_id, w.start, w.end, store.Filters())
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        rows = await conn.fetch(f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1", site_id)
+    finally:
+        await conn.close()
+    await analytics_mirror.write_events(db, rows)
+    await analytics_mirror.write_events(db, rows[:50])
+    assert before.events == len(rows) >= 200
+    assert await store.totals(db, site_id, w.start, w.end, store.Filters()) == before
+    assert await store.session_stats(db, site_id, w.start, w.end, store.Filters()) == sessions
+
+
+async def test_erasure_removes_the_user_from_every_analytics_read(client, make_key, workspace, database_url):
+    key = await make_key("read,write,admin")
+    at = "2024-06-03T10:00:00Z"
+    batch = [{"event": "buy", "user_id": user, "timestamp": at, "properties": {"k": user}}
+             for user in ("gone", "gone", "stays")]
+    resp = await client.post("/v1/events/batch", json={"events": batch}, headers=bearer(key))
+    assert resp.status in (200, 202), await resp.text()
+    report = await create_report(client, key, {"name": "V", "type": "event_volume", "config": {
+        "events": ["buy"], "from": "2024-06-03T00:00:00Z", "to": "2024-06-03T23:59:59Z",
+        "group_by": "properties.k"}})
+    counts = lambda result: {r[2]: r[3] for r in result["rows"] if r[3]}  # noqa: E731
+    assert counts(await run_report(client, key, report["id"])) == {"gone": 2, "stays": 1}
+
+    assert (await client.delete("/v1/users/gone", headers=bearer(key))).status == 204
+    db = client.app[ANALYTICS]
+    left = await db.query(f"SELECT count() FROM {db.table('keyed_events')} FINAL WHERE user_id = {{u:String}} "
+                          "AND workspace_id = {w:UInt64}",
+                          {"u": "gone", "w": await workspace_id(database_url, workspace)})
+    assert left == [(0,)]
+    assert counts(await run_report(client, key, report["id"])) == {"stays": 1}
+    # A rebuild from PostgreSQL cannot bring the user back either.
+    async with client.app[MIRROR]._lock, client.app[MIRROR].pool.acquire() as conn:
+        assert await analytics_mirror.rebuild(conn, db, since=datetime(2024, 6, 1, tzinfo=UTC)) >= 1
+    assert counts(await run_report(client, key, report["id"])) == {"stays": 1}
+
+
+async def test_the_event_loop_answers_while_the_store_works(client):
+    """Store calls run in a worker thread: a request is served while a query is still running."""
+    db = client.app[ANALYTICS]
+    running = asyncio.create_task(db.query("SELECT sleep(2)"))
+    await asyncio.sleep(0.1)  # the query has started in its thread
+    resp = await client.get("/healthz")
+    assert resp.status == 200
+    assert not running.done()
+    assert await running == [(0,)]
