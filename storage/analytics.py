@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage.clickhouse import AnalyticsStore, Params
+from storage.clickhouse import PV_NONE_FIRST, PV_NONE_LAST, AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
@@ -25,6 +25,7 @@ SESSION_LOOKBACK = timedelta(hours=24)
 _COLUMN = {d: c for d, c in DIMENSIONS.items() if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
 _ENTRY = "argMinIf(page, (ts, id), name = 'pageview' AND page != '')"
 _EXIT = "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')"
+_TS = "DateTime64(6, 'UTC')"
 _UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
 
@@ -161,6 +162,31 @@ async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: date
 
 # --- sessions ---------------------------------------------------------------------------------------
 
+def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
+                started_in_window: bool = True) -> str:
+    """A subquery of sessions (session, f, l, pf, pl: first and last event, first and last pageview as
+    (ts, id hash)) over their events from the day before `start`'s (the look-back) to `end`; with
+    `started_in_window`, only those whose first event is at or after `start`.
+
+    Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
+    `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
+    days, table = store.table("site_sessions"), store.table("site_events")
+    site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
+    first_day = start.astimezone(UTC).date() - timedelta(days=1)
+    last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
+    tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
+    having = f" HAVING f >= {q.bind(start, _TS)}" if started_in_window else ""
+    return (
+        "(SELECT session, min(first) AS f, max(last) AS l, min(pv_first) AS pf, max(pv_last) AS pl FROM ("
+        f"SELECT session, first, last, pv_first, pv_last FROM {days} WHERE site_id = {site} "
+        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
+        f"SELECT session, ts, ts, if(name = 'pageview', (ts, cityHash64(id)), {PV_NONE_FIRST}), "
+        f"if(name = 'pageview', (ts, cityHash64(id)), {PV_NONE_LAST}) FROM {table} WHERE site_id = {site} "
+        f"AND ts >= {q.bind(tail, _TS)} AND ts < {hi} "
+        f"AND session != 0) GROUP BY session{having})"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SessionStats:
     sessions: int
@@ -173,21 +199,11 @@ async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, en
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
     q, table = Params(), store.table("site_events")
     terms = filters.terms()
-    site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
-    lo, lookback = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
-    having = f"first >= {lo}"
+    sql = ("SELECT count(), countIf(pf = pl), if(count() = 0, 0, avg(dateDiff('microsecond', f, l)) / 1000) "
+           f"FROM {sessions_of(q, store, site_id, start, end)}")
     if terms:
-        sub = Params()
-        sub.params = q.params
-        match = where(sub, table, site_id, start, end, terms)
-        having += f" AND countIf({match}) > 0"
-    rows = await store.query(
-        "SELECT count(), countIf(pageviews = 1), if(count() = 0, 0, avg(duration_us) / 1000) FROM ("
-        "SELECT session, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
-        "dateDiff('microsecond', min(ts), max(ts)) AS duration_us "
-        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session != 0 "
-        f"GROUP BY session HAVING {having})", q.params)
-    sessions, bounces, avg_ms = rows[0]
+        sql += f" WHERE session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
+    sessions, bounces, avg_ms = (await store.query(sql, q.params))[0]
     return SessionStats(sessions, bounces, float(avg_ms))
 
 
