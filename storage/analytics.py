@@ -328,15 +328,12 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         q2 = Params()
         key2 = _key_expr(q2, prop)
         cond2 = where(q2, table, site_id, start, end, filters.terms())
-        site, hi = q2.bind(site_id), q2.bind(end, "DateTime64(6, 'UTC')")
-        back = q2.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
         for k, n, b, d in await store.query(
-                f"SELECT k.key, count(), countIf(s.pv = 1), avg(s.dur) FROM (SELECT DISTINCT {key2} AS key, "
-                f"session FROM {table} FINAL WHERE {cond2} AND session != 0 "
-                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session, "
-                "countIf(name = 'pageview') AS pv, dateDiff('microsecond', min(ts), max(ts)) AS dur "
-                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session != 0 "
-                "GROUP BY session) AS s ON s.session = k.session GROUP BY k.key", q2.params):
+                f"SELECT k.key, count(), countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM ("
+                f"SELECT DISTINCT {key2} AS key, session FROM {table} WHERE {cond2} AND session != 0 "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN "
+                f"{sessions_of(q2, store, site_id, start, end, started_in_window=False)} AS s "
+                "ON s.session = k.session GROUP BY k.key", q2.params):
             out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
             out[k]["visit_duration"] = round(d / 1000)
     return list(out.values())
