@@ -15,7 +15,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage.clickhouse import PV_NONE_FIRST, PV_NONE_LAST, AnalyticsStore, Params
+from storage.clickhouse import PV_MAX, PV_MIN, AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
@@ -164,9 +164,9 @@ async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: date
 
 def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
                 started_in_window: bool = True) -> str:
-    """A subquery of sessions (session, f, l, pf, pl: first and last event, first and last pageview as
-    (ts, id hash)) over their events from the day before `start`'s (the look-back) to `end`; with
-    `started_in_window`, only those whose first event is at or after `start`.
+    """A subquery of sessions (session, f, l, pf, pl: first and last event, least and greatest pageview id
+    hash, equal when exactly one pageview) over their events from the day before `start`'s (the look-back)
+    to `end`; with `started_in_window`, only those whose first event is at or after `start`.
 
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
     `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
@@ -177,11 +177,10 @@ def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime,
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
     having = f" HAVING f >= {q.bind(start, _TS)}" if started_in_window else ""
     return (
-        "(SELECT session, min(first) AS f, max(last) AS l, min(pv_first) AS pf, max(pv_last) AS pl FROM ("
-        f"SELECT session, first, last, pv_first, pv_last FROM {days} WHERE site_id = {site} "
+        "(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM ("
+        f"SELECT session, first, last, pv_min, pv_max FROM {days} WHERE site_id = {site} "
         f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
-        f"SELECT session, ts, ts, if(name = 'pageview', (ts, cityHash64(id)), {PV_NONE_FIRST}), "
-        f"if(name = 'pageview', (ts, cityHash64(id)), {PV_NONE_LAST}) FROM {table} WHERE site_id = {site} "
+        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX} FROM {table} WHERE site_id = {site} "
         f"AND ts >= {q.bind(tail, _TS)} AND ts < {hi} "
         f"AND session != 0) GROUP BY session{having})"
     )

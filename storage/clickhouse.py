@@ -99,10 +99,10 @@ PARTITION BY toYYYYMM(ts)
 ORDER BY (workspace_id, env, name, ts, id)
 """
 # Sessions kept by the engine, one row per (site, UTC day, session): the first and last event of the
-# session on that day and its first and last pageview as (ts, hash of the event id). A materialized view
-# fills it from every insert into site_events; the AggregatingMergeTree merges rows of one key with
-# min/max, which are idempotent, so a mirror batch written twice changes nothing (no count is kept:
-# "exactly one pageview" is "first pageview = last pageview"). Reads group a window's days by session.
+# session on that day and the least and greatest 64-bit hash of its pageviews' event ids. A materialized
+# view fills it from every insert into site_events; the AggregatingMergeTree merges the rows of one key
+# with min/max, which are idempotent, so a mirror batch written twice changes nothing. No count is kept:
+# "exactly one pageview" is "least = greatest pageview id hash" (no pageview: greatest 0 < least max).
 SESSIONS_TABLE = """
 (
     site_id LowCardinality(String),
@@ -110,21 +110,19 @@ SESSIONS_TABLE = """
     session UInt64,
     first SimpleAggregateFunction(min, DateTime64(6, 'UTC')),
     last SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
-    pv_first SimpleAggregateFunction(min, Tuple(DateTime64(6, 'UTC'), UInt64)),
-    pv_last SimpleAggregateFunction(max, Tuple(DateTime64(6, 'UTC'), UInt64))
+    pv_min SimpleAggregateFunction(min, UInt64),
+    pv_max SimpleAggregateFunction(max, UInt64)
 )
 ENGINE = {engine}
 PARTITION BY toYYYYMM(day)
 ORDER BY (site_id, day, session)
 """
-# Sentinels of a session-day without pageviews: its first pageview sorts after, its last before, any real one.
-PV_NONE_FIRST = "(toDateTime64('2299-12-31 23:59:59', 6, 'UTC'), toUInt64(0))"
-PV_NONE_LAST = "(toDateTime64('1900-01-01 00:00:00', 6, 'UTC'), toUInt64(0))"
+PV_MIN = "if(name = 'pageview', cityHash64(id), 18446744073709551615)"
+PV_MAX = "if(name = 'pageview', cityHash64(id), 0)"
 # The session-day states of site_events rows (the view's query, and the backfill's).
 SESSION_STATES = (
     "SELECT site_id, toDate(ts) AS day, session, min(ts) AS first, max(ts) AS last, "
-    f"min(if(name = 'pageview', (ts, cityHash64(id)), {PV_NONE_FIRST})) AS pv_first, "
-    f"max(if(name = 'pageview', (ts, cityHash64(id)), {PV_NONE_LAST})) AS pv_last "
+    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max "
     "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
 )
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
