@@ -68,7 +68,7 @@ SITE_TABLE = f"""
     name {_LC},
     session UInt64,
     visitor UInt64,
-    page String,
+    page {_LC},
     referrer String,
     referrer_host String,
     country {_LC},
@@ -194,6 +194,15 @@ class AnalyticsStore:
                     f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
                     f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
                 )
+        # Filters run functions on the page (contains, wildcards): on a LowCardinality column they run once
+        # per distinct page of a part. Stores created before it get the column converted (a mutation).
+        if self.client.command(f"SELECT type FROM system.columns WHERE database = '{self.database}' "
+                               f"AND table = '{self.local_table('site_events').split('.')[1]}' AND name = 'page'") \
+                == "String":
+            self.command_sync(f"ALTER TABLE {self.local_table('site_events')}{self.on_cluster} "
+                              f"MODIFY COLUMN page {_LC}")
+            if self.cluster:
+                self.command_sync(f"ALTER TABLE {self.table('site_events')}{self.on_cluster} MODIFY COLUMN page {_LC}")
         # On the local tables: in cluster mode each shard keeps the sessions of its own sites.
         self.command_sync(
             f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_sessions_mv{self.on_cluster} "

@@ -1,6 +1,7 @@
 """Sessions kept by the engine (site_sessions, one row per site, day and session): visits, bounces and
 durations stay exact for sessions that cross midnight, the window's end or its start, after a
-`rebuild --since` in the middle of a day, and when an existing store gains the table (backfill)."""
+`rebuild --since` in the middle of a day, and when an existing store gains the table (backfill) and its
+page column becomes LowCardinality."""
 
 from __future__ import annotations
 
@@ -102,5 +103,8 @@ async def test_a_store_without_the_sessions_table_derives_it_from_its_events(cli
     await db.command(f"DROP TABLE {db.local_table('site_sessions')}")
     with pytest.raises(Exception, match="site_sessions"):  # gone, as in a store from before it
         await engine_stats(db, site_id, start, end)
+    await db.command(f"ALTER TABLE {db.local_table('site_events')} MODIFY COLUMN page String")  # as at first
     await asyncio.to_thread(db.ensure_schema)
     assert await engine_stats(db, site_id, start, end) == (5, 2, 300_000.0)
+    assert await db.query("SELECT type FROM system.columns WHERE database = {d:String} AND table = 'site_events' "
+                          "AND name = 'page'", {"d": db.database}) == [("LowCardinality(String)",)]
