@@ -1,10 +1,11 @@
 """Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
 time series and top lists, under any combination of filters from storage/site_filters.py.
 
-Every read uses FINAL, so a mirror batch written twice still counts once. Sessions are derived per query
-from the events (grouped by the 64-bit hash of the session id, with a 24-hour look-back so that a session
-is attributed to the window its first event falls in). Windows are [start, end) in UTC. SQL is assembled
-from constant fragments; every value is a bound parameter.
+Every count reads site_events with FINAL, so a mirror batch written twice still counts once. Visits,
+bounces and durations come from the session-day rows the engine keeps (site_sessions, idempotent min/max
+states, see sessions_of), a session being attributed to the window its first event falls in; entry and
+exit pages are still derived per query from the events (a 24-hour look-back). Windows are [start, end)
+in UTC. SQL is assembled from constant fragments; every value is a bound parameter.
 """
 
 from __future__ import annotations
