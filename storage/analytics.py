@@ -338,17 +338,32 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     return list(out.values())
 
 
+async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, filters: Filters,
+                        limit: int) -> list[tuple[str, int]]:
+    """The custom property keys of the matching events, with how many events carry each, most used first:
+    what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
+    q, table = Query(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
+        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    return [(k, c) for k, c in rows]
+
+
 async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
                           goals: list[Goal]) -> list[dict]:
     """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
-    share of all visitors matching the other filters."""
+    share of all visitors matching the other filters. A goal filter narrows the conversions but not that
+    base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible)."""
     if not goals:
         return []
     q, table = Query(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, filters.terms())
+    cond = where(q, table, site_id, start, end, filters.without_goals().terms())
+    goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
+    chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"
     parts = []
     for g in goals:
-        c = goal_condition(q, g)
+        c = f"({goal_condition(q, g)}) AND {chosen}"
         parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
     row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
                              f"WHERE {cond}", q.params))[0]
