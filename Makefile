@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test install dev lint tracker bench clean
+.PHONY: serve test services install dev lint tracker bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,10 +25,14 @@ serve: install
 	$(BIN)/tally serve
 
 test: dev
+	.ci/services
 	$(BIN)/ruff check app actors storage tests bench
 	$(BIN)/pytest -q
 	@if command -v npm >/dev/null 2>&1; then cd tracker_js && npm ci --silent --no-audit --no-fund && npm test --silent; \
 	else echo "node not found: tracker unit tests skipped"; fi
+
+services:
+	.ci/services
 
 lint: dev
 	$(BIN)/ruff check app actors storage tests bench

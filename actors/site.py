@@ -60,11 +60,15 @@ class SiteCache:
             return False, None
         return True, hit[1]
 
+    @staticmethod
+    def info(row: asyncpg.Record | None) -> SiteInfo | None:
+        if row is None:
+            return None
+        return SiteInfo(row["id"], row["workspace_id"], row["domain"], row["verification_token"],
+                        row["verified_at"] is not None)
+
     def put(self, site_id: str, row: asyncpg.Record | None) -> SiteInfo | None:
-        info = None
-        if row is not None:
-            info = SiteInfo(row["id"], row["workspace_id"], row["domain"], row["verification_token"],
-                            row["verified_at"] is not None)
+        info = self.info(row)
         if len(self._rows) > 50_000:
             self._rows.clear()
         self._rows[site_id] = (time.monotonic(), info)

@@ -1,4 +1,4 @@
-"""The actor of one workspace and key environment: keyed /v1 events and identify calls."""
+"""The actor of one workspace and key environment: keyed /v1 events and identify calls, and Segment calls."""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ import asyncpg
 
 from actors.base import Actor, Message
 from storage import events as event_store
+from storage import segment as segment_store
 from storage import users as user_store
 from storage.events import COL
 
 EVENTS = "events"
 IDENTIFY = "identify"
+# Segment calls (app.segment.messages): items are (source_id, message_id or None, op, data).
+SEGMENT = "segment"
+OP_EVENT = "event"  # data: an events row (storage.events.EVENT_COLUMNS order)
+OP_TRAITS = "traits"  # data: (profile id, traits to merge, time)
+OP_ALIAS = "alias"  # data: (previous id, new id)
 
 
 def month_start(ts: datetime) -> datetime:
@@ -48,20 +54,74 @@ class WorkspaceActor(Actor):
     async def flush(self, batch: list[Message]) -> None:
         records: list[tuple] = []
         traits: dict[str, tuple[dict, datetime]] = {}
+        segment: list[tuple] = []
         for msg in batch:
             if msg.kind == EVENTS:
                 records.extend(msg.items)
+            elif msg.kind == IDENTIFY:
+                _merge_traits(traits, msg.items)
             else:
-                for user_id, new_traits, at in msg.items:
-                    merged, first = traits.get(user_id, ({}, at))
-                    traits[user_id] = ({**merged, **new_traits}, first)
-        await self.partitions.ensure(self.pool, {r[COL["ts"]] for r in records})
+                segment.extend(msg.items)
+        stamps = {r[COL["ts"]] for r in records}
+        stamps.update(item[3][COL["ts"]] for item in segment if item[2] == OP_EVENT)
+        await self.partitions.ensure(self.pool, stamps)
         async with self.connection() as conn:
-            if not traits:
+            if not traits and not segment:
                 # One statement: the events trigger checks erasures and keeps profiles (migration 0009).
                 await event_store.copy_events(conn, records)
                 return
+            if not traits and not records and all(item[2] == OP_EVENT for item in segment):
+                # Segment tracks, pages and screens alone: one statement too (storage.segment.STORE_EVENTS).
+                await segment_store.store_events(
+                    conn, self.workspace_id, self.env,
+                    [(s, m, row) for s, m, _, row in _first_of_each(segment)], datetime.now(UTC))
+                return
             async with conn.transaction():
+                aliases = await self._segment_ops(conn, segment, records, traits) if segment else []
                 if records:
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, traits)
+                for previous, target in aliases:
+                    await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
+                if segment:
+                    await segment_store.touch_sources(conn, [item[0] for item in segment], datetime.now(UTC))
+
+    async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[tuple],
+                           traits: dict[str, tuple[dict, datetime]]) -> list[tuple[str, str]]:
+        """Claim the messageIds in this transaction and keep only the messages seen for the first time
+        (a retried batch, even one racing its first delivery, stores nothing twice). Events join records and
+        traits join traits, in call order; aliases are returned to run once the events are stored."""
+        segment = _first_of_each(segment)
+        fresh = await segment_store.claim_messages(
+            conn, [(item[0], item[1]) for item in segment if item[1] is not None], datetime.now(UTC))
+        aliases: list[tuple[str, str]] = []
+        for source_id, message_id, op, data in segment:
+            if message_id is not None and (source_id, message_id) not in fresh:
+                continue
+            if op == OP_EVENT:
+                records.append(data)
+            elif op == OP_TRAITS:
+                _merge_traits(traits, [data])
+            else:
+                aliases.append(data)
+        return aliases
+
+
+def _first_of_each(segment: list[tuple]) -> list[tuple]:
+    """The same messageId twice in one flush (a retry racing its first delivery): only the first counts."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for item in segment:
+        if item[1] is not None:
+            claim = (item[0], item[1])
+            if claim in seen:
+                continue
+            seen.add(claim)
+        kept.append(item)
+    return kept
+
+
+def _merge_traits(traits: dict[str, tuple[dict, datetime]], items: list) -> None:
+    for user_id, new_traits, at in items:
+        merged, first = traits.get(user_id, ({}, at))
+        traits[user_id] = ({**merged, **new_traits}, first)

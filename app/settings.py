@@ -40,6 +40,11 @@ class Settings:
     actor_idle_seconds: float = 300.0
     key_cache_seconds: float = 2.0
     pool_max: int = 10
+    # Heavy reads get their own small pool so they cannot starve ingestion, /readyz or other tenants.
+    report_pool_max: int = 3
+    # Event exports: at once per signed-in account, and how long one write may wait for a slow reader.
+    exports_per_account: int = 2
+    export_write_timeout_seconds: float = 30.0
     access_log: bool = True
     # Tests turn the timers off and call Scheduler.run_now() instead.
     run_scheduler: bool = True
@@ -53,6 +58,7 @@ class Settings:
     report_timeout_seconds: float = 30.0
     custom_sql_timeout_seconds: float = 5.0
     custom_sql_max_rows: int = 10_000
+    custom_sql_max_bytes: int = 8 * 1024 * 1024
     smtp_url: str | None = None
     smtp_from: str = "Tally Reports <reports@tally.localhost>"
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
@@ -66,6 +72,8 @@ class Settings:
     analytics_max_memory_mb: int = 1024
     mirror_interval_ms: int = 500
     mirror_batch: int = 20_000
+    # Data sources: CIDRs or host names that production sources may reach although private/loopback.
+    sources_allow_hosts: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -87,6 +95,7 @@ class Settings:
             if env == "production":
                 raise ConfigError("TALLY_SECRET is required when TALLY_ENV=production")
             secret = persisted_secret(data_dir)
+        allow = tuple(h.strip() for h in os.environ.get("TALLY_SOURCES_ALLOW_HOSTS", "").split(",") if h.strip())
         proxies = tuple(p.strip() for p in os.environ.get("TALLY_TRUSTED_PROXIES", "").split(",") if p.strip())
         return cls(
             database_url=os.environ.get("DATABASE_URL") or None,
@@ -102,8 +111,13 @@ class Settings:
             mailbox_events=_int("TALLY_MAILBOX_EVENTS", 50000),
             flushes_in_flight=max(1, _int("TALLY_FLUSHES_IN_FLIGHT", 3)),
             pool_max=_int("TALLY_DB_POOL_MAX", 10),
+            report_pool_max=max(1, _int("TALLY_REPORT_POOL_MAX", 3)),
+            exports_per_account=max(1, _int("TALLY_EXPORTS_PER_ACCOUNT", 2)),
+            export_write_timeout_seconds=float(os.environ.get("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS") or 30),
             access_log=os.environ.get("TALLY_ACCESS_LOG", "1") not in ("0", "false", "no"),
             report_timeout_seconds=float(os.environ.get("TALLY_REPORT_TIMEOUT_SECONDS") or 30),
+            custom_sql_max_rows=max(1, _int("TALLY_CUSTOM_SQL_MAX_ROWS", 10_000)),
+            custom_sql_max_bytes=max(1024, _int("TALLY_CUSTOM_SQL_MAX_BYTES", 8 * 1024 * 1024)),
             smtp_url=os.environ.get("TALLY_SMTP_URL") or None,
             smtp_from=os.environ.get("TALLY_SMTP_FROM") or "Tally Reports <reports@tally.localhost>",
             site_events_per_min=_int("TALLY_SITE_EVENTS_PER_MIN", 60_000),
@@ -116,6 +130,7 @@ class Settings:
             analytics_max_threads=max(1, _int("TALLY_ANALYTICS_MAX_THREADS", 2)),
             analytics_max_memory_mb=max(64, _int("TALLY_ANALYTICS_MAX_MEMORY_MB", 1024)),
             mirror_interval_ms=max(10, _int("TALLY_MIRROR_INTERVAL_MS", 500)),
+            sources_allow_hosts=allow,
         )
 
 

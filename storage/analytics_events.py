@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime
 
 import asyncpg
@@ -28,10 +27,15 @@ async def list_events(conn: asyncpg.Connection, site_id: str, start: datetime, e
     )
 
 
-async def stream_events(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
-                        limit: int, prefetch: int = 500) -> AsyncIterator[asyncpg.Record]:
-    """Rows through a server-side cursor; the caller holds a transaction open on conn."""
+async def export_page(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
+                      after: tuple[datetime, str] | None, limit: int) -> list[asyncpg.Record]:
+    """One page of an export, newest first, strictly after `after` = (ts, id) of the previous page's
+    last row (keyset paging: every page is a short indexed query of its own)."""
     where, args = _scope(site_id, start, end, None)
-    sql = f"SELECT {COLUMNS} FROM events WHERE {where} ORDER BY ts DESC, id DESC LIMIT ${len(args) + 1}"
-    async for row in conn.cursor(sql, *args, limit, prefetch=prefetch):
-        yield row
+    if after is not None:
+        where += f" AND (ts, id) < (${len(args) + 1}, ${len(args) + 2})"
+        args.extend(after)
+    return await conn.fetch(
+        f"SELECT {COLUMNS} FROM events WHERE {where} ORDER BY ts DESC, id DESC LIMIT ${len(args) + 1}",
+        *args, limit,
+    )

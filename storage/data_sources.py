@@ -16,15 +16,20 @@ RUNNABLE = "id, workspace_id, env, type, status, credentials, options, frequency
 
 async def insert(
     conn: asyncpg.Connection, *, source_id: str, workspace_id: int, env: str, name: str, type_: str,
-    credentials: bytes, options: dict, frequency: str, sync_time: str, lease_seconds: float,
-) -> asyncpg.Record:
-    """New sources start in 'testing', already leased to the creating process's background check."""
+    credentials: bytes, options: dict, frequency: str, sync_time: str, lease_seconds: float | None,
+    write_key_hash: bytes | None = None,
+) -> asyncpg.Record | None:
+    """New sources start in 'testing', already leased to the creating process's background check (pulled
+    sources), or unleased with a write key (segment: it turns active on its first call). None when that
+    write key is already registered."""
     return await conn.fetchrow(
         f"""INSERT INTO data_sources (id, workspace_id, env, name, type, status, credentials, options,
-                                     frequency, sync_time, lease_until)
-            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, now() + make_interval(secs => $10))
+                                     frequency, sync_time, lease_until, write_key_hash)
+            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, now() + make_interval(secs => $10), $11)
+            ON CONFLICT (write_key_hash) WHERE write_key_hash IS NOT NULL DO NOTHING
             RETURNING {PUBLIC}""",
         source_id, workspace_id, env, name, type_, credentials, options, frequency, sync_time, lease_seconds,
+        write_key_hash,
     )
 
 
@@ -77,15 +82,16 @@ async def claim_manual(
     return await conn.fetchrow(
         """UPDATE data_sources SET status = 'syncing', lease_until = now() + make_interval(secs => $4)
            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status IN ('active', 'error')
-             AND (lease_until IS NULL OR lease_until < now())
+             AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
            RETURNING id""",
         workspace_id, env, source_id, lease_seconds,
     )
 
 
+# Segment sources receive calls instead of syncing: the runner never picks them up.
 DUE = """
 SELECT id FROM data_sources
-WHERE status <> 'paused' AND (lease_until IS NULL OR lease_until < now())
+WHERE status <> 'paused' AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
   AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
 ORDER BY next_sync_at NULLS FIRST
 LIMIT $1
@@ -103,7 +109,8 @@ async def claim_due(conn: asyncpg.Connection, source_id: str, lease_seconds: flo
         f"""UPDATE data_sources
             SET status = CASE WHEN status = 'testing' THEN 'testing' ELSE 'syncing' END,
                 lease_until = now() + make_interval(secs => $2)
-            WHERE id = $1 AND status <> 'paused' AND (lease_until IS NULL OR lease_until < now())
+            WHERE id = $1 AND status <> 'paused' AND type <> 'segment'
+              AND (lease_until IS NULL OR lease_until < now())
               AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
             RETURNING {RUNNABLE}""",
         source_id, lease_seconds,

@@ -9,12 +9,20 @@ import asyncpg
 
 from storage.analytics_mirror import queue_erasure
 
-# Column order of the tuples the actors hand to flush_batch().
+# Visit dimensions of site events (migration 0013), filled at ingestion; keyed events leave them NULL.
+DIMENSION_COLUMNS = (
+    "browser", "browser_version", "os", "os_version", "device",
+    "utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content", "source", "channel",
+    "region", "city",
+)
+NO_DIMENSIONS: tuple[None, ...] = (None,) * len(DIMENSION_COLUMNS)
+# Column order of the tuples the actors hand to copy_events().
 EVENT_COLUMNS = (
     "id", "workspace_id", "env", "site_id", "name", "user_id", "anonymous_id", "session_id",
     "properties", "url", "path", "referrer", "title", "viewport_w", "country", "ip_hash",
-    "ts", "received_at",
+    "ts", "received_at", *DIMENSION_COLUMNS,
 )
+BASE_WIDTH = len(EVENT_COLUMNS) - len(DIMENSION_COLUMNS)
 COL = {name: i for i, name in enumerate(EVENT_COLUMNS)}
 
 ENSURE_PARTITION = "SELECT tally_ensure_event_partition($1)"
@@ -32,7 +40,12 @@ async def ensure_partitions(conn: asyncpg.Connection, months: Iterable[datetime]
 
 
 async def copy_events(conn: asyncpg.Connection, records: Sequence[tuple]) -> None:
-    await conn.copy_records_to_table("events", records=records, columns=EVENT_COLUMNS)
+    """COPY records in EVENT_COLUMNS order. Every record of a call has the same width: all columns, or
+    (fixtures and benchmarks written before migration 0013) only the first BASE_WIDTH, leaving the
+    dimension columns NULL."""
+    width = len(records[0]) if records else len(EVENT_COLUMNS)
+    columns = EVENT_COLUMNS if width == len(EVENT_COLUMNS) else EVENT_COLUMNS[:BASE_WIDTH]
+    await conn.copy_records_to_table("events", records=records, columns=columns)
 
 
 _LIST_BASE = (

@@ -144,11 +144,29 @@ def _json_int(text: str) -> int | str:
 
 # --- custom SQL sandbox --------------------------------------------------------------------------
 
+class ResultTooLarge(Exception):
+    """The custom SQL result passed the byte cap; nothing beyond the cap was fetched."""
+
+
+# The sandbox's rows as JSON text with a running byte total, computed by the server: a row that would
+# pass the cap arrives without its text, so the service never holds more than max_bytes of results.
+# ROWS ... CURRENT ROW lets the window stream rather than wait for the whole result.
+_CAPPED_ROWS = """
+SELECT CASE WHEN total <= $3 THEN t END AS t, total FROM (
+    SELECT t, sum(octet_length(t)) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS total
+    FROM (SELECT r::text AS t FROM tally_report.run_sql($1, $2) AS r) rows_as_json
+) running"""
+FETCH_ROWS = 200
+
+
 async def run_custom_sql(
-    conn: asyncpg.Connection, workspace_id: int, env: str, sql: str, *, max_rows: int, timeout_ms: int
+    conn: asyncpg.Connection, workspace_id: int, env: str, sql: str, *, max_rows: int, timeout_ms: int,
+    max_bytes: int,
 ) -> tuple[list[str], list[list], bool]:
     """Run a customer's SELECT as tally_report_reader, scoped to one workspace and env, read only,
-    under a statement timeout. Returns (columns, rows, truncated)."""
+    under a statement timeout. Returns (columns, rows, truncated): rows past max_rows are cut
+    (truncated); a result past max_bytes of JSON raises ResultTooLarge. Rows are fetched in chunks
+    through a cursor, and the fetch stops at either cap."""
     async with conn.transaction(readonly=True):
         await conn.execute("SELECT tally_report_enter_scope($1, $2)", workspace_id, env)
         await conn.execute(
@@ -161,9 +179,16 @@ async def run_custom_sql(
         # A text with several statements fails here ("cannot insert multiple commands").
         described = await conn.prepare(f"SELECT * FROM (\n{sql}\n) q")
         columns = [a.name for a in described.get_attributes()]
-        records = await conn.fetch(
-            "SELECT r::text FROM tally_report.run_sql($1, $2) AS r", sql, max_rows + 1
-        )
-    rows = [[value for _, value in json.loads(r[0], object_pairs_hook=list, parse_int=_json_int)]
-            for r in records[:max_rows]]
-    return columns, rows, len(records) > max_rows
+        texts: list[str] = []
+        cursor = await conn.cursor(_CAPPED_ROWS, sql, max_rows + 1, max_bytes)
+        while len(texts) <= max_rows:
+            chunk = await cursor.fetch(min(FETCH_ROWS, max_rows + 1 - len(texts)))
+            if not chunk:
+                break
+            for record in chunk:
+                if record["t"] is None:
+                    raise ResultTooLarge
+                texts.append(record["t"])
+    rows = [[value for _, value in json.loads(t, object_pairs_hook=list, parse_int=_json_int)]
+            for t in texts[:max_rows]]
+    return columns, rows, len(texts) > max_rows

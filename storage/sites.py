@@ -40,26 +40,52 @@ async def site_by_domain(conn: asyncpg.Connection, workspace_id: int, domain: st
     )
 
 
-async def create_dev_site(conn: asyncpg.Connection, site_id: str, workspace: str, token: str) -> asyncpg.Record:
+async def site_with_domain(conn: asyncpg.Connection, domain: str) -> asyncpg.Record | None:
+    """The site of any workspace registered for the domain: the verified owner, else the oldest claim."""
+    return await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM sites WHERE domain = $1 ORDER BY verified_at IS NULL, created_at, id LIMIT 1",
+        domain,
+    )
+
+
+async def create_dev_site(conn: asyncpg.Connection, site_id: str, workspace: str, token: str, *,
+                          domain: str | None = None) -> tuple[asyncpg.Record, bool]:
     """Development auto-registration: the unknown id becomes a site of the named workspace, with the
-    id as its domain (or a suffixed one if that domain is already registered there)."""
+    given domain or else the id as its domain (or a suffixed one if that domain is already registered
+    there). Returns the row and whether this call created it."""
+    domain = domain or site_id
     async with conn.transaction():
         workspace_id = await ensure_workspace(conn, workspace)
-        row = await create_site(conn, site_id, workspace_id, site_id, token)
+        row = await create_site(conn, site_id, workspace_id, domain, token)
         if row is None:
             row = await site_by_id(conn, site_id)
+            if row is not None:
+                return row, False
+            row = await create_site(conn, site_id, workspace_id, f"{domain} (auto)", token)
         if row is None:
-            row = await create_site(conn, site_id, workspace_id, f"{site_id} (auto)", token)
-        if row is None:
-            row = await site_by_id(conn, site_id)
-    return row
+            return await site_by_id(conn, site_id), False
+    return row, True
 
 
 async def any_domain_registered(conn: asyncpg.Connection, domains: list[str]) -> bool:
     return await conn.fetchval("SELECT EXISTS (SELECT 1 FROM sites WHERE domain = ANY($1::text[]))", domains)
 
 
-async def mark_verified(conn: asyncpg.Connection, site_id: str) -> None:
-    await conn.execute(
-        "UPDATE sites SET verified_at = now() WHERE id = $1 AND verified_at IS NULL", site_id
+async def verified_elsewhere(conn: asyncpg.Connection, domain: str, workspace_id: int) -> bool:
+    """Another workspace has verified this domain (and so owns it)."""
+    return await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM sites WHERE domain = $1 AND verified_at IS NOT NULL AND workspace_id <> $2)",
+        domain, workspace_id,
     )
+
+
+async def mark_verified(conn: asyncpg.Connection, site_id: str) -> bool:
+    """Verify the site; False when another claim of its domain was verified first (the partial unique
+    index of migration 0012 makes the first verification win, even between racing requests)."""
+    try:
+        await conn.execute(
+            "UPDATE sites SET verified_at = now() WHERE id = $1 AND verified_at IS NULL", site_id
+        )
+    except asyncpg.UniqueViolationError:
+        return False
+    return True

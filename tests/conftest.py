@@ -66,6 +66,16 @@ def database_url(pg_admin_dsn: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def customer_pg_dsn() -> str:
+    """A second PostgreSQL server (127.0.0.1, its own port) for data sources to import from."""
+    from tests.customer_pg import CustomerPostgres
+
+    server = CustomerPostgres()
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def redis_url() -> str:
     if _reachable(REDIS_URL, 6379):
         yield REDIS_URL

@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 import pytest
 
+from storage.db import init_connection
 from tests.analytics_support import create_site, iso, load_fixture
 
 ROUTES = ["overview", "timeseries", "top-pages", "top-referrers", "top-countries", "events", "export"]
@@ -136,3 +137,42 @@ async def test_workspaces_see_only_their_own_numbers(client, site, database_url,
     assert resp.status == 404
     body = await (await client.get("/api/analytics/overview", params={"siteId": other.site_id})).json()
     assert body["totalEvents"] == 8
+
+
+# --- CSV formula injection (issue 10, item 6) ----------------------------------------------------------
+
+async def test_export_csv_neutralises_formulas_in_visitor_values(client, database_url, workspace, login):
+    from datetime import UTC, datetime
+
+    from tests.analytics_support import insert_events
+
+    await login()
+    conn = await asyncpg.connect(database_url)
+    try:
+        await init_connection(conn)
+        site_id, _, ws = await create_site(conn, workspace)
+        now = datetime.now(UTC)
+        await insert_events(conn, site_id, ws, [
+            ("evt_formula1", "=HYPERLINK(\"http://evil.example\",\"x\")", "+1+2", "-2+3", "US", "ip", "@SUM(A1)",
+             now, {"k": "=1"}),
+            ("evt_formula0", "\tcmd", "\r=1", "plain, text", "DE", "ip", "s-ok", now, None),
+        ])
+    finally:
+        await conn.close()
+    resp = await client.get("/api/analytics/export", params={"siteId": site_id})
+    assert resp.status == 200
+    text = await resp.text()
+    table = list(csv.reader(io.StringIO(text)))
+    by_id = {row[0]: dict(zip(table[0], row, strict=True)) for row in table[1:]}
+    first = by_id["evt_formula1"]
+    assert first["name"] == "'=HYPERLINK(\"http://evil.example\",\"x\")"
+    assert first["path"] == "'+1+2" and first["referrer"] == "'-2+3" and first["sessionId"] == "'@SUM(A1)"
+    assert first["title"] == "Title +1+2"  # not at the start: unchanged
+    assert first["props"] == '{"k":"=1"}'
+    second = by_id["evt_formula0"]
+    assert second["name"] == "'\tcmd" and second["path"] == "'\r=1" and second["referrer"] == "plain, text"
+    # Neutralised cells stay quoted in the file itself.
+    assert '"\'=HYPERLINK(""http://evil.example"",""x"")"' in text and '"\'+1+2"' in text and '"\'@SUM(A1)"' in text
+    assert '"\'-2+3"' in text and '"\'\tcmd"' in text
+    # Other text is written as before.
+    assert text.splitlines()[0] == "id,createdAt,name,url,path,referrer,title,viewportW,sessionId,country,props"

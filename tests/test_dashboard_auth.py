@@ -9,6 +9,18 @@ async def test_login_me_logout(client, login):
     assert await resp.json() == {"error": "unauthorized"}
 
 
+async def test_login_and_me_answer_one_shape(client, login, workspace):
+    email = await login()
+    await client.post("/api/auth/logout")
+    signed_in = await (await client.post("/api/auth/login",
+                                         json={"email": email, "password": "correct horse battery"})).json()
+    me = await (await client.get("/api/auth/me")).json()
+    assert signed_in == me
+    assert me["email"] == email
+    assert me["workspace"]["name"] == workspace and set(me["workspace"]) == {"id", "name", "plan"}
+    assert me["workspaces"] == [me["workspace"]]
+
+
 async def test_wrong_password_is_generic_401(client, login):
     email = await login()
     await client.post("/api/auth/logout")
@@ -19,10 +31,15 @@ async def test_wrong_password_is_generic_401(client, login):
     assert (await resp.json()) == {"error": "invalid email or password"}
 
 
-async def test_login_by_form_sets_httponly_lax_cookie(client, login):
+async def test_login_sets_httponly_lax_cookie_and_takes_json_only(client, login):
     email = await login(password="form password 1")
     await client.post("/api/auth/logout")
+    # A cross-site HTML form can send form encoding without asking: login takes JSON only.
     resp = await client.post("/api/auth/login", data={"email": email, "password": "form password 1"})
+    assert resp.status == 415
+    assert await resp.json() == {"error": "content-type must be application/json"}
+    assert "Set-Cookie" not in resp.headers
+    resp = await client.post("/api/auth/login", json={"email": email, "password": "form password 1"})
     assert resp.status == 200
     cookie = resp.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" not in cookie
@@ -46,3 +63,39 @@ async def test_login_with_nul_characters_is_a_400(client):
     resp = await client.post("/api/auth/login", json={"email": "a\x00@b.c", "password": "x"})
     assert resp.status == 400
     assert (await resp.json())["error"] == "invalid payload"
+
+
+async def test_unknown_email_is_checked_against_a_dummy_hash(client, login, monkeypatch):
+    """Without a hash check an unknown email answered in ~2 ms and a wrong password in ~190 ms."""
+    from app import dashboard_session as ds
+
+    checked = []
+    real = ds.check_password
+
+    def spy(stored_hash: str, password: str) -> bool:
+        checked.append(stored_hash)
+        return real(stored_hash, password)
+
+    monkeypatch.setattr(ds, "check_password", spy)
+    resp = await client.post("/api/auth/login", json={"email": "nobody@example.com", "password": "guess"})
+    assert resp.status == 401
+    assert await resp.json() == {"error": "invalid email or password"}
+    assert len(checked) == 1 and checked[0].startswith("$argon2id$")
+    # The same parameters as a real account's hash, so the check costs the same.
+    email = await login()
+    await client.post("/api/auth/logout")
+    await client.post("/api/auth/login", json={"email": email, "password": "wrong"})
+    assert checked[1].split("$")[:4] == checked[0].split("$")[:4]
+
+
+async def test_spraying_many_emails_from_one_address_is_limited(client):
+    statuses = []
+    for i in range(40):
+        resp = await client.post("/api/auth/login", json={"email": f"user{i}@example.com", "password": "Summer2026"})
+        statuses.append(resp.status)
+        if resp.status == 429:
+            assert "Retry-After" in resp.headers
+            assert await resp.json() == {"error": "too many login attempts"}
+            break
+    assert statuses[-1] == 429 and set(statuses[:-1]) == {401}
+    assert len(statuses) <= 31

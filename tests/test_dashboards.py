@@ -85,8 +85,8 @@ async def test_limit_200_is_allowed(client, make_key):
 
 
 async def test_scopes(client, make_key):
-    read, write = await make_key("read"), await make_key("write")
-    made = await _create(client, write)
+    read, write, both = await make_key("read"), await make_key("write"), await make_key("read,write")
+    made = await _create(client, both)
     dash = f"/v1/dashboards/{made['id']}"
     chart = f"{dash}/charts/{made['id']}"
     for method, path, body in [
@@ -160,7 +160,7 @@ async def test_unknown_ids_are_404(client, make_key):
     ({"name": "x", "charts": [{"type": "line", "event": "signup"}]}, "charts[0].title"),
 ])
 async def test_create_validation_names_the_field(client, make_key, body, field):
-    key = await make_key("write")
+    key = await make_key("read,write")
     resp = await client.post("/v1/dashboards", headers=bearer(key), json=body)
     assert resp.status == 400, await resp.text()
     error = (await resp.json())["error"]
@@ -169,7 +169,7 @@ async def test_create_validation_names_the_field(client, make_key, body, field):
 
 
 async def test_invalid_json_is_400(client, make_key):
-    key = await make_key("write")
+    key = await make_key("read,write")
     resp = await client.post("/v1/dashboards", headers={**bearer(key), "Content-Type": "application/json"},
                              data=b"{nope")
     assert resp.status == 400
@@ -285,3 +285,37 @@ async def test_inputs_postgresql_cannot_hold_are_refused_not_crashed(client, mak
     data = f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}/data"
     resp = await client.get(data, headers=bearer(key), params={"to": "0001-01-02T00:00:00Z"})
     assert resp.status == 400
+
+
+async def test_write_only_key_cannot_define_or_share_what_it_cannot_read(client, make_key, database_url):
+    """A write-only key could otherwise chart a property, share it and read the values through the
+    public link: defining charts and sharing need read as well. Deleting and unsharing need only write."""
+    both, write = await make_key("read,write"), await make_key("write")
+    made = await _create(client, both, charts=[CHART])
+    dash = f"/v1/dashboards/{made['id']}"
+    chart = f"{dash}/charts/{made['charts'][0]['id']}"
+
+    async def stored():
+        conn = await asyncpg.connect(database_url)
+        try:
+            return (await conn.fetch("SELECT d.name, d.public_token, count(*) OVER () AS n, c.title, c.group_by"
+                                     " FROM dashboards d LEFT JOIN dashboard_charts c ON c.dashboard_id = d.id"
+                                     " WHERE d.workspace_id = (SELECT workspace_id FROM dashboards WHERE id = $1)"
+                                     " ORDER BY d.id, c.id", made["id"]))
+        finally:
+            await conn.close()
+
+    before = [tuple(r) for r in await stored()]
+    for method, path, body in [
+        ("POST", "/v1/dashboards", {"name": "leak", "charts": [CHART]}),
+        ("PATCH", dash, {"name": "renamed"}),
+        ("POST", f"{dash}/charts", {**CHART, "group_by": "email"}),
+        ("PATCH", chart, {"group_by": "email"}),
+        ("POST", f"{dash}/share", None),
+    ]:
+        resp = await client.request(method, path, headers=bearer(write), json=body)
+        assert resp.status == 403, (method, path, await resp.text())
+        assert (await resp.json())["error"] == {"code": "forbidden", "message": "this key lacks the 'read' scope"}
+    assert [tuple(r) for r in await stored()] == before
+    # Taking exposure away stays a write-only operation.
+    assert (await client.delete(f"{dash}/share", headers=bearer(write))).status == 204

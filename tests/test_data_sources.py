@@ -11,8 +11,10 @@ from app.sources.schedule import next_sync
 from tests.conftest import bearer
 
 CLOSED = "http://127.0.0.1:1"  # nothing listens on port 1: checks fail at once
-SEGMENT = {"name": "seg", "type": "segment", "credentials": {"access_token": "seg-token-123"},
-           "options": {"base_url": CLOSED}}
+# A pulled source whose peer is unreachable: the state machine's generic vehicle (segment sources are pushed
+# to and never checked; tests/test_segment_api.py covers them).
+UNREACHABLE = {"name": "seg", "type": "hubspot", "credentials": {"access_token": "hub-token-123"},
+               "options": {"base_url": CLOSED}}
 
 
 async def wait_status(client, key: str, source_id: str, *wanted: str, tries: int = 400) -> dict:
@@ -36,11 +38,11 @@ async def create(client, key: str, body: dict) -> dict:
 
 async def test_create_returns_testing_then_check_failure_is_error(client, make_key):
     key = await make_key("admin,read")
-    created = await create(client, key, SEGMENT)
+    created = await create(client, key, UNREACHABLE)
     assert set(created) == {"id", "name", "type", "status", "created_at"}
-    assert created["id"].startswith("src_") and created["status"] == "testing" and created["type"] == "segment"
+    assert created["id"].startswith("src_") and created["status"] == "testing" and created["type"] == "hubspot"
     body = await wait_status(client, key, created["id"], "error")
-    assert "could not reach Segment at 127.0.0.1:1" in body["status_reason"]
+    assert "could not reach HubSpot at http://127.0.0.1:1" in body["status_reason"]
     assert body["last_synced_at"] is None
     assert body["schedule"] == {"frequency": "daily", "time": "00:00"}
     assert "credentials" not in body
@@ -49,9 +51,9 @@ async def test_create_returns_testing_then_check_failure_is_error(client, make_k
 @pytest.mark.parametrize("scopes", ["read", "write", "read,write"])
 async def test_admin_scope_required_to_connect_pause_and_remove(client, make_key, scopes):
     admin = await make_key("admin,read")
-    created = await create(client, admin, SEGMENT)
+    created = await create(client, admin, UNREACHABLE)
     key = await make_key(scopes)
-    resp = await client.post("/v1/data-sources", json=SEGMENT, headers=bearer(key))
+    resp = await client.post("/v1/data-sources", json=UNREACHABLE, headers=bearer(key))
     assert resp.status == 403 and (await resp.json())["error"]["code"] == "forbidden"
     for path in ("pause", "resume", "sync"):
         assert (await client.post(f"/v1/data-sources/{created['id']}/{path}", headers=bearer(key))).status == 403
@@ -61,7 +63,7 @@ async def test_admin_scope_required_to_connect_pause_and_remove(client, make_key
 
 async def test_read_key_lists_and_gets(client, make_key):
     admin = await make_key("admin")
-    created = await create(client, admin, SEGMENT)
+    created = await create(client, admin, UNREACHABLE)
     reader = await make_key("read")
     listed = await client.get("/v1/data-sources", headers=bearer(reader))
     assert listed.status == 200
@@ -74,7 +76,7 @@ async def test_read_key_lists_and_gets(client, make_key):
 
 async def test_other_workspace_and_env_see_404(client, make_key, workspace):
     live = await make_key("admin,read")
-    created = await create(client, live, SEGMENT)
+    created = await create(client, live, UNREACHABLE)
     test_env = await make_key("admin,read", test=True)
     other = await make_key("admin,read", workspace_name=workspace + "-other")
     for key in (test_env, other):
@@ -105,7 +107,8 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
     ({"type": "stripe", "credentials": {"api_key": "pk_live_abcdef"}}, "credentials.api_key"),
     ({"type": "hubspot", "credentials": {}}, "credentials.access_token"),
     ({"type": "salesforce", "credentials": {"client_id": "c", "refresh_token": "r"}}, "credentials.client_secret"),
-    ({"type": "segment", "credentials": {}}, "credentials.access_token"),
+    ({"type": "segment", "credentials": {"write_key": "short"}}, "credentials.write_key"),
+    ({"type": "segment", "credentials": {"access_token": "a-public-api-token"}}, "credentials.access_token"),
     ({"type": "oracle", "credentials": {}}, "type"),
     ({"type": "postgres"}, "credentials"),
     ({"type": "postgres", "credentials": SQL, "schedule": {"frequency": "daily", "time": "25:00"}}, "schedule.time"),
@@ -114,6 +117,11 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
     ({"type": "postgres", "credentials": SQL, "options": {"table": "t", "query": "select 1"}}, "options.query"),
     ({"type": "postgres", "credentials": SQL, "options": {"event_name": "Bad Name"}}, "options.event_name"),
     ({"type": "stripe", "credentials": {"api_key": "sk_test_abcdef"}, "options": {"table": "t"}}, "options.table"),
+    ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"query": "select 1"}}, "options.table"),
+    ({"type": "postgres", "credentials": SQL, "options": {"properties": {"plan": "bad col"}}},
+     "options.properties[...]"),
+    ({"type": "salesforce", "credentials": {"access_token": "tok"}, "options": {"table": "Account"}},
+     "credentials.instance_url"),
 ])
 async def test_validation_names_the_field(client, make_key, body, field):
     key = await make_key("admin,read")
@@ -136,7 +144,7 @@ async def test_missing_name_and_bad_json(client, make_key):
 
 async def test_pagination(client, make_key):
     key = await make_key("admin,read")
-    ids = [(await create(client, key, {**SEGMENT, "name": f"s{i}"}))["id"] for i in range(3)]
+    ids = [(await create(client, key, {**UNREACHABLE, "name": f"s{i}"}))["id"] for i in range(3)]
     first = await (await client.get("/v1/data-sources?limit=2", headers=bearer(key))).json()
     assert [s["id"] for s in first["data"]] == ids[:2] and first["has_more"] is True
     second = await (await client.get(f"/v1/data-sources?limit=2&cursor={first['next_cursor']}",
@@ -151,7 +159,7 @@ async def test_pagination(client, make_key):
 
 async def test_pause_resume_and_sync_conflicts(client, make_key):
     key = await make_key("admin,read")
-    created = await create(client, key, {**SEGMENT, "schedule": {"frequency": "weekly", "time": "06:30"}})
+    created = await create(client, key, {**UNREACHABLE, "schedule": {"frequency": "weekly", "time": "06:30"}})
     await wait_status(client, key, created["id"], "error")
     paused = await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(key))
     assert paused.status == 200 and (await paused.json())["status"] == "paused"
@@ -165,12 +173,12 @@ async def test_pause_resume_and_sync_conflicts(client, make_key):
     resp = await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))
     assert resp.status == 202 and (await resp.json())["status"] == "syncing"
     body = await wait_status(client, key, created["id"], "error")
-    assert "Segment" in body["status_reason"]
+    assert "HubSpot" in body["status_reason"]
 
 
 async def test_delete_is_204_then_404(client, make_key):
     key = await make_key("admin,read")
-    created = await create(client, key, SEGMENT)
+    created = await create(client, key, UNREACHABLE)
     await wait_status(client, key, created["id"], "error")
     resp = await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))
     assert resp.status == 204 and await resp.read() == b""

@@ -1,5 +1,5 @@
-"""Stripe and HubSpot over their HTTP APIs (local fakes), the probe-only types, and secrets never
-reaching logs, responses or the stored row."""
+"""Stripe and HubSpot over their HTTP APIs (local fakes), every connector's default (unreachable) host,
+and secrets never reaching logs, responses or the stored row."""
 
 from __future__ import annotations
 
@@ -157,21 +157,34 @@ async def test_hubspot_oauth_contacts_become_profiles(client, make_key):
         await server.close()
 
 
-@pytest.mark.parametrize("body", [
-    {"type": "bigquery", "credentials": {"project_id": "p", "dataset": "d", "service_account_key": {
+def _service_account_key() -> dict:
+    from tests.fake_bigquery import new_service_account
+
+    key, _ = new_service_account("https://oauth2.googleapis.com/token")
+    return key
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    ({"type": "bigquery", "credentials": {"project_id": "p", "dataset": "d",
+                                          "service_account_key": _service_account_key()}},
+     "could not connect to oauth2.googleapis.com:443"),  # the key's token_uri: Google's, by default
+    ({"type": "bigquery", "credentials": {"project_id": "p", "dataset": "d", "service_account_key": {
         "type": "service_account", "client_email": "x@p.iam.gserviceaccount.com", "private_key": "pk"}}},
-    {"type": "snowflake", "credentials": {"account": "tally-nowhere-xy12345", "warehouse": "w", "database": "d",
-                                         "username": "u", "password": "p"}},
-    {"type": "salesforce", "credentials": {"access_token": "sf-token"}},
-    {"type": "segment", "credentials": {"access_token": "seg-token"}},
+     "the service account key cannot be used: its private_key does not parse"),
+    ({"type": "snowflake", "credentials": {"account": "tally-nowhere-xy12345", "warehouse": "w", "database": "d",
+                                           "username": "u", "password": "unused-pw-123"}},
+     "could not connect to tally-nowhere-xy12345.snowflakecomputing.com:443"),
+    ({"type": "salesforce", "credentials": {"client_id": "cid-1", "client_secret": "secret-1",
+                                            "refresh_token": "refresh-1"}},
+     "could not reach Salesforce at https://login.salesforce.com"),
 ])
-async def test_probe_types_end_in_error_with_a_reason(make_client, settings, make_key, body):
+async def test_default_hosts_unreachable_end_in_error_with_a_reason(make_client, settings, make_key, body, reason):
     """No network here: the real provider hosts are unreachable, and the check says so within its timeout."""
     client = await make_client(dataclasses.replace(settings, extra={"source_timeout": 2.0}))
     key = await make_key("admin,read")
     created = await create(client, key, {"name": "w", **body})
     result = await wait_status(client, key, created["id"], "error", tries=1200)
-    assert result["status_reason"].startswith("could not reach "), result
+    assert result["status_reason"].startswith(reason), result
 
 
 async def test_secrets_never_reach_logs_responses_or_the_row(client, make_key, stripe, caplog, pool):

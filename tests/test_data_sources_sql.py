@@ -1,5 +1,6 @@
-"""Syncs from the machine's PostgreSQL and MariaDB into events and profiles: first sync, incremental
-syncs (manual and scheduled), error -> active, pause, and delete keeping imported data."""
+"""Syncs from a second PostgreSQL server (tests/customer_pg.py; Tally's own server is out of bounds for
+sources) and the machine's MariaDB into events and profiles: first sync, incremental syncs (manual and
+scheduled), error -> active, pause, and delete keeping imported data."""
 
 from __future__ import annotations
 
@@ -18,17 +19,17 @@ from tests.test_data_sources import create, wait_status
 
 
 @pytest.fixture
-async def scratch_pg(pg_admin_dsn: str):
-    """A scratch database holding a `signups` table, dropped after the test."""
+async def scratch_pg(customer_pg_dsn: str):
+    """A scratch database holding a `signups` table on the customer server, dropped after the test."""
     name = f"tally_src_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(pg_admin_dsn)
+    admin = await asyncpg.connect(customer_pg_dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = urlparse(pg_admin_dsn)._replace(path=f"/{name}").geturl()
+    dsn = urlparse(customer_pg_dsn)._replace(path=f"/{name}").geturl()
     conn = await asyncpg.connect(dsn)
     await conn.execute("""CREATE TABLE signups (id serial PRIMARY KEY, user_id text, plan text,
                           amount numeric(10, 2), created_at timestamptz NOT NULL)""")
     try:
-        yield name, conn
+        yield name, conn, urlparse(customer_pg_dsn).port
     finally:
         await conn.close()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -41,10 +42,10 @@ async def add_signups(conn, *rows: tuple[str, str, str]) -> None:
     )
 
 
-def pg_source(database: str, **options) -> dict:
+def pg_source(database: str, port: int, **options) -> dict:
     return {
         "name": "warehouse", "type": "postgres",
-        "credentials": {"host": "127.0.0.1", "port": 5432, "database": database, "username": "postgres",
+        "credentials": {"host": "127.0.0.1", "port": port, "database": database, "username": "postgres",
                         "password": "pg-password-not-needed"},
         "options": {"table": "signups", "cursor_column": "id", "timestamp_column": "created_at",
                     "event_name": "signed_up", **options},
@@ -58,11 +59,11 @@ async def events(client, key: str, name: str) -> list[dict]:
 
 
 async def test_postgres_first_sync_then_incremental(client, make_key, scratch_pg, pool):
-    database, conn = scratch_pg
+    database, conn, port = scratch_pg
     await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"), ("u2", "pro", "2024-03-02T10:00:00Z"),
                       ("u1", "pro", "2024-03-03T10:00:00Z"))
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database))
+    created = await create(client, key, pg_source(database, port))
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "active", body
     assert body["last_synced_at"] is not None and body["status_reason"] is None
@@ -95,9 +96,9 @@ async def test_postgres_first_sync_then_incremental(client, make_key, scratch_pg
 
 
 async def test_error_then_active_after_a_later_successful_sync(client, make_key, scratch_pg):
-    database, conn = scratch_pg
+    database, conn, port = scratch_pg
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database, table="orders", event_name="order_placed"))
+    created = await create(client, key, pg_source(database, port, table="orders", event_name="order_placed"))
     body = await wait_status(client, key, created["id"], "error")
     assert "orders" in body["status_reason"] and body["last_synced_at"] is None
     await conn.execute("CREATE TABLE orders (id int, user_id text, created_at timestamptz)")
@@ -109,18 +110,18 @@ async def test_error_then_active_after_a_later_successful_sync(client, make_key,
 
 
 async def test_redshift_speaks_the_postgres_protocol(client, make_key, scratch_pg):
-    database, conn = scratch_pg
+    database, conn, port = scratch_pg
     await add_signups(conn, ("r1", "free", "2024-03-01T10:00:00Z"))
     key = await make_key("admin,read")
-    created = await create(client, key, {**pg_source(database), "type": "redshift"})
+    created = await create(client, key, {**pg_source(database, port), "type": "redshift"})
     assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
     assert [e["user_id"] for e in await events(client, key, "signed_up")] == ["r1"]
 
 
 async def test_credentials_sealed_under_another_secret_end_in_error(client, make_key, scratch_pg, pool):
-    database, _ = scratch_pg
+    database, _, port = scratch_pg
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database))
+    created = await create(client, key, pg_source(database, port))
     await wait_status(client, key, created["id"], "active")
     await pool.execute("UPDATE data_sources SET credentials = $2, next_sync_at = now() - interval '1 minute' "
                        "WHERE id = $1", created["id"], CredentialBox("another-secret").seal(b"{}", created["id"]))
@@ -129,18 +130,19 @@ async def test_credentials_sealed_under_another_secret_end_in_error(client, make
     assert "cannot be decrypted" in body["status_reason"]
 
 
-async def test_wrong_database_is_error_with_reason(client, make_key):
+async def test_wrong_database_is_error_with_reason(client, make_key, customer_pg_dsn):
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(f"tally_missing_{secrets.token_hex(3)}"))
+    created = await create(client, key, pg_source(f"tally_missing_{secrets.token_hex(3)}",
+                                                  urlparse(customer_pg_dsn).port))
     body = await wait_status(client, key, created["id"], "error")
     assert "does not exist" in body["status_reason"]
 
 
 async def test_pause_stops_scheduled_syncs_and_resume_restarts_them(client, make_key, scratch_pg, pool):
-    database, conn = scratch_pg
+    database, conn, port = scratch_pg
     await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"))
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database))
+    created = await create(client, key, pg_source(database, port))
     await wait_status(client, key, created["id"], "active")
     assert (await client.post(f"/v1/data-sources/{created['id']}/pause", headers=bearer(key))).status == 200
     await add_signups(conn, ("u2", "free", "2024-03-02T10:00:00Z"))
@@ -160,10 +162,10 @@ async def test_pause_stops_scheduled_syncs_and_resume_restarts_them(client, make
 
 
 async def test_delete_keeps_imported_events_and_stops_syncs(client, make_key, scratch_pg, pool):
-    database, conn = scratch_pg
+    database, conn, port = scratch_pg
     await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"), ("u2", "pro", "2024-03-02T10:00:00Z"))
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database))
+    created = await create(client, key, pg_source(database, port))
     await wait_status(client, key, created["id"], "active")
     assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 204
     await add_signups(conn, ("u3", "free", "2024-03-03T10:00:00Z"))
@@ -175,10 +177,10 @@ async def test_delete_keeps_imported_events_and_stops_syncs(client, make_key, sc
 
 
 async def test_one_time_import_without_cursor_column(client, make_key, scratch_pg):
-    database, conn = scratch_pg
+    database, conn, port = scratch_pg
     await add_signups(conn, ("u1", "free", "2024-03-01T10:00:00Z"), ("u2", "pro", "2024-03-02T10:00:00Z"))
     key = await make_key("admin,read")
-    source = pg_source(database)
+    source = pg_source(database, port)
     del source["options"]["cursor_column"]
     created = await create(client, key, source)
     await wait_status(client, key, created["id"], "active")
@@ -240,6 +242,30 @@ async def test_mysql_query_with_event_column_and_incremental_sync(client, make_k
     assert profile["event_count"] == 2
 
 
+async def test_mysql_query_with_a_percent_sign_syncs_incrementally(client, make_key, scratch_mysql):
+    """pymysql formats statements with %: a LIKE pattern in the user's query must survive the cursor
+    argument of incremental syncs (and the first sync, which has none)."""
+    database, conn = scratch_mysql
+    await add_actions(conn, database, ("m1", "buy-10%", "3.50", "2024-02-01 08:00:00"),
+                      ("m2", "browse", "0.00", "2024-02-01 09:00:00"))
+    key = await make_key("admin,read")
+    created = await create(client, key, {
+        "name": "shop", "type": "mysql",
+        "credentials": {"host": "127.0.0.1", "port": 3306, "database": database, "username": "root", "password": ""},
+        "options": {"query": "SELECT id, user_id, created_at FROM actions WHERE action LIKE '%10\\%'",
+                    "cursor_column": "id", "timestamp_column": "created_at", "event_name": "discounted"},
+        "schedule": {"frequency": "hourly"},
+    })
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    assert [e["user_id"] for e in await events(client, key, "discounted")] == ["m1"]
+    await add_actions(conn, database, ("m3", "buy-10%", "7.25", "2024-02-02 09:00:00"))
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    assert sorted(e["user_id"] for e in await events(client, key, "discounted")) == ["m1", "m3"]
+
+
 async def test_mysql_wrong_password_is_error(client, make_key, scratch_mysql):
     database, _ = scratch_mysql
     key = await make_key("admin,read")
@@ -249,3 +275,17 @@ async def test_mysql_wrong_password_is_error(client, make_key, scratch_mysql):
     })
     body = await wait_status(client, key, created["id"], "error")
     assert "Access denied" in body["status_reason"] and "not-it" not in body["status_reason"]
+
+
+async def test_properties_mapping_picks_and_renames_columns(client, make_key, scratch_pg):
+    database, conn, port = scratch_pg
+    await add_signups(conn, ("u1", "pro", "2024-03-01T10:00:00Z"))
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, properties={"tier": "plan", "paid": "amount"}))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    [event] = await events(client, key, "signed_up")
+    assert event["properties"] == {"tier": "pro", "paid": 9.5}
+    # A mapped column the table lacks fails the check, naming it.
+    bad = await create(client, key, pg_source(database, port, properties={"tier": "plan_name"}))
+    body = await wait_status(client, key, bad["id"], "error")
+    assert "plan_name" in body["status_reason"]

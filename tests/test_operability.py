@@ -36,3 +36,18 @@ async def test_no_key_reaches_a_log_line(client, make_key, caplog):
     secret = key.split("_sk_")[1]
     assert all(secret not in record.getMessage() and secret[:-4] not in str(record.__dict__)
                for record in caplog.records)
+
+
+async def test_json_responses_carry_nosniff(client, make_key):
+    key = await make_key("read")
+    responses = [
+        await client.get("/healthz"),
+        await client.get("/v1/events", headers=bearer(key)),
+        await client.get("/v1/events"),  # a keyed error
+        await client.get("/api/sites"),  # a site error
+        await client.post("/api/service/event", data=b"{nope"),
+        await client.get("/no/such/route"),
+    ]
+    for resp in responses:
+        assert resp.content_type == "application/json", resp.url
+        assert resp.headers.get("X-Content-Type-Options") == "nosniff", resp.url

@@ -15,7 +15,7 @@ VOLUME = {"name": "Signups", "type": "event_volume",
 
 
 async def test_create_returns_201_with_the_report(client, make_key):
-    key = await make_key("write")
+    key = await make_key("read,write")
     body = await create_report(client, key, {
         **VOLUME, "schedule": {"frequency": "weekly", "recipients": ["a@example.com"], "format": "pdf"}})
     assert body["id"].startswith("rpt_")
@@ -63,10 +63,15 @@ async def test_scopes(client, make_key):
     assert (await client.get("/v1/reports", headers=bearer(read))).status == 200
     assert (await client.get(f"/v1/reports/{rid}/run", headers=bearer(write))).status == 403
     assert (await client.get(f"/v1/reports/{rid}/run", headers=bearer(read))).status == 200
-    for method in ("get", "patch", "delete"):
+    for method in ("patch", "delete"):
         resp = await client.request(method, f"/v1/reports/{rid}", json={}, headers=bearer(read))
         assert resp.status == 403, method
         assert (await resp.json())["error"]["code"] == "forbidden"
+    # Reading a report's definition is a read, like listing it.
+    assert (await client.get(f"/v1/reports/{rid}", headers=bearer(read))).status == 200
+    resp = await client.get(f"/v1/reports/{rid}", headers=bearer(write))
+    assert resp.status == 403
+    assert (await resp.json())["error"]["message"] == "this key lacks the 'read' scope"
     assert (await client.get("/v1/reports")).status == 401
 
 
@@ -165,3 +170,30 @@ async def test_run_past_the_timeout_is_504(make_client, settings, make_key, data
     assert "narrow the date range or use scheduled delivery" in error["message"]
     got = await (await client.get(f"/v1/reports/{rid}", headers=bearer(key))).json()
     assert got["last_run_at"] is None
+
+
+async def test_write_only_key_cannot_schedule_mailed_results(client, make_key, database_url):
+    """A schedule mails results to any address: a write-only key saving one could read event data."""
+    write, both = await make_key("write"), await make_key("read,write")
+    scheduled = {**VOLUME, "schedule": {"frequency": "daily", "recipients": ["me@attacker.example"]}}
+    resp = await client.post("/v1/reports", json=scheduled, headers=bearer(write))
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "forbidden"
+    plain = await create_report(client, write, VOLUME)  # saving an unscheduled report stays a write
+    resp = await client.patch(f"/v1/reports/{plain['id']}", json={"schedule": scheduled["schedule"]},
+                              headers=bearer(write))
+    assert resp.status == 403
+    mailed = await create_report(client, both, scheduled)
+    resp = await client.patch(f"/v1/reports/{mailed['id']}", json={"config": {"events": ["login"]}},
+                              headers=bearer(write))
+    assert resp.status == 403
+    assert (await client.patch(f"/v1/reports/{mailed['id']}", json={"schedule": None},
+                               headers=bearer(write))).status == 200  # stopping the mail is fine
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT id, config, schedule FROM reports WHERE id = ANY($1::text[])",
+                                [plain["id"], mailed["id"]])
+    finally:
+        await conn.close()
+    assert all(r["schedule"] is None for r in rows)
+    assert all("login" not in str(r["config"]) for r in rows)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from app.appkeys import POOL
+from app.appkeys import REPORT_POOL
 from tests.conftest import bearer
 from tests.test_reports_support import create_report, run_report, seed, set_plan, workspace_id
 
@@ -116,7 +116,7 @@ async def test_the_connection_is_clean_afterwards(sandbox):
     await run_sql("SELECT 1 AS one")
     await run_sql("SELECT set_config('role', 'postgres', true)", status=400)
     assert (await client.get("/v1/reports", headers=bearer(key))).status == 200
-    async with client.app[POOL].acquire() as conn:
+    async with client.app[REPORT_POOL].acquire() as conn:
         assert await conn.fetchval("SELECT current_setting('tally.workspace_id', true)") in (None, "")
         assert await conn.fetchval("SELECT current_user") == await conn.fetchval("SELECT session_user")
 
@@ -127,3 +127,74 @@ async def test_plan_downgrade_blocks_runs(sandbox, database_url, workspace):
     await set_plan(database_url, workspace, "pro")
     error = (await run_report(client, key, report["id"], status=403))["error"]
     assert error["code"] == "plan_required"
+
+
+# --- result caps and statistics (issue 10, item 4) -------------------------------------------------------
+
+async def test_result_past_the_byte_cap_is_413_without_fetching_it(make_client, settings, make_key, database_url,
+                                                                   workspace):
+    client = await make_client(dataclasses.replace(settings, custom_sql_max_bytes=64 * 1024,
+                                                   custom_sql_max_rows=100_000, key_cache_seconds=0))
+    key = await make_key("read,write")
+    await set_plan(database_url, workspace, "enterprise")
+    for sql in ("SELECT g, repeat('x', 1000) AS pad FROM generate_series(1, 1000) g",  # ~1 MB over many rows
+                "SELECT repeat('x', 10000000) AS one_huge_cell"):                       # one 10 MB row
+        report = await create_report(client, key, {"name": "big", "type": "custom", "config": {"sql": sql}})
+        error = (await run_report(client, key, report["id"], status=413))["error"]
+        assert error["code"] == "result_too_large"
+        assert "65536 bytes" in error["message"]
+    # Just under the cap still answers whole.
+    report = await create_report(client, key, {"name": "ok", "type": "custom", "config": {
+        "sql": "SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 100) g"}})
+    body = await run_report(client, key, report["id"])
+    assert len(body["rows"]) == 100 and body["truncated"] is False
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT relname, n_live_tup FROM pg_stat_user_tables",
+    "SELECT relname, n_tup_ins FROM pg_catalog.pg_stat_all_tables",
+    "SELECT * FROM pg_statio_user_tables",
+    "SELECT tablename, most_common_vals::text FROM pg_stats",
+    "SELECT relname, reltuples FROM pg_class",
+    "SELECT pg_stat_get_live_tuples(oid) FROM pg_class WHERE relname = 'events'",
+    "SELECT pg_total_relation_size('public.events'::regclass)",
+    "SELECT query_to_xml('SELECT n_live_tup FROM pg_stat_user_tables', false, false, '')",
+])
+async def test_statistics_are_hidden_from_custom_sql(sandbox, sql):
+    _, _, run_sql, _ = sandbox
+    error = (await run_sql(sql, status=400))["error"]
+    assert error["code"] == "invalid_sql" and "permission denied" in error["message"], error
+    # Catalog names stay readable; only the estimates are hidden.
+    result = await run_sql("SELECT relname FROM pg_class WHERE relname = 'events' AND relkind = 'v'")
+    assert result["rows"] == [["events"]]
+
+
+async def test_statistics_migration_applies_on_postgresql_18(customer_pg_dsn):
+    """The customer test server is the embedded PostgreSQL 18: migrate a fresh database there."""
+    import secrets
+    from urllib.parse import urlparse
+
+    import asyncpg
+
+    from storage.migrate import migrate
+
+    name = f"tally_pg18_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(customer_pg_dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    conn = await asyncpg.connect(urlparse(customer_pg_dsn)._replace(path=f"/{name}").geturl())
+    try:
+        assert await conn.fetchval("SHOW server_version_num") >= "180000"
+        await migrate(conn)
+        async with conn.transaction():
+            await conn.execute("SET LOCAL ROLE tally_report_reader")
+            for sql in ("SELECT count(*) FROM pg_stat_user_tables", "SELECT reltuples FROM pg_class LIMIT 1",
+                        "SELECT count(*) FROM pg_stats"):
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    async with conn.transaction():
+                        await conn.fetchval(sql)
+            assert await conn.fetchval("SELECT count(relname) > 0 FROM pg_class") is True
+        assert await conn.fetchval("SELECT count(*) >= 0 FROM pg_stat_user_tables") is True  # the service still can
+    finally:
+        await conn.close()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

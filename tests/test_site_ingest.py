@@ -196,3 +196,33 @@ async def test_chunked_body_is_read_whole_and_capped(client, database_url):
     big = orjson.dumps({"s": site, "n": "pageview", "props": {"pad": "y" * 40_000}})
     resp = await client.post(INGEST, data=pieces(big), headers={"Content-Type": "text/plain"})
     assert resp.status == 413 and (await resp.json())["error"] == "payload too large"
+
+
+@pytest.mark.parametrize("depth", [65, 300, 5000])
+async def test_deeply_nested_props_are_400_invalid_payload(client, database_url, caplog, depth):
+    """Deep props once crashed the decoder or the encoder (a 500 and a traceback per request)."""
+    site = dev_site()
+    body = b'{"s":"' + site.encode() + b'","n":"a","props":' + b"[" * depth + b"]" * depth + b"}"
+    resp = await post_event(client, body)
+    assert resp.status == 400
+    assert await resp.json() == {"error": "invalid payload",
+                                 "issues": [{"field": "props", "message": "nests deeper than 64 levels"}]}
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+    assert await stored_events(database_url, site) == []
+    # 64 levels are stored as sent.
+    ok = await post_event(client, b'{"s":"' + site.encode() + b'","n":"a","props":' + b"[" * 64 + b"]" * 64 + b"}")
+    assert ok.status == 202
+
+
+async def test_unknown_site_in_development_is_announced_once_in_the_log(client, database_url, caplog):
+    """Auto-created in the 'default' workspace, the events were invisible to the user's own workspace:
+    one warning line per unknown site says where they went."""
+    site = dev_site()
+    with caplog.at_level("WARNING", logger="tally.ingest"):
+        for _ in range(3):
+            assert (await post_event(client, {"s": site, "n": "pageview"})).status == 202
+    lines = [r.getMessage() for r in caplog.records if r.name == "tally.ingest"]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"unknown site id '{site}': created it in workspace 'default'")
+    assert "POST /api/sites" in lines[0]
+    assert len(await stored_events(database_url, site)) == 3

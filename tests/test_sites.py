@@ -137,12 +137,92 @@ async def test_record_on_a_subdomain_or_other_token_does_not_verify(app_client, 
     assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
 
 
-async def test_resolver_failure_leaves_site_pending(make_client, settings, login):
-    client = await make_client(dataclasses.replace(settings, doh_url="http://127.0.0.1:9/dns-query"))
+async def test_resolver_failure_says_the_resolver_could_not_be_reached(make_client, settings, login, database_url):
+    resolver = "http://127.0.0.1:9/dns-query"
+    client = await make_client(dataclasses.replace(settings, doh_url=resolver))
+    await login(the_client=client)
+    site = (await (await client.post("/api/sites", data={"domain": unique_domain()})).json())["id"]
+    resp = await client.post(f"/api/verify?site={site}")
+    assert resp.status == 502
+    body = await resp.json()
+    assert body["error"] == f"could not reach the DNS-over-HTTPS resolver at {resolver}"
+    assert body["resolver"] == resolver and body["reason"].startswith("connection failed")
+    assert body["status"] == "pending" and body["record"].startswith("tally-verify=")
+
+
+async def test_a_resolver_error_answer_is_reported_too(make_client, settings, login, aiohttp_server):
+    from aiohttp import web
+
+    broken = web.Application()
+
+    async def down(request):
+        return web.Response(status=503, text="down")
+
+    broken.router.add_get("/dns-query", down)
+    resolver = str((await aiohttp_server(broken)).make_url("/dns-query"))
+    client = await make_client(dataclasses.replace(settings, doh_url=resolver))
     await login(the_client=client)
     site = (await (await client.post("/api/sites", data={"domain": unique_domain()})).json())["id"]
     body = await (await client.post(f"/api/verify?site={site}")).json()
-    assert body["status"] == "pending" and body["record"].startswith("tally-verify=")
+    assert body["error"] == f"could not reach the DNS-over-HTTPS resolver at {resolver}"
+    assert body["reason"] == "the resolver answered HTTP 503"
+
+
+async def test_an_unverified_claim_does_not_block_the_owner_who_verifies(app_client, make_client, settings,
+                                                                         login, doh, database_url, workspace):
+    """Someone else claimed the domain first and never verified it: the real owner still registers
+    (under an id of its own), verifies and owns it; the squatter can then no longer verify."""
+    domain = unique_domain()
+    squatter = f"squat-{workspace}"
+    squat_id, _ = await register_site(database_url, squatter, domain, verified=False)
+    assert squat_id == site_id_for(domain)
+
+    await login(the_client=app_client)
+    resp = await app_client.post("/api/sites", data={"domain": domain})
+    assert resp.status == 200, await resp.text()
+    mine = await resp.json()
+    conn = await asyncpg.connect(database_url)
+    try:
+        my_workspace_id = await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+    finally:
+        await conn.close()
+    assert mine == {"id": site_id_for(domain, my_workspace_id), "domain": domain}
+    assert (await app_client.post("/api/sites", data={"domain": domain})).status == 200  # same answer again
+    doh.records[domain] = [(await (await app_client.get(f"/api/verify?site={mine['id']}")).json())["record"]]
+    resp = await app_client.post(f"/api/verify?site={mine['id']}")
+    assert await resp.json() == {"status": "verified", "domain": domain}
+
+    # The squatter publishes its own record too, too late: the domain has its owner.
+    other = await make_client(dataclasses.replace(settings, doh_url=doh.url))
+    await login(the_client=other, workspace_name=squatter)
+    doh.records[domain].append((await (await other.get(f"/api/verify?site={squat_id}")).json())["record"])
+    resp = await other.post(f"/api/verify?site={squat_id}")
+    assert resp.status == 409
+    assert await resp.json() == {"error": "domain verified by another workspace"}
+    assert (await (await other.get("/api/sites")).json())[0]["status"] == "pending"
+    # And nobody else can claim a verified domain.
+    third = await make_client(settings)
+    await login(the_client=third, workspace_name=f"third-{workspace}")
+    resp = await third.post("/api/sites", data={"domain": domain})
+    assert resp.status == 409 and await resp.json() == {"error": "domain already registered"}
+
+
+async def test_two_verifications_of_one_domain_cannot_both_win(database_url, workspace, client):
+    from storage import sites as site_store
+
+    domain = unique_domain()
+    first, _ = await register_site(database_url, f"a-{workspace}", domain, verified=False)
+    conn = await asyncpg.connect(database_url)
+    try:
+        ws_b = await conn.fetchval("INSERT INTO workspaces (name) VALUES ($1) RETURNING id", f"b-{workspace}")
+        second = site_id_for(domain, ws_b)
+        await site_store.create_site(conn, second, ws_b, domain, "token")
+        assert await site_store.mark_verified(conn, second) is True
+        assert await site_store.mark_verified(conn, first) is False
+        assert await conn.fetchval("SELECT count(*) FROM sites WHERE domain = $1 AND verified_at IS NOT NULL",
+                                   domain) == 1
+    finally:
+        await conn.close()
 
 
 async def test_unknown_foreign_and_missing_site(app_client, login, database_url, workspace):

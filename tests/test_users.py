@@ -36,6 +36,20 @@ async def test_events_keep_profile_counters(client, make_key):
     assert profile["last_seen_at"] == "2026-11-05T00:00:00.000Z"
 
 
+async def test_back_dated_events_move_created_at_back_and_last_seen_forward(client, make_key):
+    """A profile first seen through a back-dated event starts at the earliest event time, not at the
+    time the first batch arrived; an even older event later moves it back again (migration 0012)."""
+    key = await make_key("read,write")
+    for ts in ("2026-11-10T00:00:00Z", "2026-10-01T12:00:00Z", "2026-11-12T00:00:00Z", "2026-10-05T00:00:00Z"):
+        resp = await client.post("/v1/events", headers=bearer(key),
+                                 json={"event": "a", "user_id": "cy", "timestamp": ts})
+        assert resp.status == 200, await resp.text()
+    profile = await (await client.get("/v1/users/cy", headers=bearer(key))).json()
+    assert profile["event_count"] == 4
+    assert profile["created_at"] == "2026-10-01T12:00:00.000Z"
+    assert profile["last_seen_at"] == "2026-11-12T00:00:00.000Z"
+
+
 async def test_identify_validation(client, make_key):
     key = await make_key("write")
     for body in ({}, {"user_id": ""}, {"user_id": "u", "traits": "x"}, {"user_id": 5}):

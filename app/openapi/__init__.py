@@ -18,7 +18,9 @@ FRAGMENTS = [
     "app.openapi.data_sources",
     "app.openapi.site_analytics",
     "app.openapi.site_ingest",
+    "app.openapi.site_goals",
     "app.openapi.reports",
+    "app.openapi.segment",
 ]
 
 
@@ -41,6 +43,8 @@ def document() -> dict:
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "tally_live_sk_… or tally_test_sk_…"},
                 "dashboardSession": {"type": "apiKey", "in": "cookie", "name": "tally_session"},
+                "segmentWriteKey": {"type": "http", "scheme": "basic",
+                                    "description": "Segment write key as the user name, empty password"},
             },
         },
     }

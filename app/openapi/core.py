@@ -61,7 +61,11 @@ PATHS = {
                       **keyed_errors(400, 401, 403, 413, 429, 500, 503)},
     }},
     "/v1/identify": {"post": {
-        "summary": "Identify a user and merge traits", "security": KEYED,
+        "summary": "Identify a user and merge traits",
+        "description": "With `Authorization: Bearer <Tally key>` this is Tally's identify (below). With HTTP Basic "
+                       "(a Segment write key) or `writeKey` in the body it is Segment's identify call: see "
+                       "POST /v1/track for its shapes.",
+        "security": [*KEYED, {"segmentWriteKey": []}],
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("IdentifyIn")}}},
         "responses": {"200": json_body(ref("Identified"), headers=RATE_HEADERS),
                       **keyed_errors(400, 401, 403, 413, 429, 500, 503)},
@@ -81,11 +85,9 @@ PATHS = {
                                  **keyed_errors(401, 403, 429)}},
     },
     "/api/auth/login": {"post": {
-        "summary": "Sign in to the dashboard (sets the session cookie)",
-        "requestBody": {"required": True, "content": {
-            "application/json": {"schema": ref("Credentials")},
-            "application/x-www-form-urlencoded": {"schema": ref("Credentials")}}},
-        "responses": {"200": json_body(_JSON_OBJ), **site_errors(400, 401, 429)},
+        "summary": "Sign in to the dashboard (sets a new session cookie); answers the account as /api/auth/me does",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref("Credentials")}}},
+        "responses": {"200": json_body(_JSON_OBJ), **site_errors(400, 401, 403, 415, 429)},
     }},
     "/api/auth/logout": {"post": {"summary": "Sign out", "responses": {"200": json_body(_JSON_OBJ)}}},
     "/api/auth/me": {"get": {"summary": "The signed-in account", "security": SESSION,

@@ -46,26 +46,26 @@ PATHS = {
             "200": _ok(ref("DashboardList")), **keyed_errors(400, 401, 403, 429)}, params=[
             query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
             query("cursor", {"type": "string"})]),
-        "post": _op("Create a dashboard, optionally with charts (scope write)", {
+        "post": _op("Create a dashboard, optionally with charts (scopes read and write)", {
             "201": _ok(ref("Dashboard"), "created"), **keyed_errors(400, 401, 403, 413, 429)},
             body="DashboardIn"),
     },
     "/v1/dashboards/{id}": {
         "get": _op("Get a dashboard with its charts (scope read)", {
             "200": _ok(ref("Dashboard")), **keyed_errors(401, 403, 404, 429)}, params=_DASH),
-        "patch": _op("Rename a dashboard or change its description (scope write)", {
+        "patch": _op("Rename a dashboard or change its description (scopes read and write)", {
             "200": _ok(ref("Dashboard")), **keyed_errors(400, 401, 403, 404, 429)}, params=_DASH,
             body="DashboardPatch"),
         "delete": _op("Delete a dashboard and its charts (scope write)", {
             "204": _NO_CONTENT, **keyed_errors(401, 403, 404, 429)}, params=_DASH),
     },
     "/v1/dashboards/{id}/charts": {
-        "post": _op("Add a chart at the end of a dashboard (scope write)", {
+        "post": _op("Add a chart at the end of a dashboard (scopes read and write)", {
             "201": _ok(ref("Chart"), "created"), **keyed_errors(400, 401, 403, 404, 409, 429)},
             params=_DASH, body="ChartIn"),
     },
     "/v1/dashboards/{id}/charts/{chart_id}": {
-        "patch": _op("Change a chart; the merged chart is validated as a whole (scope write)", {
+        "patch": _op("Change a chart; the merged chart is validated as a whole (scopes read and write)", {
             "200": _ok(ref("Chart")), **keyed_errors(400, 401, 403, 404, 429)}, params=_CHART,
             body="ChartPatch"),
         "delete": _op("Remove a chart (scope write)", {
@@ -76,7 +76,7 @@ PATHS = {
             "200": _ok(ref("ChartData")), **keyed_errors(400, 401, 403, 404, 429)}, params=_CHART + _RANGE),
     },
     "/v1/dashboards/{id}/share": {
-        "post": _op("Share publicly: sets public_url (kept if already shared) (scope write)", {
+        "post": _op("Share publicly: sets public_url (kept if already shared) (scopes read and write)", {
             "200": _ok(ref("Dashboard")), **keyed_errors(401, 403, 404, 429)}, params=_DASH),
         "delete": _op("Stop sharing: the public URL answers 404 from now on (scope write)", {
             "204": _NO_CONTENT, **keyed_errors(401, 403, 404, 429)}, params=_DASH),

@@ -79,17 +79,29 @@ SCHEMAS = {
                     _creds(["account", "warehouse", "database", "username", "password"], {
                         k: _STR for k in ("account", "warehouse", "database", "username", "password")}),
                     _creds(["api_key"], {"api_key": {"type": "string", "pattern": "^(sk|rk)_(live|test)_"}}),
-                    _creds([], {k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")}),
+                    # salesforce and hubspot (salesforce: instance_url with an access_token)
+                    _creds([], {**{k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")},
+                                "instance_url": {"type": "string", "format": "uri"}}),
+                    _creds(["write_key"], {"write_key": {
+                        "type": "string", "minLength": 8, "maxLength": 200, "pattern": "^[!-9;-~]+$",
+                        "description": "segment: your existing Segment write key; omit it to have one generated "
+                                       "(returned once in the 201). Only its SHA-256 is stored."}}),
                 ],
             },
             "options": {
                 "type": "object", "additionalProperties": False,
-                "description": "table or query (SQL types) with an optional cursor_column for incremental sync; "
-                               "event_column or event_name; user_id_column (default user_id); timestamp_column "
-                               "(default cursor_column); base_url overrides the provider's API host.",
-                "properties": {k: {"type": "string"} for k in (
-                    "table", "query", "cursor_column", "timestamp_column", "event_column", "event_name",
-                    "user_id_column", "base_url")},
+                "description": "table or query (SQL types, bigquery, snowflake; salesforce: an object or SOQL) "
+                               "with an optional cursor_column for incremental sync (salesforce: SystemModstamp "
+                               "by default); event_column or event_name; user_id_column (default user_id); "
+                               "timestamp_column (default cursor_column); properties (property name -> column: "
+                               "only these columns, renamed; default every other column); base_url overrides "
+                               "the provider's API (or Salesforce login) host.",
+                "properties": {
+                    **{k: {"type": "string"} for k in (
+                        "table", "query", "cursor_column", "timestamp_column", "event_column", "event_name",
+                        "user_id_column", "base_url")},
+                    "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
             },
             "schedule": ref("DataSourceSchedule"),
         },
@@ -105,7 +117,9 @@ SCHEMAS = {
     "DataSourceCreated": {
         "type": "object", "required": ["id", "name", "type", "status", "created_at"],
         "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "type": {"type": "string"},
-                       "status": _STATUS, "created_at": _TS},
+                       "status": _STATUS, "created_at": _TS,
+                       "write_key": {"type": "string", "description": "segment sources created without a write "
+                                                                      "key: the generated one, shown only here"}},
     },
     "DataSource": {
         "type": "object",

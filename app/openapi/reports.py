@@ -62,7 +62,8 @@ def _body(name: str) -> dict:
 
 PATHS = {
     "/v1/reports": {
-        "post": {"summary": "Create a report (scope write)", "security": KEYED, "requestBody": _body("ReportIn"),
+        "post": {"summary": "Create a report (scope write; with a schedule also read)", "security": KEYED,
+                 "requestBody": _body("ReportIn"),
                  "responses": {"201": json_body(ref("Report"), "created", RATE_HEADERS),
                                **keyed_errors(400, 401, 403, 413, 429)}},
         "get": {"summary": "List reports, newest first (scope read)", "security": KEYED,
@@ -76,7 +77,7 @@ PATHS = {
     },
     "/v1/reports/{id}": {
         "parameters": [_ID],
-        "get": {"summary": "Get a report (scope write)", "security": KEYED,
+        "get": {"summary": "Get a report (scope read)", "security": KEYED,
                 "responses": {"200": json_body(ref("Report"), headers=RATE_HEADERS),
                               **keyed_errors(401, 403, 404, 429)}},
         "patch": {"summary": "Change a report; fields present replace, schedule null removes it (scope write)",
@@ -91,8 +92,10 @@ PATHS = {
         "parameters": [_ID],
         "get": {"summary": "Run a report now (scope read)", "security": KEYED,
                 "description": "504 report_timeout past the configured timeout; 400 invalid_sql when custom SQL "
-                               "fails; 403 plan_required for custom SQL outside the enterprise plan.",
+                               "fails; 403 plan_required for custom SQL outside the enterprise plan; 413 "
+                               "result_too_large past TALLY_CUSTOM_SQL_MAX_BYTES; 503 reports_busy (with "
+                               "Retry-After) when every report connection stayed busy.",
                 "responses": {"200": json_body(ref("ReportResult"), headers=RATE_HEADERS),
-                              **keyed_errors(400, 401, 403, 404, 429, 504)}},
+                              **keyed_errors(400, 401, 403, 404, 413, 429, 503, 504)}},
     },
 }

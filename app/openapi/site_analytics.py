@@ -83,16 +83,19 @@ PATHS = {
             "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
     ),
     "/api/analytics/export": _get(
-        "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>)",
+        "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>); "
+        "429 past TALLY_EXPORTS_PER_ACCOUNT exports at once",
         [query("format", {"type": "string", "enum": ["csv", "json"], "default": "csv"}), _limit(10_000, 50_000)],
         {"description": "CSV with a header row (id, createdAt, name, url, path, referrer, title, viewportW, "
-                        "sessionId, country, props as JSON) or a JSON array of the same objects",
+                        "sessionId, country, props as JSON; text cells starting with = + - @ tab or CR get a "
+                        "leading ' and stay quoted) or a JSON array of the same objects",
          "headers": {"Content-Disposition": {"schema": {"type": "string"}},
                      "X-Export-Limit": {"schema": {"type": "integer"}, "description": "effective row limit"}},
          "content": {"text/csv": {"schema": {"type": "string"}},
                      "application/json": {"schema": {"type": "array", "items": ref("StoredEvent")}}}},
     ),
 }
+PATHS["/api/analytics/export"]["get"]["responses"].update(site_errors(429))
 
 SCHEMAS = {
     "Point": {"type": "object", "required": ["timestamp", "value", "label"], "properties": {

@@ -68,16 +68,18 @@ PATHS = {
             "requestBody": {"required": True, "content": {
                 "application/x-www-form-urlencoded": {"schema": ref("SiteIn")},
                 "application/json": {"schema": ref("SiteIn")}}},
-            "responses": {"200": json_body(ref("SiteCreated")), **site_errors(400, 401, 409)},
+            "responses": {"200": json_body(ref("SiteCreated")), **site_errors(400, 401, 403, 409)},
         },
     },
     "/api/verify": {
         "get": {"summary": "The TXT record to publish at the domain apex", "tags": ["sites"],
                 "security": SESSION, "parameters": [_SITE_Q],
                 "responses": {"200": json_body(ref("Verification")), **site_errors(400, 401, 404)}},
-        "post": {"summary": "Look the TXT record up over DNS-over-HTTPS and verify the site", "tags": ["sites"],
-                 "security": SESSION, "parameters": [_SITE_Q],
-                 "responses": {"200": json_body(ref("Verification")), **site_errors(400, 401, 404)}},
+        "post": {"summary": "Look the TXT record up over DNS-over-HTTPS and verify the site (409: another "
+                            "workspace verified the domain; 502: the resolver could not be reached)",
+                 "tags": ["sites"], "security": SESSION, "parameters": [_SITE_Q],
+                 "responses": {"200": json_body(ref("Verification")),
+                               **site_errors(400, 401, 403, 404, 409, 502)}},
     },
 }
 

@@ -76,13 +76,31 @@ class FunnelConfig(_Ranged):
 
 
 class RetentionConfig(_Ranged):
-    start_event: EventName
-    return_event: EventName
+    """start_event/return_event, or the spec's generic events: [start_event, return_event]. The config is
+    echoed in the form it was sent (see config_json)."""
+
+    start_event: EventName | None = None
+    return_event: EventName | None = None
+    events: Annotated[list[EventName], Meta(min_length=2, max_length=2)] | None = None
     period: Literal["day", "week"] = "day"
     periods: Annotated[int, Meta(ge=1, le=52)] = 8
 
     def __post_init__(self) -> None:
         self._check_range()
+        if self.events is not None:
+            if self.start_event is not None or self.return_event is not None:
+                raise _at("events", "give either events or start_event and return_event, not both")
+            self.start_event, self.return_event = self.events
+            return
+        for name in ("start_event", "return_event"):
+            if getattr(self, name) is None:
+                raise _at(name, f"{name} is required (or events: [start_event, return_event])")
+
+    def echo(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(self)
+        for name in ("start_event", "return_event") if self.events is not None else ("events",):
+            out.pop(name, None)
+        return out
 
 
 class CustomConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -137,5 +155,8 @@ def parse_config(report_type: str, config: dict[str, Any]) -> msgspec.Struct:
 
 
 def config_json(config: msgspec.Struct) -> dict[str, Any]:
-    """The normalised config as stored and returned (defaults filled in, timestamps ISO 8601)."""
+    """The normalised config as stored and returned (defaults filled in, timestamps ISO 8601), keeping the
+    form it was sent in (a retention config sent with events comes back with events)."""
+    if isinstance(config, RetentionConfig):
+        return config.echo()
     return msgspec.to_builtins(config)

@@ -26,6 +26,8 @@ from storage import report_queries as q
 from storage import reports as store
 from storage.clickhouse import AnalyticsStore
 
+TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
+                     "LIMIT")
 TIMEOUT_MESSAGE = "the report took longer than {s:g} s; narrow the date range or use scheduled delivery"
 
 
@@ -113,13 +115,21 @@ async def run_report(
     timeout = settings.report_timeout_seconds
     started, outcome = time.perf_counter(), "error"
     try:
-        async with pool.acquire() as conn:
+        # The report pool is small on purpose: a run waits its turn (at most its own timeout) rather
+        # than taking connections that ingestion and other tenants need.
+        try:
+            conn = await pool.acquire(timeout=timeout)
+        except TimeoutError:
+            outcome = "busy"
+            raise ApiError(503, "reports_busy", "too many reports are running; retry shortly",
+                           headers={"Retry-After": "5"}) from None
+        try:
             if isinstance(parsed, CustomConfig):
                 timeout = min(timeout, settings.custom_sql_timeout_seconds)
                 sql = parsed.sql.strip().rstrip(";").rstrip()
                 columns, rows, truncated = await store.run_custom_sql(
                     conn, workspace_id, env, sql, max_rows=settings.custom_sql_max_rows,
-                    timeout_ms=int(timeout * 1000),
+                    timeout_ms=int(timeout * 1000), max_bytes=settings.custom_sql_max_bytes,
                 )
                 outcome = "ok"
                 return Result(columns, rows, now, truncated)
@@ -131,6 +141,12 @@ async def run_report(
                 columns, rows = await _built_in(analytics, conn, workspace_id, env, parsed, now, limits)
             outcome = "ok"
             return Result(columns, rows, now)
+        finally:
+            await pool.release(conn)
+    except store.ResultTooLarge:
+        outcome = "too_large"
+        raise ApiError(413, "result_too_large", TOO_LARGE_MESSAGE.format(
+            n=settings.custom_sql_max_bytes)) from None
     except (asyncpg.QueryCanceledError, TimeoutError):
         outcome = "timeout"
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None

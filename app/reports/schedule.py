@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 
 from app import metrics
-from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
+from app.appkeys import ANALYTICS, MIRROR, POOL, REPORT_POOL, SETTINGS
 from app.reports import delivery
 from app.reports.runner import run_report
 from app.responses import ApiError
@@ -71,7 +71,7 @@ async def _deliver_one(app: web.Application, item) -> str | None:
     schedule = item["schedule"] or {}
     try:
         result = await run_report(
-            app[POOL], settings, workspace_id=item["workspace_id"], env=item["env"], plan=item["plan"],
+            app[REPORT_POOL], settings, workspace_id=item["workspace_id"], env=item["env"], plan=item["plan"],
             report_type=item["type"], config=item["config"], analytics=app[ANALYTICS],
             catch_up=app[MIRROR].catch_up,
         )

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.sources.schemas import Options, Secret
+
+if TYPE_CHECKING:
+    from app.sources.netguard import NetGuard
 
 
 class SourceError(Exception):
@@ -45,13 +49,20 @@ class Sink(Protocol):
 
 class Connector:
     """check() verifies credentials and reachability; sync(cursor) imports what is new since cursor,
-    committing pages through the sink, and returns (rows imported, new cursor)."""
+    committing pages through the sink, and returns (rows imported, new cursor).
 
-    def __init__(self, credentials: Secret, options: Options, sink: Sink, *, timeout: float) -> None:
+    Every network connection a connector makes must go through self.guard (app/sources/netguard.py):
+    resolve and check with guard.resolve(), or use guard.aiohttp_connector() / guard.requests_session()."""
+
+    def __init__(self, credentials: Secret, options: Options, sink: Sink, *, timeout: float,
+                 guard: NetGuard | None = None) -> None:
+        from app.sources.netguard import NetGuard
+
         self.credentials = credentials
         self.options = options
         self.sink = sink
         self.timeout = timeout
+        self.guard = guard or NetGuard.from_environment()
 
     async def check(self) -> None:
         raise NotImplementedError
@@ -103,8 +114,43 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_name: str, cursor: Any,
+                  key: Callable[[str], str] = str) -> Batch:
+    """Rows of a table, query or object as events, by the options model every row-importing connector
+    shares: event_name or event_column, user_id_column (default `user_id`), timestamp_column (default
+    the cursor column, else the import time), and either the `properties` mapping or every other column.
+    `key` turns a column named in options into the row's key (Snowflake folds unquoted names)."""
+    user_col = key(options.user_id_column or "user_id")
+    event_col = key(options.event_column) if options.event_column else None
+    ts_name = options.timestamp_column or options.cursor_column
+    ts_col = key(ts_name) if ts_name else None
+    mapping = {name: key(column) for name, column in (options.properties or {}).items()}
+    now = datetime.now(UTC)
+    events = []
+    for row in rows:
+        name = snake(row.get(event_col)) if event_col else (options.event_name or default_name)
+        user = row.get(user_col)
+        ts = utc(row.get(ts_col)) if ts_col else None
+        if options.properties is not None:
+            props = {prop: jsonable(row.get(column)) for prop, column in mapping.items()}
+        else:
+            props = {k: jsonable(v) for k, v in row.items() if k not in (event_col, user_col)}
+        events.append(Imported(name, None if user is None else str(user), props, ts or now))
+    return Batch(events=events, cursor=cursor)
+
+
 def redact(text: str, secrets: list[str]) -> str:
+    """Hide credential values in an error text. A secret of REDACT_ANYWHERE_MIN characters or more is
+    hidden wherever it appears; a shorter one only as a whole token, so that a one-letter password
+    does not turn "importing" into "im***orting"."""
     for secret in sorted(secrets, key=len, reverse=True):
-        if secret:
+        if not secret:
+            continue
+        if len(secret) >= REDACT_ANYWHERE_MIN:
             text = text.replace(secret, "***")
+        else:
+            text = re.sub(rf"(?<![0-9A-Za-z_]){re.escape(secret)}(?![0-9A-Za-z_])", "***", text)
     return text
+
+
+REDACT_ANYWHERE_MIN = 8

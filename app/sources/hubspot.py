@@ -24,7 +24,7 @@ class HubSpotConnector(Connector):
     credentials: OAuthCredentials
 
     def peer(self) -> Peer:
-        return Peer(self.options.base_url or BASE_URL, "HubSpot", self.timeout)
+        return Peer(self.options.base_url or BASE_URL, "HubSpot", self.timeout, self.guard)
 
     async def token(self, peer: Peer) -> str:
         c = self.credentials

@@ -27,15 +27,17 @@ from aiohttp import web
 from actors.scheduler import Scheduler
 from actors.workspace import month_start
 from app import metrics
-from app.appkeys import POOL, SETTINGS
+from app.appkeys import DATABASE_DSN, POOL, SETTINGS
 from app.crypto import CredentialBox
 from app.sources import CONNECTORS
 from app.sources.base import Batch, SourceError, redact
+from app.sources.netguard import REFUSED, DestinationRefused, NetGuard
 from app.sources.schedule import next_sync
 from app.sources.schemas import CREDENTIALS, Options, Secret
 from storage import data_sources as store
 from storage import events as event_store
 from storage import users as user_store
+from storage.events import NO_DIMENSIONS
 from storage.ids import new_id
 
 log = logging.getLogger("tally.sources")
@@ -63,7 +65,7 @@ class PageSink:
         received = datetime.now(UTC)
         records = [
             (new_id("evt"), self.workspace_id, self.env, None, e.name, e.user_id, None, None, e.properties,
-             None, None, None, None, None, None, None, e.ts, received)
+             None, None, None, None, None, None, None, e.ts, received, *NO_DIMENSIONS)
             for e in batch.events
         ]
         async with self.pool.acquire() as conn:
@@ -82,10 +84,11 @@ class PageSink:
 
 
 class SourceRunner:
-    def __init__(self, pool: asyncpg.Pool, box: CredentialBox, timeout: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, box: CredentialBox, timeout: float, guard: NetGuard) -> None:
         self.pool = pool
         self.box = box
         self.timeout = timeout
+        self.guard = guard
         self._tasks: dict[str, asyncio.Task] = {}
 
     def start(self, source_id: str) -> None:
@@ -142,7 +145,8 @@ class SourceRunner:
                                "current TALLY_SECRET; delete and reconnect the source")
             return
         options = msgspec.convert(row["options"], Options)
-        connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout)
+        connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout,
+                                     guard=self.guard)
         ok, reason, rows = False, None, 0
         try:
             if row["status"] == "testing":
@@ -156,6 +160,8 @@ class SourceRunner:
             return
         except SourcePaused:
             reason = None
+        except DestinationRefused:
+            reason = REFUSED  # one fixed text, whatever was asked for
         except SourceError as exc:
             reason = redact(str(exc), credentials.values())
         except TimeoutError:
@@ -182,8 +188,9 @@ RUNNER: web.AppKey[SourceRunner] = web.AppKey("source_runner", SourceRunner)
 def register(app: web.Application, scheduler: Scheduler) -> None:
     """JOB_REGISTRARS entry: creates the runner and schedules the due-sync job."""
     settings = app[SETTINGS]
+    guard = NetGuard.from_settings(settings, database_dsn=app[DATABASE_DSN])
     runner = SourceRunner(app[POOL], CredentialBox(settings.secret),
-                          float(settings.extra.get("source_timeout", 10.0)))
+                          float(settings.extra.get("source_timeout", 10.0)), guard)
     app[RUNNER] = runner
     scheduler.every(JOB, JOB_SECONDS, runner.run_due)
 

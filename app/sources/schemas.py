@@ -14,6 +14,8 @@ from app.responses import invalid
 SOURCE_TYPES = ("postgres", "mysql", "bigquery", "snowflake", "redshift", "stripe", "salesforce", "hubspot",
                 "segment")
 SQL_TYPES = ("postgres", "mysql", "redshift")
+# Types that import rows of a table (or object) or a query, by the shared options model.
+TABLE_TYPES = (*SQL_TYPES, "bigquery", "snowflake", "salesforce")
 
 Text = Annotated[str, Meta(min_length=1, max_length=1024)]
 Port = Annotated[int, Meta(ge=1, le=65535)]
@@ -21,6 +23,7 @@ Port = Annotated[int, Meta(ge=1, le=65535)]
 Ident = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$")]
 Column = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")]
 EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*$")]
+PropertyName = Annotated[str, Meta(min_length=1, max_length=128)]
 Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#]+(/[^\s]*)?$")]
 
 
@@ -86,6 +89,12 @@ class BigQueryCredentials(Secret):
             if not isinstance(self.service_account_key.get(needed), str):
                 raise _fail("service_account_key", f"the service account key JSON lacks `{needed}`")
 
+    def values(self) -> list[str]:
+        # Only the key material is secret; the key file's other fields (project, e-mail, token URI) are
+        # identifiers that a clear status_reason may need to name.
+        key = self.service_account_key
+        return [v for v in (key.get("private_key"), key.get("private_key_id")) if isinstance(v, str) and v]
+
 
 class SnowflakeCredentials(Secret):
     secret_fields: ClassVar[tuple[str, ...]] = ("password",)
@@ -120,15 +129,31 @@ class OAuthCredentials(Secret):
                             "give access_token, or client_id, client_secret and refresh_token")
 
 
+class SalesforceCredentials(OAuthCredentials):
+    """An access token with the org's instance_url, or a connected app's client id/secret with a refresh
+    token (the token answer names the instance)."""
+
+    instance_url: Url | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.access_token is not None and self.instance_url is None:
+            raise _fail("instance_url", "an access_token needs the org's instance_url")
+
+
 class SegmentCredentials(Secret):
-    secret_fields: ClassVar[tuple[str, ...]] = ("access_token",)
-    access_token: Text  # a Segment Public API token
+    """A Segment source receives calls from Segment's SDKs: its write key (the user's existing one, so SDK
+    configurations keep working, or generated at creation) is stored as a SHA-256 only."""
+
+    secret_fields: ClassVar[tuple[str, ...]] = ("write_key",)
+    # Printable ASCII without ':' (it is the HTTP Basic user name) or spaces.
+    write_key: Annotated[str, Meta(min_length=8, max_length=200, pattern=r"^[!-9;-~]+$")] | None = None
 
 
 CREDENTIALS: dict[str, type[msgspec.Struct]] = {
     "postgres": SqlCredentials, "mysql": SqlCredentials, "redshift": SqlCredentials,
     "bigquery": BigQueryCredentials, "snowflake": SnowflakeCredentials, "stripe": StripeCredentials,
-    "salesforce": OAuthCredentials, "hubspot": OAuthCredentials, "segment": SegmentCredentials,
+    "salesforce": SalesforceCredentials, "hubspot": OAuthCredentials, "segment": SegmentCredentials,
 }
 
 
@@ -142,6 +167,8 @@ class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     event_column: Column | None = None
     event_name: EventName | None = None
     user_id_column: Column | None = None
+    # property name -> column: when given, only these columns become event properties, under these names.
+    properties: dict[PropertyName, Column] | None = None
     base_url: Url | None = None
 
     def __post_init__(self) -> None:
@@ -168,7 +195,8 @@ def decode_parts(body: CreateIn) -> tuple[msgspec.Struct, Options]:
     """Validate credentials for the body's type and the options; 400 naming e.g. credentials.host."""
     credentials = _decode_part(body.credentials, CREDENTIALS[body.type], "credentials")
     options = _decode_part(body.options, Options, "options")
-    if body.type not in SQL_TYPES and (options.table or options.query or options.cursor_column):
-        raise invalid("options: table, query and cursor_column apply to postgres, mysql and redshift only",
+    if body.type not in TABLE_TYPES and (options.table or options.query or options.cursor_column):
+        raise invalid("options: table, query and cursor_column apply to postgres, mysql, redshift, bigquery, "
+                      "snowflake and salesforce only",
                       fields=[{"field": "options.table", "message": "not used by this type"}])
     return credentials, options

@@ -3,14 +3,15 @@
 Rows of options.table (or options.query) become events. With options.cursor_column, each sync
 streams only rows whose cursor value is greater than the last one stored, in cursor order; without
 it the source is a one-time import. Pages are committed with their cursor, and a page never ends
-inside a run of equal cursor values, so a sync cut short resumes without gaps.
+inside a run of equal cursor values, so a sync cut short resumes without gaps. BigQuery and Snowflake
+(app.sources.bigquery, app.sources.snowflake) are SqlConnectors too, with the same rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -18,10 +19,12 @@ import aiomysql
 import asyncpg
 import pymysql
 
-from app.sources.base import Batch, Connector, Imported, SourceError, jsonable, snake, utc
+from app.sources.base import Batch, Connector, SourceError, rows_to_batch, snake
+from app.sources.netguard import UNREACHABLE
 from app.sources.schemas import SqlCredentials
 
 PAGE = 1000
+CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
 
 
@@ -62,6 +65,11 @@ class SqlConnector(Connector):
         raise NotImplementedError
 
     # --- shared ----------------------------------------------------------------------------------
+    async def checked_address(self) -> str:
+        """The first address of the host that the network policy allows (all must be allowed)."""
+        c = self.credentials
+        return (await self.guard.resolve(c.host, c.port or self.default_port))[0]
+
     def ident(self, name: str) -> str:
         q = self.quote
         return ".".join(f"{q}{part}{q}" for part in name.split("."))
@@ -80,7 +88,9 @@ class SqlConnector(Connector):
                 relation = self.relation()
                 # Reading no rows still proves the table/query and the columns named in options exist.
                 columns = [c for c in (self.options.cursor_column, self.options.timestamp_column,
-                                       self.options.event_column, self.options.user_id_column) if c]
+                                       self.options.event_column, self.options.user_id_column,
+                                       *(self.options.properties or {}).values()) if c]
+                columns = list(dict.fromkeys(columns))
                 select = ", ".join(self.ident(c) for c in columns) or "*"
                 sql = f"SELECT {select} FROM {relation} LIMIT 0" if relation else "SELECT 1"
                 async for _ in self.stream(conn, sql, []):
@@ -114,33 +124,27 @@ class SqlConnector(Connector):
                 continue
             cut = len(pending)
             if column:  # keep the trailing run of equal cursor values for the next page
-                last = pending[-1][column]
-                while cut > 0 and pending[cut - 1][column] == last:
+                last = pending[-1][self.key(column)]
+                while cut > 0 and pending[cut - 1][self.key(column)] == last:
                     cut -= 1
                 if cut == 0:
                     continue
             page, pending = pending[:cut], pending[cut:]
-            cursor = encode_value(page[-1][column]) if column else {"done": False}
+            cursor = encode_value(page[-1][self.key(column)]) if column else {"done": False}
             await self.sink.commit(self._batch(page, cursor))
             total += len(page)
-        final = encode_value(pending[-1][column]) if column and pending else (cursor if column else DONE)
+        final = encode_value(pending[-1][self.key(column)]) if column and pending else (cursor if column else DONE)
         await self.sink.commit(self._batch(pending, final))
         return total + len(pending), final
 
+    def key(self, column: str) -> str:
+        """The key of a column named in options in the rows the peer returns."""
+        return column
+
     def _batch(self, rows: list[dict], cursor: Any) -> Batch:
         opts = self.options
-        user_col = opts.user_id_column or "user_id"
-        ts_col = opts.timestamp_column or opts.cursor_column
-        default_name = opts.event_name or (snake(opts.table.split(".")[-1]) if opts.table else "query_row")
-        now = datetime.now(UTC)
-        events = []
-        for row in rows:
-            name = snake(row.get(opts.event_column)) if opts.event_column else default_name
-            user = row.get(user_col)
-            ts = utc(row.get(ts_col)) if ts_col else None
-            props = {k: jsonable(v) for k, v in row.items() if k not in (opts.event_column, user_col)}
-            events.append(Imported(name, None if user is None else str(user), props, ts or now))
-        return Batch(events=events, cursor=cursor)
+        default_name = snake(opts.table.split(".")[-1]) if opts.table else "query_row"
+        return rows_to_batch(rows, opts, default_name=default_name, cursor=cursor, key=self.key)
 
 
 class PostgresConnector(SqlConnector):
@@ -149,15 +153,19 @@ class PostgresConnector(SqlConnector):
 
     async def open(self) -> asyncpg.Connection:
         c = self.credentials
+        port = c.port or self.default_port
+        address = await self.checked_address()
         try:
+            # To the checked address (no second lookup); sslmode stays asyncpg's "prefer" as before.
             return await asyncpg.connect(
-                host=c.host, port=c.port or self.default_port, user=c.username, password=c.password,
+                host=address, port=port, user=c.username, password=c.password,
                 database=c.database, timeout=self.timeout,
             )
-        except (TimeoutError, OSError) as exc:
-            raise SourceError(f"could not connect to {c.host}:{c.port or self.default_port}: {exc}") from None
         except asyncpg.PostgresError as exc:
             raise SourceError(f"the database refused the connection: {exc}") from None
+        except (TimeoutError, OSError, asyncpg.InterfaceError, ConnectionError):
+            # No socket error text: refused vs timed out would tell port states apart.
+            raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
 
     async def close(self, conn: asyncpg.Connection) -> None:
         await conn.close(timeout=5)
@@ -188,15 +196,31 @@ class MysqlConnector(SqlConnector):
     def placeholder(self, index: int) -> str:
         return "%s"
 
+    # pymysql formats every statement with `%` (stream() always passes arguments, an empty tuple too),
+    # so a literal % in a name or in the user's query (LIKE 'a%') is doubled here, once.
+    def ident(self, name: str) -> str:
+        return super().ident(name).replace("%", "%%")
+
+    def relation(self) -> str | None:
+        relation = super().relation()
+        return relation.replace("%", "%%") if relation and self.options.query else relation
+
     async def open(self) -> aiomysql.Connection:
         c = self.credentials
+        port = c.port or self.default_port
+        address = await self.checked_address()
         try:
             return await aiomysql.connect(
-                host=c.host, port=c.port or self.default_port, user=c.username, password=c.password,
+                host=address, port=port, user=c.username, password=c.password,
                 db=c.database, connect_timeout=self.timeout, autocommit=True, charset="utf8mb4",
             )
         except pymysql.err.OperationalError as exc:
-            raise SourceError(f"could not connect to {c.host}:{c.port or self.default_port}: {exc.args[-1]}") from None
+            if exc.args and isinstance(exc.args[0], int) and exc.args[0] < CLIENT_ERRORS:
+                raise SourceError(f"the database refused the connection: {exc.args[-1]}") from None
+            # Client-side errors (2003 can't connect...) carry the socket error: not shown.
+            raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
+        except (TimeoutError, OSError):
+            raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
 
     async def close(self, conn: aiomysql.Connection) -> None:
         conn.close()
@@ -204,7 +228,7 @@ class MysqlConnector(SqlConnector):
     async def stream(self, conn: aiomysql.Connection, sql: str, args: list) -> AsyncIterator[list[dict]]:
         try:
             async with conn.cursor(aiomysql.SSDictCursor) as cur:
-                await cur.execute(sql, args or None)
+                await cur.execute(sql, tuple(args))
                 while rows := await cur.fetchmany(PAGE):
                     yield list(rows)
         except pymysql.err.MySQLError as exc:

@@ -23,7 +23,7 @@ class StripeConnector(Connector):
     credentials: StripeCredentials
 
     def peer(self) -> Peer:
-        return Peer(self.options.base_url or BASE_URL, "Stripe", self.timeout)
+        return Peer(self.options.base_url or BASE_URL, "Stripe", self.timeout, self.guard)
 
     @property
     def headers(self) -> dict[str, str]:

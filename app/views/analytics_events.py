@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import csv
-import io
+import asyncio
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import orjson
 from aiohttp import web
 
-from app.appkeys import POOL
+from app.appkeys import POOL, SETTINGS
+from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
 from app.views.analytics_params import analytics_store, base_params, count_param, offset_param, resolve_site
 from storage import analytics
@@ -18,7 +19,7 @@ from storage import analytics_events as store
 
 LOG_DEFAULT, LOG_MAX = 50, 500
 EXPORT_DEFAULT, EXPORT_MAX = 10_000, 50_000
-FLUSH_ROWS = 500
+EXPORT_PAGE = 500  # rows per keyset query, and per write
 # Export columns, in order (CSV header = these names; JSON objects carry the same keys).
 EXPORT_COLUMNS = ("id", "createdAt", "name", "url", "path", "referrer", "title", "viewportW", "sessionId",
                   "country", "props")
@@ -63,62 +64,111 @@ def _csv_row(event: dict) -> list:
     return [*cells, "" if props is None else orjson.dumps(props).decode()]
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NEEDS_QUOTES = re.compile(r'[",\r\n]')
+
+
+def csv_cell(value: object) -> str:
+    """One CSV field. Text a spreadsheet would run as a formula gets a leading single quote and is
+    always quoted (OWASP); numbers are written as they are; other text is quoted only when needed."""
+    text = str(value)
+    if isinstance(value, str) and text.startswith(FORMULA_STARTS):
+        return '"\'' + text.replace('"', '""') + '"'
+    if _NEEDS_QUOTES.search(text):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def csv_line(cells: list) -> str:
+    return ",".join(csv_cell(c) for c in cells) + "\r\n"
+
+
 def export_filename(site_id: str, range_name: str, fmt: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", site_id)
     return f"tally-{safe}-{range_name}.{fmt}"
 
 
+class ExportSlots:
+    """Exports running per signed-in account, in this process (an account, not a cookie: signing in
+    again must not buy more slots)."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, int] = {}
+
+    @contextlib.contextmanager
+    def take(self, account_id: int, limit: int) -> Iterator[None]:
+        if self.running.get(account_id, 0) >= limit:
+            raise SiteError(429, "too many exports running; wait for one to finish",
+                            headers={"Retry-After": "10"}, limit=limit)
+        self.running[account_id] = self.running.get(account_id, 0) + 1
+        try:
+            yield
+        finally:
+            self.running[account_id] -= 1
+            if not self.running[account_id]:
+                del self.running[account_id]
+
+
+EXPORT_SLOTS: web.AppKey[ExportSlots] = web.AppKey("export_slots", ExportSlots)
+
+
 async def export(request: web.Request) -> web.StreamResponse:
+    """Pages through the window with keyset queries, each on a pool connection held only for that
+    query: a client that reads slowly (or never) holds no database connection, only its slot."""
     base = await base_params(request)
     fmt = request.query.get("format") or "csv"
     if fmt not in _CONTENT_TYPES:
         raise SiteError(400, "invalid format", allowed=list(_CONTENT_TYPES))
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
     site = await resolve_site(request, base)
+    account = await current_account(request)
+    settings = request.app[SETTINGS]
     w = base.window
-    response = web.StreamResponse(headers={
-        "Content-Type": _CONTENT_TYPES[fmt],
-        "Content-Disposition": f'attachment; filename="{export_filename(site.id, w.range, fmt)}"',
-        "Cache-Control": "no-store",
-        "X-Export-Limit": str(limit),
-    })
-    async with request.app[POOL].acquire() as conn, conn.transaction(readonly=True):
-        rows = store.stream_events(conn, site.id, w.start, w.end, limit)
+    with request.app[EXPORT_SLOTS].take(account.id, settings.exports_per_account):
+        response = web.StreamResponse(headers={
+            "Content-Type": _CONTENT_TYPES[fmt],
+            "Content-Disposition": f'attachment; filename="{export_filename(site.id, w.range, fmt)}"',
+            "Cache-Control": "no-store",
+            "X-Export-Limit": str(limit),
+        })
         await response.prepare(request)
+        encode = _csv_page if fmt == "csv" else _json_page
+        after, sent = None, 0
         try:
-            await (_write_csv if fmt == "csv" else _write_json)(response, rows)
+            while True:
+                async with request.app[POOL].acquire() as conn:
+                    rows = await store.export_page(conn, site.id, w.start, w.end, after,
+                                                   min(EXPORT_PAGE, limit - sent))
+                last = sent + len(rows) >= limit or len(rows) < EXPORT_PAGE
+                async with asyncio.timeout(settings.export_write_timeout_seconds):
+                    await response.write(encode(rows, first=sent == 0, last=last))
+                if last:
+                    break
+                sent += len(rows)
+                after = (rows[-1]["ts"], rows[-1]["id"])
+        except TimeoutError:
+            # The client stopped reading: drop the connection rather than wait on it forever.
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         except ConnectionResetError:
-            return response  # the client went away; the cursor and transaction close with the block
+            return response  # the client went away
     await response.write_eof()
     return response
 
 
-async def _write_csv(response: web.StreamResponse, rows) -> None:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(EXPORT_COLUMNS)
-    pending = 1
-    async for row in rows:
-        event = stored_event(row)
-        writer.writerow(_csv_row(event))
-        pending += 1
-        if pending >= FLUSH_ROWS:
-            await response.write(buffer.getvalue().encode())
-            buffer.seek(0)
-            buffer.truncate()
-            pending = 0
-    await response.write(buffer.getvalue().encode())
+def _csv_page(rows: list, *, first: bool, last: bool) -> bytes:
+    lines = [csv_line(list(EXPORT_COLUMNS))] if first else []
+    lines.extend(csv_line(_csv_row(stored_event(row))) for row in rows)
+    return "".join(lines).encode()
 
 
-async def _write_json(response: web.StreamResponse, rows) -> None:
-    chunk = [b"["]
-    first = True
-    async for row in rows:
+def _json_page(rows: list, *, first: bool, last: bool) -> bytes:
+    parts = [b"["] if first else []
+    for i, row in enumerate(rows):
         event = stored_event(row)
-        chunk.append((b"" if first else b",") + orjson.dumps({c: event[c] for c in EXPORT_COLUMNS}))
-        first = False
-        if len(chunk) >= FLUSH_ROWS:
-            await response.write(b"".join(chunk))
-            chunk = []
-    chunk.append(b"]")
-    await response.write(b"".join(chunk))
+        parts.append((b"" if first and i == 0 else b",") + orjson.dumps({c: event[c] for c in EXPORT_COLUMNS}))
+    if last:
+        parts.append(b"]")
+    return b"".join(parts)

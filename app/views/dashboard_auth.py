@@ -13,19 +13,20 @@ from app.net import client_ip
 from app.responses import SiteError, json_response
 from storage import accounts
 
-# Attempts per (IP, email) and per email, (per second, per minute): slows password guessing
-# without locking out a whole office behind one address.
-LOGIN_LIMITS = {"ip_email": (5, 20), "email": (10, 60)}
+# Attempts (per second, per minute) per client address, per (address, email) and per email: slows
+# guessing one password and spraying many emails from one address, while an office behind one address
+# still has room for its people's typos.
+LOGIN_LIMITS = {"ip": (10, 30), "ip_email": (5, 20), "email": (10, 60)}
 
 
 async def _credentials(request: web.Request) -> tuple[str, str]:
-    if request.content_type == "application/json":
-        try:
-            data = orjson.loads(await request.read())
-        except orjson.JSONDecodeError:
-            raise SiteError(400, "invalid json") from None
-    else:
-        data = dict(await request.post())
+    # JSON only (the site spec names no form here): a cross-site HTML form cannot send it.
+    if request.content_type != "application/json":
+        raise SiteError(415, "content-type must be application/json")
+    try:
+        data = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise SiteError(400, "invalid json") from None
     if not isinstance(data, dict):
         raise SiteError(400, "invalid payload", issues=["body must be an object"])
     email, password = data.get("email"), data.get("password")
@@ -38,19 +39,29 @@ async def _credentials(request: web.Request) -> tuple[str, str]:
     return email.strip().lower(), password
 
 
+def _verify(account, password: str) -> bool:
+    if account is None:
+        ds.check_password(ds.dummy_hash(), password)  # the first call also makes the dummy hash, off the loop
+        return False
+    return ds.check_password(account["password_hash"], password)
+
+
 async def login(request: web.Request) -> web.Response:
     email, password = await _credentials(request)
     limiter = request.app[LIMITER]
     ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
-    for bucket, limits in ((f"login:{ip}:{email}", LOGIN_LIMITS["ip_email"]),
+    for bucket, limits in ((f"login-ip:{ip}", LOGIN_LIMITS["ip"]),
+                           (f"login:{ip}:{email}", LOGIN_LIMITS["ip_email"]),
                            (f"login:{email}", LOGIN_LIMITS["email"])):
         verdict = await limiter.hit(bucket, limits)
         if not verdict.allowed:
             raise SiteError(429, "too many login attempts", headers={"Retry-After": str(verdict.retry_after)})
     async with request.app[POOL].acquire() as conn:
         account = await accounts.account_by_email(conn, email)
-        # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop.
-        ok = account is not None and await asyncio.to_thread(ds.check_password, account["password_hash"], password)
+        # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop. An
+        # unknown email is checked against a dummy hash of the same cost, so timing does not tell
+        # which emails have accounts.
+        ok = await asyncio.to_thread(_verify, account, password)
         if not ok:
             raise SiteError(401, "invalid email or password")
         workspaces = await accounts.workspaces_of(conn, account["id"])
@@ -59,7 +70,7 @@ async def login(request: web.Request) -> web.Response:
     if not workspaces:
         raise SiteError(401, "invalid email or password")
     await ds.sign_in(request, account["id"], email, workspaces[0]["id"])
-    return json_response({"email": email, "workspace": {"id": workspaces[0]["id"], "name": workspaces[0]["name"]}})
+    return json_response(account_json(email, workspaces[0]["id"], workspaces))
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -71,8 +82,11 @@ async def me(request: web.Request) -> web.Response:
     account = await ds.current_account(request)
     async with request.app[POOL].acquire() as conn:
         workspaces = await accounts.workspaces_of(conn, account.id)
-    return json_response({
-        "email": account.email,
-        "workspace_id": account.workspace_id,
-        "workspaces": [{"id": w["id"], "name": w["name"], "plan": w["plan"]} for w in workspaces],
-    })
+    return json_response(account_json(account.email, account.workspace_id, workspaces))
+
+
+def account_json(email: str, active_id: int, workspaces: list) -> dict:
+    """One shape for login and /api/auth/me: the active workspace, and every workspace the account is in."""
+    listed = [{"id": w["id"], "name": w["name"], "plan": w["plan"]} for w in workspaces]
+    active = next((w for w in listed if w["id"] == active_id), None)
+    return {"email": email, "workspace": active, "workspaces": listed}

@@ -29,6 +29,9 @@ BODY_LIMIT = 256 * 1024
 MAX_CHARTS = 50
 MAX_BUCKETS = 1000
 DEFAULT_RANGE = timedelta(days=7)
+# Defining what a chart shows, or publishing it, exposes event data through chart data and the public
+# link: it needs read as well as write, so a write-only (ingestion) key cannot read through a share.
+CHANGE_SCOPES = ("read", "write")
 
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 Description = Annotated[str, Meta(max_length=2000)]
@@ -220,7 +223,7 @@ async def list_dashboards(request: web.Request) -> web.Response:
         "updated_at": iso_ms(r["updated_at"]), "chart_count": r["chart_count"]}, lambda r: (r["id"],))
 
 
-@requires("write", "query")
+@requires(CHANGE_SCOPES, "query")
 async def create_dashboard(request: web.Request) -> web.Response:
     key = key_of(request)
     body = _decode(await read_body(request, BODY_LIMIT), DashboardIn)
@@ -250,7 +253,7 @@ async def get_dashboard(request: web.Request) -> web.Response:
         return await _full(request, conn, await _own_dashboard(request, conn))
 
 
-@requires("write", "query")
+@requires(CHANGE_SCOPES, "query")
 async def patch_dashboard(request: web.Request) -> web.Response:
     key = key_of(request)
     body = _decode(await read_body(request, BODY_LIMIT), DashboardPatch)
@@ -272,7 +275,7 @@ async def delete_dashboard(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-@requires("write", "query")
+@requires(CHANGE_SCOPES, "query")
 async def add_chart(request: web.Request) -> web.Response:
     key = key_of(request)
     chart = _decode(await read_body(request, BODY_LIMIT), ChartIn)
@@ -295,7 +298,7 @@ async def _own_chart(request: web.Request, conn):
     return row
 
 
-@requires("write", "query")
+@requires(CHANGE_SCOPES, "query")
 async def patch_chart(request: web.Request) -> web.Response:
     key = key_of(request)
     patch = _decode(await read_body(request, BODY_LIMIT), ChartPatch)
@@ -339,7 +342,7 @@ async def chart_data_view(request: web.Request) -> web.Response:
     return json_response(body)
 
 
-@requires("write", "query")
+@requires(CHANGE_SCOPES, "query")
 async def share(request: web.Request) -> web.Response:
     """Make the dashboard public; sharing a shared dashboard keeps its URL."""
     key = key_of(request)

@@ -11,6 +11,7 @@ from app.appkeys import POOL
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.responses import ApiError, iso_ms, json_response, not_found
+from app.segment import writekeys
 from app.sources.runner import LEASE_SECONDS, RUNNER
 from app.sources.schedule import next_sync
 from app.sources.schemas import CreateIn, Schedule, decode_parts
@@ -39,16 +40,28 @@ async def create_source(request: web.Request) -> web.Response:
     schedule = body.schedule or Schedule()
     runner = request.app[RUNNER]
     source_id = new_id("src")
-    sealed = runner.box.seal(msgspec.json.encode(credentials), source_id)
+    generated = write_key_hash = None
+    if body.type == "segment":
+        # Segment sources are pushed to, not synced: only the write key's hash is kept, nothing is sealed.
+        write_key = credentials.write_key or (generated := writekeys.generate())  # type: ignore[attr-defined]
+        write_key_hash = writekeys.hash_write_key(write_key)
+    sealed = runner.box.seal(b"{}" if write_key_hash else msgspec.json.encode(credentials), source_id)
     async with request.app[POOL].acquire() as conn:
         row = await store.insert(
             conn, source_id=source_id, workspace_id=key.workspace_id, env=key.env, name=body.name,
             type_=body.type, credentials=sealed, options=msgspec.to_builtins(options),
-            frequency=schedule.frequency, sync_time=schedule.time, lease_seconds=LEASE_SECONDS,
+            frequency=schedule.frequency, sync_time=schedule.time,
+            lease_seconds=None if write_key_hash else LEASE_SECONDS, write_key_hash=write_key_hash,
         )
-    runner.start(source_id)  # the connection check and first sync run after the 201
-    return json_response({"id": row["id"], "name": row["name"], "type": row["type"], "status": row["status"],
-                          "created_at": iso_ms(row["created_at"])}, status=201)
+    if row is None:
+        raise ApiError(409, "conflict", "a Segment source with this write key already exists")
+    created = {"id": row["id"], "name": row["name"], "type": row["type"], "status": row["status"],
+               "created_at": iso_ms(row["created_at"])}
+    if generated:
+        created["write_key"] = generated  # shown this once; only its hash is stored
+    if write_key_hash is None:
+        runner.start(source_id)  # the connection check and first sync run after the 201
+    return json_response(created, status=201)
 
 
 @requires("read", "query")
@@ -113,6 +126,9 @@ async def sync_source(request: web.Request) -> web.Response:
         row = await store.get(conn, key.workspace_id, key.env, source_id)
     if row is None:
         raise not_found("no data source with that id")
+    if row["type"] == "segment":
+        raise ApiError(409, "conflict", "a Segment source receives calls from Segment's SDKs; there is "
+                       "nothing to sync")
     if claimed is None:
         if row["status"] == "paused":
             raise ApiError(409, "conflict", "the data source is paused; resume it first")

@@ -17,6 +17,7 @@ from app.responses import ApiError, invalid, iso_ms, json_response
 from app.schemas import MAX_BATCH, BatchIn, EventIn
 from app.views.params import cursor_param, int_param, page_response, time_param
 from storage import events as event_store
+from storage.events import NO_DIMENSIONS
 from storage.ids import new_id
 
 SINGLE_LIMIT = 64 * 1024
@@ -28,7 +29,7 @@ def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> 
     return (
         event_id, key.workspace_id, key.env, None, event.event, event.user_id, event.anonymous_id, None,
         event.properties, None, None, None, None, None, None, None,
-        event.timestamp or received, received,
+        event.timestamp or received, received, *NO_DIMENSIONS,
     )
 
 

@@ -1,14 +1,19 @@
 """POST /api/service/event (and its CORS preflight): one site event per request, no key.
 
 Order of checks: body size, JSON, fields, site, origin, verification (production), bots, rate limits;
-then the event goes to the site's actor and the 202 is sent once it is committed.
+then the server adds what it derives (session, hashed IP, country/region/city, browser, OS, device,
+UTM fields, source, channel), the event goes to the site's actor and the 202 is sent once it is
+committed. `ingest` is that whole path; Plausible's /api/event (app/views/plausible.py) runs it too,
+with its own payload parser and a site lookup by domain.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -20,17 +25,23 @@ from msgspec import Meta
 from actors.base import Overloaded, StoreFailed
 from actors.site import SITE_EVENTS, SITE_RUNTIME, SiteInfo, SiteItem, SiteRuntime, make_runtime
 from app import bots, cors, metrics
+from app.acquisition import acquisition
 from app.appkeys import LIMITER, POOL, REDIS, SETTINGS, SUPERVISOR
 from app.bodies import field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
 from app.net import client_ip
 from app.responses import SiteError
+from app.useragent import Client, device_for, parse_client, warm_up
 from storage import sites as site_store
 from storage.ids import new_id
+
+log = logging.getLogger("tally.ingest")
 
 BODY_LIMIT = 32 * 1024
 DEV_WORKSPACE = "default"
 MAX_VIEWPORT = 100_000
+# Deeper props cannot be re-encoded for storage (orjson stops at 255 levels) and no tracker sends them.
+MAX_PROPS_DEPTH = 64
 
 Url = Annotated[str, Meta(max_length=2048)]
 
@@ -52,11 +63,11 @@ class SiteEventIn(msgspec.Struct):
 _TEXT_FIELDS = ("s", "n", "u", "p", "r", "t", "sid")
 
 
-def _issue(field: str, message: str) -> dict[str, str]:
+def issue(field: str, message: str) -> dict[str, str]:
     return {"field": field, "message": message}
 
 
-def _invalid(issues: list[dict[str, str]]) -> SiteError:
+def invalid_payload(issues: list[dict[str, str]]) -> SiteError:
     metrics.EVENTS_REJECTED.labels("invalid").inc()
     return SiteError(400, "invalid payload", issues=issues)
 
@@ -67,43 +78,73 @@ def _all_issues(data: dict) -> list[dict[str, str]]:
     for f in msgspec.structs.fields(SiteEventIn):
         if f.encode_name not in data:
             if f.required:
-                issues.append(_issue(f.encode_name, "required"))
+                issues.append(issue(f.encode_name, "required"))
             continue
         try:
             msgspec.convert(data[f.encode_name], f.type)
         except msgspec.ValidationError as exc:
-            issues.append(_issue(f.encode_name, field_of(exc)[1]))
+            issues.append(issue(f.encode_name, field_of(exc)[1]))
     return issues
 
 
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels (iterative: the input may be deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def parse_event(body: bytes) -> SiteEventIn:
-    try:
-        data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        raise SiteError(400, "invalid json") from None
-    except msgspec.ValidationError as exc:  # e.g. a number beyond double range
-        field, message = field_of(exc)
-        raise _invalid([_issue(field, message)]) from None
-    if not isinstance(data, dict):
-        raise _invalid([_issue("", "expected a JSON object")])
+    data = decode_json_object(body)
     try:
         event = msgspec.convert(data, SiteEventIn)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
-        raise _invalid(_all_issues(data) or [_issue(field, message)]) from None
-    # PostgreSQL text and jsonb cannot hold NUL, and orjson cannot encode integers beyond 64 bits:
-    # refuse those here rather than fail the whole batch at COPY time.
-    issues = [_issue(name, "must not contain NUL characters") for name in _TEXT_FIELDS
+        raise invalid_payload(_all_issues(data) or [issue(field, message)]) from None
+    issues = storable_issues(event, _TEXT_FIELDS)
+    if issues:
+        raise invalid_payload(issues)
+    return event
+
+
+def decode_json_object(body: bytes) -> dict:
+    """The body as a JSON object, or the spec's 400s."""
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise SiteError(400, "invalid json") from None
+    except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
+        raise invalid_payload([issue("props", f"nests deeper than {MAX_PROPS_DEPTH} levels")]) from None
+    except msgspec.ValidationError as exc:  # e.g. a number beyond double range
+        field, message = field_of(exc)
+        raise invalid_payload([issue(field, message)]) from None
+    if not isinstance(data, dict):
+        raise invalid_payload([issue("", "expected a JSON object")])
+    return data
+
+
+def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str, ...],
+                    props_field: str = "props") -> list[dict[str, str]]:
+    """PostgreSQL text and jsonb cannot hold NUL, and orjson cannot encode integers beyond 64 bits:
+    refuse those here rather than fail the whole batch at COPY time. text_fields maps each event
+    attribute to the name the sender used (or lists attributes named alike)."""
+    names = text_fields if isinstance(text_fields, dict) else {name: name for name in text_fields}
+    issues = [issue(sent, "must not contain NUL characters") for name, sent in names.items()
               if "\x00" in (getattr(event, name) or "")]
-    if event.props is not None:
+    if event.props is not None and _depth_exceeds(event.props, MAX_PROPS_DEPTH):
+        issues.append(issue(props_field, f"nests deeper than {MAX_PROPS_DEPTH} levels"))
+    elif event.props is not None:
         try:
             if b"\\u0000" in orjson.dumps(event.props):
-                issues.append(_issue("props", "must not contain NUL characters"))
+                issues.append(issue(props_field, "must not contain NUL characters"))
         except orjson.JSONEncodeError:
-            issues.append(_issue("props", "contains a number that cannot be stored"))
-    if issues:
-        raise _invalid(issues)
-    return event
+            issues.append(issue(props_field, "contains a number that cannot be stored"))
+    return issues
 
 
 async def _read_body(request: web.Request) -> bytes:
@@ -126,7 +167,14 @@ async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str)
     async with request.app[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
         if row is None and not runtime.settings.production:
-            row = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+            row, created = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
+            if created:
+                # The spec auto-creates it, but a mistyped or placeholder id would otherwise look like
+                # events vanishing: say where they go, once per site (the insert happens once).
+                log.warning("unknown site id %r: created it in workspace %r (development only; production "
+                            "answers 404). Register your domain with POST /api/sites and use the id it "
+                            "returns, or sign in to workspace %r to see these events",
+                            site_id, DEV_WORKSPACE, DEV_WORKSPACE)
     return runtime.sites.put(site_id, row)
 
 
@@ -164,14 +212,30 @@ def _viewport(w: float | None) -> int | None:
     return round(w)
 
 
-def _record(site: SiteInfo, event: SiteEventIn, country: str | None, hashed_ip: str,
-            received: datetime) -> tuple:
+def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | None, str | None],
+            hashed_ip: str, client: Client, received: datetime) -> tuple:
     # Order follows storage.events.EVENT_COLUMNS; ts is the server's receive time.
+    country, region, city = place
+    width = _viewport(event.w)
     return (
         new_id("evt"), site.workspace_id, "live", site.id, event.n, None, None, event.sid,
-        event.props, event.u, event.p, event.r, event.t, _viewport(event.w), country, hashed_ip,
+        event.props, event.u, event.p, event.r, event.t, width, country, hashed_ip,
         received, received,
+        client.browser, client.browser_version, client.os, client.os_version, device_for(width, client),
+        *acquisition(event.u or event.p, event.r), region, city,
     )
+
+
+def _place(request: web.Request, runtime: SiteRuntime, ip: str) -> tuple[str | None, str | None, str | None]:
+    """(country, region, city): the country from a CDN header, else from TALLY_GEOIP_DB; region and city
+    only from a City database."""
+    country = country_from_headers(request.headers)
+    geoip = runtime.geoip
+    if geoip is None:
+        return country, None, None
+    if geoip.has_cities:
+        return geoip.locate(ip, country)
+    return (country if country is not None else geoip.country(ip)), None, None
 
 
 async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
@@ -186,22 +250,28 @@ async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
         raise SiteError(500, "store failed") from None
 
 
-async def post_event(request: web.Request) -> web.Response:
+SiteResolver = Callable[[web.Request, SiteRuntime, str], Awaitable[SiteInfo | None]]
+
+
+async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], resolve: SiteResolver,
+                 accepted_text: str | None = None) -> web.Response:
+    """The whole ingestion path. parse turns the body into an event whose `s` names the site for
+    resolve; accepted_text is the body of the 202 (none by default)."""
     runtime = request.app[SITE_RUNTIME]
     production = runtime.settings.production
     page = cors.page_origin(request)
     # Development answers any page; production only pages the site's domain admitted.
     allow = {} if production else cors.mirror(page.origin)
     try:
-        event = parse_event(await _read_body(request))
-        site = await resolve_site(request, runtime, event.s)
+        event = parse(await _read_body(request))
+        site = await resolve(request, runtime, event.s)
         if site is None:
             metrics.EVENTS_REJECTED.labels("unknown_site").inc()
             raise SiteError(404, "unknown site")
         if production:
             _check_access(site, page)
             allow = cors.mirror(page.origin)
-        accepted = web.Response(status=202, headers=allow)
+        accepted = web.Response(status=202, headers=allow, text=accepted_text)
         user_agent = request.headers.get("User-Agent", "")
         if bots.is_bot(user_agent, from_page=page.present):
             metrics.EVENTS_REJECTED.labels("bot").inc()
@@ -209,18 +279,20 @@ async def post_event(request: web.Request) -> web.Response:
         ip = client_ip(request, runtime.settings.trusted_proxies)
         if not await _within_limits(request, site.id, ip):
             return accepted
-        country = country_from_headers(request.headers)
-        if country is None and runtime.geoip is not None:
-            country = runtime.geoip.country(ip)
         received = runtime.clock()
         visitor = "" if event.sid else visitor_key(
             await runtime.salt.get(received.astimezone(UTC).date()), site.id, ip, user_agent)
-        record = _record(site, event, country, ip_hash(runtime.ip_salt, ip), received)
+        record = _record(site, event, _place(request, runtime, ip), ip_hash(runtime.ip_salt, ip),
+                         parse_client(user_agent), received)
         await _commit(request, site.id, SiteItem(record, visitor))
         return accepted
     except SiteError as exc:
         exc.headers.update(allow)
         raise
+
+
+async def post_event(request: web.Request) -> web.Response:
+    return await ingest(request, parse_event, resolve_site)
 
 
 async def preflight(request: web.Request) -> web.Response:
@@ -242,5 +314,6 @@ async def preflight(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     """Create the site runtime (used by the site views and actors too) and add the routes."""
     app[SITE_RUNTIME] = make_runtime(app[SETTINGS], app[REDIS])
+    warm_up()
     app.router.add_post("/api/service/event", post_event)
     app.router.add_route("OPTIONS", "/api/service/event", preflight)

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 import msgspec
 from aiohttp import web
 
-from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
+from app.appkeys import ANALYTICS, MIRROR, POOL, REPORT_POOL, SETTINGS
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.reports.config import ReportIn, ReportPatch, Schedule, config_json, parse_config
 from app.reports.runner import require_plan, run_report
 from app.reports.schedule import next_slot
-from app.responses import iso_ms, json_response, not_found
+from app.responses import ApiError, iso_ms, json_response, not_found
 from app.views.params import cursor_param, int_param, page_response
 from storage import reports as store
 from storage.ids import new_id
@@ -37,6 +37,13 @@ def _schedule(schedule: Schedule | None) -> tuple[dict | None, datetime | None]:
     return msgspec.to_builtins(schedule), next_slot(schedule.frequency, datetime.now(UTC))
 
 
+def _mailing_needs_read(key, schedule) -> None:
+    """A scheduled report mails its results to any address: like sharing a dashboard, it reads data,
+    so a write-only key may save reports but not schedule (or change a scheduled) one."""
+    if schedule is not None and "read" not in key.scopes:
+        raise ApiError(403, "forbidden", "a scheduled report mails its results: this key lacks the 'read' scope")
+
+
 async def _stored(request: web.Request):
     key = key_of(request)
     async with request.app[POOL].acquire() as conn:
@@ -52,6 +59,7 @@ async def create_report(request: web.Request) -> web.Response:
     body = decode(await read_body(request, BODY_LIMIT), ReportIn)
     require_plan(body.type, key.plan)
     config = config_json(parse_config(body.type, body.config))
+    _mailing_needs_read(key, body.schedule)
     schedule, next_run_at = _schedule(body.schedule)
     async with request.app[POOL].acquire() as conn:
         row = await store.insert_report(
@@ -71,7 +79,7 @@ async def list_reports(request: web.Request) -> web.Response:
     return page_response(rows, limit, lambda r: report_json(r, summary=True), lambda r: (r["id"],))
 
 
-@requires("write", "query")
+@requires("read", "query")
 async def get_report(request: web.Request) -> web.Response:
     return json_response(report_json(await _stored(request)))
 
@@ -89,6 +97,7 @@ async def patch_report(request: web.Request) -> web.Response:
         schedule, next_run_at = row["schedule"], row["next_run_at"]
     else:
         schedule, next_run_at = _schedule(body.schedule)
+    _mailing_needs_read(key, schedule)
     async with request.app[POOL].acquire() as conn:
         updated = await store.update_report(
             conn, key.workspace_id, key.env, row["id"], name=body.name or row["name"], type_=report_type,
@@ -114,7 +123,7 @@ async def run(request: web.Request) -> web.Response:
     key = key_of(request)
     row = await _stored(request)
     result = await run_report(  # built-in reports see every event committed before the run
-        request.app[POOL], request.app[SETTINGS], workspace_id=key.workspace_id, env=key.env, plan=key.plan,
+        request.app[REPORT_POOL], request.app[SETTINGS], workspace_id=key.workspace_id, env=key.env, plan=key.plan,
         report_type=row["type"], config=row["config"], analytics=request.app[ANALYTICS],
         catch_up=request.app[MIRROR].catch_up,
     )

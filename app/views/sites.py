@@ -1,8 +1,10 @@
 """GET/POST /api/sites and GET/POST /api/verify: site registration and DNS TXT verification.
 
 Site ids are derived from the normalized domain: the first 16 hex characters of
-SHA-256("tally-site:" + domain). The same domain always gets the same id, so one domain belongs to one
-workspace; registering a domain another workspace holds answers 409.
+SHA-256("tally-site:" + domain), for the first workspace to claim it. Several workspaces may claim a
+domain while nobody has verified it; a later claim gets an id derived from the domain and its workspace
+id. Verification decides ownership: the first claim to verify owns the domain, the others can no
+longer verify, and new claims answer 409.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ def normalize_domain(raw: str) -> str | None:
     return value
 
 
-def site_id_for(domain: str) -> str:
-    return hashlib.sha256(b"tally-site:" + domain.encode()).hexdigest()[:16]
+def site_id_for(domain: str, workspace_id: int | None = None) -> str:
+    """The domain's id; with a workspace id, the id of a later claim by that workspace."""
+    seed = "tally-site:" + domain + ("" if workspace_id is None else f":{workspace_id}")
+    return hashlib.sha256(seed.encode()).hexdigest()[:16]
 
 
 def record_for(token: str) -> str:
@@ -95,17 +99,22 @@ async def create_site(request: web.Request) -> web.Response:
     domain = normalize_domain(await _domain_field(request))
     if domain is None:
         raise SiteError(400, "invalid domain")
-    site_id = site_id_for(domain)
+    workspace_id = account.workspace_id
     async with request.app[POOL].acquire() as conn:
-        row = await site_store.create_site(conn, site_id, account.workspace_id, domain, new_token())
-        if row is None:  # already registered: by this workspace (same answer again) or another one
-            row = await site_store.site_by_domain(conn, account.workspace_id, domain)
+        row = await site_store.site_by_domain(conn, workspace_id, domain)  # asked again: same answer
         if row is None:
-            row = await site_store.site_by_id(conn, site_id)
-    if row is None or row["workspace_id"] != account.workspace_id:
-        # Taken by another workspace (or, in development, this domain was auto-registered elsewhere).
+            if await site_store.verified_elsewhere(conn, domain, workspace_id):
+                raise SiteError(409, "domain already registered")
+            token = new_token()
+            row = await site_store.create_site(conn, site_id_for(domain), workspace_id, domain, token)
+            if row is None:  # the domain's own id is another workspace's claim (or a development auto-site)
+                row = await site_store.create_site(conn, site_id_for(domain, workspace_id), workspace_id,
+                                                   domain, token)
+            if row is None:  # a concurrent request of this workspace created it
+                row = await site_store.site_by_domain(conn, workspace_id, domain)
+    if row is None:
         raise SiteError(409, "domain already registered")
-    request.app[SITE_RUNTIME].sites.forget(site_id)
+    request.app[SITE_RUNTIME].sites.forget(row["id"])
     return json_response({"id": row["id"], "domain": row["domain"]})
 
 
@@ -141,14 +150,32 @@ async def post_verify(request: web.Request) -> web.Response:
     row = await _own_site(request)
     if row is None:
         return json_response({"status": "not_found"})
-    if row["verified_at"] is None:
-        expected = record_for(row["verification_token"])
-        if expected in await txt_records(request.app[SETTINGS].doh_url, row["domain"]):
-            async with request.app[POOL].acquire() as conn:
-                await site_store.mark_verified(conn, row["id"])
-            request.app[SITE_RUNTIME].sites.forget(row["id"])
-            return json_response({"status": "verified", "domain": row["domain"]})
+    if row["verified_at"] is not None:
+        return json_response(_status(row))
+    pool, doh_url = request.app[POOL], request.app[SETTINGS].doh_url
+    async with pool.acquire() as conn:
+        if await site_store.verified_elsewhere(conn, row["domain"], row["workspace_id"]):
+            raise SiteError(409, "domain verified by another workspace")
+    try:
+        records = await txt_records(doh_url, row["domain"])
+    except ResolverUnreachable as exc:
+        # Not "pending": the record may well be there; say what failed and where, so it can be fixed.
+        error = SiteError(502, f"could not reach the DNS-over-HTTPS resolver at {doh_url}", resolver=doh_url,
+                          reason=str(exc))
+        error.extra.update(_status(row))  # what to publish, as a pending answer would say
+        raise error from None
+    if record_for(row["verification_token"]) in records:
+        async with pool.acquire() as conn:
+            won = await site_store.mark_verified(conn, row["id"])
+        if not won:
+            raise SiteError(409, "domain verified by another workspace")
+        request.app[SITE_RUNTIME].sites.forget(row["id"])
+        return json_response({"status": "verified", "domain": row["domain"]})
     return json_response(_status(row))
+
+
+class ResolverUnreachable(Exception):
+    """The DNS-over-HTTPS resolver gave no usable answer (unreachable, an HTTP error, not JSON)."""
 
 
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -163,18 +190,25 @@ def _txt_value(data: str) -> str:
 
 
 async def txt_records(doh_url: str, domain: str) -> set[str]:
-    """TXT records at the domain apex through a DNS-over-HTTPS JSON resolver; empty on any failure."""
+    """TXT records at the domain apex through a DNS-over-HTTPS JSON resolver; ResolverUnreachable when
+    the resolver gives no usable answer."""
     try:
         async with aiohttp.ClientSession(timeout=DOH_TIMEOUT) as http, http.get(
             doh_url, params={"name": domain, "type": "TXT"}, headers={"Accept": "application/dns-json"}
         ) as resp:
             if resp.status != 200:
                 log.warning("DoH lookup failed domain=%s status=%s", domain, resp.status)
-                return set()
+                raise ResolverUnreachable(f"the resolver answered HTTP {resp.status}")
             answer = orjson.loads(await resp.read())
-    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+    except TimeoutError:
+        log.warning("DoH lookup timed out domain=%s", domain)
+        raise ResolverUnreachable(f"no answer within {DOH_TIMEOUT.total:g} seconds") from None
+    except (aiohttp.ClientError, OSError) as exc:  # after TimeoutError, an OSError
         log.warning("DoH lookup failed domain=%s error=%r", domain, exc)
-        return set()
+        raise ResolverUnreachable(f"connection failed ({type(exc).__name__})") from None
+    except orjson.JSONDecodeError:
+        log.warning("DoH lookup failed domain=%s error=not JSON", domain)
+        raise ResolverUnreachable("the answer was not DNS JSON") from None
     records = answer.get("Answer") if isinstance(answer, dict) else None
     return {_txt_value(r["data"]) for r in records or []
             if isinstance(r, dict) and r.get("type") == 16 and isinstance(r.get("data"), str)}

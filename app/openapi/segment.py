@@ -1,0 +1,59 @@
+"""The Segment HTTP Tracking API (app.views.segment); POST /v1/identify is documented in core."""
+
+from __future__ import annotations
+
+from app.openapi.common import RATE_HEADERS, json_body, ref
+
+_OBJ = {"type": "object", "additionalProperties": True}
+_TS = {"type": "string", "format": "date-time"}
+_IDENT = {"type": ["string", "number"]}
+_SECURITY = [{"segmentWriteKey": []}]
+_ERRORS = {str(s): json_body(ref("SegmentError"), "error", RATE_HEADERS) for s in (400, 401, 403, 429, 500, 503)}
+
+_KINDS = {
+    "track": "Track an event (stored snake_case: \"Order Completed\" -> order_completed)",
+    "page": "A page view: event page_viewed with name and category in properties",
+    "screen": "A screen view: event screen_viewed with name and category in properties",
+    "group": "Put the user in a group: profile trait `group` = {id: groupId, ...traits}",
+    "alias": "Merge previousId's profile and events into userId",
+}
+_SHORT = {"t": "track", "i": "identify", "p": "page", "s": "screen", "g": "group", "a": "alias"}
+
+
+def _call(summary: str) -> dict:
+    return {"post": {
+        "summary": summary, "security": _SECURITY,
+        "description": "Segment's field names; 32 KB per call. Authenticate with HTTP Basic (write key as the "
+                       "user name) or writeKey in the body. messageId makes retries idempotent (48 h).",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref("SegmentMessage")}}},
+        "responses": {"200": json_body(ref("SegmentAccepted"), headers=RATE_HEADERS), **_ERRORS},
+    }}
+
+
+PATHS = {f"/v1/{kind}": _call(summary) for kind, summary in _KINDS.items()}
+PATHS.update({f"/v1/{short}": _call(f"Short form of /v1/{kind} (analytics.js)") for short, kind in _SHORT.items()})
+PATHS["/v1/batch"] = {"post": {
+    "summary": "Several Segment calls at once (500 KB, 32 KB per message)", "security": _SECURITY,
+    "description": "Valid messages are stored even when others fail; failures are listed by index.",
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["batch"],
+        "properties": {"batch": {"type": "array", "items": ref("SegmentMessage")}, "sentAt": _TS,
+                       "writeKey": {"type": "string"}, "context": _OBJ, "integrations": _OBJ}}}}},
+    "responses": {"200": json_body(ref("SegmentAccepted"), headers=RATE_HEADERS), **_ERRORS},
+}}
+
+SCHEMAS = {
+    "SegmentMessage": {"type": "object", "additionalProperties": True, "properties": {
+        "type": {"type": "string", "enum": ["track", "identify", "page", "screen", "group", "alias"],
+                 "description": "in /v1/batch items; elsewhere the path gives the type"},
+        "userId": _IDENT, "anonymousId": _IDENT, "event": {"type": "string"}, "name": {"type": "string"},
+        "category": {"type": "string"}, "properties": _OBJ, "traits": _OBJ, "context": _OBJ,
+        "timestamp": _TS, "sentAt": _TS, "messageId": {"type": "string", "maxLength": 255},
+        "integrations": _OBJ, "groupId": _IDENT, "previousId": _IDENT, "writeKey": {"type": "string"}}},
+    "SegmentAccepted": {"type": "object", "required": ["success"], "properties": {
+        "success": {"const": True}, "received": {"type": "integer"}, "failed": {"type": "integer"},
+        "errors": {"type": "array", "items": {"type": "object", "properties": {
+            "index": {"type": "integer"}, "code": {"type": "string"}, "message": {"type": "string"}}}}}},
+    "SegmentError": {"type": "object", "required": ["code", "message"], "properties": {
+        "code": {"type": "string"}, "message": {"type": "string"}}},
+}

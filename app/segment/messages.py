@@ -1,0 +1,188 @@
+"""Segment messages (Segment's own field names) and their mapping onto Tally's events and profiles.
+
+Each message becomes one operation for the workspace actor, tagged with its source and messageId so the
+actor can drop messages it has already stored (see actors.workspace and storage.segment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import unicodedata
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from actors.workspace import OP_ALIAS, OP_EVENT, OP_TRAITS
+from app.bodies import find_nul
+from app.schemas import EARLIEST, FUTURE_SKEW
+from storage.ids import new_id
+
+CALL_LIMIT = 32 * 1024  # Segment: 32 KB per call, and per message inside a batch
+BATCH_LIMIT = 500 * 1024  # Segment: 500 KB per batch
+MAX_ID = 255
+MAX_MESSAGE_ID = 255
+
+TYPES = ("track", "identify", "page", "screen", "group", "alias")
+SHORT_PATHS = {"t": "track", "i": "identify", "p": "page", "s": "screen", "g": "group", "a": "alias"}
+
+
+Id = str | int | float  # Segment accepts numbers for ids; stored as text
+
+
+class Message(msgspec.Struct):
+    """One Segment call. Unknown fields are ignored, as Segment does."""
+
+    type: str | None = None
+    userId: Id | None = None
+    anonymousId: Id | None = None
+    event: str | None = None
+    name: str | None = None
+    category: str | None = None
+    properties: dict[str, Any] | None = None
+    traits: dict[str, Any] | None = None
+    # Accepted and not stored (see docs/decisions.md); left raw, so they cost no parsing.
+    context: msgspec.Raw = msgspec.Raw()
+    timestamp: datetime | None = None
+    sentAt: datetime | None = None
+    messageId: str | None = None
+    integrations: msgspec.Raw = msgspec.Raw()
+    groupId: Id | None = None
+    previousId: Id | None = None
+    writeKey: str | None = None
+
+
+class Batch(msgspec.Struct):
+    # Items stay raw: each is size-checked and validated on its own, so one bad message fails only itself.
+    batch: list[msgspec.Raw]
+    sentAt: datetime | None = None
+    writeKey: str | None = None
+    context: dict[str, Any] | None = None
+    integrations: dict[str, Any] | None = None
+
+
+class Invalid(ValueError):
+    """A message Segment would reject; the text names the field."""
+
+
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_NON_WORD = re.compile(r"[^a-z0-9]+")
+
+
+@lru_cache(maxsize=4096)
+def event_name(text: str) -> str:
+    """Segment's free-form event names as Tally's snake_case, the way Segment's warehouses name event
+    tables: "Order Completed" -> order_completed, "orderCompleted" -> order_completed; accents are dropped."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()  # "Crème" -> "Creme"
+    snake = _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", ascii_text).lower()).strip("_")[:128]
+    if not snake:
+        if not text.strip():
+            raise Invalid("event: the event name is blank")
+        # No ASCII letter or digit (e.g. "注文完了"): a stable name, so such events still count together.
+        return "e_" + hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+    return snake if snake[0].isalpha() else f"e_{snake}"[:128]
+
+
+def _id(value: Id | None, field: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        raise Invalid(f"{field}: expected a string")
+    text = value if isinstance(value, str) else (str(int(value)) if value == int(value) else str(value))
+    if len(text) > MAX_ID:
+        raise Invalid(f"{field}: longer than {MAX_ID} characters")
+    return text
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def event_time(msg: Message, batch_sent_at: datetime | None, received: datetime) -> datetime:
+    """Segment's clock-skew correction: the device's clock is trusted for the gap between the event and
+    the send, the server's for the send itself: timestamp = receivedAt - (sentAt - timestamp)."""
+    if msg.timestamp is None:
+        return received
+    stamp = _utc(msg.timestamp)
+    sent = msg.sentAt or batch_sent_at
+    if sent is not None:
+        try:
+            stamp = received - (_utc(sent) - stamp)
+        except OverflowError:
+            raise Invalid("timestamp: too far from sentAt") from None
+    if stamp < EARLIEST or stamp > received + FUTURE_SKEW:
+        raise Invalid("timestamp: must be between 2000-01-01 and one day from now")
+    return stamp
+
+
+def to_op(msg: Message, kind: str, source: tuple[str, int, str], batch_sent_at: datetime | None,
+          received: datetime) -> tuple:
+    """One message as an actor operation; raises Invalid for what Segment itself would not accept."""
+    source_id, workspace_id, env = source
+    message_id = msg.messageId or None
+    if message_id is not None and len(message_id) > MAX_MESSAGE_ID:
+        raise Invalid(f"messageId: longer than {MAX_MESSAGE_ID} characters")
+    user_id = _id(msg.userId, "userId")
+    anonymous_id = _id(msg.anonymousId, "anonymousId")
+    if kind == "alias":
+        previous = _id(msg.previousId, "previousId")
+        if previous is None or user_id is None:
+            raise Invalid("alias needs previousId and userId")
+        return (source_id, message_id, OP_ALIAS, (previous, user_id))
+    if user_id is None and anonymous_id is None:
+        raise Invalid("userId: one of userId or anonymousId is required")
+    ts = event_time(msg, batch_sent_at, received)
+    if kind == "identify":
+        return (source_id, message_id, OP_TRAITS, (user_id or anonymous_id, msg.traits or {}, ts))
+    if kind == "group":
+        group_id = _id(msg.groupId, "groupId")
+        if group_id is None:
+            raise Invalid("groupId: required for group calls")
+        return (source_id, message_id, OP_TRAITS,
+                (user_id or anonymous_id, {"group": {"id": group_id, **(msg.traits or {})}}, ts))
+    if kind == "track":
+        if not msg.event:
+            raise Invalid("event: required for track calls")
+        name, properties = event_name(msg.event), msg.properties or {}
+    elif kind in ("page", "screen"):
+        name, properties = f"{kind}_viewed", dict(msg.properties or {})
+        if msg.name is not None:
+            properties["name"] = msg.name
+        if msg.category is not None:
+            properties["category"] = msg.category
+    else:
+        raise Invalid(f"type: must be one of {', '.join(TYPES)}")
+    # Order follows storage.events.EVENT_COLUMNS.
+    row = (new_id("evt"), workspace_id, env, None, name, user_id, anonymous_id, None, properties,
+           None, None, None, None, None, None, None, ts, received)
+    return (source_id, message_id, OP_EVENT, row)
+
+
+def decode_message(raw: bytes) -> Message:
+    try:
+        msg = msgspec.json.decode(raw, type=Message)
+    except msgspec.ValidationError as exc:
+        raise Invalid(field_message(exc)) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise Invalid("the message is not valid JSON (or nests too deeply)") from None
+    check_nul(raw, msg)
+    return msg
+
+
+def field_message(exc: msgspec.ValidationError) -> str:
+    """msgspec's 'Expected `str`, got `int` - at `$.event`' as 'event: Expected `str`, got `int`'."""
+    text = str(exc)
+    message, _, path = text.partition(" - at `$")
+    path = path.rstrip("`").lstrip(".")
+    return f"{path}: {message}" if path else message
+
+
+def check_nul(raw: bytes, value: object) -> None:
+    # PostgreSQL text and jsonb cannot hold U+0000; the byte scan is cheap, the walk rare.
+    if b"\\u0000" in raw:
+        field = find_nul(value)
+        if field is not None:
+            raise Invalid(f"{field}: text may not contain the NUL character (\\u0000)")

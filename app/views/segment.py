@@ -1,0 +1,178 @@
+"""The Segment HTTP Tracking API: POST /v1/track, /identify, /page, /screen, /group, /alias, /batch and the
+analytics.js short forms /v1/t, /i, /p, /s, /g, /a.
+
+These calls carry a Segment write key (HTTP Basic user name, or `writeKey` in the body), not a Tally key,
+so they bypass the keyed middleware (app.auth) and authenticate, rate-limit and answer here, in Segment's
+shapes: `{"success": true}`, or `{"code", "message"}` with a 4xx/5xx. POST /v1/identify serves both APIs:
+with `Authorization: Bearer <Tally key>` it is Tally's identify, with anything else it is Segment's.
+Messages go through the workspace actor like /v1/events, so a 2xx means they are committed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+from aiohttp import web
+
+from actors.workspace import SEGMENT
+from app import metrics
+from app.appkeys import LIMITER, SETTINGS
+from app.auth import auth_scheme, requires
+from app.net import client_ip
+from app.plans import ANONYMOUS, limits_for
+from app.responses import ApiError, json_response
+from app.segment.messages import (
+    BATCH_LIMIT,
+    CALL_LIMIT,
+    SHORT_PATHS,
+    TYPES,
+    Batch,
+    Invalid,
+    decode_message,
+    field_message,
+    to_op,
+)
+from app.segment.writekeys import WRITE_KEYS, SegmentSource, from_basic_auth
+from app.views import users
+from app.views.events import commit
+
+# The rate-limit group Segment calls count against, per source (they carry no Tally key).
+GROUP = "events"
+
+
+class SegmentError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise SegmentError(400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit")
+    body = await request.read()
+    if len(body) > limit:
+        raise SegmentError(400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit")
+    return body
+
+
+async def _authenticate(request: web.Request, body_key: str | None) -> tuple[SegmentSource, dict[str, str]]:
+    """The source of the write key, after its rate limit; returns the X-RateLimit-* headers to send."""
+    raw = from_basic_auth(request.headers.get("Authorization", "")) or body_key
+    source = await request.app[WRITE_KEYS].lookup(raw) if raw else None
+    if source is None:
+        bucket, limits = f"ip:{client_ip(request, request.app[SETTINGS].trusted_proxies)}", ANONYMOUS
+    else:
+        bucket, limits = f"src:{source.id}:{GROUP}", limits_for(source.plan, GROUP, source.custom_limits)
+    verdict = await request.app[LIMITER].hit(bucket, limits)
+    headers = verdict.headers()
+    if not verdict.allowed:
+        metrics.EVENTS_REJECTED.labels("rate_limited").inc()
+        raise SegmentError(429, "rate_limited", "rate limit exceeded; retry after the Retry-After seconds", headers)
+    if source is None:
+        message = ("invalid write key" if raw else
+                   "missing write key: send it as the HTTP Basic user name or as writeKey in the body"
+                   + (" (Tally's own identify takes Authorization: Bearer <API key>)" if request.path == "/v1/identify"
+                      else ""))
+        raise SegmentError(401, "unauthorized", message, headers)
+    if source.status == "paused":
+        raise SegmentError(403, "source_paused", "this Segment source is paused; resume it to accept calls", headers)
+    return source, headers
+
+
+async def _store(request: web.Request, source: SegmentSource, ops: list, headers: dict[str, str]) -> None:
+    try:
+        await commit(request, source, SEGMENT, ops)  # type: ignore[arg-type]  # needs workspace_id and env only
+    except ApiError as exc:  # 503 overloaded (Retry-After) or 500: the SDKs retry both
+        raise SegmentError(exc.status, exc.code, exc.message, {**headers, **exc.headers}) from None
+
+
+async def _single(request: web.Request, kind: str) -> web.Response:
+    body = await _read(request, CALL_LIMIT)
+    try:
+        msg = decode_message(body)
+    except Invalid as exc:
+        raise SegmentError(400, "invalid_request", str(exc)) from None
+    source, headers = await _authenticate(request, msg.writeKey)
+    received = datetime.now(UTC)
+    try:
+        op = to_op(msg, kind, (source.id, source.workspace_id, source.env), None, received)
+    except Invalid as exc:
+        metrics.EVENTS_REJECTED.labels("invalid").inc()
+        raise SegmentError(400, "invalid_request", str(exc), headers) from None
+    await _store(request, source, [op], headers)
+    return json_response({"success": True}, headers=headers)
+
+
+async def _batch(request: web.Request) -> web.Response:
+    body = await _read(request, BATCH_LIMIT)
+    try:
+        envelope = msgspec.json.decode(body, type=Batch)
+    except msgspec.ValidationError as exc:
+        raise SegmentError(400, "invalid_request", field_message(exc)) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise SegmentError(400, "invalid_request", "the request body is not valid JSON") from None
+    source, headers = await _authenticate(request, envelope.writeKey)
+    received = datetime.now(UTC)
+    where = (source.id, source.workspace_id, source.env)
+    ops, errors = [], []
+    for index, raw in enumerate(envelope.batch):
+        item = bytes(raw)
+        if len(item) > CALL_LIMIT:
+            raise SegmentError(400, "payload_too_large",
+                               f"batch[{index}] exceeds Segment's {CALL_LIMIT // 1024} KB limit per message", headers)
+        try:
+            msg = decode_message(item)
+            if msg.type not in TYPES:
+                raise Invalid(f"type: must be one of {', '.join(TYPES)}")
+            ops.append(to_op(msg, msg.type, where, envelope.sentAt, received))
+        except Invalid as exc:
+            errors.append({"index": index, "code": "invalid_request", "message": str(exc)})
+    if errors:
+        metrics.EVENTS_REJECTED.labels("invalid").inc(len(errors))
+    if ops:
+        await _store(request, source, ops, headers)
+    answer: dict = {"success": True, "received": len(ops), "failed": len(errors)}
+    if errors:
+        answer["errors"] = errors
+    return json_response(answer, headers=headers)
+
+
+def _segment_route(kind: str):
+    async def handler(request: web.Request) -> web.Response:
+        try:
+            return await (_batch(request) if kind == "batch" else _single(request, kind))
+        except SegmentError as exc:
+            headers = exc.headers
+            if not headers:  # rejected before its write key was known: counts against the client IP's allowance
+                ip = client_ip(request, request.app[SETTINGS].trusted_proxies)
+                headers = (await request.app[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()
+            return json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
+
+    handler.tally_segment = "always"  # type: ignore[attr-defined]  # app.auth leaves these to us
+    handler.__name__ = f"segment_{kind}"
+    return handler
+
+
+_segment_identify = _segment_route("identify")
+
+
+@requires("write", "identify")
+async def identify(request: web.Request) -> web.StreamResponse:
+    """POST /v1/identify: Tally's identify with a Bearer key, Segment's with anything else."""
+    if auth_scheme(request) == "bearer":
+        return await users.identify(request)
+    return await _segment_identify(request)
+
+
+identify.tally_segment = "unless_bearer"  # type: ignore[attr-defined]
+
+
+def setup_segment_routes(router: web.UrlDispatcher) -> None:
+    """Every Segment path but /v1/identify, which app.routes maps to identify() above."""
+    for kind in (*TYPES, "batch"):
+        if kind != "identify":
+            router.add_post(f"/v1/{kind}", _segment_route(kind))
+    for short, kind in SHORT_PATHS.items():
+        router.add_post(f"/v1/{short}", _segment_route(kind))

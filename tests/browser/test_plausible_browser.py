@@ -1,0 +1,172 @@
+"""The real `plausible-tracker` npm package (unchanged, pinned in tests/browser/plausible/package-lock.json and
+bundled here by esbuild) in headless Chromium, pointed at Tally with `apiHost`.
+
+The customer page is served by a second server on its own port, so the tracker posts cross-origin to
+Tally's /api/event as it would in production. It sends a pageview, a custom event with props, an SPA
+navigation and an outbound link click; the events are read back through the event log and the stored
+rows, visit dimensions included.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from playwright.sync_api import Page
+
+from app.appkeys import POOL
+from tests.browser.conftest import DESKTOP_UA, LiveServer
+
+PROJECT = Path(__file__).parent / "plausible"
+ENTRY = 'import Plausible from "plausible-tracker"; window.Plausible = Plausible\n'
+
+
+def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def browser_context_args() -> dict:
+    # No CDN header here: a page's own cross-origin request carrying one would need a CORS preflight that
+    # a real visitor's browser (whose CDN adds the header on the way) never makes.
+    return {"user_agent": DESKTOP_UA, "viewport": {"width": 1280, "height": 860}}
+
+
+@pytest.fixture(scope="module")
+def tracker_bundle() -> str:
+    """plausible-tracker as one script defining window.Plausible, built from the lockfile's version."""
+    if not (PROJECT / "node_modules" / "plausible-tracker").exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is needed to install plausible-tracker (tests/browser/plausible)")
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=PROJECT, check=True, timeout=300)
+    built = subprocess.run([str(PROJECT / "node_modules" / ".bin" / "esbuild"), "--bundle", "--format=iife",
+                            "--target=es2017", "--log-level=warning"],
+                           input=ENTRY, cwd=PROJECT, capture_output=True, text=True, check=True, timeout=120)
+    return built.stdout
+
+
+def customer_page(domain: str, api_host: str, outbound: str) -> str:
+    config = json.dumps({"domain": domain, "apiHost": api_host, "trackLocalhost": True})
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Launch</title><script src="/plausible.js"></script></head><body>
+<h1>Launch</h1>
+<button id="signup" type="button">Sign up</button>
+<button id="to-pricing" type="button">Pricing</button>
+<a id="partner" href="{outbound}">Partner site</a>
+<script>
+  const plausible = Plausible({config})
+  plausible.enableAutoPageviews()
+  plausible.enableAutoOutboundTracking()
+  document.getElementById('signup').addEventListener('click', () =>
+    plausible.trackEvent('Signup', {{ props: {{ plan: 'pro', seats: 3 }} }}))
+  document.getElementById('to-pricing').addEventListener('click', () => history.pushState({{}}, '', '/pricing'))
+</script>
+</body></html>"""
+
+
+@pytest.fixture
+def site_server(live_server: LiveServer, tracker_bundle: str) -> Iterator[dict]:
+    """A customer website on another port of the loopback (another origin than Tally's)."""
+    pages: dict[str, str] = {}
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=pages["html"], content_type="text/html")
+
+    async def partner(request: web.Request) -> web.Response:
+        return web.Response(text="<!doctype html><title>Partner</title><h1>Partner</h1>", content_type="text/html")
+
+    async def script(request: web.Request) -> web.Response:
+        return web.Response(text=tracker_bundle, content_type="text/javascript")
+
+    async def start() -> tuple[web.AppRunner, int]:
+        app = web.Application()
+        app.router.add_get("/plausible.js", script)
+        app.router.add_get("/partner", partner)
+        app.router.add_get("/{tail:.*}", page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner, site._server.sockets[0].getsockname()[1]
+
+    runner, port = live_server.run(start())
+    yield {"pages": pages, "port": port, "base": f"http://127.0.0.1:{port}"}
+    live_server.run(runner.cleanup())
+
+
+def test_plausible_tracker_events_land_in_tally(page: Page, live_server: LiveServer, account, site_server):
+    api = live_server.base_url
+    assert page.request.post(f"{api}/api/auth/login",
+                             data={"email": account[0], "password": account[1]}).status == 200
+    domain = f"launch-{int(time.time() * 1000)}.example"
+    created = page.request.post(f"{api}/api/sites", form={"domain": domain})
+    assert created.status == 200
+    site_id = created.json()["id"]
+    # The outbound link points at another host name of the same loopback server.
+    outbound = f"http://localhost:{site_server['port']}/partner"
+    site_server["pages"]["html"] = customer_page(domain, api, outbound)
+    log_url = f"{api}/api/analytics/events?siteId={site_id}&range=1h&limit=100"
+
+    def logged(count: int) -> Callable[[], list | None]:
+        def check() -> list | None:
+            events = page.request.get(log_url).json()["events"]
+            return events if len(events) >= count else None
+        return check
+
+    landing = f"{site_server['base']}/launch?utm_source=newsletter&utm_medium=email&utm_campaign=autumn"
+    page.goto(landing, referer="https://www.google.com/")
+    wait_for(logged(1), "the pageview")
+    page.click("#signup")
+    wait_for(logged(2), "the custom event")
+    page.click("#to-pricing")
+    wait_for(logged(3), "the SPA pageview")
+    page.click("#partner")
+    page.wait_for_url(outbound)
+    events = wait_for(logged(4), "the outbound click")
+
+    oldest_first = list(reversed(events))
+    assert [(e["name"], e["path"], e["url"], e["props"]) for e in oldest_first] == [
+        ("pageview", "/launch?utm_source=newsletter&utm_medium=email&utm_campaign=autumn", landing, None),
+        ("Signup", "/launch?utm_source=newsletter&utm_medium=email&utm_campaign=autumn", landing,
+         {"plan": "pro", "seats": 3}),
+        ("pageview", "/pricing", f"{site_server['base']}/pricing", None),
+        ("outbound", "/pricing", f"{site_server['base']}/pricing", {"url": outbound}),
+    ]
+    assert {e["referrer"] for e in events} == {"https://www.google.com/"}
+    assert {e["viewportW"] for e in events} == {1280}
+    assert {e["country"] for e in events} == {None}  # no CDN header, no GeoIP database
+    assert len({e["sessionId"] for e in events}) == 1
+
+    async def stored() -> list[dict]:
+        async with live_server.app[POOL].acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT name, browser, browser_version, os, os_version, device, utm_source, utm_medium, "
+                "utm_campaign, utm_term, utm_content, source, channel FROM events WHERE site_id = $1 "
+                "ORDER BY ts, id", site_id)
+        return [dict(r) for r in rows]
+
+    client = {"browser": "Chrome", "browser_version": "130", "os": "Linux", "os_version": None, "device": "Laptop"}
+    tagged = {"utm_source": "newsletter", "utm_medium": "email", "utm_campaign": "autumn", "utm_term": None,
+              "utm_content": None, "source": "newsletter", "channel": "Email"}
+    untagged = {"utm_source": None, "utm_medium": None, "utm_campaign": None, "utm_term": None,
+                "utm_content": None, "source": "Google", "channel": "Organic Search"}
+    assert live_server.run(stored()) == [
+        {"name": "pageview", **client, **tagged},
+        {"name": "Signup", **client, **tagged},
+        {"name": "pageview", **client, **untagged},
+        {"name": "outbound", **client, **untagged},
+    ]
