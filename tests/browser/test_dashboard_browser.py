@@ -180,6 +180,17 @@ def test_tracked_visit_shows_up_everywhere(page: Page, live_server, account, scr
     expect(page.locator(".chart canvas")).to_have_count(1)
     expect(page.locator("[data-panel=pages]")).to_contain_text("/__site__/shop/product")
     expect(page.locator("[data-panel=locations] button.toprow .key")).to_have_text(["Germany"])
+    # Dimensions derived at ingestion from the referrer and the desktop User-Agent (1280 px: a laptop).
+    # The shop visit came from the news site; the hooks page was opened directly.
+    expect(page.locator("[data-panel=sources] button.toprow .key")).to_have_text(["Direct", "Referral"])
+    page.locator("[data-panel=sources] [data-tab=source]").click()
+    expect(page.locator("[data-panel=sources] button.toprow .key")).to_have_text(["news.example.org"])
+    expect(page.locator("[data-panel=devices] button.toprow .key")).to_have_text(["Chrome"])
+    for tab, value in (("os", "Linux"), ("device", "Laptop")):
+        page.locator(f"[data-panel=devices] [data-tab={tab}]").click()
+        expect(page.locator("[data-panel=devices] button.toprow .key")).to_have_text([value])
+    page.locator("[data-panel=devices] [data-tab=browser]").click()
+    page.locator("[data-panel=sources] [data-tab=channel]").click()
     expect(page.locator(".live")).to_contain_text("current visitor")
     assert page.locator("select.range").input_value() == "24h"
     export = page.locator("a", has_text="Export CSV")

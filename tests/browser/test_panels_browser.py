@@ -64,8 +64,9 @@ VISITS = {
 }
 
 
-def seed(server: LiveServer, site_id: str) -> None:
-    """Store the table above as events of the site (the mirror copies them to the analytics store)."""
+def seed(server: LiveServer, site_id: str, goals: bool = True) -> None:
+    """Store the table above as events of the site (the mirror copies them to the analytics store), and
+    the two goals unless `goals` is false."""
     now = datetime.now(UTC)
     records = []
     for visitor, (ago, device, utm, source, channel, country, region, city, variant, events) in VISITS.items():
@@ -83,7 +84,8 @@ def seed(server: LiveServer, site_id: str) -> None:
             await events_store.ensure_partitions(conn, {r[14] for r in records})
             rows = [(r[0], workspace_id, *r[2:]) for r in records]
             await conn.copy_records_to_table("events", records=rows, columns=COLUMNS)
-            for goal_type, column, value in (("event", "event_name", "signup"), ("page", "page_path", "/pricing")):
+            for goal_type, column, value in (("event", "event_name", "signup"), ("page", "page_path", "/pricing"))[
+                    :2 if goals else 0]:
                 await conn.execute(f"INSERT INTO goals (id, site_id, goal_type, {column}) VALUES ($1, $2, $3, $4)",
                                    new_id("goal"), site_id, goal_type, value)
 
@@ -129,10 +131,10 @@ def shot(page: Page, path: Path) -> None:
     page.screenshot(path=path, full_page=True)
 
 
-def open_site(page: Page, server: LiveServer, account: tuple[str, str]) -> str:
+def open_site(page: Page, server: LiveServer, account: tuple[str, str], goals: bool = True) -> str:
     sign_in(page, server, account)
     site_id = add_site(page, f"panels-{secrets.token_hex(4)}.example.com")
-    seed(server, site_id)
+    seed(server, site_id, goals)
     return site_id
 
 
@@ -278,3 +280,36 @@ def test_goal_drill_down_by_property(page: Page, live_server, account, screensho
     expect(page.locator(".chip > .ellipsis")).to_have_text(["Goal is signup", "Property variant is a"])
     expect_stats(page, "2", "0", "2", "50%")
     expect_rows(page, "pages", [("/pricing", "2")])
+
+
+def test_goals_are_managed_from_the_goals_panel(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account, goals=False)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    goals = panel(page, "goals")
+    expect(goals.locator(".none")).to_contain_text("No conversions in this range")
+    goals.locator("button", has_text="Manage goals").click()
+    manage = goals.locator(".goal-manage")
+    expect(manage.locator(".goal-list")).to_have_text("No goals yet.")
+
+    manage.locator("input[name=goal_value]").fill("signup")
+    manage.locator("button[type=submit]").click()
+    expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])
+    expect_rows(page, "goals", [("signup", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
+
+    # A page goal must start with a slash: the API's message shows and nothing is added.
+    manage.locator("select[name=goal_type]").select_option("page")
+    manage.locator("input[name=goal_value]").fill("pricing")
+    manage.locator("button[type=submit]").click()
+    expect(manage.locator("[role=alert]")).to_have_text("page path must start with /")
+    manage.locator("input[name=goal_value]").fill("/pri*")
+    manage.locator("button[type=submit]").click()
+    expect(manage.locator("[role=alert]")).to_be_hidden()
+    expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove", "page/pri*Remove"])
+    expect_rows(page, "goals", [("Visit /pri*", "3", "3", "50%"), ("signup", "3", "3", "50%")],
+                ("visitors", "events", "conversion_rate"))
+
+    manage.get_by_role("button", name="Remove goal signup").click()
+    expect(manage.locator(".goal-list li")).to_have_text(["page/pri*Remove"])
+    expect_rows(page, "goals", [("Visit /pri*", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
+    stored = page.request.get(f"{live_server.base_url}/api/sites/{site_id}/goals").json()["goals"]
+    assert [(g["goal_type"], g["page_path"], g["event_name"]) for g in stored] == [("page", "/pri*", None)]
