@@ -184,7 +184,9 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
             raise StoreBusy(f"the analytics store at {path} is open in another process (is tally serve "
                             "running?)") from None
         client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}")
-    settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024}
+    # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
+    settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
+                "do_not_merge_across_partitions_select_final": 1}
     store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file)
     store.ensure_schema()
     return store
