@@ -286,7 +286,7 @@ def test_goals_are_managed_from_the_goals_panel(page: Page, live_server, account
     site_id = open_site(page, live_server, account, goals=False)
     page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
     goals = panel(page, "goals")
-    expect(goals.locator(".none")).to_contain_text("No conversions in this range")
+    expect(goals.locator(".none")).to_contain_text("No goals yet.")
     goals.locator("button", has_text="Manage goals").click()
     manage = goals.locator(".goal-manage")
     expect(manage.locator(".goal-list")).to_have_text("No goals yet.")

@@ -25,9 +25,9 @@ export function scope(siteId, state) {
 }
 
 function rowList(rows, columns, { onPick, barOf, labelOf, empty }) {
-  const list = h('ol', { class: 'toplist' },
-    h('li', { class: `toprow head cols${columns.length} muted small`, 'aria-hidden': 'true' }, h('span'), ...columns.map(([, label]) => h('span', { class: 'count', text: label }))))
+  const list = h('ol', { class: 'toplist' })
   if (!rows.length) list.append(h('li', { class: 'muted small none', text: empty }))
+  else list.append(h('li', { class: `toprow head cols${columns.length} muted small`, 'aria-hidden': 'true' }, h('span'), ...columns.map(([, label]) => h('span', { class: 'count', text: label }))))
   for (const row of rows) {
     const bar = h('span', { class: 'bar' })
     bar.style.width = Math.max(0, Math.min(100, barOf(row))) + '%'
@@ -127,7 +127,7 @@ function goalsPanel(ctx) {
           onPick: (key) => ctx.addFilter('goal', key),
           barOf: (r) => r.conversion_rate,
           labelOf: (key) => key,
-          empty: 'No conversions in this range. Goals are custom events or page visits you count as conversions: add them under “Manage goals”.',
+          empty: 'No goals yet. A goal is a custom event or a page visit that counts as a conversion: add one under “Manage goals”.',
         }))
         if (!goal && data.data.length) body.append(h('p', { class: 'muted small hint', text: 'Click a goal to filter by it and see which property values convert.' }))
         return
