@@ -25,7 +25,7 @@ import re
 import secrets
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from playwright.sync_api import Page, expect
 
@@ -173,6 +173,8 @@ def test_panels_show_exact_rows_and_rows_filter_everything(page: Page, live_serv
     shot(page, screenshots / "panels.png")
 
     # A row click: a chip, a filter= term in the URL, and every panel and figure narrowed to Firefox (F, B).
+    reads: list[str] = []
+    page.on("request", lambda r: "/api/analytics/" in r.url and "/realtime" not in r.url and reads.append(r.url))
     panel(page, "devices").locator("button.toprow[data-key=Firefox]").click()
     expect(page).to_have_url(re.compile(r"[?&]filter=browser%3D%3DFirefox(&|$)"))
     expect(page.locator(".chip > .ellipsis")).to_have_text(["Browser is Firefox"])
@@ -183,6 +185,12 @@ def test_panels_show_exact_rows_and_rows_filter_everything(page: Page, live_serv
     expect_rows(page, "devices", [("Firefox 128", "2")])  # a browser filter shows its versions
     expect_rows(page, "goals", [("Visit /pricing", "0", "0", "0%"), ("signup", "0", "0", "0%")],
                 ("visitors", "events", "conversion_rate"))
+    # Every read the click caused (overview, every panel) carried the filter.
+    queries = [(urlsplit(u).path.rsplit("/", 1)[1], parse_qs(urlsplit(u).query)) for u in reads]
+    assert sorted((path, q.get("property", [""])[0]) for path, q in queries) == [
+        ("breakdown", "browser_version"), ("breakdown", "channel"), ("breakdown", "country"),
+        ("breakdown", "goal"), ("breakdown", "page"), ("overview", "")]
+    assert all(q["filter"] == ["browser==Firefox"] for _, q in queries), reads
 
     # A second row (a page) adds a second chip; both stay in the URL and survive a reload.
     panel(page, "pages").locator("button.toprow[data-key='/blog/a']").click()

@@ -51,6 +51,7 @@ function tabBar(tabs, active, onSelect) {
 function breakdownPanel(spec, ctx) {
   let active = spec.tabs[0][0]
   let hidden = new Set(spec.optional || [])
+  let probed = null
   const head = h('div', { class: 'panel-head' })
   const body = h('div', { class: 'panel-body' })
   const el = h('section', { class: 'card panel', dataset: { panel: spec.id } }, head, body)
@@ -62,10 +63,12 @@ function breakdownPanel(spec, ctx) {
   let generation = 0
   async function load() {
     const mine = ++generation
-    if (spec.optional) {
-      // Regions and cities exist only with a GeoIP City database: their tabs show once the data has them.
-      const probe = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property: spec.optional[0], limit: 1 })).catch(() => ({ data: [] }))
+    if (spec.optional && probed !== ctx.state.range) {
+      // Regions and cities exist only with a GeoIP City database: their tabs show when the range has
+      // such data (asked once per range, not again for every filter).
+      const probe = await api('/api/analytics/breakdown?' + qs({ siteId: ctx.siteId, range: ctx.state.range, property: spec.optional[0], limit: 1 })).catch(() => ({ data: [] }))
       if (mine !== generation) return
+      probed = ctx.state.range
       hidden = new Set(probe.data.length ? [] : spec.optional)
       if (hidden.has(active)) active = spec.tabs[0][0]
     }
