@@ -46,6 +46,7 @@ def bq_source(url: str, key: dict, **options) -> dict:
 async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, monkeypatch, caplog):
     fake, url, key = bq
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # clickhouse-connect sets it to WARNING on import
     monkeypatch.setattr("app.sources.bigquery.PAGE", 2)  # several result pages from a handful of rows
     add_signups(fake, (1, "u1", "free", "2024-03-01T10:00:00Z"), (2, "u2", "pro", "2024-03-02T10:00:00Z"),
                 (3, "u1", "pro", "2024-03-03T10:00:00Z"), (4, "u3", "team", "2024-03-03T11:00:00Z"),
