@@ -3,7 +3,7 @@ ordered by (workspace_id, env, name, ts) as these reads need.
 
 A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
 collide; the mirror stores it). Grouping by a user trait reads the traits from PostgreSQL (profiles are
-the system of record) for the actors the store returned, and groups here. Statement texts come from
+the system of record): event volume passes them to the store, a funnel groups its per-actor rows here. Statement texts come from
 constant fragments picked by validated options; values are always bound parameters.
 """
 
@@ -74,6 +74,19 @@ async def traits_of(conn: asyncpg.Connection, workspace_id: int, env: str, users
     return {r["user_id"]: r["v"] for r in rows}
 
 
+_NO_TRAIT = "\x00"  # PostgreSQL text cannot hold NUL, so no trait value equals it
+
+
+async def trait_values(conn: asyncpg.Connection, workspace_id: int, env: str, path: list[str]) -> dict[str, str]:
+    """user_id -> trait value, for the users who have one."""
+    rows = await conn.fetch(
+        "SELECT user_id, traits #>> $3::text[] AS v FROM user_profiles "
+        "WHERE workspace_id = $1 AND env = $2 AND traits #>> $3::text[] IS NOT NULL",
+        workspace_id, env, path,
+    )
+    return {r["user_id"]: r["v"] for r in rows}
+
+
 def _ratio(part: int, whole: int | None) -> float | None:
     if not whole:
         return None
@@ -106,22 +119,18 @@ async def event_volume(
     if group_kind == "properties":
         grp = property_expr(b, group_path)
     elif group_kind == "traits":
-        grp = "user_id"
+        # The trait of each user who has it, handed to ClickHouse as two arrays: transform() looks them up
+        # in a hash table, and the grouping stays (bucket, event, value) however many users there are.
+        values = await trait_values(conn, workspace_id, env, group_path)
+        users, traits = b(list(values), "Array(String)"), b(list(values.values()), "Array(String)")
+        grp = f"nullIf(transform(user_id, {users}, {traits}, {b(_NO_TRAIT)}), {b(_NO_TRAIT)})"
     else:
         grp = "NULL"
     rows = await store.query(
         f"SELECT {_TRUNC[interval].format(t='ts')} AS bucket, name, {grp} AS grp, count() FROM {scope} "
         f"AND name IN {b(events, 'Array(String)')} AND ts >= {b(start, _TS)} AND ts <= {b(end, _TS)} "
         "GROUP BY bucket, name, grp", b.params, settings=settings)
-    counts: dict[tuple[datetime, str, str | None], int] = {}
-    if group_kind == "traits":
-        users = sorted({u for _, _, u, _ in rows if u})
-        traits = await traits_of(conn, workspace_id, env, users, group_path) if users else {}
-        for bucket, name, user, n in rows:
-            key = (_epoch(bucket), name, traits.get(user) if user else None)
-            counts[key] = counts.get(key, 0) + n
-    else:
-        counts = {(_epoch(bucket), name, g): n for bucket, name, g, n in rows}
+    counts = {(_epoch(bucket), name, g): n for bucket, name, g, n in rows}
     keys = sorted({(e, g) for _, e, g in counts}, key=lambda k: (k[0], _grp_order(k[1]))) if group_kind \
         else [(e, None) for e in sorted(set(events))]
     out, at, step = [], truncate(start, interval), _STEP[interval]
