@@ -224,9 +224,10 @@ def test_panels_show_exact_rows_and_rows_filter_everything(page: Page, live_serv
 def test_a_shared_url_opens_filtered_and_the_comparison_shows_changes(page: Page, live_server, account,
                                                                        screenshots: Path):
     site_id = open_site(page, live_server, account)
-    terms = "&".join("filter=" + quote(t) for t in ("country==DE", "channel==Organic Search"))
+    terms = "&".join("filter=" + quote(t) for t in ("country==DE", "channel==Organic Search", "page!=/blog/**"))
     page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h&{terms}")
-    expect(page.locator(".chip > .ellipsis")).to_have_text(["Country is Germany", "Channel is Organic Search"])
+    expect(page.locator(".chip > .ellipsis")).to_have_text(
+        ["Country is Germany", "Channel is Organic Search", "Page is not /blog/**"])
     expect_stats(page, "2", "3", "4", "50%")  # A and F
     expect_rows(page, "pages", [("/", "2"), ("/pricing", "1")])
     expect_rows(page, "devices", [("Chrome", "1"), ("Firefox", "1")])
@@ -234,6 +235,19 @@ def test_a_shared_url_opens_filtered_and_the_comparison_shows_changes(page: Page
                 ("visitors", "events", "conversion_rate"))
     # The tabs carry the filters to the other pages of the site.
     expect(page.locator("nav.tabs a", has_text="Events")).to_have_attribute("href", re.compile("filter=country"))
+    # Row clicks add terms beside those of the URL (an `is not` term and an `is` term of one dimension
+    # combine); "Clear all" drops every term.
+    panel(page, "devices").locator("button.toprow[data-key=Firefox]").click()
+    expect(page.locator(".chip > .ellipsis")).to_have_count(4)
+    expect_stats(page, "1", "1", "1", "100%")  # F
+    tab(page, "devices", "browser")
+    expect_rows(page, "devices", [("Firefox 128", "1")])
+    panel(page, "pages").locator("button.toprow[data-key='/']").click()
+    expect(page.locator(".chip > .ellipsis")).to_have_text(
+        ["Country is Germany", "Channel is Organic Search", "Page is not /blog/**", "Browser is Firefox", "Page is /"])
+    page.locator(".chips button", has_text="Clear all").click()
+    expect(page.locator(".chip")).to_have_count(0)
+    expect_unfiltered(page)
 
     # Comparison with the previous 24 hours (P and Q: two direct one-page visits in Germany).
     page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
