@@ -2,9 +2,9 @@
 time series and top lists, under any combination of filters from storage/site_filters.py.
 
 Every read uses FINAL, so a mirror batch written twice still counts once. Sessions are derived per query
-from the events (grouped by session id, with a 24-hour look-back so that a session is attributed to the
-window its first event falls in). Windows are [start, end) in UTC. SQL is assembled from constant
-fragments; every value is a bound parameter.
+from the events (grouped by the 64-bit hash of the session id, with a 24-hour look-back so that a session
+is attributed to the window its first event falls in). Windows are [start, end) in UTC. SQL is assembled
+from constant fragments; every value is a bound parameter.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from storage.clickhouse import AnalyticsStore, bind_value
+from storage.clickhouse import AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
@@ -82,18 +82,6 @@ async def site_in_workspace(conn: asyncpg.Connection, site_id: str, workspace_id
 
 # --- the where-builder ------------------------------------------------------------------------------
 
-class Query:
-    """Bound parameters of one statement, named p0, p1, ..."""
-
-    def __init__(self) -> None:
-        self.params: dict = {}
-
-    def bind(self, value: object, kind: str = "String") -> str:
-        name = f"p{len(self.params)}"
-        self.params[name] = bind_value(value)
-        return "{" + name + ":" + kind + "}"
-
-
 def page_pattern(value: str) -> str:
     """A page wildcard as an anchored RE2 pattern: `*` within one path segment, `**` across segments."""
     parts = []
@@ -104,7 +92,7 @@ def page_pattern(value: str) -> str:
     return "^" + "".join(parts) + "$"
 
 
-def _term(q: Query, column: str, f: Filter, page: bool) -> str:
+def _term(q: Params, column: str, f: Filter, page: bool) -> str:
     if f.op == "~=":
         return f"positionCaseInsensitiveUTF8({column}, {q.bind(f.value)}) > 0"
     if page and "*" in f.value:
@@ -114,7 +102,7 @@ def _term(q: Query, column: str, f: Filter, page: bool) -> str:
     return cond if f.op == "==" else f"NOT ({cond})"
 
 
-def _column(q: Query, f: Filter) -> str:
+def _column(q: Params, f: Filter) -> str:
     key = f.prop_key
     if key is not None:
         return f"JSONExtractString(properties, {q.bind(key)})"
@@ -123,7 +111,7 @@ def _column(q: Query, f: Filter) -> str:
     return _COLUMN[f.dimension]
 
 
-def event_conditions(q: Query, filters: list[Filter]) -> list[str]:
+def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
     """Per-event conditions of the filters (not the site or window)."""
     out = []
     for f in filters:
@@ -140,7 +128,7 @@ def event_conditions(q: Query, filters: list[Filter]) -> list[str]:
     return out
 
 
-def where(q: Query, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter]) -> str:
+def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter]) -> str:
     """Site, window and every filter as one condition on site_events."""
     site, lo, hi = q.bind(site_id), q.bind(start, "DateTime64(6, 'UTC')"), q.bind(end, "DateTime64(6, 'UTC')")
     sql = [f"site_id = {site}", f"ts >= {lo}", f"ts < {hi}", *event_conditions(q, filters)]
@@ -148,8 +136,8 @@ def where(q: Query, table: str, site_id: str, start: datetime, end: datetime, fi
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
         lookback = q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
         having = " AND ".join(_term(q, _ENTRY if f.dimension == "entry_page" else _EXIT, f, True) for f in visit)
-        sql.append(f"session_id IN (SELECT session_id FROM {table} FINAL WHERE site_id = {site} "
-                   f"AND ts >= {lookback} AND ts < {hi} AND session_id != '' GROUP BY session_id HAVING {having})")
+        sql.append(f"session IN (SELECT session FROM {table} FINAL WHERE site_id = {site} "
+                   f"AND ts >= {lookback} AND ts < {hi} AND session != 0 GROUP BY session HAVING {having})")
     return " AND ".join(sql)
 
 
@@ -163,7 +151,7 @@ class Totals:
 
 
 async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters) -> Totals:
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
     rows = await store.query(
         f"SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) FROM {table} FINAL "
@@ -183,22 +171,22 @@ class SessionStats:
 async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                         filters: Filters) -> SessionStats:
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     terms = filters.terms()
     site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
     lo, lookback = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
     having = f"first >= {lo}"
     if terms:
-        sub = Query()
+        sub = Params()
         sub.params = q.params
         match = where(sub, table, site_id, start, end, terms)
         having += f" AND countIf({match}) > 0"
     rows = await store.query(
         "SELECT count(), countIf(pageviews = 1), if(count() = 0, 0, avg(duration_us) / 1000) FROM ("
-        "SELECT session_id, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
+        "SELECT session, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
         "dateDiff('microsecond', min(ts), max(ts)) AS duration_us "
-        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session_id != '' "
-        f"GROUP BY session_id HAVING {having})", q.params)
+        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session != 0 "
+        f"GROUP BY session HAVING {having})", q.params)
     sessions, bounces, avg_ms = rows[0]
     return SessionStats(sessions, bounces, float(avg_ms))
 
@@ -211,7 +199,7 @@ _STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": time
 async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
                  interval: str, first: datetime, last: datetime, filters: Filters) -> list[tuple[datetime, int]]:
     """Counts of `name` per UTC bucket from first to last, zero buckets included."""
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     terms = [*filters.without_name().terms(), Filter("event", "==", name)]
     cond = where(q, table, site_id, start, end, terms)
     rows = await store.query(
@@ -231,7 +219,7 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
               domain: str | None, limit: int, filters: Filters) -> tuple[list[tuple[str, int]], int]:
     """The `limit` most frequent non-empty keys of a dimension among events called `name`, and the total
     over all non-empty keys (the base of the percentages). Referrers from the site itself are left out."""
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     terms = [*filters.without_name().terms(), Filter("event", "==", name)]
     cond = where(q, table, site_id, start, end, terms)
     key = _TOP_KEY[dim]
@@ -248,7 +236,7 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
 async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                        name: str | None) -> int:
     """Events of a window (the event log's total)."""
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
     return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
 
@@ -269,7 +257,7 @@ async def site_goals(conn: asyncpg.Connection, site_id: str) -> list[Goal]:
                  r["event_name"], r["page_path"]) for r in rows]
 
 
-def goal_condition(q: Query, goal: Goal) -> str:
+def goal_condition(q: Params, goal: Goal) -> str:
     if goal.event_name is not None:
         return f"name = {q.bind(goal.event_name)}"
     return f"(name = 'pageview' AND {_term(q, 'page', Filter('page', '==', goal.page_path or ''), True)})"
@@ -280,7 +268,7 @@ def goal_condition(q: Query, goal: Goal) -> str:
 SESSION_DIMENSIONS = {"entry_page": _ENTRY, "exit_page": _EXIT}
 
 
-def _key_expr(q: Query, prop: str) -> str:
+def _key_expr(q: Params, prop: str) -> str:
     if prop.startswith("props:"):
         return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
     return _COLUMN[prop]
@@ -293,7 +281,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     table = store.table("site_events")
     if prop == "goal":
         return await _goal_breakdown(store, site_id, start, end, filters, goals)
-    q = Query()
+    q = Params()
     if prop in SESSION_DIMENSIONS:
         site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
         lo, back = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
@@ -303,10 +291,10 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
             having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
         rows = await store.query(
             "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
-            f"SELECT session_id, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
+            f"SELECT session, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
             "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
             f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
-            f"AND session_id != '' GROUP BY session_id HAVING {having}) WHERE key != '' "
+            f"AND session != 0 GROUP BY session HAVING {having}) WHERE key != '' "
             f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
             q.params)
         return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
@@ -315,24 +303,24 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     key = _key_expr(q, prop)
     cond = where(q, table, site_id, start, end, filters.terms())
     rows = await store.query(
-        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session_id, session_id != ''), "
+        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session, session != 0), "
         f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
         f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
     out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
                "visit_duration": 0} for k, v, s, pv, ev in rows}
     if out:  # the visits holding a matching event of each key: their bounces and durations
-        q2 = Query()
+        q2 = Params()
         key2 = _key_expr(q2, prop)
         cond2 = where(q2, table, site_id, start, end, filters.terms())
         site, hi = q2.bind(site_id), q2.bind(end, "DateTime64(6, 'UTC')")
         back = q2.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
         for k, n, b, d in await store.query(
                 f"SELECT k.key, count(), countIf(s.pv = 1), avg(s.dur) FROM (SELECT DISTINCT {key2} AS key, "
-                f"session_id FROM {table} FINAL WHERE {cond2} AND session_id != '' "
-                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session_id, "
+                f"session FROM {table} FINAL WHERE {cond2} AND session != 0 "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session, "
                 "countIf(name = 'pageview') AS pv, dateDiff('microsecond', min(ts), max(ts)) AS dur "
-                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session_id != '' "
-                "GROUP BY session_id) AS s ON s.session_id = k.session_id GROUP BY k.key", q2.params):
+                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session != 0 "
+                "GROUP BY session) AS s ON s.session = k.session GROUP BY k.key", q2.params):
             out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
             out[k]["visit_duration"] = round(d / 1000)
     return list(out.values())
@@ -342,7 +330,7 @@ async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, en
                         limit: int) -> list[tuple[str, int]]:
     """The custom property keys of the matching events, with how many events carry each, most used first:
     what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
     rows = await store.query(
         f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
@@ -357,7 +345,7 @@ async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, 
     base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible)."""
     if not goals:
         return []
-    q, table = Query(), store.table("site_events")
+    q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.without_goals().terms())
     goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
     chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from storage.clickhouse import AnalyticsStore
-from storage.report_queries import Binder, property_expr
+from storage.clickhouse import AnalyticsStore, Params
+from storage.report_queries import property_expr
 
 INTERVALS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 TIME_SERIES_TYPES = frozenset({"line", "bar"})
@@ -58,7 +58,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def filter_sql(b: Binder, filters: Sequence[Mapping[str, Any]]) -> str:
+def filter_sql(b: Params, filters: Sequence[Mapping[str, Any]]) -> str:
     """The AND clauses of the chart's property filters."""
     clauses = []
     for f in filters:
@@ -72,12 +72,12 @@ def filter_sql(b: Binder, filters: Sequence[Mapping[str, Any]]) -> str:
     return "".join(clauses)
 
 
-def _base(b: Binder, store: AnalyticsStore, workspace_id: int, env: str, start: datetime, end: datetime) -> str:
+def _base(b: Params, store: AnalyticsStore, workspace_id: int, env: str, start: datetime, end: datetime) -> str:
     return (f"FROM {store.table('keyed_events')} FINAL WHERE workspace_id = {b(workspace_id, 'UInt64')} "
             f"AND env = {b(env)} AND ts >= {b(start, _TS)} AND ts <= {b(end, _TS)}")
 
 
-def _grp(b: Binder, chart: Mapping[str, Any]) -> str:
+def _grp(b: Params, chart: Mapping[str, Any]) -> str:
     return property_expr(b, [chart["group_by"]]) if chart["group_by"] is not None else "NULL"
 
 
@@ -98,7 +98,7 @@ async def time_series(
 ) -> list[Series]:
     """Per-bucket counts, one series per group_by value (top MAX_GROUPS, the rest as OTHER); every bucket
     of the range appears, zero when empty. Without group_by: one series named after the event."""
-    b = Binder()
+    b = Params()
     sql = (f"SELECT {_BUCKET[interval]} AS bucket, {_grp(b, chart)} AS grp, count() "
            f"{_base(b, store, workspace_id, env, start, end)} AND name = {b(chart['event'])}"
            f"{filter_sql(b, chart['filters'])} GROUP BY bucket, grp")
@@ -127,7 +127,7 @@ async def grouped_totals(
     start: datetime, end: datetime,
 ) -> list[tuple[str, int]]:
     """(group, count) over the whole range, largest first; the rest beyond MAX_GROUPS as OTHER."""
-    b = Binder()
+    b = Params()
     sql = (f"SELECT {_grp(b, chart)} AS grp, count() {_base(b, store, workspace_id, env, start, end)} "
            f"AND name = {b(chart['event'])}{filter_sql(b, chart['filters'])} GROUP BY grp")
     grouped = chart["group_by"] is not None
@@ -152,7 +152,7 @@ async def funnel(
     the range. A user is the report actor (user_id, else anonymous_id); filters apply to every step.
     Greedy earliest match: each step is the actor's first such event at or after the previous step."""
     steps = [chart["event"], *(chart["steps"] or [])]
-    b = Binder()
+    b = Params()
     base = _base(b, store, workspace_id, env, start, end)
     filters = filter_sql(b, chart["filters"])
     names = b(sorted(set(steps)), "Array(String)")

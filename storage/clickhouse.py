@@ -31,11 +31,26 @@ def bind_value(value: object) -> object:
     return value
 
 
+class Params:
+    """Bound parameters of one statement, named p0, p1, ...: `bind(value)` (or calling it) returns the
+    `{pN:Type}` placeholder to put in the SQL text."""
+
+    def __init__(self) -> None:
+        self.params: dict = {}
+
+    def bind(self, value: object, kind: str = "String") -> str:
+        name = f"p{len(self.params)}"
+        self.params[name] = bind_value(value)
+        return "{" + name + ":" + kind + "}"
+
+    __call__ = bind
+
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 # Columns of the two mirrored tables, in insert order (storage/analytics_mirror.py builds the rows).
 SITE_COLUMNS = (
-    "site_id", "ts", "id", "name", "session_id", "visitor", "page", "referrer", "referrer_host", "country",
+    "site_id", "ts", "id", "name", "session", "visitor", "page", "referrer", "referrer_host", "country",
     "browser", "browser_version", "os", "os_version", "device", "utm_source", "utm_medium", "utm_campaign",
     "utm_term", "utm_content", "source", "channel", "region", "city", "properties",
 )
@@ -51,7 +66,7 @@ SITE_TABLE = f"""
     ts DateTime64(6, 'UTC'),
     id String,
     name {_LC},
-    session_id String,
+    session UInt64,
     visitor UInt64,
     page String,
     referrer String,

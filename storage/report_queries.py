@@ -3,8 +3,9 @@ ordered by (workspace_id, env, name, ts) as these reads need.
 
 A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
 collide; the mirror stores it). Grouping by a user trait reads the traits from PostgreSQL (profiles are
-the system of record): event volume passes them to the store, a funnel groups its per-actor rows here. Statement texts come from
-constant fragments picked by validated options; values are always bound parameters.
+the system of record): event volume passes them to the store, a funnel groups its per-actor rows here.
+Statement texts come from constant fragments picked by validated options; values are always bound
+parameters.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import asyncpg
 
-from storage.clickhouse import AnalyticsStore, bind_value
+from storage.clickhouse import AnalyticsStore, Params
 
 PERIOD_SECONDS = {"day": 86_400, "week": 604_800}
 _TRUNC = {
@@ -26,16 +27,6 @@ _TRUNC = {
 }
 _STEP = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 _TS = "DateTime64(6, 'UTC')"
-
-
-class Binder:
-    def __init__(self) -> None:
-        self.params: dict = {}
-
-    def __call__(self, value: object, kind: str = "String") -> str:
-        name = f"p{len(self.params)}"
-        self.params[name] = bind_value(value)
-        return "{" + name + ":" + kind + "}"
 
 
 def truncate(moment: datetime, interval: str) -> datetime:
@@ -50,7 +41,7 @@ def _epoch(seconds: int) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def property_expr(b: Binder, path: Sequence[str]) -> str:
+def property_expr(b: Params, path: Sequence[str]) -> str:
     """The event property at `path` as PostgreSQL's `#>>` renders it: strings bare, other JSON values as
     their JSON text, NULL when absent or null."""
     keys = ", ".join(b(k) for k in path)
@@ -59,7 +50,7 @@ def property_expr(b: Binder, path: Sequence[str]) -> str:
             f"JSONExtractRaw(properties, {keys}))")
 
 
-def _scope(b: Binder, store: AnalyticsStore, workspace_id: int, env: str) -> str:
+def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str) -> str:
     return (f"{store.table('keyed_events')} FINAL WHERE workspace_id = {b(workspace_id, 'UInt64')} "
             f"AND env = {b(env)}")
 
@@ -114,7 +105,7 @@ async def event_volume(
 ) -> list[VolumeRow]:
     """Every bucket from start to end for each event (zeros included); with a grouping, each
     (event, group) pair that occurs."""
-    b = Binder()
+    b = Params()
     scope = _scope(b, store, workspace_id, env)
     if group_kind == "properties":
         grp = property_expr(b, group_path)
@@ -159,7 +150,7 @@ async def funnel(
 ) -> list[FunnelRow]:
     """Actors enter at their first step-1 event in [start, end]; step k is their earliest step-k event
     after step k-1 and within window_days of the entry. Rows per group and step."""
-    b = Binder()
+    b = Params()
     scope = _scope(b, store, workspace_id, env)
     window = b(window_days * 86_400_000_000, "Int64")
     hi = b(end, _TS)
@@ -215,7 +206,7 @@ async def retention(
 ) -> list[RetentionRow]:
     """Cohorts by the period of each actor's first start event (which must fall in [start, end]); a share
     is the part of the cohort with a return event k periods later, NULL while that period has not begun."""
-    b = Binder()
+    b = Params()
     seconds = PERIOD_SECONDS[period]
     trunc = _TRUNC[period]
     cohort_scope = _scope(b, store, workspace_id, env)

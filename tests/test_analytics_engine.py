@@ -4,6 +4,7 @@ commit out of order, counts nothing twice, and erasure leaves no trace in any an
 
 from __future__ import annotations
 
+import asyncio
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -233,3 +234,14 @@ async def test_erasure_removes_the_user_from_every_analytics_read(client, make_k
     async with client.app[MIRROR]._lock, client.app[MIRROR].pool.acquire() as conn:
         assert await analytics_mirror.rebuild(conn, db, since=datetime(2024, 6, 1, tzinfo=UTC)) >= 1
     assert counts(await run_report(client, key, report["id"])) == {"stays": 1}
+
+
+async def test_the_event_loop_answers_while_the_store_works(client):
+    """Store calls run in a worker thread: a request is served while a query is still running."""
+    db = client.app[ANALYTICS]
+    running = asyncio.create_task(db.query("SELECT sleep(2)"))
+    await asyncio.sleep(0.1)  # the query has started in its thread
+    resp = await client.get("/healthz")
+    assert resp.status == 200
+    assert not running.done()
+    assert await running == [(0,)]
