@@ -10,13 +10,14 @@ from constant fragments; every value is a bound parameter.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import asyncpg
 
 from storage.clickhouse import AnalyticsStore, Params
-from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
+from storage.site_filters import DIMENSIONS, METRICS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
 _TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
@@ -275,9 +276,12 @@ def _key_expr(q: Params, prop: str) -> str:
 
 
 async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
-                    filters: Filters, goals: list[Goal], limit: int, offset: int) -> list[dict]:
+                    filters: Filters, goals: list[Goal], limit: int, offset: int,
+                    metrics: Collection[str] = METRICS) -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
-    Event dimensions count matching events; entry/exit pages group the visits that started in the window."""
+    Event dimensions count matching events; entry/exit pages group the visits that started in the window.
+    For event dimensions the bounce rate and visit duration (a second query, over every visit of the
+    window) are only computed when `metrics` asks for them; otherwise they read 0."""
     table = store.table("site_events")
     if prop == "goal":
         return await _goal_breakdown(store, site_id, start, end, filters, goals)
@@ -308,7 +312,8 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
     out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
                "visit_duration": 0} for k, v, s, pv, ev in rows}
-    if out:  # the visits holding a matching event of each key: their bounces and durations
+    if out and {"bounce_rate", "visit_duration"} & set(metrics):
+        # The visits holding a matching event of each key: their bounces and durations.
         q2 = Params()
         key2 = _key_expr(q2, prop)
         cond2 = where(q2, table, site_id, start, end, filters.terms())

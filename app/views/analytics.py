@@ -210,12 +210,12 @@ async def breakdown(request: web.Request) -> web.Response:
     w = base.window
     try:
         rows = await store.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                     limit=limit, offset=offset)
+                                     limit=limit, offset=offset, metrics=metrics)
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's).
             everyone = {r["key"]: r["visitors"] for r in await store.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
-                limit=BREAKDOWN_MAX, offset=0)}
+                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",))}
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
