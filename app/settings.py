@@ -61,6 +61,8 @@ class Settings:
     custom_sql_max_bytes: int = 8 * 1024 * 1024
     smtp_url: str | None = None
     smtp_from: str = "Tally Reports <reports@tally.localhost>"
+    # Data sources: CIDRs or host names that production sources may reach although private/loopback.
+    sources_allow_hosts: tuple[str, ...] = ()
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
     # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server
     # per-query bounds, and the mirror's period and batch size.
@@ -72,8 +74,6 @@ class Settings:
     analytics_max_memory_mb: int = 1024
     mirror_interval_ms: int = 500
     mirror_batch: int = 20_000
-    # Data sources: CIDRs or host names that production sources may reach although private/loopback.
-    sources_allow_hosts: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
     @property
@@ -124,13 +124,13 @@ class Settings:
             ip_events_per_min=_int("TALLY_IP_EVENTS_PER_MIN", 600),
             doh_url=os.environ.get("TALLY_DOH_URL") or "https://cloudflare-dns.com/dns-query",
             geoip_db=os.environ.get("TALLY_GEOIP_DB") or None,
+            sources_allow_hosts=allow,
             analytics_url=os.environ.get("TALLY_ANALYTICS_URL") or None,
             analytics_cluster=os.environ.get("TALLY_ANALYTICS_CLUSTER") or None,
             analytics_database=os.environ.get("TALLY_ANALYTICS_DATABASE") or "tally",
             analytics_max_threads=max(1, _int("TALLY_ANALYTICS_MAX_THREADS", 2)),
             analytics_max_memory_mb=max(64, _int("TALLY_ANALYTICS_MAX_MEMORY_MB", 1024)),
             mirror_interval_ms=max(10, _int("TALLY_MIRROR_INTERVAL_MS", 500)),
-            sources_allow_hosts=allow,
         )
 
 

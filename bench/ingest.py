@@ -1,6 +1,6 @@
 """Ingestion benchmark: durable Tally ingestion beside a hello-world server and raw COPY, one run.
 
-    .venv/bin/python bench/ingest.py [--duration 5] [--connections 64] [--rounds 3] [--redis URL]
+    .venv/bin/python bench/ingest.py [--duration 5] [--connections 64] [--rounds 3] [--redis URL] [--ref REV]
 
 Needs wrk (apt-get install wrk) and a PostgreSQL server (BENCH_PG, default the local one). Creates and
 drops its own database. The method is an outsider's: `wrk -t2 -c64`, 5-second rounds alternating with a
@@ -9,6 +9,11 @@ workspace on the default (free) plan, so no key passes the spec's 1,000 requests
 random user ids; the site load has its per-IP and per-site limits off and sends a desktop Chrome
 User-Agent, an Origin and a referrer. The batch and overload rows use one enterprise key with limits far
 above the load, so they measure ingestion rather than rate limiting.
+
+`--ref REV` also runs Tally as of git revision REV (a detached worktree, its own database and migrations)
+in the same rounds, alternating which goes first, so a change is compared with the code before it on the
+same machine in the same minutes. While Tally's own rounds run, /readyz is polled for the analytics
+mirror's lag (how long committed events wait to reach the analytics store).
 """
 
 from __future__ import annotations
@@ -100,14 +105,42 @@ class RssSampler(threading.Thread):
             time.sleep(0.1)
 
 
-def wrk(url: str, script: str, duration: int, connections: int, pid: int) -> dict:
+class LagSampler(threading.Thread):
+    """Polls /readyz for the analytics mirror's lag while `active` (builds without the mirror report none)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.samples, self.active = f"http://127.0.0.1:{port}/readyz", [], False
+
+    def run(self) -> None:
+        import urllib.request
+
+        while True:
+            if not self.active:
+                time.sleep(0.05)
+                continue
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as resp:
+                    lag = orjson.loads(resp.read()).get("analytics", {}).get("lag_seconds")
+                if lag is not None:
+                    self.samples.append(float(lag))
+            except OSError:
+                pass
+            time.sleep(0.2)
+
+
+def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: LagSampler | None = None) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
     sampler = RssSampler(pid)
     sampler.start()
+    if lag is not None:
+        lag.active = True
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", f.name, url],
                          capture_output=True, text=True, check=True).stdout
     sampler.running = False
+    if lag is not None:
+        lag.active = False
     os.unlink(f.name)
 
     def ms(label: str) -> float:
@@ -123,8 +156,9 @@ def wrk(url: str, script: str, duration: int, connections: int, pid: int) -> dic
             "socket_errors": errors.group(1) if errors else "", "rss_mb": sampler.peak / 2**20}
 
 
-def start(cmd: list[str], env: dict, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd: list[str], env: dict, port: int, cwd: Path | None = None) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=cwd)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -167,11 +201,13 @@ async def raw_copy(dsn: str, workspace_id: int, duration: float, batch: int, con
     return copied / (time.monotonic() - started)
 
 
-async def setup(dsn: str) -> tuple[list[str], str, int]:
-    """32 free-plan keys for single events; one enterprise key (another workspace) for batches."""
+async def setup(dsn: str, *, migrated: bool = False) -> tuple[list[str], str, int]:
+    """32 free-plan keys for single events; one enterprise key (another workspace) for batches. A database
+    `migrated` by another revision's code gets its keys from this one (the key tables have not changed)."""
     conn = await asyncpg.connect(dsn)
     await init_connection(conn)
-    await migrate(conn)
+    if not migrated:
+        await migrate(conn)
     free_keys = [(await create_key(conn, workspace="bench", scopes=["read", "write"], test=False,
                                    name=f"bench-{i}", expires_at=None))[1] for i in range(KEYS)]
     _, batch_key = await create_key(conn, workspace="bench-batch", scopes=["read", "write"], test=False,
@@ -196,14 +232,18 @@ def main() -> None:
                         help="hello-world / single-event / site rounds, interleaved (the machine drifts)")
     parser.add_argument("--redis", default="", metavar="URL",
                         help="run Tally with this REDIS_URL (shared limits, sessions, realtime)")
+    parser.add_argument("--ref", default="", metavar="REV",
+                        help="also run Tally at this git revision in the same rounds, for an A/B in one run")
     args = parser.parse_args()
 
     name = f"tally_bench_{secrets.token_hex(4)}"
     asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
     dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
     procs: list[subprocess.Popen] = []
-    rounds: dict[str, list[dict]] = {"hello": [], "single": [], "site": []}
+    rounds: dict[str, list[dict]] = {"hello": [], "single": [], "site": [], "ref_single": [], "ref_site": []}
     results: list[tuple[str, dict, int]] = []
+    ref_dir, ref_name = Path(tempfile.mkdtemp(prefix="tally-ref-")) / "tree", f"{name}_ref"
+    data_dir = tempfile.mkdtemp(prefix="tally-bench-data-")
     try:
         free_keys, batch_key, workspace_id = asyncio.run(setup(dsn))
         hello_port, tally_port = free_port(), free_port()
@@ -212,10 +252,25 @@ def main() -> None:
         # All load comes from one loopback address: the per-IP and per-site drop limits would otherwise
         # turn the site endpoint's numbers into a measurement of silent drops.
         env = {"DATABASE_URL": dsn, "TALLY_ACCESS_LOG": "0", "TALLY_ENV": "development", "REDIS_URL": args.redis,
-               "TALLY_IP_EVENTS_PER_MIN": "0", "TALLY_SITE_EVENTS_PER_MIN": "0"}
-        tally = start([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(tally_port)],
-                      env, tally_port)
+               "TALLY_IP_EVENTS_PER_MIN": "0", "TALLY_SITE_EVENTS_PER_MIN": "0", "TALLY_DATA_DIR": data_dir}
+        serve = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port"]
+        tally = start([*serve, str(tally_port)], env, tally_port, cwd=ROOT)
         procs.append(tally)
+        lag = LagSampler(tally_port)
+        lag.start()
+        ref = ref_keys = None
+        if args.ref:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), args.ref], check=True,
+                           capture_output=True)
+            asyncio.run(_admin(f'CREATE DATABASE "{ref_name}"'))
+            ref_dsn = urlparse(ADMIN)._replace(path=f"/{ref_name}").geturl()
+            ref_env = {**env, "DATABASE_URL": ref_dsn, "TALLY_DATA_DIR": tempfile.mkdtemp(prefix="tally-bench-ref-")}
+            subprocess.run([sys.executable, "-m", "app", "migrate"], cwd=ref_dir, env={**os.environ, **ref_env},
+                           check=True, capture_output=True)
+            ref_keys, _, _ = asyncio.run(setup(ref_dsn, migrated=True))
+            ref_port = free_port()
+            ref = start([*serve, str(ref_port)], ref_env, ref_port, cwd=ref_dir)
+            procs.append(ref)
         d, c = args.duration, args.connections
         single = SINGLE_LUA % ", ".join(f'"{k}"' for k in free_keys)
         batch = STATIC_LUA % ("application/json", batch_key, batch_body(500))
@@ -229,21 +284,31 @@ def main() -> None:
             raise RuntimeError(f"the site endpoint answered {site_probe}, not 202")
         # The hello-world rate on a shared 2-core VM drifts by tens of percent from minute to minute, so
         # each round measures the baseline right before the two durable endpoints.
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             rounds["hello"].append(wrk(f"http://127.0.0.1:{hello_port}/", single, d, c, hello.pid))
-            rounds["single"].append(wrk(f"http://127.0.0.1:{tally_port}/v1/events", single, d, c, tally.pid))
-            rounds["site"].append(wrk(f"http://127.0.0.1:{tally_port}/api/service/event", site, d, c, tally.pid))
+            runs = [("", tally_port, tally, single, lag)]
+            if ref is not None:  # which of the two goes first alternates, against drift within a round
+                ref_single = SINGLE_LUA % ", ".join(f'"{k}"' for k in ref_keys)
+                runs.insert(i % 2, ("ref_", ref_port, ref, ref_single, None))
+            for prefix, port, proc, script, sampler in runs:
+                rounds[prefix + "single"].append(wrk(f"http://127.0.0.1:{port}/v1/events", script, d, c, proc.pid,
+                                                     sampler))
+            for prefix, port, proc, _, sampler in runs:
+                rounds[prefix + "site"].append(wrk(f"http://127.0.0.1:{port}/api/service/event", site, d, c,
+                                                   proc.pid, sampler))
         results.append(("hello-world POST (baseline)", median_run(rounds["hello"]), 1))
         results.append(("POST /v1/events (durable)", median_run(rounds["single"]), 1))
         results.append(("POST /api/service/event (durable)", median_run(rounds["site"]), 1))
+        if ref is not None:
+            results.append((f"POST /v1/events at {args.ref}", median_run(rounds["ref_single"]), 1))
+            results.append((f"POST /api/service/event at {args.ref}", median_run(rounds["ref_site"]), 1))
         results.append(("POST /v1/events/batch x500", wrk(f"http://127.0.0.1:{tally_port}/v1/events/batch", batch,
                                                           d, c, tally.pid), 500))
         # Overload: a client sending far more than the database takes. The mailbox bound turns the excess
         # into 503s, so memory stays flat instead of growing with the backlog.
         tally.terminate()
         tally.wait(timeout=60)
-        small = start([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(tally_port)],
-                      {**env, "TALLY_MAILBOX_EVENTS": "5000"}, tally_port)
+        small = start([*serve, str(tally_port)], {**env, "TALLY_MAILBOX_EVENTS": "5000"}, tally_port, cwd=ROOT)
         procs.append(small)
         results.append(("overload: batch x500, 256 conns, mailbox 5k",
                         wrk(f"http://127.0.0.1:{tally_port}/v1/events/batch", batch, d, 256, small.pid), 500))
@@ -257,33 +322,50 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(timeout=60)
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        if args.ref:
+            asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{ref_name}" WITH (FORCE)'))
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref_dir)], capture_output=True)
 
     print(f"\nwrk -t2 -c{args.connections} -d{args.duration}s on loopback, {os.cpu_count()} cores; "
           f"single-event and site bodies ~100 B, batch body 500 events; "
           f"state {'in Redis' if args.redis else 'in process'}\n")
     print("per round: hello-world req/s, then each durable endpoint's req/s and p99 ms, and its share of that round's "
           "hello-world rate")
-    for i, (h, one, s) in enumerate(zip(rounds["hello"], rounds["single"], rounds["site"], strict=True), 1):
-        print(f"  round {i}: hello {h['rps']:7.0f} | /v1/events {one['rps']:6.0f} p99 {one['p99']:6.1f} "
-              f"({one['rps'] / h['rps']:.0%}) | site {s['rps']:6.0f} p99 {s['p99']:6.1f} ({s['rps'] / h['rps']:.0%})")
-    shares = {k: sorted(r["rps"] / h["rps"] for r, h in zip(rounds[k], rounds["hello"], strict=True))
-              for k in ("single", "site")}
-    median_share = {k: v[len(v) // 2] for k, v in shares.items()}
-    print(f"\nmedians of {args.rounds} rounds for the first three rows; 'vs baseline' is the median per-round share\n")
-    print(f"{'target':36} {'req/s':>9} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
+    for i, h in enumerate(rounds["hello"]):
+        line = f"  round {i + 1}: hello {h['rps']:7.0f}"
+        for key, label in (("single", "/v1/events"), ("site", "site"), ("ref_single", "ref /v1/events"),
+                           ("ref_site", "ref site")):
+            if rounds[key]:
+                r = rounds[key][i]
+                line += f" | {label} {r['rps']:6.0f} p99 {r['p99']:6.1f} ({r['rps'] / h['rps']:.0%})"
+        print(line)
+    median_share = {k: _median([r["rps"] / h["rps"] for r, h in zip(rounds[k], rounds["hello"], strict=True)])
+                    for k in rounds if k != "hello" and rounds[k]}
+    print(f"\nmedians of {args.rounds} rounds for the per-request rows; 'vs baseline' is the median per-round share\n")
+    print(f"{'target':44} {'req/s':>9} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} "
           f"{'peak RSS MB':>11} {'vs baseline':>12}")
     for label, r, per in results:
         events = r["rps"] * per * (r["requests"] - r["non2xx"]) / max(r["requests"], 1)  # acknowledged only
         if label.startswith("hello"):
             versus = "100% req"
         elif per == 1:
-            versus = f"{median_share['single' if '/v1/' in label else 'site']:.0%} req"
+            at_ref = bool(args.ref) and label.endswith(f" at {args.ref}")
+            key = ("ref_" if at_ref else "") + ("single" if "/v1/" in label else "site")
+            versus = f"{median_share[key]:.0%} req"
         else:
             versus = f"{events / copy_rate:.0%} COPY"
-        print(f"{label:36} {r['rps']:9.0f} {events:10.0f} {r['p50']:8.2f} {r['p99']:8.2f} {r['non2xx']:8d} "
+        print(f"{label:44} {r['rps']:9.0f} {events:10.0f} {r['p50']:8.2f} {r['p99']:8.2f} {r['non2xx']:8d} "
               f"{r['rss_mb']:11.0f} {versus:>12}")
-    print(f"{'raw copy_records_to_table x500 (2 conns)':36} {'':>9} {copy_rate:10.0f}")
-    print(f"{'  same into a bare table (for scale)':36} {'':>9} {bare_rate:10.0f}")
+    print(f"{'raw copy_records_to_table x500 (2 conns)':44} {'':>9} {copy_rate:10.0f}")
+    print(f"{'  same into a bare table (for scale)':44} {'':>9} {bare_rate:10.0f}")
+    if lag.samples:
+        ordered = sorted(lag.samples)
+        print(f"\nanalytics mirror lag during Tally's per-request rounds ({len(ordered)} /readyz samples): "
+              f"p50 {_median(ordered):.2f} s, p99 {ordered[int(len(ordered) * 0.99)]:.2f} s, max {ordered[-1]:.2f} s")
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 async def _admin(sql: str, dsn: str = ADMIN) -> None:

@@ -46,7 +46,7 @@ def bq_source(url: str, key: dict, **options) -> dict:
 async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, monkeypatch, caplog):
     fake, url, key = bq
     caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="urllib3")  # clickhouse-connect sets it to WARNING on import
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # clickhouse-connect turns it down to WARNING
     monkeypatch.setattr("app.sources.bigquery.PAGE", 2)  # several result pages from a handful of rows
     add_signups(fake, (1, "u1", "free", "2024-03-01T10:00:00Z"), (2, "u2", "pro", "2024-03-02T10:00:00Z"),
                 (3, "u1", "pro", "2024-03-03T10:00:00Z"), (4, "u3", "team", "2024-03-03T11:00:00Z"),
@@ -101,6 +101,7 @@ async def test_bigquery_query_with_properties_mapping(client, make_key, bq):
 async def test_bigquery_failures_end_in_error_with_a_reason(client, make_key, bq, case, caplog):
     _, url, key = bq
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # clickhouse-connect turns it down to WARNING
     source = bq_source(url, key)
     if case == "bad_key":  # a key Google never issued: its JWT signature does not verify
         source["credentials"]["service_account_key"], _ = new_service_account(f"{url}/token")

@@ -103,6 +103,7 @@ def snow_source(url: str, database: str, password: str = PASSWORD, **options) ->
 async def test_snowflake_first_sync_then_incremental(client, make_key, warehouse, monkeypatch, caplog):
     url, database = warehouse
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # clickhouse-connect turns it down to WARNING
     monkeypatch.setattr("app.sources.snowflake.PAGE", 2)
     await add_signups(url, database, (1, "s1", "free", "2024-03-01 10:00:00"), (2, "s2", "pro", "2024-03-02 10:00:00"),
                       (3, "s1", "pro", "2024-03-03 10:00:00"))
@@ -153,6 +154,7 @@ async def test_snowflake_query_event_column_and_mapping(client, make_key, wareho
 async def test_snowflake_failures_end_in_error_with_a_reason(client, make_key, warehouse, case, caplog):
     url, database = warehouse
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")  # clickhouse-connect turns it down to WARNING
     password = "Wrong-Snow-pw-777" if case == "bad_password" else PASSWORD
     source = snow_source(url, database, password=password)
     if case == "unreachable":

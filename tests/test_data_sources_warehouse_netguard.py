@@ -71,6 +71,24 @@ async def test_snowflake_host_is_checked(client, production, make_key, database_
     await refused(prod, admin, snow_source("https://localhost", "DB"))
 
 
+async def test_snowflake_https_name_outside_snowflake_is_refused_even_in_development(client, make_key):
+    """Over https the connector connects by name, after the check: a name whose DNS the tenant controls
+    could answer differently by then, so only Snowflake's own domain (or an allow-listed host) is used."""
+    admin = await make_key("admin,read")
+    await refused(client, admin, snow_source("https://localhost:8443", "DB"))
+
+
+async def test_snowflake_account_cannot_smuggle_another_host(client, make_key):
+    admin = await make_key("admin,read")
+    for account in ("evil.example/x?", "evil.example#", "user@evil.example", "evil.example:8443"):
+        body = snow_source("", "DB")
+        body["credentials"]["account"] = account
+        del body["options"]["base_url"]
+        resp = await client.post("/v1/data-sources", json=body, headers=bearer(admin))
+        assert resp.status == 400, (account, await resp.text())
+    assert (await (await client.get("/v1/data-sources", headers=bearer(admin))).json())["data"] == []
+
+
 async def test_salesforce_instance_from_the_token_answer_is_checked(client, make_key, database_url):
     fake = FakeSalesforce()
     server = await serve(fake.app())

@@ -98,7 +98,9 @@ class BigQueryCredentials(Secret):
 
 class SnowflakeCredentials(Secret):
     secret_fields: ClassVar[tuple[str, ...]] = ("password",)
-    account: Text
+    # An account identifier (`xy12345.eu-west-1`, `myorg-myaccount`): it becomes the first labels of the
+    # host name, so nothing that could end or redirect a URL's authority (`/`, `?`, `#`, `@`, `:`).
+    account: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")]
     warehouse: Text
     database: Text
     username: Text

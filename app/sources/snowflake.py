@@ -18,6 +18,7 @@ from snowflake.connector import DictCursor
 from snowflake.connector.errors import DatabaseError, Error, OperationalError
 
 from app.sources.base import SourceError
+from app.sources.netguard import DestinationRefused
 from app.sources.schemas import SnowflakeCredentials
 from app.sources.sql import PAGE, SqlConnector
 
@@ -25,6 +26,7 @@ T = TypeVar("T")
 # Snowflake's error numbers for "could not connect" (network) and "login refused".
 UNREACHABLE = {250003, 251011, 251012}
 QUERY_WAIT_SECONDS = 600
+SNOWFLAKE_DOMAIN = ".snowflakecomputing.com"
 SESSION = {"CLIENT_OUT_OF_BAND_TELEMETRY_ENABLED": False, "QUERY_TAG": "tally-import"}
 
 
@@ -54,10 +56,16 @@ class SnowflakeConnector(SqlConnector):
 
     def checked_target(self) -> tuple[str, int, str]:
         """The target, its host checked by the network policy (DestinationRefused if refused). Over plain
-        http the checked address itself is used; over https the name stays, as TLS verifies it."""
+        http the checked address itself is used. Over https the connector connects by name (TLS verifies
+        it), so a name whose DNS the tenant controls could answer differently after the check: only names
+        in Snowflake's own domain (private links included) or hosts the operator allow-listed are used."""
         host, port, protocol = self.target()
         address = self.guard.resolve_sync(host, port)[0]
-        return (address if protocol == "http" else host), port, protocol
+        if protocol == "http":
+            return address, port, protocol
+        if not (host.lower().endswith(SNOWFLAKE_DOMAIN) or host.lower() in self.guard.allow_hosts):
+            raise DestinationRefused
+        return host, port, protocol
 
     # --- blocking side (worker thread) ---------------------------------------------------------------
     def _connect(self) -> snowflake.connector.SnowflakeConnection:
