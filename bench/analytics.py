@@ -124,13 +124,15 @@ async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
                                  "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")
     pg_heap = await conn.fetchval("SELECT sum(pg_table_size(c.oid)) FROM pg_inherits i "
                                   "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")
-    ch = (await db.query("SELECT sum(bytes_on_disk), sum(data_uncompressed_bytes) FROM system.parts "
-                         "WHERE database = {d:String} AND table = 'site_events' AND active", {"d": db.database}))[0]
+    ch, sessions = [(await db.query("SELECT sum(bytes_on_disk), sum(data_uncompressed_bytes) FROM system.parts "
+                                    "WHERE database = {d:String} AND table = {t:String} AND active",
+                                    {"d": db.database, "t": t}))[0] for t in ("site_events", "site_sessions")]
     return ["| store | bytes on disk | bytes per event |", "|---|---:|---:|",
             f"| PostgreSQL events (heap + TOAST) | {pg_heap:,} | {pg_heap / total:.0f} |",
             f"| PostgreSQL events (with its indexes) | {pg_all:,} | {pg_all / total:.0f} |",
             f"| ClickHouse site_events (compressed) | {ch[0]:,} | {ch[0] / total:.1f} |",
-            f"| ClickHouse site_events (uncompressed) | {ch[1]:,} | {ch[1] / total:.0f} |"]
+            f"| ClickHouse site_events (uncompressed) | {ch[1]:,} | {ch[1] / total:.0f} |",
+            f"| ClickHouse site_sessions (compressed) | {sessions[0]:,} | {sessions[0] / total:.1f} |"]
 
 
 async def main() -> None:
@@ -158,7 +160,8 @@ async def main() -> None:
         rebuild_s = time.perf_counter() - started
         print(f"rebuild: {written:,} events in {rebuild_s:.0f} s ({written / rebuild_s:,.0f} events/s)",
               file=sys.stderr)
-        await db.command("OPTIMIZE TABLE bench.site_events FINAL")  # as merges leave it after a while
+        for merged in ("site_events", "site_sessions"):  # as background merges leave them after a while
+            await db.command(f"OPTIMIZE TABLE bench.{merged} FINAL")
 
         w = window_for("30d")
         first, last = w.buckets("day")

@@ -1,10 +1,11 @@
 """Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
 time series and top lists, under any combination of filters from storage/site_filters.py.
 
-Every read uses FINAL, so a mirror batch written twice still counts once. Sessions are derived per query
-from the events (grouped by the 64-bit hash of the session id, with a 24-hour look-back so that a session
-is attributed to the window its first event falls in). Windows are [start, end) in UTC. SQL is assembled
-from constant fragments; every value is a bound parameter.
+Every count reads site_events with FINAL, so a mirror batch written twice still counts once. Visits,
+bounces and durations come from the session-day rows the engine keeps (site_sessions, idempotent min/max
+states, see sessions_of), a session being attributed to the window its first event falls in; entry and
+exit pages are still derived per query from the events (a 24-hour look-back). Windows are [start, end)
+in UTC. SQL is assembled from constant fragments; every value is a bound parameter.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage.clickhouse import AnalyticsStore, Params
+from storage.clickhouse import PV_MAX, PV_MIN, AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, METRICS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
@@ -26,6 +27,7 @@ SESSION_LOOKBACK = timedelta(hours=24)
 _COLUMN = {d: c for d, c in DIMENSIONS.items() if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
 _ENTRY = "argMinIf(page, (ts, id), name = 'pageview' AND page != '')"
 _EXIT = "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')"
+_TS = "DateTime64(6, 'UTC')"
 _UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
 
@@ -162,6 +164,30 @@ async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: date
 
 # --- sessions ---------------------------------------------------------------------------------------
 
+def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
+                started_in_window: bool = True) -> str:
+    """A subquery of sessions (session, f, l, pf, pl: first and last event, least and greatest pageview id
+    hash, equal when exactly one pageview) over their events from the day before `start`'s (the look-back)
+    to `end`; with `started_in_window`, only those whose first event is at or after `start`.
+
+    Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
+    `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
+    days, table = store.table("site_sessions"), store.table("site_events")
+    site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
+    first_day = start.astimezone(UTC).date() - timedelta(days=1)
+    last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
+    tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
+    having = f" HAVING f >= {q.bind(start, _TS)}" if started_in_window else ""
+    return (
+        "(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM ("
+        f"SELECT session, first, last, pv_min, pv_max FROM {days} WHERE site_id = {site} "
+        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
+        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX} FROM {table} WHERE site_id = {site} "
+        f"AND ts >= {q.bind(tail, _TS)} AND ts < {hi} "
+        f"AND session != 0) GROUP BY session{having})"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SessionStats:
     sessions: int
@@ -174,21 +200,11 @@ async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, en
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
     q, table = Params(), store.table("site_events")
     terms = filters.terms()
-    site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
-    lo, lookback = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
-    having = f"first >= {lo}"
+    sql = ("SELECT count(), countIf(pf = pl), if(count() = 0, 0, avg(dateDiff('microsecond', f, l)) / 1000) "
+           f"FROM {sessions_of(q, store, site_id, start, end)}")
     if terms:
-        sub = Params()
-        sub.params = q.params
-        match = where(sub, table, site_id, start, end, terms)
-        having += f" AND countIf({match}) > 0"
-    rows = await store.query(
-        "SELECT count(), countIf(pageviews = 1), if(count() = 0, 0, avg(duration_us) / 1000) FROM ("
-        "SELECT session, min(ts) AS first, countIf(name = 'pageview') AS pageviews, "
-        "dateDiff('microsecond', min(ts), max(ts)) AS duration_us "
-        f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {lookback} AND ts < {hi} AND session != 0 "
-        f"GROUP BY session HAVING {having})", q.params)
-    sessions, bounces, avg_ms = rows[0]
+        sql += f" WHERE session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
+    sessions, bounces, avg_ms = (await store.query(sql, q.params))[0]
     return SessionStats(sessions, bounces, float(avg_ms))
 
 
@@ -232,6 +248,55 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
         f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
         f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}", q.params)
     return [(k, c) for k, c, _ in rows], (rows[0][2] if rows else 0)
+
+
+async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
+                   interval: str, first: datetime, last: datetime, domain: str | None, limit: int,
+                   filters: Filters) -> tuple[Totals, SessionStats, dict[str, tuple[list[tuple[str, int]], int]],
+                                              list[tuple[datetime, int]]]:
+    """The whole overview in two queries instead of six (chDB runs one query at a time): the totals and
+    the session statistics in one, the three top lists and the series in one scan (GROUPING SETS).
+    The same numbers as totals(), session_stats(), top() and series()."""
+    q, table = Params(), store.table("site_events")
+    terms = filters.terms()
+    sessions = (f"SELECT count() AS visits, countIf(pf = pl) AS bounces, if(count() = 0, 0, "
+                f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM {sessions_of(q, store, site_id, start, end)}")
+    if terms:
+        matching = where(q, table, site_id, start, end, terms)
+        sessions += f" WHERE session IN (SELECT session FROM {table} WHERE {matching})"
+    head = (await store.query(
+        "SELECT * FROM (SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) "
+        f"FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}) AS t CROSS JOIN ({sessions}) AS s",
+        q.params))[0]
+
+    q = Params()
+    cond = where(q, table, site_id, start, end, [*filters.without_name().terms(), Filter("event", "==", name)])
+    referrer = "referrer_host"
+    if domain:
+        d = q.bind(domain.lower())
+        referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
+    buckets = int((last - first) / _STEP[interval]) + 1
+    rows = await store.query(
+        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT multiIf(p != '', 0, r != '', 1, "
+        "g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM (SELECT page AS p, "
+        f"{referrer} AS r, country AS g, toUnixTimestamp({_UNIT[interval]}) AS b, count() AS c FROM {table} FINAL "
+        f"WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))) WHERE k != 4) "
+        f"ORDER BY k, c DESC, key, b LIMIT {q.bind(max(limit, buckets), 'UInt32')} BY k", q.params)
+    tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
+    counts: dict[int, int] = {}
+    for k, b, c, total, key in rows:
+        if k == 3:
+            counts[b] = c
+        else:
+            listed, _ = tops[TOP_DIMENSIONS[k]]
+            if len(listed) < limit:
+                listed.append((key, c))
+            tops[TOP_DIMENSIONS[k]] = (listed, total)
+    points, at = [], first
+    while at <= last:
+        points.append((at, counts.get(int(at.timestamp()), 0)))
+        at += _STEP[interval]
+    return (Totals(*head[:3]), SessionStats(head[3], head[4], float(head[5])), tops, points)
 
 
 async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
@@ -280,7 +345,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
                     metrics: Collection[str] = METRICS) -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
     Event dimensions count matching events; entry/exit pages group the visits that started in the window.
-    For event dimensions the bounce rate and visit duration (a second query, over every visit of the
+    For event dimensions the bounce rate and visit duration (a second query, joining the visits of the
     window) are only computed when `metrics` asks for them; otherwise they read 0."""
     table = store.table("site_events")
     if prop == "goal":
@@ -317,15 +382,12 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         q2 = Params()
         key2 = _key_expr(q2, prop)
         cond2 = where(q2, table, site_id, start, end, filters.terms())
-        site, hi = q2.bind(site_id), q2.bind(end, "DateTime64(6, 'UTC')")
-        back = q2.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
         for k, n, b, d in await store.query(
-                f"SELECT k.key, count(), countIf(s.pv = 1), avg(s.dur) FROM (SELECT DISTINCT {key2} AS key, "
-                f"session FROM {table} FINAL WHERE {cond2} AND session != 0 "
-                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN (SELECT session, "
-                "countIf(name = 'pageview') AS pv, dateDiff('microsecond', min(ts), max(ts)) AS dur "
-                f"FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} AND session != 0 "
-                "GROUP BY session) AS s ON s.session = k.session GROUP BY k.key", q2.params):
+                f"SELECT k.key, count(), countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM ("
+                f"SELECT DISTINCT {key2} AS key, session FROM {table} WHERE {cond2} AND session != 0 "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN "
+                f"{sessions_of(q2, store, site_id, start, end, started_in_window=False)} AS s "
+                "ON s.session = k.session GROUP BY k.key", q2.params):
             out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
             out[k]["visit_duration"] = round(d / 1000)
     return list(out.values())

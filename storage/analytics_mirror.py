@@ -9,7 +9,8 @@ uses FINAL, so nothing counts twice. Erasures are queued the same way (`analytic
 in a round after its inserts, so a batch read before an erasure committed cannot bring the user back.
 
 `rebuild` derives the store from the `events` table alone: every column the reads need (page key,
-referrer host, visitor hash) is computed here, from the stored event, by the same functions.
+referrer host, visitor hash) is computed here, from the stored event, by the same functions; the
+store's materialized view derives the session-day rows (`site_sessions`) from those inserts.
 """
 
 from __future__ import annotations
@@ -165,9 +166,11 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
                   chunk: int = 50_000) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild."""
-    for name in ("site_events", "keyed_events"):
+    for name in ("site_sessions", "site_events", "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
+        elif name == "site_sessions":  # whole days: the day of `since` is derived again below
+            await store.delete_where(name, "day >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         else:
             await store.delete_where(name, "ts >= {s:DateTime64(6, 'UTC')}", {"s": since})
     written = 0
@@ -184,4 +187,6 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
                 written += await write_events(store, batch)
                 batch = []
         written += await write_events(store, batch)
+    if since is not None:  # the sessions of the day of `since` also hold events from before it
+        await asyncio.to_thread(store.backfill_sessions_sync, since)
     return written

@@ -68,7 +68,7 @@ SITE_TABLE = f"""
     name {_LC},
     session UInt64,
     visitor UInt64,
-    page String,
+    page {_LC},
     referrer String,
     referrer_host String,
     country {_LC},
@@ -98,7 +98,36 @@ ENGINE = {{engine}}
 PARTITION BY toYYYYMM(ts)
 ORDER BY (workspace_id, env, name, ts, id)
 """
-TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)"), "keyed_events": (KEYED_TABLE, "workspace_id")}
+# Sessions kept by the engine, one row per (site, UTC day, session): the first and last event of the
+# session on that day and the least and greatest 64-bit hash of its pageviews' event ids. A materialized
+# view fills it from every insert into site_events; the AggregatingMergeTree merges the rows of one key
+# with min/max, which are idempotent, so a mirror batch written twice changes nothing. No count is kept:
+# "exactly one pageview" is "least = greatest pageview id hash" (no pageview: greatest 0 < least max).
+SESSIONS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    session UInt64,
+    first SimpleAggregateFunction(min, DateTime64(6, 'UTC')),
+    last SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
+    pv_min SimpleAggregateFunction(min, UInt64),
+    pv_max SimpleAggregateFunction(max, UInt64)
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day, session)
+"""
+PV_MIN = "if(name = 'pageview', cityHash64(id), 18446744073709551615)"
+PV_MAX = "if(name = 'pageview', cityHash64(id), 0)"
+# The session-day states of site_events rows (the view's query, and the backfill's).
+SESSION_STATES = (
+    "SELECT site_id, toDate(ts) AS day, session, min(ts) AS first, max(ts) AS last, "
+    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max "
+    "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
+)
+TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
+          "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
+          "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree")}
 
 
 class StoreBusy(RuntimeError):
@@ -156,14 +185,43 @@ class AnalyticsStore:
 
     def ensure_schema(self) -> None:
         self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
-        for name, (body, shard_key) in TABLES.items():
+        new_sessions = not self.client.command(f"EXISTS TABLE {self.local_table('site_sessions')}")
+        for name, (body, shard_key, engine) in TABLES.items():
             self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
-                              + body.format(engine="ReplacingMergeTree"))
+                              + body.format(engine=engine))
             if self.cluster:
                 self.command_sync(
                     f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
                     f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
                 )
+        # Filters run functions on the page (contains, wildcards): on a LowCardinality column they run once
+        # per distinct page of a part. Stores created before it get the column converted (a mutation).
+        if self.client.command(f"SELECT type FROM system.columns WHERE database = '{self.database}' "
+                               f"AND table = '{self.local_table('site_events').split('.')[1]}' AND name = 'page'") \
+                == "String":
+            self.command_sync(f"ALTER TABLE {self.local_table('site_events')}{self.on_cluster} "
+                              f"MODIFY COLUMN page {_LC}")
+            if self.cluster:
+                self.command_sync(f"ALTER TABLE {self.table('site_events')}{self.on_cluster} MODIFY COLUMN page {_LC}")
+        # On the local tables: in cluster mode each shard keeps the sessions of its own sites.
+        self.command_sync(
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_sessions_mv{self.on_cluster} "
+            f"TO {self.local_table('site_sessions')} AS "
+            + SESSION_STATES.format(source=self.local_table("site_events")))
+        if new_sessions:  # a store from before the sessions table: derive it from the events it holds
+            self.backfill_sessions_sync()
+
+    def backfill_sessions_sync(self, since: datetime | None = None) -> None:
+        """(Re)derive the session-day rows of every day from `since`'s (all days when None) from site_events.
+        Rows the view writes meanwhile are merged with these by min/max, so running both is harmless."""
+        # Through the Distributed tables in cluster mode: the rows land on their site's shard, as events do.
+        source = self.table("site_events")
+        params: dict[str, Any] = {}
+        if since is not None:
+            source = f"(SELECT * FROM {source} WHERE ts >= toStartOfDay({{s:DateTime64(6, 'UTC')}}))"
+            params["s"] = since
+        self.command_sync(f"INSERT INTO {self.table('site_sessions')} "
+                          + SESSION_STATES.format(source=source), params)
 
     async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
         """A synchronous lightweight DELETE: rows are gone from every read once this returns."""

@@ -116,6 +116,7 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
 
         raw = await conn.fetch(f"SELECT path, referrer, country FROM events WHERE {scope} AND name = $4",
                                *args, name)
+        tops = {}
         for dim, key in (("p", lambda r: page_key(r["path"])), ("c", lambda r: r["country"] or ""),
                          ("r", lambda r: referrer_host(r["referrer"]))):
             counts: dict[str, int] = {}
@@ -128,6 +129,12 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
             got_rows, total = await store.top(db, site_id, w.start, w.end, dim=dim, name=name,
                                               domain=domain, limit=5, filters=filters)
             assert (got_rows, total) == (ranked, sum(counts.values())), dim
+            tops[dim] = (got_rows, total)
+
+        # The overview's combined queries give exactly the numbers of the separate ones compared above.
+        assert await store.overview(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
+                                    last=last, domain=domain, limit=5, filters=filters) == (
+            await store.totals(db, site_id, w.start, w.end, filters), got, tops, points)
     finally:
         await conn.close()
 

@@ -54,12 +54,7 @@ async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: st
     return [point(bucket, value, interval) for bucket, value in points]
 
 
-async def _headline(db: AnalyticsStore, site: Site, start: datetime, end: datetime, filters: store.Filters) -> dict:
-    try:
-        totals = await store.totals(db, site.id, start, end, filters)
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
-    sessions = await store.session_stats(db, site.id, start, end, filters)
+def headline(totals: store.Totals, sessions: store.SessionStats) -> dict:
     return {
         "totalEvents": totals.events,
         "totalPageviews": totals.pageviews,
@@ -70,22 +65,29 @@ async def _headline(db: AnalyticsStore, site: Site, start: datetime, end: dateti
     }
 
 
+async def _headline(db: AnalyticsStore, site: Site, start: datetime, end: datetime, filters: store.Filters) -> dict:
+    try:
+        totals = await store.totals(db, site.id, start, end, filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
+    return headline(totals, await store.session_stats(db, site.id, start, end, filters))
+
+
 async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters) -> dict:
     """The overview of a site."""
-    name = filters.name or "pageview"
-    body = await _headline(db, site, w.start, w.end, filters)
-    tops = {}
-    for dim in store.TOP_DIMENSIONS:
-        rows, total = await store.top(db, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
-                                      limit=TOP_DEFAULT, filters=filters)
-        tops[dim] = top_rows(rows, total)
-    series = await _series(db, site.id, w, w.unit, name, filters)
+    first, last = w.buckets(w.unit)
+    try:
+        totals, sessions, tops, points = await store.overview(
+            db, site.id, w.start, w.end, name=filters.name or "pageview", interval=w.unit, first=first, last=last,
+            domain=site.domain, limit=TOP_DEFAULT, filters=filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
     return {
-        **body,
-        "topPages": tops["p"],
-        "topReferrers": tops["r"],
-        "topCountries": tops["c"],
-        "timeSeries": series,
+        **headline(totals, sessions),
+        "topPages": top_rows(*tops["p"]),
+        "topReferrers": top_rows(*tops["r"]),
+        "topCountries": top_rows(*tops["c"]),
+        "timeSeries": [point(bucket, value, w.unit) for bucket, value in points],
         "range": w.range,
         "interval": w.unit,
     }

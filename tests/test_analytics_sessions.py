@@ -1,0 +1,110 @@
+"""Sessions kept by the engine (site_sessions, one row per site, day and session): visits, bounces and
+durations stay exact for sessions that cross midnight, the window's end or its start, after a
+`rebuild --since` in the middle of a day, and when an existing store gains the table (backfill) and its
+page column becomes LowCardinality."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from app.appkeys import ANALYTICS, MIRROR
+from storage import analytics as store
+from storage import analytics_mirror
+from storage.db import init_connection
+from storage.site_filters import Filter
+from tests.analytics_support import create_site, insert_events
+
+H, M = timedelta(hours=1), timedelta(minutes=1)
+
+
+async def edge_sessions(database_url: str, workspace: str) -> tuple[str, datetime, datetime, datetime]:
+    """Sessions around a window [day + 6 h, day + 1 d + 12 h); returns (site, day, start, end)."""
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        site_id, _, ws = await create_site(conn, workspace)
+        spec = [  # (session, name, offset from day, country)
+            ("a", "pageview", 5 * H, "US"), ("a", "pageview", 6 * H + 30 * M, "US"),  # began before the window
+            ("b", "pageview", 23 * H + 50 * M, "DE"), ("b", "pageview", 24 * H + 10 * M, "US"),  # crosses midnight
+            ("c", "pageview", 35 * H + 50 * M, "US"), ("c", "pageview", 36 * H + 10 * M, "US"),  # crosses the end
+            ("d", "pageview", 27 * H, "DE"), ("d", "click", 27 * H + 5 * M, "US"),  # one pageview
+            ("e", "click", 7 * H, "US"),  # no pageview
+            ("f", "pageview", 37 * H, "US"),  # after the window
+            ("g", "pageview", -1 * H, "US"), ("g", "pageview", 30 * M, "US"),  # began in the look-back day
+            ("h", "pageview", 8 * H, "DE"), ("h", "pageview", 8 * H, "DE"),  # two pageviews, one instant
+        ]
+        await insert_events(conn, site_id, ws, [
+            (f"evt_edge_{site_id}_{i}", name, "/", "", country, "v", f"{s}-{site_id}", day + offset, None)
+            for i, (s, name, offset, country) in enumerate(spec)])
+    finally:
+        await conn.close()
+    return site_id, day, day + 6 * H, day + 36 * H
+
+
+async def postgres_stats(database_url: str, site_id: str, start: datetime, end: datetime,
+                         extra: str = "") -> tuple[int, int, float]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        row = await conn.fetchrow(
+            "WITH s AS (SELECT session_id, min(ts) AS first, max(ts) AS last, "
+            "count(*) FILTER (WHERE name = 'pageview') AS pv FROM events WHERE site_id = $1 AND ts < $3 "
+            "GROUP BY session_id HAVING min(ts) >= $2) "
+            "SELECT count(*) AS n, count(*) FILTER (WHERE pv = 1) AS b, "
+            "coalesce(avg(extract(epoch FROM last - first) * 1000), 0)::float8 AS ms FROM s WHERE session_id IN "
+            f"(SELECT session_id FROM events WHERE site_id = $1 AND ts >= $2 AND ts < $3{extra})",
+            site_id, start, end)
+    finally:
+        await conn.close()
+    return row["n"], row["b"], round(row["ms"], 3)
+
+
+async def engine_stats(db, site_id: str, start: datetime, end: datetime, filters: store.Filters | None = None):
+    got = await store.session_stats(db, site_id, start, end, filters or store.Filters())
+    return got.sessions, got.bounces, round(got.avg_ms, 3)
+
+
+async def test_sessions_crossing_midnight_and_the_window_edges_match_postgresql(client, database_url, workspace):
+    site_id, _, start, end = await edge_sessions(database_url, workspace)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    # b, c, d, e, h: c counts only its pageview before the end (a bounce, 0 s), h has two pageviews.
+    assert await engine_stats(db, site_id, start, end) == (5, 2, 300_000.0)
+    assert await engine_stats(db, site_id, start, end) == await postgres_stats(database_url, site_id, start, end)
+    de = store.Filters(extra=(Filter("country", "==", "DE"),))
+    assert await engine_stats(db, site_id, start, end, de) == (3, 1, 500_000.0)  # b, d, h
+    assert await engine_stats(db, site_id, start, end, de) == await postgres_stats(
+        database_url, site_id, start, end, " AND country = 'DE'")
+
+
+async def test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact(client, database_url, workspace):
+    site_id, day, start, end = await edge_sessions(database_url, workspace)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    before = await engine_stats(db, site_id, start, end)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:  # e's only event is before `since`, on the same day as h's and b's after it
+        assert await analytics_mirror.rebuild(conn, db, since=day + 7 * H + 30 * M) >= 6
+    finally:
+        await conn.close()
+    assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
+
+
+async def test_a_store_without_the_sessions_table_derives_it_from_its_events(client, database_url, workspace):
+    site_id, _, start, end = await edge_sessions(database_url, workspace)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    await db.command(f"DROP VIEW {db.database}.site_sessions_mv")
+    await db.command(f"DROP TABLE {db.local_table('site_sessions')}")
+    with pytest.raises(Exception, match="site_sessions"):  # gone, as in a store from before it
+        await engine_stats(db, site_id, start, end)
+    await db.command(f"ALTER TABLE {db.local_table('site_events')} MODIFY COLUMN page String")  # as at first
+    await asyncio.to_thread(db.ensure_schema)
+    assert await engine_stats(db, site_id, start, end) == (5, 2, 300_000.0)
+    assert await db.query("SELECT type FROM system.columns WHERE database = {d:String} AND table = 'site_events' "
+                          "AND name = 'page'", {"d": db.database}) == [("LowCardinality(String)",)]
