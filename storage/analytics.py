@@ -11,13 +11,14 @@ in UTC. SQL is assembled from constant fragments; every value is a bound paramet
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
 from storage.clickhouse import PV_MAX, PV_MIN, AnalyticsStore, Params
-from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
+from storage.site_filters import DIMENSIONS, METRICS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
 _TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
@@ -340,9 +341,12 @@ def _key_expr(q: Params, prop: str) -> str:
 
 
 async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
-                    filters: Filters, goals: list[Goal], limit: int, offset: int) -> list[dict]:
+                    filters: Filters, goals: list[Goal], limit: int, offset: int,
+                    metrics: Collection[str] = METRICS) -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
-    Event dimensions count matching events; entry/exit pages group the visits that started in the window."""
+    Event dimensions count matching events; entry/exit pages group the visits that started in the window.
+    For event dimensions the bounce rate and visit duration (a second query, joining the visits of the
+    window) are only computed when `metrics` asks for them; otherwise they read 0."""
     table = store.table("site_events")
     if prop == "goal":
         return await _goal_breakdown(store, site_id, start, end, filters, goals)
@@ -373,7 +377,8 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
     out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
                "visit_duration": 0} for k, v, s, pv, ev in rows}
-    if out:  # the visits holding a matching event of each key: their bounces and durations
+    if out and {"bounce_rate", "visit_duration"} & set(metrics):
+        # The visits holding a matching event of each key: their bounces and durations.
         q2 = Params()
         key2 = _key_expr(q2, prop)
         cond2 = where(q2, table, site_id, start, end, filters.terms())
@@ -388,17 +393,32 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     return list(out.values())
 
 
+async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, filters: Filters,
+                        limit: int) -> list[tuple[str, int]]:
+    """The custom property keys of the matching events, with how many events carry each, most used first:
+    what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
+        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    return [(k, c) for k, c in rows]
+
+
 async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
                           goals: list[Goal]) -> list[dict]:
     """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
-    share of all visitors matching the other filters."""
+    share of all visitors matching the other filters. A goal filter narrows the conversions but not that
+    base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible)."""
     if not goals:
         return []
     q, table = Params(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, filters.terms())
+    cond = where(q, table, site_id, start, end, filters.without_goals().terms())
+    goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
+    chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"
     parts = []
     for g in goals:
-        c = goal_condition(q, g)
+        c = f"({goal_condition(q, g)}) AND {chosen}"
         parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
     row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
                              f"WHERE {cond}", q.params))[0]

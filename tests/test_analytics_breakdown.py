@@ -110,6 +110,14 @@ async def test_goals_in_breakdowns_and_filters(client, site, database_url):
         {"key": "Visit /pricing", "visitors": 1, "events": 1, "conversion_rate": 33.33},
         {"key": "signup", "visitors": 1, "events": 1, "conversion_rate": 33.33},
     ]
+    # A goal filter narrows the conversions, not the base of the rate (the dashboard's Goals panel keeps
+    # showing the chosen goal's own rate).
+    _, chosen = await get(client, "breakdown", [*base, ("property", "goal"), ("filter", "goal==signup"),
+                                                ("metrics", "visitors,events,conversion_rate")])
+    assert chosen["data"] == [
+        {"key": "signup", "visitors": 1, "events": 1, "conversion_rate": 33.33},
+        {"key": "Visit /pricing", "visitors": 0, "events": 0, "conversion_rate": 0.0},
+    ]
     _, pages = await get(client, "breakdown", [*base, ("property", "page"), ("filter", "goal==signup"),
                                                ("metrics", "visitors,conversion_rate")])
     assert pages["data"] == [{"key": "/pricing", "visitors": 1, "conversion_rate": 100.0}]
@@ -139,3 +147,25 @@ async def test_compare_with_the_previous_period(client, site):
     assert quiet["comparison"]["totalEvents"] == 0 and quiet["change"]["totalEvents"] is None
     status, bad = await get(client, "overview", [("siteId", site.site_id), ("compare", "nope")])
     assert (status, bad["error"]) == (400, "invalid compare")
+
+
+async def test_property_keys_list_what_props_breakdowns_can_name(client, site, database_url):
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
+                           f"g1-{site.site_id}", site.site_id)
+    finally:
+        await conn.close()
+    base = [("siteId", site.site_id), ("range", "24h")]
+    status, body = await get(client, "property-keys", base)
+    assert status == 200, body
+    assert body == {"data": [{"key": "href", "events": 1}, {"key": "plan", "events": 1}], "limit": 20}
+    # Within a goal: the keys its conversions carry, which the dashboard's drill-down offers.
+    _, within = await get(client, "property-keys", [*base, ("filter", "goal==signup")])
+    assert within["data"] == [{"key": "plan", "events": 1}]
+    _, one = await get(client, "property-keys", [*base, ("limit", "1")])
+    assert one == {"data": [{"key": "href", "events": 1}], "limit": 1}
+    _, old = await get(client, "property-keys", [("siteId", site.site_id), ("range", "1h")])
+    assert old["data"] == []
+    status, bad = await get(client, "property-keys", [*base, ("filter", "nope==1")])
+    assert (status, bad["error"]) == (400, "invalid filter")

@@ -64,6 +64,14 @@ PATHS = {
             "metrics": {"type": "array", "items": {"type": "string"}}, "limit": {"type": "integer"},
             "offset": {"type": "integer"}}}),
     ),
+    "/api/analytics/property-keys": _get(
+        "Custom property keys of the matching events, most used first (what props:<key> breakdowns can name)",
+        [_limit(20, 100), _FILTER],
+        json_body({"type": "object", "required": ["data", "limit"], "properties": {
+            "data": {"type": "array", "items": {"type": "object", "required": ["key", "events"], "properties": {
+                "key": {"type": "string"}, "events": {"type": "integer"}}}},
+            "limit": {"type": "integer"}}}),
+    ),
     "/api/analytics/top-pages": _top("Top paths (without query string)"),
     "/api/analytics/top-referrers": _top("Top referrer hosts (internal navigation excluded)"),
     "/api/analytics/top-countries": _top("Top countries"),

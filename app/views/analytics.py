@@ -1,4 +1,4 @@
-"""GET /api/analytics/overview, /timeseries, /top-* and /breakdown: dashboard reads of one site, with
+"""GET /api/analytics/overview, /timeseries, /top-*, /breakdown and /property-keys: dashboard reads of one site, with
 `filter=` terms on every one and `compare=` on the overview and the time series.
 
 Every handler checks the session (401), then its parameters (400), then that the site belongs to the
@@ -212,12 +212,12 @@ async def breakdown(request: web.Request) -> web.Response:
     w = base.window
     try:
         rows = await store.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                     limit=limit, offset=offset)
+                                     limit=limit, offset=offset, metrics=metrics)
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's).
             everyone = {r["key"]: r["visitors"] for r in await store.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
-                limit=BREAKDOWN_MAX, offset=0)}
+                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",))}
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
@@ -227,10 +227,31 @@ async def breakdown(request: web.Request) -> web.Response:
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
 
+PROPERTY_KEYS_DEFAULT, PROPERTY_KEYS_MAX = 20, 100
+
+
+async def property_keys(request: web.Request) -> web.Response:
+    """GET /api/analytics/property-keys?siteId&range&limit&filter=…: the custom property keys of the matching
+    events, most used first, so that a dashboard can offer the `props:<key>` breakdowns that have data."""
+    base = await base_params(request)
+    limit = count_param(request, "limit", PROPERTY_KEYS_DEFAULT, PROPERTY_KEYS_MAX)
+    filters = filters_param(request)
+    site = await resolve_site(request, base)
+    filters, _ = await with_goals(request, site, filters)
+    w = base.window
+    try:
+        rows = await store.property_keys(await analytics_store(request), site.id, w.start, w.end, filters=filters,
+                                         limit=limit)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
+    return json_response({"data": [{"key": k, "events": n} for k, n in rows], "limit": limit})
+
+
 def setup_analytics_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/analytics/overview", overview)
     router.add_get("/analytics/timeseries", timeseries)
     router.add_get("/analytics/breakdown", breakdown)
+    router.add_get("/analytics/property-keys", property_keys)
     for path, dim in _DIMS.items():
         router.add_get(f"/analytics/{path}", _top_handler(dim))
     router.add_get("/analytics/events", analytics_events.events)

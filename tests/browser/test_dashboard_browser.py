@@ -178,23 +178,46 @@ def test_tracked_visit_shows_up_everywhere(page: Page, live_server, account, scr
     expect(page.locator("[data-stat=totalEvents] .stat-value")).to_have_text("8")
     expect(page.locator("[data-stat=uniqueVisitors] .stat-value")).not_to_have_text("0")
     expect(page.locator(".chart canvas")).to_have_count(1)
-    expect(page.locator("section.card", has_text="Top pages")).to_contain_text("/__site__/shop")
-    expect(page.locator("section.card", has_text="Top referrers")).to_contain_text("news.example.org")
-    expect(page.locator("section.card", has_text="Top countries")).to_contain_text("DE")
+    expect(page.locator("[data-panel=pages]")).to_contain_text("/__site__/shop/product")
+    expect(page.locator("[data-panel=locations] button.toprow .key")).to_have_text(["Germany"])
+    # No GeoIP City database here: no region data, so no Regions or Cities tabs.
+    expect(page.locator("[data-panel=locations] [data-tab]")).to_have_text(["Countries"])
+    # Dimensions derived at ingestion from the referrer and the desktop User-Agent (1280 px: a laptop).
+    # The shop visit came from the news site; the hooks page was opened directly.
+    expect(page.locator("[data-panel=sources] button.toprow .key")).to_have_text(["Direct", "Referral"])
+    page.locator("[data-panel=sources] [data-tab=source]").click()
+    expect(page.locator("[data-panel=sources] button.toprow .key")).to_have_text(["news.example.org"])
+    expect(page.locator("[data-panel=devices] button.toprow .key")).to_have_text(["Chrome"])
+    for tab, value in (("os", "Linux"), ("device", "Laptop")):
+        page.locator(f"[data-panel=devices] [data-tab={tab}]").click()
+        expect(page.locator("[data-panel=devices] button.toprow .key")).to_have_text([value])
+    page.locator("[data-panel=devices] [data-tab=browser]").click()
+    page.locator("[data-panel=sources] [data-tab=channel]").click()
     expect(page.locator(".live")).to_contain_text("current visitor")
     assert page.locator("select.range").input_value() == "24h"
     export = page.locator("a", has_text="Export CSV")
     assert export.get_attribute("href") == f"/api/analytics/export?siteId={site_id}&range=24h&format=csv"
     download = page.request.get(live_server.base_url + export.get_attribute("href"))
     assert download.status == 200 and "attachment" in download.headers["content-disposition"]
+    page.evaluate("window.scrollTo(0, 0)")  # the sticky top bar stays on top of a full-page shot
     page.screenshot(path=screenshots / "overview.png", full_page=True)
 
     # Filtering by a country row keeps the filter in the URL.
-    page.locator("section.card", has_text="Top countries").locator("button.toprow").first.click()
-    expect(page).to_have_url(re.compile(r"country=DE"))
-    expect(page.locator(".chip")).to_contain_text("Country: DE")
+    page.locator("[data-panel=locations] button.toprow").first.click()
+    expect(page).to_have_url(re.compile(r"filter=country%3D%3DDE"))
+    expect(page.locator(".chip")).to_contain_text("Country is Germany")
     page.locator(".chip button").click()
     expect(page.locator(".chip")).to_have_count(0)
+    # The spec's own filter parameters still work, and show as chips of their own.
+    page.locator("form.filter-form select").select_option("path")
+    page.fill("form.filter-form input", "shop/product")
+    page.click("form.filter-form button")
+    expect(page).to_have_url(re.compile(r"path=shop%2Fproduct"))
+    expect(page.locator(".chip > .ellipsis")).to_have_text(["Page contains: shop/product"])
+    expect(page.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+    expect(page.locator("[data-panel=pages] button.toprow .key")).to_have_text(["/__site__/shop/product"])
+    page.locator(".chip button").click()
+    expect(page.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("3")
 
     # Phone width: everything fits, long paths are cut with an ellipsis.
     page.set_viewport_size(PHONE)

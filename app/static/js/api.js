@@ -35,9 +35,11 @@ export async function api(path, { method = 'GET', json, form, signal } = {}) {
   return body
 }
 
-// A query string from an object, skipping empty values.
+// A query string from an object, skipping empty values; an array value repeats its parameter.
 export function qs(params) {
   const out = new URLSearchParams()
-  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') out.set(k, v)
+  for (const [k, v] of Object.entries(params)) {
+    for (const one of Array.isArray(v) ? v : [v]) if (one !== undefined && one !== null && one !== '') out.append(k, one)
+  }
   return out.toString()
 }

@@ -1,7 +1,8 @@
 // Time-series chart on uPlot (vendored in /static/vendor), resized with its container.
 import { h } from './dom.js'
 
-export function timeChart(points, label) {
+// `previous`: the comparison period's points, drawn dashed over the same x positions.
+export function timeChart(points, label, previous = null) {
   const box = h('div', { class: 'chart' })
   if (!window.uPlot) {
     box.append(h('p', { class: 'muted', text: 'Chart library failed to load.' }))
@@ -21,7 +22,12 @@ export function timeChart(points, label) {
       { stroke: '#6b7280', grid: { stroke: '#eef0f4' }, size: 50, values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? v : '')) }],
     series: [{}, { label, stroke: accent, width: 2, fill: accent + '22', points: { show: points.length < 50 } }],
   }
-  const plot = new window.uPlot(opts, [xs, ys], box)
+  const data = [xs, ys]
+  if (previous) {
+    opts.series.push({ label: 'Previous period', stroke: '#9ca3af', width: 1.5, dash: [6, 4], points: { show: false } })
+    data.push(xs.map((x, i) => (previous[i] ? previous[i].value : null)))
+  }
+  const plot = new window.uPlot(opts, data, box)
   const resize = () => {
     const width = Math.max(240, box.clientWidth)
     if (width !== plot.width) plot.setSize({ width, height: width < 500 ? 180 : 220 })

@@ -1,21 +1,27 @@
-// A site's overview: totals, time series, top lists, range picker and filters, all kept in the URL.
+// A site's overview: totals (with an optional comparison), time series, the breakdown panels, range
+// picker and filters, all kept in the URL.
 import { api, qs } from './api.js'
 import { timeChart } from './chart.js'
 import { duration, errorBox, h, number, percent, trackerHelp } from './dom.js'
+import { filterChips, termValue, withTerm } from './filters.js'
+import { breakdownPanels, scope } from './panels.js'
 import { siteHeader, syncTabs } from './sites.js'
 
 export const RANGES = [['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'Last 7 days'], ['30d', 'Last 30 days'], ['90d', 'Last 90 days']]
 const FILTERS = [['eventName', 'Event'], ['path', 'Page contains'], ['referrer', 'Referrer contains'], ['country', 'Country']]
+const COMPARE = 'previous_period'
 
 export function readState() {
   const q = new URLSearchParams(location.search)
   const state = { range: RANGES.some(([r]) => r === q.get('range')) ? q.get('range') : '7d' }
   for (const [k] of FILTERS) state[k] = q.get(k) || ''
+  state.filters = q.getAll('filter').filter(Boolean)
+  state.compare = q.get('compare') === COMPARE ? COMPARE : ''
   return state
 }
 
 export function writeState(state) {
-  const search = qs({ ...state, range: state.range === '7d' ? '' : state.range })
+  const search = qs({ ...state, range: state.range === '7d' ? '' : state.range, filters: undefined, filter: state.filters })
   history.replaceState(null, '', location.pathname + (search ? '?' + search : ''))
   syncTabs()
 }
@@ -27,23 +33,21 @@ export function rangePicker(state, onChange) {
   return select
 }
 
-function topList(title, rows, onPick, emptyText) {
-  const body = h('ol', { class: 'toplist' })
-  if (!rows || !rows.length) body.append(h('li', { class: 'muted small', text: emptyText }))
-  for (const row of rows || []) {
-    const pct = Math.max(0, Math.min(100, Number(row.percentage) || 0))
-    const bar = h('span', { class: 'bar' })
-    bar.style.width = pct + '%'
-    body.append(h('li', {},
-      h('button', { type: 'button', class: 'toprow', title: `Filter by ${row.key}`, onclick: () => onPick(row.key) },
-        bar, h('span', { class: 'key ellipsis', text: row.key }),
-        h('span', { class: 'count', text: number(row.count) }), h('span', { class: 'pct muted', text: percent(row.percentage) }))))
+// A headline figure; with a comparison, its change under it: percent, or percentage points for rates.
+function stat(label, value, id, data, format) {
+  const el = h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: format(value) }))
+  if (data.comparison) {
+    const delta = data.change[id]
+    const before = data.comparison[id]
+    const points = id === 'bounceRate'
+    const text = delta === null ? 'new' : `${delta > 0 ? '+' : delta < 0 ? '−' : '±'}${number(Math.abs(delta))}${points ? ' pts' : '%'}`
+    // Fewer bounces are good; more of everything else is.
+    const good = delta !== null && delta !== 0 && (points ? delta < 0 : delta > 0)
+    const bad = delta !== null && delta !== 0 && !good
+    el.append(h('div', { class: `stat-change${good ? ' good' : ''}${bad ? ' bad' : ''}`, title: `Previous period: ${format(before)}` },
+      h('span', { class: 'delta', text }), h('span', { class: 'muted', text: ` vs ${format(before)}` })))
   }
-  return h('section', { class: 'card' }, h('h3', { text: title }), body)
-}
-
-function stat(label, value, id) {
-  return h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: value }))
+  return el
 }
 
 export function exportLinks(siteId, range) {
@@ -59,18 +63,25 @@ export function renderOverview(container, siteId) {
   const controls = h('div', { class: 'row controls' })
   const body = h('div', { class: 'overview' })
   const live = h('a', { class: 'live muted small', href: `/app/sites/${encodeURIComponent(siteId)}/realtime` })
-  container.append(siteHeader(siteId, 'overview'), controls, body)
   let chart = null
   let alive = true
 
-  const setFilter = (key, value) => {
-    state[key] = value
+  const chips = h('div', { class: 'row chips', 'aria-label': 'Active filters' })
+  const panels = breakdownPanels({ siteId, state, addFilter: (dimension, value) => { state.filters = withTerm(state.filters, dimension, value); changed() } })
+  let generation = 0
+  container.append(siteHeader(siteId, 'overview'), controls, chips, body)
+
+  const changed = () => {
     writeState(state)
     load()
   }
+  const setFilter = (key, value) => {
+    state[key] = value
+    changed()
+  }
 
   function drawControls() {
-    const chips = FILTERS.filter(([k]) => state[k]).map(([k, label]) =>
+    const legacy = FILTERS.filter(([k]) => state[k]).map(([k, label]) =>
       h('span', { class: 'chip' }, h('span', { class: 'ellipsis', text: `${label}: ${state[k]}` }),
         h('button', { type: 'button', class: 'link', 'aria-label': `Remove ${label} filter`, text: '×', onclick: () => setFilter(k, '') })))
     const field = h('select', { 'aria-label': 'Filter field' }, FILTERS.map(([k, label]) => h('option', { value: k, text: label })))
@@ -80,39 +91,54 @@ export function renderOverview(container, siteId) {
       e.preventDefault()
       if (value.value.trim()) setFilter(field.value, value.value.trim())
     })
-    controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)), form, ...chips, h('span', { class: 'spacer' }), live,
-      exportLinks(siteId, state.range))
+    const compare = h('input', { type: 'checkbox', name: 'compare', checked: !!state.compare })
+    compare.addEventListener('change', () => setFilter('compare', compare.checked ? COMPARE : ''))
+    controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
+      h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
+      h('span', { class: 'spacer' }), live, exportLinks(siteId, state.range))
+    const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
+    chips.replaceChildren(...legacy, ...terms,
+      ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
+        onclick: () => { state.filters = []; for (const [k] of FILTERS) state[k] = ''; changed() } })] : []))
+    chips.hidden = !(legacy.length + terms.length)
   }
 
   async function load() {
+    const mine = ++generation
     drawControls()
     body.classList.add('loading')
+    const panelsLoaded = panels.load()
     try {
-      const data = await api('/api/analytics/overview?' + qs({ siteId, ...state }))
-      if (!alive) return
+      const query = scope(siteId, state)
+      // Under an event goal's filter the chart counts that goal's events (a page goal's are pageviews).
+      const goal = termValue(state.filters, 'goal')
+      const charted = state.eventName || (goal && !goal.startsWith('Visit ') ? goal : '')
+      const [data, series] = await Promise.all([
+        api('/api/analytics/overview?' + qs({ ...query, compare: state.compare })),
+        state.compare || charted ? api('/api/analytics/timeseries?' + qs({ ...query, eventName: charted, compare: state.compare })) : null,
+      ])
+      if (!alive || mine !== generation) return
       if (chart) chart.destroy()
-      const filtered = FILTERS.some(([k]) => state[k])
+      const filtered = FILTERS.some(([k]) => state[k]) || state.filters.length > 0
       const stats = h('div', { class: 'stats' },
-        stat('Unique visitors', number(data.uniqueVisitors), 'uniqueVisitors'),
-        stat('Pageviews', number(data.totalPageviews), 'totalPageviews'),
-        stat('Total events', number(data.totalEvents), 'totalEvents'),
-        stat('Bounce rate', percent(data.bounceRate), 'bounceRate'),
-        stat('Avg. visit duration', duration(data.avgSessionDuration), 'avgSessionDuration'))
-      chart = timeChart(data.timeSeries || [], state.eventName || 'Pageviews')
+        stat('Unique visitors', data.uniqueVisitors, 'uniqueVisitors', data, number),
+        stat('Pageviews', data.totalPageviews, 'totalPageviews', data, number),
+        stat('Total events', data.totalEvents, 'totalEvents', data, number),
+        stat('Bounce rate', data.bounceRate, 'bounceRate', data, percent),
+        stat('Avg. visit duration', data.avgSessionDuration, 'avgSessionDuration', data, duration))
+      chart = timeChart(series ? series.data : data.timeSeries || [], charted || 'Pageviews', series && series.comparison)
       body.replaceChildren(
         ...(data.totalEvents === 0 && !filtered ? [trackerHelp(siteId)] : []),
         stats,
-        h('section', { class: 'card' }, h('h3', { text: state.eventName ? `“${state.eventName}” events` : 'Pageviews' }), chart.el),
-        h('div', { class: 'grid3' },
-          topList('Top pages', data.topPages, (k) => setFilter('path', k), 'No pageviews in this range.'),
-          topList('Top referrers', data.topReferrers, (k) => setFilter('referrer', k), 'No referrers yet: visits came direct.'),
-          topList('Top countries', data.topCountries, (k) => setFilter('country', k), 'No countries known yet.')),
+        h('section', { class: 'card' }, h('h3', { text: charted ? `“${charted}” events` : 'Pageviews' }), chart.el),
+        panels.el,
       )
     } catch (e) {
       body.replaceChildren(errorBox(e))
     } finally {
       body.classList.remove('loading')
     }
+    await panelsLoaded
   }
 
   async function pollLive() {

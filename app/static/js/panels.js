@@ -1,0 +1,173 @@
+// Breakdown panels of a site's overview: Sources, Pages, Locations, Devices and Goals, each with tabs,
+// each reading GET /api/analytics/breakdown under the page's filters. Clicking a row adds a filter.
+import { api, qs } from './api.js'
+import { errorBox, h, number, percent } from './dom.js'
+import { displayValue, termValue } from './filters.js'
+import { goalManager } from './goals.js'
+
+const ROWS = 10
+const VISITORS = [['visitors', 'Visitors', number]]
+const CONVERSIONS = [['visitors', 'Uniques', number], ['events', 'Total', number], ['conversion_rate', 'CR', percent]]
+
+// id, title, tabs: [property, label]. A browser (OS) filter turns its tab into the versions of that browser (OS).
+export const PANELS = [
+  { id: 'sources', title: 'Sources', tabs: [['channel', 'Channels'], ['source', 'Sources'], [null, 'UTM'], ['utm_medium', 'medium'],
+    ['utm_source', 'source'], ['utm_campaign', 'campaign'], ['utm_term', 'term'], ['utm_content', 'content']] },
+  { id: 'pages', title: 'Pages', tabs: [['page', 'Top pages'], ['entry_page', 'Entry pages'], ['exit_page', 'Exit pages']] },
+  { id: 'locations', title: 'Locations', tabs: [['country', 'Countries'], ['region', 'Regions'], ['city', 'Cities']], optional: ['region', 'city'] },
+  { id: 'devices', title: 'Devices', tabs: [['browser', 'Browser'], ['os', 'OS'], ['device', 'Size']] },
+]
+const DRILL = { browser: 'browser_version', os: 'os_version' }
+
+// The query every read of the page shares: range, the spec's own filters and the `filter=` terms.
+export function scope(siteId, state) {
+  return { siteId, range: state.range, eventName: state.eventName, path: state.path, referrer: state.referrer, country: state.country, filter: state.filters }
+}
+
+function rowList(rows, columns, { onPick, barOf, labelOf, empty }) {
+  const list = h('ol', { class: 'toplist' })
+  if (!rows.length) list.append(h('li', { class: 'muted small none', text: empty }))
+  else list.append(h('li', { class: `toprow head cols${columns.length} muted small`, 'aria-hidden': 'true' }, h('span'), ...columns.map(([, label]) => h('span', { class: 'count', text: label }))))
+  for (const row of rows) {
+    const bar = h('span', { class: 'bar' })
+    bar.style.width = Math.max(0, Math.min(100, barOf(row))) + '%'
+    const label = labelOf(row.key)
+    list.append(h('li', {},
+      h('button', { type: 'button', class: `toprow cols${columns.length}`, title: `Filter by ${label}`, dataset: { key: row.key }, onclick: () => onPick(row.key) },
+        bar, h('span', { class: 'key ellipsis', text: label }),
+        ...columns.map(([metric, , format]) => h('span', { class: 'count', dataset: { metric }, text: format(row[metric]) })))))
+  }
+  return list
+}
+
+function tabBar(tabs, active, onSelect) {
+  return h('div', { class: 'panel-tabs', role: 'tablist' }, tabs.map(([key, label]) => key === null
+    ? h('span', { class: 'tab-group muted small', text: `${label}:` })
+    : h('button', { type: 'button', role: 'tab', class: key === active ? 'ptab active' : 'ptab', 'aria-selected': key === active ? 'true' : 'false',
+      dataset: { tab: key }, text: label, onclick: () => onSelect(key) })))
+}
+
+// One tabbed breakdown panel. `ctx`: {siteId, state, addFilter(dimension, value)}. Returns {el, load()}.
+function breakdownPanel(spec, ctx) {
+  let active = spec.tabs[0][0]
+  let hidden = new Set(spec.optional || [])
+  let probed = null
+  const head = h('div', { class: 'panel-head' })
+  const body = h('div', { class: 'panel-body' })
+  const el = h('section', { class: 'card panel', dataset: { panel: spec.id } }, head, body)
+
+  function drawHead() {
+    head.replaceChildren(h('h3', { text: spec.title }), tabBar(spec.tabs.filter(([k]) => !hidden.has(k)), active, (k) => { active = k; load() }))
+  }
+
+  let generation = 0
+  async function load() {
+    const mine = ++generation
+    if (spec.optional && probed !== ctx.state.range) {
+      // Regions and cities exist only with a GeoIP City database: their tabs show when the range has
+      // such data (asked once per range, not again for every filter).
+      const probe = await api('/api/analytics/breakdown?' + qs({ siteId: ctx.siteId, range: ctx.state.range, property: spec.optional[0], limit: 1 })).catch(() => ({ data: [] }))
+      if (mine !== generation) return
+      probed = ctx.state.range
+      hidden = new Set(probe.data.length ? [] : spec.optional)
+      if (hidden.has(active)) active = spec.tabs[0][0]
+    }
+    drawHead()
+    const property = DRILL[active] && termValue(ctx.state.filters, active) !== null ? DRILL[active] : active
+    body.classList.add('loading')
+    try {
+      const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property, metrics: 'visitors', limit: ROWS }))
+      if (mine !== generation) return
+      const max = Math.max(1, ...data.data.map((r) => r.visitors))
+      const prefix = property === active ? '' : `${termValue(ctx.state.filters, active)} `
+      body.replaceChildren(rowList(data.data, VISITORS, {
+        onPick: (key) => ctx.addFilter(property, key),
+        barOf: (r) => (100 * r.visitors) / max,
+        labelOf: (key) => prefix + displayValue(property, key),
+        empty: 'No data for this range and these filters.',
+      }))
+    } catch (e) {
+      body.replaceChildren(errorBox(e))
+    } finally {
+      body.classList.remove('loading')
+    }
+  }
+
+  drawHead()
+  return { el, load }
+}
+
+// Goals with their conversion rates; once a goal filter is set, the Properties tab breaks a custom
+// property down within that goal (props:<key> under goal==name).
+function goalsPanel(ctx) {
+  let active = 'goal'
+  let propKey = ''
+  const head = h('div', { class: 'panel-head' })
+  const body = h('div', { class: 'panel-body' })
+  const manage = h('div', { class: 'goal-manage', hidden: true })
+  const manageButton = h('button', { type: 'button', class: 'small', text: 'Manage goals', 'aria-expanded': 'false' })
+  manageButton.addEventListener('click', () => {
+    manage.hidden = !manage.hidden
+    manageButton.setAttribute('aria-expanded', String(!manage.hidden))
+    if (!manage.hidden) manage.replaceChildren(goalManager(ctx.siteId, () => load()))
+  })
+  const el = h('section', { class: 'card panel', dataset: { panel: 'goals' } }, head, manage, body)
+
+  let generation = 0
+  async function load() {
+    const mine = ++generation
+    const goal = termValue(ctx.state.filters, 'goal')
+    if (!goal) active = 'goal'
+    head.replaceChildren(h('h3', { text: 'Goals' }),
+      ...(goal ? [tabBar([['goal', 'Goals'], ['props', 'Properties']], active, (k) => { active = k; load() })] : []),
+      h('span', { class: 'spacer' }), manageButton)
+    body.classList.add('loading')
+    try {
+      if (active === 'goal') {
+        const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property: 'goal', metrics: 'visitors,events,conversion_rate', limit: 100 }))
+        if (mine !== generation) return
+        body.replaceChildren(rowList(data.data, CONVERSIONS, {
+          onPick: (key) => ctx.addFilter('goal', key),
+          barOf: (r) => r.conversion_rate,
+          labelOf: (key) => key,
+          empty: 'No goals yet. A goal is a custom event or a page visit that counts as a conversion: add one under “Manage goals”.',
+        }))
+        if (!goal && data.data.length) body.append(h('p', { class: 'muted small hint', text: 'Click a goal to filter by it and see which property values convert.' }))
+        return
+      }
+      const keys = (await api('/api/analytics/property-keys?' + qs({ ...scope(ctx.siteId, ctx.state), limit: 50 }))).data.map((r) => r.key)
+      if (mine !== generation) return
+      if (!keys.includes(propKey)) propKey = keys[0] || ''
+      const picker = h('select', { 'aria-label': 'Property', class: 'prop-picker' }, keys.map((k) => h('option', { value: k, selected: k === propKey, text: k })))
+      picker.addEventListener('change', () => { propKey = picker.value; load() })
+      if (!propKey) {
+        body.replaceChildren(h('p', { class: 'muted small none', text: `“${goal}” conversions carry no custom properties.` }))
+        return
+      }
+      const dimension = `props:${propKey}`
+      const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property: dimension, metrics: 'visitors,events,conversion_rate', limit: ROWS }))
+      if (mine !== generation) return
+      body.replaceChildren(h('div', { class: 'row prop-row' }, h('span', { class: 'muted small', text: `“${goal}” by property` }), picker),
+        rowList(data.data, CONVERSIONS, {
+          onPick: (key) => ctx.addFilter(dimension, key),
+          barOf: (r) => r.conversion_rate,
+          labelOf: (key) => key,
+          empty: 'No values of this property.',
+        }))
+    } catch (e) {
+      body.replaceChildren(errorBox(e))
+    } finally {
+      body.classList.remove('loading')
+    }
+  }
+
+  return { el, load }
+}
+
+// All panels of the overview, laid out in a grid; load() refreshes every one of them.
+export function breakdownPanels(ctx) {
+  const panels = [...PANELS.map((spec) => breakdownPanel(spec, ctx)), goalsPanel(ctx)]
+  const el = h('div', { class: 'panels' }, panels.map((p) => p.el))
+  return { el, load: () => Promise.all(panels.map((p) => p.load())) }
+}
+
