@@ -229,18 +229,22 @@ async def add_actions(conn, database: str, *rows: tuple) -> None:
         )
 
 
+def mysql_source(database: str, **options) -> dict:
+    return {
+        "name": "shop", "type": "mysql",
+        "credentials": {"host": "127.0.0.1", "port": 3306, "database": database, "username": "root", "password": ""},
+        "options": {"cursor_column": "id", "timestamp_column": "created_at", **options},
+        "schedule": {"frequency": "hourly"},
+    }
+
+
 async def test_mysql_query_with_event_column_and_incremental_sync(client, make_key, scratch_mysql):
     database, conn = scratch_mysql
     await add_actions(conn, database, ("m1", "Added To Cart", "3.50", "2024-02-01 08:00:00"),
                       ("m2", "checkout", "10.00", "2024-02-01 09:00:00"))
     key = await make_key("admin,read")
-    created = await create(client, key, {
-        "name": "shop", "type": "mysql",
-        "credentials": {"host": "127.0.0.1", "port": 3306, "database": database, "username": "root", "password": ""},
-        "options": {"query": "SELECT id, user_id, action, price, created_at FROM actions",
-                    "cursor_column": "id", "timestamp_column": "created_at", "event_column": "action"},
-        "schedule": {"frequency": "hourly"},
-    })
+    created = await create(client, key, mysql_source(
+        database, query="SELECT id, user_id, action, price, created_at FROM actions", event_column="action"))
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "active", body
     [cart] = await events(client, key, "added_to_cart")
@@ -262,13 +266,9 @@ async def test_mysql_query_with_a_percent_sign_syncs_incrementally(client, make_
     await add_actions(conn, database, ("m1", "buy-10%", "3.50", "2024-02-01 08:00:00"),
                       ("m2", "browse", "0.00", "2024-02-01 09:00:00"))
     key = await make_key("admin,read")
-    created = await create(client, key, {
-        "name": "shop", "type": "mysql",
-        "credentials": {"host": "127.0.0.1", "port": 3306, "database": database, "username": "root", "password": ""},
-        "options": {"query": "SELECT id, user_id, created_at FROM actions WHERE action LIKE '%10\\%'",
-                    "cursor_column": "id", "timestamp_column": "created_at", "event_name": "discounted"},
-        "schedule": {"frequency": "hourly"},
-    })
+    created = await create(client, key, mysql_source(
+        database, query="SELECT id, user_id, created_at FROM actions WHERE action LIKE '%10\\%'",
+        event_name="discounted"))
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "active", body
     assert [e["user_id"] for e in await events(client, key, "discounted")] == ["m1"]

@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,3 +190,15 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         return DOCS_SCREENSHOTS
     return tmp_path_factory.mktemp("screenshots")
+
+
+def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> object:
+    """Poll until check() gives a truthy value: ingestion commits asynchronously."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
 from tests.browser import site_pages
-from tests.browser.conftest import LiveServer
+from tests.browser.conftest import LiveServer, wait_for
 
 DASH = "\u2013"  # the pager's en dash
 REFERRER = "https://news.example.org/story?id=1"
@@ -41,16 +40,6 @@ def add_site(page: Page, domain: str, typed: str | None = None) -> str:
     return card.get_attribute("data-site")
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> object:
-    """Poll until check() gives a truthy value: ingestion commits asynchronously."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def no_horizontal_overflow(page: Page) -> bool:

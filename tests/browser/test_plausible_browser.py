@@ -21,21 +21,12 @@ from aiohttp import web
 from playwright.sync_api import Page
 
 from app.appkeys import POOL
-from tests.browser.conftest import DESKTOP_UA, LiveServer
+from tests.browser.conftest import DESKTOP_UA, LiveServer, wait_for
 
 PROJECT = Path(__file__).parent / "plausible"
 ENTRY = 'import Plausible from "plausible-tracker"; window.Plausible = Plausible\n'
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
