@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from app.views.analytics import overview_body  # noqa: E402
 from app.views.analytics_params import Site, window_for  # noqa: E402
 from storage import analytics as store  # noqa: E402
+from storage import analytics_breakdown  # noqa: E402
 from storage.analytics_mirror import rebuild  # noqa: E402
 from storage.clickhouse import open_store  # noqa: E402
 from storage.db import init_connection  # noqa: E402
@@ -185,8 +186,8 @@ async def main() -> None:
                                f"AND ts >= $2 AND ts < $3{blog[1]} AND name = 'pageview' GROUP BY 1",
                                SITE.id, w.start, w.end))
         results["breakdown by browser, 2 filters"] = (
-            lambda: store.breakdown(db, SITE.id, w.start, w.end, prop="browser", goals=[], limit=20, offset=0,
-                                    filters=store.Filters(extra=(*de[0], *blog[0]))),
+            lambda: analytics_breakdown.breakdown(db, SITE.id, w.start, w.end, prop="browser", goals=[], limit=20,
+                                                  offset=0, filters=store.Filters(extra=(*de[0], *blog[0]))),
             lambda: conn.fetch("SELECT browser, count(DISTINCT ip_hash), count(DISTINCT session_id), count(*) "
                                "FROM events WHERE site_id = $1 AND ts >= $2 AND ts < $3"
                                f"{de[1]}{blog[1]} GROUP BY 1", SITE.id, w.start, w.end))

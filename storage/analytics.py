@@ -11,23 +11,27 @@ in UTC. SQL is assembled from constant fragments; every value is a bound paramet
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
+from storage import goals
 from storage.clickhouse import PV_MAX, PV_MIN, AnalyticsStore, Params
-from storage.site_filters import DIMENSIONS, METRICS, PAGE_DIMENSIONS, Filter
+from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
 _TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
 SESSION_LOOKBACK = timedelta(hours=24)
 # Columns of site_events behind each filterable dimension (entry/exit pages and goals are handled apart).
-_COLUMN = {d: c for d, c in DIMENSIONS.items() if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
-_ENTRY = "argMinIf(page, (ts, id), name = 'pageview' AND page != '')"
-_EXIT = "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')"
-_TS = "DateTime64(6, 'UTC')"
+EVENT_DIMENSION_COLUMNS = {d: c for d, c in DIMENSIONS.items()
+                           if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
+# Per-visit dimensions: the expression that gives a visit's value, over its events grouped by session.
+SESSION_DIMENSIONS = {
+    "entry_page": "argMinIf(page, (ts, id), name = 'pageview' AND page != '')",
+    "exit_page": "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')",
+}
+TS = "DateTime64(6, 'UTC')"
 _UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
 
@@ -109,9 +113,9 @@ def _column(q: Params, f: Filter) -> str:
     key = f.prop_key
     if key is not None:
         return f"JSONExtractString(properties, {q.bind(key)})"
-    if f.dimension not in _COLUMN:
+    if f.dimension not in EVENT_DIMENSION_COLUMNS:
         raise UnsupportedFilter(f"cannot filter on {f.dimension}")
-    return _COLUMN[f.dimension]
+    return EVENT_DIMENSION_COLUMNS[f.dimension]
 
 
 def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
@@ -133,12 +137,12 @@ def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
 
 def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter]) -> str:
     """Site, window and every filter as one condition on site_events."""
-    site, lo, hi = q.bind(site_id), q.bind(start, "DateTime64(6, 'UTC')"), q.bind(end, "DateTime64(6, 'UTC')")
+    site, lo, hi = q.bind(site_id), q.bind(start, TS), q.bind(end, TS)
     sql = [f"site_id = {site}", f"ts >= {lo}", f"ts < {hi}", *event_conditions(q, filters)]
-    visit = [f for f in filters if f.dimension in ("entry_page", "exit_page")]
+    visit = [f for f in filters if f.dimension in SESSION_DIMENSIONS]
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
-        lookback = q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
-        having = " AND ".join(_term(q, _ENTRY if f.dimension == "entry_page" else _EXIT, f, True) for f in visit)
+        lookback = q.bind(start - SESSION_LOOKBACK, TS)
+        having = " AND ".join(_term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
         sql.append(f"session IN (SELECT session FROM {table} FINAL WHERE site_id = {site} "
                    f"AND ts >= {lookback} AND ts < {hi} AND session != 0 GROUP BY session HAVING {having})")
     return " AND ".join(sql)
@@ -173,17 +177,17 @@ def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime,
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
     `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
     days, table = store.table("site_sessions"), store.table("site_events")
-    site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
+    site, hi = q.bind(site_id), q.bind(end, TS)
     first_day = start.astimezone(UTC).date() - timedelta(days=1)
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
-    having = f" HAVING f >= {q.bind(start, _TS)}" if started_in_window else ""
+    having = f" HAVING f >= {q.bind(start, TS)}" if started_in_window else ""
     return (
         "(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM ("
         f"SELECT session, first, last, pv_min, pv_max FROM {days} WHERE site_id = {site} "
         f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
         f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX} FROM {table} WHERE site_id = {site} "
-        f"AND ts >= {q.bind(tail, _TS)} AND ts < {hi} "
+        f"AND ts >= {q.bind(tail, TS)} AND ts < {hi} "
         f"AND session != 0) GROUP BY session{having})"
     )
 
@@ -317,114 +321,11 @@ class Goal:
 
 
 async def site_goals(conn: asyncpg.Connection, site_id: str) -> list[Goal]:
-    rows = await conn.fetch("SELECT goal_type, event_name, page_path FROM goals WHERE site_id = $1 "
-                            "ORDER BY created_at, id", site_id)
-    return [Goal(r["event_name"] if r["goal_type"] == "event" else f"Visit {r['page_path']}",
-                 r["event_name"], r["page_path"]) for r in rows]
+    return [Goal(goals.display_name(r["goal_type"], r["event_name"], r["page_path"]), r["event_name"], r["page_path"])
+            for r in await goals.list_goals(conn, site_id)]
 
 
 def goal_condition(q: Params, goal: Goal) -> str:
     if goal.event_name is not None:
         return f"name = {q.bind(goal.event_name)}"
     return f"(name = 'pageview' AND {_term(q, 'page', Filter('page', '==', goal.page_path or ''), True)})"
-
-
-# --- breakdowns (issue 12) --------------------------------------------------------------------------
-
-SESSION_DIMENSIONS = {"entry_page": _ENTRY, "exit_page": _EXIT}
-
-
-def _key_expr(q: Params, prop: str) -> str:
-    if prop.startswith("props:"):
-        return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
-    return _COLUMN[prop]
-
-
-async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
-                    filters: Filters, goals: list[Goal], limit: int, offset: int,
-                    metrics: Collection[str] = METRICS) -> list[dict]:
-    """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
-    Event dimensions count matching events; entry/exit pages group the visits that started in the window.
-    For event dimensions the bounce rate and visit duration (a second query, joining the visits of the
-    window) are only computed when `metrics` asks for them; otherwise they read 0."""
-    table = store.table("site_events")
-    if prop == "goal":
-        return await _goal_breakdown(store, site_id, start, end, filters, goals)
-    q = Params()
-    if prop in SESSION_DIMENSIONS:
-        site, hi = q.bind(site_id), q.bind(end, "DateTime64(6, 'UTC')")
-        lo, back = q.bind(start, "DateTime64(6, 'UTC')"), q.bind(start - SESSION_LOOKBACK, "DateTime64(6, 'UTC')")
-        having = f"first >= {lo}"
-        terms = filters.terms()
-        if terms:
-            having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
-        rows = await store.query(
-            "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
-            f"SELECT session, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
-            "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
-            f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
-            f"AND session != 0 GROUP BY session HAVING {having}) WHERE key != '' "
-            f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
-            q.params)
-        return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
-                 "bounce_rate": round(100 * b / s, 2) if s else 0.0, "visit_duration": round(d / 1000)}
-                for k, v, s, pv, ev, b, d in rows]
-    key = _key_expr(q, prop)
-    cond = where(q, table, site_id, start, end, filters.terms())
-    rows = await store.query(
-        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session, session != 0), "
-        f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
-        f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
-    out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
-               "visit_duration": 0} for k, v, s, pv, ev in rows}
-    if out and {"bounce_rate", "visit_duration"} & set(metrics):
-        # The visits holding a matching event of each key: their bounces and durations.
-        q2 = Params()
-        key2 = _key_expr(q2, prop)
-        cond2 = where(q2, table, site_id, start, end, filters.terms())
-        for k, n, b, d in await store.query(
-                f"SELECT k.key, count(), countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM ("
-                f"SELECT DISTINCT {key2} AS key, session FROM {table} WHERE {cond2} AND session != 0 "
-                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN "
-                f"{sessions_of(q2, store, site_id, start, end, started_in_window=False)} AS s "
-                "ON s.session = k.session GROUP BY k.key", q2.params):
-            out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
-            out[k]["visit_duration"] = round(d / 1000)
-    return list(out.values())
-
-
-async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, filters: Filters,
-                        limit: int) -> list[tuple[str, int]]:
-    """The custom property keys of the matching events, with how many events carry each, most used first:
-    what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
-    q, table = Params(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, filters.terms())
-    rows = await store.query(
-        f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
-        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')}", q.params)
-    return [(k, c) for k, c in rows]
-
-
-async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
-                          goals: list[Goal]) -> list[dict]:
-    """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
-    share of all visitors matching the other filters. A goal filter narrows the conversions but not that
-    base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible)."""
-    if not goals:
-        return []
-    q, table = Params(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, filters.without_goals().terms())
-    goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
-    chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"
-    parts = []
-    for g in goals:
-        c = f"({goal_condition(q, g)}) AND {chosen}"
-        parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
-    row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
-                             f"WHERE {cond}", q.params))[0]
-    total, out = row[0], []
-    for i, g in enumerate(goals):
-        uniques, events = row[1 + 2 * i], row[2 + 2 * i]
-        out.append({"key": g.name, "visitors": uniques, "events": events,
-                    "conversion_rate": round(100 * uniques / total, 2) if total else 0.0})
-    return sorted(out, key=lambda r: (-r["visitors"], r["key"]))

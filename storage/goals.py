@@ -7,6 +7,11 @@ import asyncpg
 _COLUMNS = "id, site_id, goal_type, event_name, page_path, created_at"
 
 
+def display_name(goal_type: str, event_name: str | None, page_path: str | None) -> str:
+    """How a goal is named in the goals API, in breakdowns and in `goal==` filters (storage.site_filters)."""
+    return event_name if goal_type == "event" else f"Visit {page_path}"
+
+
 async def list_goals(conn: asyncpg.Connection, site_id: str) -> list[asyncpg.Record]:
     return await conn.fetch(f"SELECT {_COLUMNS} FROM goals WHERE site_id = $1 ORDER BY created_at, id", site_id)
 

@@ -26,6 +26,7 @@ from app.views.analytics_params import (
     with_goals,
 )
 from storage import analytics as store
+from storage import analytics_breakdown
 from storage.clickhouse import AnalyticsStore
 from storage.site_filters import DIMENSIONS, METRICS, PROPS_PREFIX
 
@@ -211,11 +212,11 @@ async def breakdown(request: web.Request) -> web.Response:
     db = await analytics_store(request)
     w = base.window
     try:
-        rows = await store.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                     limit=limit, offset=offset, metrics=metrics)
+        rows = await analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
+                                                   limit=limit, offset=offset, metrics=metrics)
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's).
-            everyone = {r["key"]: r["visitors"] for r in await store.breakdown(
+            everyone = {r["key"]: r["visitors"] for r in await analytics_breakdown.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
                 limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",))}
             for r in rows:
@@ -240,8 +241,8 @@ async def property_keys(request: web.Request) -> web.Response:
     filters, _ = await with_goals(request, site, filters)
     w = base.window
     try:
-        rows = await store.property_keys(await analytics_store(request), site.id, w.start, w.end, filters=filters,
-                                         limit=limit)
+        rows = await analytics_breakdown.property_keys(await analytics_store(request), site.id, w.start, w.end,
+                                                       filters=filters, limit=limit)
     except store.UnsupportedFilter as exc:
         raise SiteError(400, str(exc)) from None
     return json_response({"data": [{"key": k, "events": n} for k, n in rows], "limit": limit})

@@ -27,14 +27,9 @@ MAX_PAGE_PATH = 2048  # as ingestion's paths
 BODY_LIMIT = 16 * 1024
 
 
-def display_name(goal_type: str, event_name: str | None, page_path: str | None) -> str:
-    """How a goal is named in breakdowns and `goal==` filters (storage.site_filters)."""
-    return event_name if goal_type == "event" else f"Visit {page_path}"
-
-
 def goal_json(row) -> dict:
     return {
-        "id": row["id"], "display_name": display_name(row["goal_type"], row["event_name"], row["page_path"]),
+        "id": row["id"], "display_name": goal_store.display_name(row["goal_type"], row["event_name"], row["page_path"]),
         "goal_type": row["goal_type"], "event_name": row["event_name"], "page_path": row["page_path"],
         "createdAt": iso_ms(row["created_at"]),
     }

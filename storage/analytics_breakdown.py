@@ -1,0 +1,120 @@
+"""Breakdowns of site analytics (issue 12) on the analytics engine: rows per value of one dimension, per
+visit dimension (entry/exit page), per goal, and the property keys a `props:<key>` breakdown can name.
+The filters, visits and goals they build on are storage.analytics's."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from storage.analytics import (
+    EVENT_DIMENSION_COLUMNS,
+    SESSION_DIMENSIONS,
+    SESSION_LOOKBACK,
+    TS,
+    Filters,
+    Goal,
+    GoalFilter,
+    event_conditions,
+    goal_condition,
+    sessions_of,
+    where,
+)
+from storage.clickhouse import AnalyticsStore, Params
+from storage.site_filters import METRICS
+
+
+def _key_expr(q: Params, prop: str) -> str:
+    if prop.startswith("props:"):
+        return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
+    return EVENT_DIMENSION_COLUMNS[prop]
+
+
+async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
+                    filters: Filters, goals: list[Goal], limit: int, offset: int,
+                    metrics: Collection[str] = METRICS) -> list[dict]:
+    """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
+    Event dimensions count matching events; entry/exit pages group the visits that started in the window.
+    For event dimensions the bounce rate and visit duration (a second query, joining the visits of the
+    window) are only computed when `metrics` asks for them; otherwise they read 0."""
+    table = store.table("site_events")
+    if prop == "goal":
+        return await _goal_breakdown(store, site_id, start, end, filters, goals)
+    q = Params()
+    if prop in SESSION_DIMENSIONS:
+        site, hi = q.bind(site_id), q.bind(end, TS)
+        lo, back = q.bind(start, TS), q.bind(start - SESSION_LOOKBACK, TS)
+        having = f"first >= {lo}"
+        terms = filters.terms()
+        if terms:
+            having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
+        rows = await store.query(
+            "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
+            f"SELECT session, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
+            "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
+            f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
+            f"AND session != 0 GROUP BY session HAVING {having}) WHERE key != '' "
+            f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
+            q.params)
+        return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
+                 "bounce_rate": round(100 * b / s, 2) if s else 0.0, "visit_duration": round(d / 1000)}
+                for k, v, s, pv, ev, b, d in rows]
+    key = _key_expr(q, prop)
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session, session != 0), "
+        f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
+        f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
+    out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
+               "visit_duration": 0} for k, v, s, pv, ev in rows}
+    if out and {"bounce_rate", "visit_duration"} & set(metrics):
+        # The visits holding a matching event of each key: their bounces and durations.
+        q2 = Params()
+        key2 = _key_expr(q2, prop)
+        cond2 = where(q2, table, site_id, start, end, filters.terms())
+        for k, n, b, d in await store.query(
+                f"SELECT k.key, count(), countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM ("
+                f"SELECT DISTINCT {key2} AS key, session FROM {table} WHERE {cond2} AND session != 0 "
+                f"AND key IN {q2.bind(list(out), 'Array(String)')}) AS k INNER JOIN "
+                f"{sessions_of(q2, store, site_id, start, end, started_in_window=False)} AS s "
+                "ON s.session = k.session GROUP BY k.key", q2.params):
+            out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
+            out[k]["visit_duration"] = round(d / 1000)
+    return list(out.values())
+
+
+async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, filters: Filters,
+                        limit: int) -> list[tuple[str, int]]:
+    """The custom property keys of the matching events, with how many events carry each, most used first:
+    what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    rows = await store.query(
+        f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
+        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    return [(k, c) for k, c in rows]
+
+
+async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
+                          goals: list[Goal]) -> list[dict]:
+    """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
+    share of all visitors matching the other filters. A goal filter narrows the conversions but not that
+    base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible)."""
+    if not goals:
+        return []
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.without_goals().terms())
+    goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
+    chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"
+    parts = []
+    for g in goals:
+        c = f"({goal_condition(q, g)}) AND {chosen}"
+        parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
+    row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
+                             f"WHERE {cond}", q.params))[0]
+    total, out = row[0], []
+    for i, g in enumerate(goals):
+        uniques, events = row[1 + 2 * i], row[2 + 2 * i]
+        out.append({"key": g.name, "visitors": uniques, "events": events,
+                    "conversion_rate": round(100 * uniques / total, 2) if total else 0.0})
+    return sorted(out, key=lambda r: (-r["visitors"], r["key"]))
