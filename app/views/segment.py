@@ -18,6 +18,7 @@ from aiohttp import web
 from actors.workspace import SEGMENT
 from app.appkeys import LIMITER, METRICS, SETTINGS
 from app.auth import auth_scheme, requires
+from app.bodies import read_body
 from app.net import client_ip
 from app.plans import ANONYMOUS, limits_for
 from app.responses import ApiError, json_response
@@ -48,12 +49,9 @@ class SegmentError(Exception):
 
 
 async def _read(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise SegmentError(400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit")
-    body = await request.read()
-    if len(body) > limit:
-        raise SegmentError(400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit")
-    return body
+    """Segment answers an oversized call with a 400 in its own shape, not the keyed API's 413."""
+    return await read_body(request, limit, SegmentError(
+        400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit"))
 
 
 async def _authenticate(request: web.Request, body_key: str | None) -> tuple[SegmentSource, dict[str, str]]:
