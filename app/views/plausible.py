@@ -57,16 +57,22 @@ def _text(issues: list, field: str, value: Any, *, required: bool, max_length: i
     return value
 
 
+def _json_text(value: Any) -> Any:
+    """Plausible's npm tracker sends objects encoded as JSON strings: the decoded value (None when the
+    string is not JSON); anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return msgspec.json.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def _props(issues: list, field: str, value: Any) -> dict | None:
-    """An object, or (as the npm tracker sends it) an object encoded as a JSON string."""
+    """An object, or an object encoded as a JSON string."""
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = msgspec.json.decode(value)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            issues.append(issue(field, "must be an object or a JSON-encoded object"))
-            return None
+    value = _json_text(value)
     if not isinstance(value, dict):
         issues.append(issue(field, "must be an object or a JSON-encoded object"))
         return None
@@ -77,11 +83,7 @@ def _revenue(issues: list, field: str, value: Any) -> dict[str, str] | None:
     """{"currency": ISO 4217 code, "amount": number or numeric string} -> the two props Tally keeps."""
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = msgspec.json.decode(value)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            value = None
+    value = _json_text(value)
     currency = value.get("currency") if isinstance(value, dict) else None
     amount = value.get("amount") if isinstance(value, dict) else None
     try:
