@@ -211,6 +211,10 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
         return 3
 
     async def work(conn: asyncpg.Connection) -> int:
+        if store.refill_needed and args.analytics_command != "rebuild":
+            queued = await analytics_mirror.refill(conn)
+            print(f"the analytics store was emptied for its new layout: {queued} events queued to mirror "
+                  "again (or run `tally analytics rebuild`)", file=sys.stderr)
         if args.analytics_command == "rebuild":
             written = await analytics_mirror.rebuild(conn, store, since=args.since)
             print(f"rebuilt: {written} events written to the analytics store")

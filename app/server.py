@@ -63,6 +63,7 @@ from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
 from common.outages import Outages
 from common.service import Timer
+from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, open_store
 from storage.db import create_pool
 from storage.migrate import migrate
@@ -123,6 +124,10 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
         settings = app[SETTINGS]
         store = shared or await asyncio.to_thread(open_analytics, settings)
         app[ANALYTICS] = store
+        if store.refill_needed:
+            async with app[POOL].acquire() as conn:
+                queued = await analytics_mirror.refill(conn)
+            log.warning("analytics store emptied for its new layout; %d events queued to mirror again", queued)
         mirror = Mirror(app[POOL], store, interval=settings.mirror_interval_ms / 1000, batch=settings.mirror_batch,
                         metrics=app[METRICS])
         app[MIRROR] = mirror
