@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 from aiohttp import web
 from redis.asyncio import Redis
 
@@ -123,6 +124,15 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
     async def analytics_ctx(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
         store = shared or await asyncio.to_thread(open_analytics, settings)
+        owner = None  # the connection holding this process's claim on the database (embedded store)
+        if shared is None and store.embedded:
+            owner = await asyncpg.connect(app[DATABASE_DSN])
+            try:
+                await analytics_mirror.claim_embedded_store(owner)
+            except BaseException:
+                await owner.close()
+                await asyncio.to_thread(store.close)
+                raise
         app[ANALYTICS] = store
         if store.refill_needed:
             async with app[POOL].acquire() as conn:
@@ -140,6 +150,8 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
                 await mirror.catch_up()
             if shared is None:
                 await asyncio.to_thread(store.close)
+            if owner is not None:
+                await owner.close()
 
     return analytics_ctx
 

@@ -27,6 +27,11 @@ import asyncpg
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
+_OWNER = (7_264_003, 1)  # held for its lifetime by the process whose embedded store this database feeds
+
+
+class StoreClaimed(RuntimeError):
+    """Another process already mirrors this database into an embedded store of its own."""
 
 # storage.clickhouse.INPUT_COLUMNS, in its order; ts in UTC as ClickHouse reads a DateTime64.
 EVENT_FIELDS = (
@@ -64,6 +69,16 @@ async def site_events_csv(conn: asyncpg.Connection, site_id: str) -> bytes:
 async def write_events(store: AnalyticsStore, data: bytes) -> None:
     if data:
         await asyncio.to_thread(store.insert_events_csv_sync, data)
+
+
+async def claim_embedded_store(conn: asyncpg.Connection) -> None:
+    """Hold, on `conn` and for as long as it is open, the claim of the process whose embedded store this
+    database feeds. Two processes with separate embedded stores would split the outbox between them, each
+    store missing what the other mirrored: the second is refused. (A ClickHouse server is shared instead.)"""
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *_OWNER):
+        raise StoreClaimed("another Tally process already mirrors this database into its own embedded analytics "
+                           "store; run one process per database, or share a ClickHouse server "
+                           "(TALLY_ANALYTICS_URL) between processes")
 
 
 # --- rounds -----------------------------------------------------------------------------------------

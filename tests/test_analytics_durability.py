@@ -177,3 +177,28 @@ async def test_a_store_of_the_old_layout_is_emptied_and_refilled_from_postgresql
         assert (after["pending"], after["analytics_keyed_events"], after["postgres_events"]) == (0, 40, 40)
     finally:
         await drop_database(pg_admin_dsn, dsn)
+
+
+async def test_a_second_process_with_its_own_embedded_store_is_refused(pg_admin_dsn, tmp_path):
+    """Each would mirror part of the outbox into its own store: both stores would miss events."""
+    dsn = await fresh_database(pg_admin_dsn)
+    first_env = {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "first")}
+    second = [sys.executable, "-m", "app", "serve", "--port", str(server_process.free_port())]
+    try:
+        proc, _ = await asyncio.to_thread(server_process.start, first_env)
+        try:
+            refused = await asyncio.to_thread(
+                subprocess.run, second, capture_output=True, text=True, timeout=120,
+                env={**os.environ, "DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "second")})
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+        assert refused.returncode == 3, refused.stderr[-2000:]
+        assert "already mirrors this database into its own embedded analytics store" in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+        # Once the first has stopped, the claim is free: the second starts.
+        proc, base = await asyncio.to_thread(
+            server_process.start, {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "second")})
+        await asyncio.to_thread(server_process.stop, proc)
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
