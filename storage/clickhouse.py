@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -196,15 +195,6 @@ class AnalyticsStore:
 
     def command_sync(self, sql: str, params: dict[str, Any] | None = None) -> None:
         self.client.command(sql, parameters=params or {}, settings=self.query_settings)
-
-    async def insert(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
-        if rows:
-            await asyncio.to_thread(self.insert_sync, table, rows, columns)
-
-    def insert_sync(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
-        if rows:
-            self.client.insert(table, rows, column_names=list(columns), database=self.database,
-                               settings=self.query_settings)
 
     def insert_events_csv_sync(self, data: bytes | BinaryIO) -> None:
         """Insert raw events (PostgreSQL CSV of INPUT_COLUMNS) through `events_in` and its views."""
