@@ -66,7 +66,7 @@ from common.outages import Outages
 from common.service import Timer
 from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, open_store
-from storage.db import create_pool
+from storage.db import close_pool, create_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
@@ -99,8 +99,8 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await timer.stop()
-        await report_pool.close()
-        await pool.close()
+        await close_pool(report_pool)
+        await close_pool(pool)
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
 

@@ -13,8 +13,13 @@ numeric, and orjson refuses.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import asyncpg
 import msgspec
+
+log = logging.getLogger("tally.db")
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
@@ -45,3 +50,14 @@ async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asy
         dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
         server_settings=SERVER_SETTINGS,
     )
+
+
+async def close_pool(pool: asyncpg.Pool, grace_seconds: float = 10) -> None:
+    """Close gracefully, but never wait forever: asyncpg's close() waits for every acquired connection to
+    come back, and one leaked by a cancelled task would hold shutdown (and a test's teardown) for good."""
+    try:
+        async with asyncio.timeout(grace_seconds):
+            await pool.close()
+    except TimeoutError:
+        log.warning("connection pool still had connections in use after %gs; terminated", grace_seconds)
+        pool.terminate()

@@ -20,7 +20,7 @@ from app.keys import create_key
 from app.server import init_app
 from app.settings import Settings
 from storage.clickhouse import AnalyticsStore, open_store
-from storage.db import create_pool
+from storage.db import close_pool, create_pool
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -131,7 +131,7 @@ async def client(make_client, settings: Settings) -> TestClient:
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await create_pool(database_url, min_size=1, max_size=4)
     yield pool
-    await pool.close()
+    await close_pool(pool)
 
 
 @pytest.fixture

@@ -197,7 +197,7 @@ async def test_a_second_process_with_its_own_embedded_store_is_refused(pg_admin_
         assert "Traceback" not in refused.stderr
 
         # Once the first has stopped, the claim is free: the second starts.
-        proc, base = await asyncio.to_thread(
+        proc, _ = await asyncio.to_thread(
             server_process.start, {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "second")})
         await asyncio.to_thread(server_process.stop, proc)
     finally:
