@@ -33,6 +33,7 @@ _OWNER = (7_264_003, 1)  # held for its lifetime by the process whose embedded s
 class StoreClaimed(RuntimeError):
     """Another process already mirrors this database into an embedded store of its own."""
 
+
 # storage.clickhouse.INPUT_COLUMNS, in its order; ts in UTC as ClickHouse reads a DateTime64.
 EVENT_FIELDS = (
     "e.id, e.workspace_id, e.env, e.site_id, e.name, to_char(e.ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), "
