@@ -27,6 +27,7 @@ _TRUNC = {
 }
 _STEP = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 _TS = "DateTime64(6, 'UTC')"
+_NEVER = "9223372036854775807"  # a funnel step never reached: later than any microsecond time
 
 
 def truncate(moment: datetime, interval: str) -> datetime:
@@ -41,18 +42,20 @@ def _epoch(seconds: int) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def property_expr(b: Params, path: Sequence[str]) -> str:
-    """The event property at `path` as PostgreSQL's `#>>` renders it: strings bare, other JSON values as
-    their JSON text, NULL when absent or null."""
+def property_expr(b: Params, path: Sequence[str], column: str = "properties") -> str:
+    """The event property at `path` (of the JSON text in `column`) as PostgreSQL's `#>>` renders it: strings
+    bare, other JSON values as their JSON text, NULL when absent or null."""
     keys = ", ".join(b(k) for k in path)
-    kind = f"JSONType(properties, {keys})"
-    return (f"multiIf({kind} = 'String', JSONExtractString(properties, {keys}), {kind} = 'Null', NULL, "
-            f"JSONExtractRaw(properties, {keys}))")
+    kind = f"JSONType({column}, {keys})"
+    return (f"multiIf({kind} = 'String', JSONExtractString({column}, {keys}), {kind} = 'Null', NULL, "
+            f"JSONExtractRaw({column}, {keys}))")
 
 
-def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str) -> str:
-    return (f"{store.table('keyed_events')} FINAL WHERE workspace_id = {b(workspace_id, 'UInt64')} "
-            f"AND env = {b(env)}")
+def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str, *, final: bool = True) -> str:
+    """The keyed events of one workspace/env. FINAL collapses the copies of an event a retried mirror batch
+    inserted; reads whose answer no copy can change (min, existence, distinct pairs) skip its cost."""
+    return (f"{store.table('keyed_events')}{' FINAL' if final else ''} WHERE workspace_id = "
+            f"{b(workspace_id, 'UInt64')} AND env = {b(env)}")
 
 
 async def traits_of(conn: asyncpg.Connection, workspace_id: int, env: str, users: list[str],
@@ -151,35 +154,53 @@ async def funnel(
     """Actors enter at their first step-1 event in [start, end]; step k is their earliest step-k event
     after step k-1 and within window_days of the entry. Rows per group and step."""
     b = Params()
-    scope = _scope(b, store, workspace_id, env)
-    window = b(window_days * 86_400_000_000, "Int64")
     hi = b(end, _TS)
     first = b(events[0])
-    grp = property_expr(b, group_path) if group_kind == "properties" else "NULL"
-    steps = [f"minIf(ts, name = {first} AND ts <= {hi}) AS t1"]
+    window = b(window_days * 86_400_000_000, "Int64")
+    # Per actor, from two scans joined on the actor: the entry (the first step-1 event in [start, end])
+    # with its properties when grouping by one (parsed below once per actor, not once per event), and one
+    # array of times per name of a later step. Times are microseconds since the epoch.
+    props = ", argMin(properties, ts) AS entry_properties" if group_kind == "properties" else ""
+    entries = (f"SELECT actor, toUnixTimestamp64Micro(min(ts)) AS t1{props} "
+               f"FROM {_scope(b, store, workspace_id, env, final=False)} AND name = {first} "
+               f"AND ts >= {b(start, _TS)} AND ts <= {hi} AND actor != '' GROUP BY actor")
+    names = list(dict.fromkeys(events[1:]))
+    arrays = ", ".join(f"groupArrayIf(toUnixTimestamp64Micro(ts), name = {b(n)}) AS s{i}"
+                       for i, n in enumerate(names))
+    later = (f"SELECT actor, {arrays} FROM {_scope(b, store, workspace_id, env, final=False)} "
+             f"AND name IN {b(names, 'Array(String)')} AND ts >= {b(start, _TS)} "
+             f"AND ts <= {hi} + toIntervalMicrosecond({window}) AND actor != '' GROUP BY actor")
+    columns = ", ".join(["e.actor AS actor", "t1", *(["entry_properties"] if props else []),
+                         *(f"s{i}" for i in range(len(names)))])
+    per_actor = f"SELECT {columns} FROM ({entries}) AS e LEFT JOIN ({later}) AS l ON l.actor = e.actor"
+    # Step k: the least time in its name's array after step k-1 and at most the window past the entry;
+    # NEVER (beyond any time) when there is none, which leaves every later step unreached too.
+    deadline = f"t1 + {window}"
+    steps = []
     for k in range(2, len(events) + 1):
-        cand = (f"arrayMap(x -> x.1, arrayFilter(x -> x.2 = {b(events[k - 1])} AND x.1 > t{k - 1} "
-                f"AND x.1 <= t1 + toIntervalMicrosecond({window}), evs))")
-        steps.append(f"if(t{k - 1} IS NULL OR empty({cand}), NULL, arrayMin({cand})) AS t{k}")
-    inner = (f"SELECT actor, argMinIf({grp}, ts, name = {first} AND ts <= {hi}) AS grp, "
-             f"groupArray((ts, name)) AS evs, {steps[0]} FROM {scope} AND name IN {b(events, 'Array(String)')} "
-             f"AND ts >= {b(start, _TS)} AND ts <= {hi} + toIntervalMicrosecond({window}) AND actor != '' "
-             f"GROUP BY actor HAVING countIf(name = {first} AND ts <= {hi}) > 0")
-    reached = " + ".join(f"(t{k} IS NOT NULL)" for k in range(2, len(events) + 1)) or "0"
-    rows = await store.query(
-        f"SELECT actor, grp, 1 + {reached} AS level FROM (SELECT actor, grp, {', '.join(steps[1:]) or '1'} "
-        f"FROM ({inner})) ", b.params, settings=settings)
-    levels: dict[str | None, list[int]] = {}
+        cand = f"arrayFilter(x -> x > t{k - 1} AND x <= {deadline}, s{names.index(events[k - 1])})"
+        steps.append(f"if(empty({cand}), {_NEVER}, arrayMin({cand})) AS t{k}")
+    level = "1 + " + " + ".join(f"(t{k} < {_NEVER})" for k in range(2, len(events) + 1))
+    leveled = f"SELECT *, {', '.join(steps)}, {level} AS level FROM ({per_actor})"
     if group_kind == "traits":
-        users = sorted({a for a, _, _ in rows if not a.startswith("anon:")})
+        # Traits live in PostgreSQL: read the level of each actor, look the users' traits up there.
+        rows = await store.query(f"SELECT actor, level FROM ({leveled})", b.params, settings=settings)
+        users = sorted({a for a, _ in rows if not a.startswith("anon:")})
         traits = await traits_of(conn, workspace_id, env, users, group_path) if users else {}
-        keyed = [(traits.get(a), level) for a, _, level in rows]
+        counted: dict[tuple[str | None, int], int] = {}
+        for a, level in rows:
+            key = (traits.get(a), level)
+            counted[key] = counted.get(key, 0) + 1
     else:
-        keyed = [(g, level) for _, g, level in rows]
-    for g, level in keyed:
+        grp = property_expr(b, group_path, "entry_properties") if group_kind == "properties" else "NULL"
+        rows = await store.query(f"SELECT {grp} AS grp, level, count() FROM ({leveled}) GROUP BY grp, level",
+                                 b.params, settings=settings)
+        counted = {(g, level): n for g, level, n in rows}
+    levels: dict[str | None, list[int]] = {}
+    for (g, level), n in counted.items():
         per = levels.setdefault(g, [0] * len(events))
         for k in range(level):
-            per[k] += 1
+            per[k] += n
     if not group_kind and None not in levels:
         levels[None] = [0] * len(events)
     out = []
@@ -209,22 +230,25 @@ async def retention(
     b = Params()
     seconds = PERIOD_SECONDS[period]
     trunc = _TRUNC[period]
-    cohort_scope = _scope(b, store, workspace_id, env)
-    cohorts = (f"SELECT actor, {trunc.format(t='min(ts)')} AS cohort FROM {cohort_scope} "
+    # Every part of this is unchanged by a copy of an event (a first time, distinct periods), so it reads
+    # without FINAL. Per actor: the cohort, and the distinct periods of its returns in the reachable range.
+    cohorts = (f"SELECT actor, {trunc.format(t='min(ts)')} AS cohort "
+               f"FROM {_scope(b, store, workspace_id, env, final=False)} "
                f"AND name = {b(start_event)} AND ts <= {b(end, _TS)} AND actor != '' "
                f"GROUP BY actor HAVING min(ts) >= {b(start, _TS)}")
     lo = truncate(start, period) + timedelta(seconds=seconds)
     hi = truncate(end, period) + (periods + 1) * timedelta(seconds=seconds)
-    return_scope = _scope(b, store, workspace_id, env)
-    returns = (f"SELECT actor, {trunc.format(t='ts')} AS bucket FROM {return_scope} AND name = {b(return_event)} "
-               f"AND ts >= {b(lo, _TS)} AND ts < {b(hi, _TS)} AND actor != '' GROUP BY actor, bucket")
-    sec = b(seconds, "Int64")
+    returns = (f"SELECT actor, groupUniqArray({trunc.format(t='ts')}) AS buckets "
+               f"FROM {_scope(b, store, workspace_id, env, final=False)} AND name = {b(return_event)} "
+               f"AND ts >= {b(lo, _TS)} AND ts < {b(hi, _TS)} AND actor != '' GROUP BY actor")
+    # One row per cohort member for k = 0 (the cohort's size) and per period k in 1..periods it returned in.
+    ks = (f"arrayFilter(k -> k >= 1 AND k <= {b(periods, 'Int64')}, "
+          f"arrayMap(x -> intDiv(toInt64(x) - toInt64(c.cohort), {b(seconds, 'Int64')}), r.buckets))")
     rows = await store.query(
-        f"SELECT c.cohort, intDiv(r.bucket - c.cohort, {sec}) AS k, count() FROM ({cohorts}) AS c "
-        f"INNER JOIN ({returns}) AS r ON r.actor = c.actor "
-        f"WHERE k >= 1 AND k <= {b(periods, 'Int64')} GROUP BY c.cohort, k", b.params, settings=settings)
-    sizes = await store.query(f"SELECT cohort, count() FROM ({cohorts}) GROUP BY cohort", b.params,
-                              settings=settings)
+        f"SELECT c.cohort AS cohort, k, count() FROM ({cohorts}) AS c LEFT JOIN ({returns}) AS r "
+        f"ON r.actor = c.actor ARRAY JOIN arrayPushFront({ks}, 0) AS k GROUP BY cohort, k",
+        b.params, settings=settings)
+    sizes = [(c, n) for c, k, n in rows if k == 0]
     returned = {(c, k): n for c, k, n in rows}
     out = []
     for cohort, users in sorted(sizes):
