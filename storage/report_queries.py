@@ -113,11 +113,18 @@ async def event_volume(
     if group_kind == "properties":
         grp = property_expr(b, group_path)
     elif group_kind == "traits":
-        # The trait of each user who has it, handed to ClickHouse as two arrays: transform() looks them up
+        # The trait of each user who has it, handed to ClickHouse as two lists: transform() looks them up
         # in a hash table, and the grouping stays (bucket, event, value) however many users there are.
+        # Each list is one NUL-separated string (PostgreSQL text holds no NUL) split on the ClickHouse side:
+        # a string parameter parses in one go, an Array(String) of 50,000 users took ~60 ms to parse.
         values = await trait_values(conn, workspace_id, env, group_path)
-        users, traits = b(list(values), "Array(String)"), b(list(values.values()), "Array(String)")
-        grp = f"nullIf(transform(user_id, {users}, {traits}, {b(_NO_TRAIT)}), {b(_NO_TRAIT)})"
+        if values:
+            sep = b(_NO_TRAIT)
+            users = f"splitByChar({sep}, {b(_NO_TRAIT.join(values))})"
+            traits = f"splitByChar({sep}, {b(_NO_TRAIT.join(values.values()))})"
+            grp = f"nullIf(transform(user_id, {users}, {traits}, {sep}), {sep})"
+        else:
+            grp = "NULL"
     else:
         grp = "NULL"
     rows = await store.query(
