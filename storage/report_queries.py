@@ -2,7 +2,8 @@
 ordered by (workspace_id, env, name, ts) as these reads need.
 
 A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
-collide; the mirror stores it). Grouping by a user trait reads the traits from PostgreSQL (profiles are
+collide; the mirror stores it); funnels and retention group and join actors by its 64-bit hash, the
+table's actor_key (storage/clickhouse.py). Grouping by a user trait reads the traits from PostgreSQL (profiles are
 the system of record): event volume passes them to the store, a funnel groups its per-actor rows here.
 Statement texts come from constant fragments picked by validated options; values are always bound
 parameters.
@@ -45,10 +46,10 @@ def _epoch(seconds: int) -> datetime:
 def property_expr(b: Params, path: Sequence[str], column: str = "properties") -> str:
     """The event property at `path` (of the JSON text in `column`) as PostgreSQL's `#>>` renders it: strings
     bare, other JSON values as their JSON text, NULL when absent or null."""
-    keys = ", ".join(b(k) for k in path)
-    kind = f"JSONType({column}, {keys})"
-    return (f"multiIf({kind} = 'String', JSONExtractString({column}, {keys}), {kind} = 'Null', NULL, "
-            f"JSONExtractRaw({column}, {keys}))")
+    # One parse per event: JSONExtract as Nullable(String) gives a string's value, any other value's JSON
+    # text and NULL for null or absent (multiIf over JSONType, JSONExtractString and JSONExtractRaw took
+    # 1.6x as long, parsing each event twice).
+    return f"JSONExtract({column}, {', '.join(b(k) for k in path)}, 'Nullable(String)')"
 
 
 def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str, *, final: bool = True) -> str:
@@ -164,22 +165,23 @@ async def funnel(
     hi = b(end, _TS)
     first = b(events[0])
     window = b(window_days * 86_400_000_000, "Int64")
-    # Per actor, from two scans joined on the actor: the entry (the first step-1 event in [start, end])
+    # Per actor (by its key), from two scans joined on it: the entry (the first step-1 event in [start, end])
     # with its properties when grouping by one (parsed below once per actor, not once per event), and one
     # array of times per name of a later step. Times are microseconds since the epoch.
-    props = ", argMin(properties, ts) AS entry_properties" if group_kind == "properties" else ""
-    entries = (f"SELECT actor, toUnixTimestamp64Micro(min(ts)) AS t1{props} "
+    extra = {"properties": ", argMin(properties, ts) AS entry_properties", "traits": ", any(actor) AS actor_name"}
+    entries = (f"SELECT actor_key, toUnixTimestamp64Micro(min(ts)) AS t1{extra.get(group_kind or '', '')} "
                f"FROM {_scope(b, store, workspace_id, env, final=False)} AND name = {first} "
-               f"AND ts >= {b(start, _TS)} AND ts <= {hi} AND actor != '' GROUP BY actor")
+               f"AND ts >= {b(start, _TS)} AND ts <= {hi} AND actor_key != 0 GROUP BY actor_key")
     names = list(dict.fromkeys(events[1:]))
     arrays = ", ".join(f"groupArrayIf(toUnixTimestamp64Micro(ts), name = {b(n)}) AS s{i}"
                        for i, n in enumerate(names))
-    later = (f"SELECT actor, {arrays} FROM {_scope(b, store, workspace_id, env, final=False)} "
+    later = (f"SELECT actor_key, {arrays} FROM {_scope(b, store, workspace_id, env, final=False)} "
              f"AND name IN {b(names, 'Array(String)')} AND ts >= {b(start, _TS)} "
-             f"AND ts <= {hi} + toIntervalMicrosecond({window}) AND actor != '' GROUP BY actor")
-    columns = ", ".join(["e.actor AS actor", "t1", *(["entry_properties"] if props else []),
-                         *(f"s{i}" for i in range(len(names)))])
-    per_actor = f"SELECT {columns} FROM ({entries}) AS e LEFT JOIN ({later}) AS l ON l.actor = e.actor"
+             f"AND ts <= {hi} + toIntervalMicrosecond({window}) AND actor_key != 0 GROUP BY actor_key")
+    kept = {"properties": ["entry_properties"], "traits": ["actor_name"]}.get(group_kind or "", [])
+    columns = ", ".join(["t1", *kept, *(f"s{i}" for i in range(len(names)))])
+    per_actor = (f"SELECT {columns} FROM ({entries}) AS e LEFT JOIN ({later}) AS l "
+                 "ON l.actor_key = e.actor_key")
     # Step k: the least time in its name's array after step k-1 and at most the window past the entry;
     # NEVER (beyond any time) when there is none, which leaves every later step unreached too.
     deadline = f"t1 + {window}"
@@ -191,7 +193,7 @@ async def funnel(
     leveled = f"SELECT *, {', '.join(steps)}, {level} AS level FROM ({per_actor})"
     if group_kind == "traits":
         # Traits live in PostgreSQL: read the level of each actor, look the users' traits up there.
-        rows = await store.query(f"SELECT actor, level FROM ({leveled})", b.params, settings=settings)
+        rows = await store.query(f"SELECT actor_name, level FROM ({leveled})", b.params, settings=settings)
         users = sorted({a for a, _ in rows if not a.startswith("anon:")})
         traits = await traits_of(conn, workspace_id, env, users, group_path) if users else {}
         counted: dict[tuple[str | None, int], int] = {}
@@ -239,21 +241,21 @@ async def retention(
     trunc = _TRUNC[period]
     # Every part of this is unchanged by a copy of an event (a first time, distinct periods), so it reads
     # without FINAL. Per actor: the cohort, and the distinct periods of its returns in the reachable range.
-    cohorts = (f"SELECT actor, {trunc.format(t='min(ts)')} AS cohort "
+    cohorts = (f"SELECT actor_key, {trunc.format(t='min(ts)')} AS cohort "
                f"FROM {_scope(b, store, workspace_id, env, final=False)} "
-               f"AND name = {b(start_event)} AND ts <= {b(end, _TS)} AND actor != '' "
-               f"GROUP BY actor HAVING min(ts) >= {b(start, _TS)}")
+               f"AND name = {b(start_event)} AND ts <= {b(end, _TS)} AND actor_key != 0 "
+               f"GROUP BY actor_key HAVING min(ts) >= {b(start, _TS)}")
     lo = truncate(start, period) + timedelta(seconds=seconds)
     hi = truncate(end, period) + (periods + 1) * timedelta(seconds=seconds)
-    returns = (f"SELECT actor, groupUniqArray({trunc.format(t='ts')}) AS buckets "
+    returns = (f"SELECT actor_key, groupUniqArray({trunc.format(t='ts')}) AS buckets "
                f"FROM {_scope(b, store, workspace_id, env, final=False)} AND name = {b(return_event)} "
-               f"AND ts >= {b(lo, _TS)} AND ts < {b(hi, _TS)} AND actor != '' GROUP BY actor")
+               f"AND ts >= {b(lo, _TS)} AND ts < {b(hi, _TS)} AND actor_key != 0 GROUP BY actor_key")
     # One row per cohort member for k = 0 (the cohort's size) and per period k in 1..periods it returned in.
     ks = (f"arrayFilter(k -> k >= 1 AND k <= {b(periods, 'Int64')}, "
           f"arrayMap(x -> intDiv(toInt64(x) - toInt64(c.cohort), {b(seconds, 'Int64')}), r.buckets))")
     rows = await store.query(
         f"SELECT c.cohort AS cohort, k, count() FROM ({cohorts}) AS c LEFT JOIN ({returns}) AS r "
-        f"ON r.actor = c.actor ARRAY JOIN arrayPushFront({ks}, 0) AS k GROUP BY cohort, k",
+        f"ON r.actor_key = c.actor_key ARRAY JOIN arrayPushFront({ks}, 0) AS k GROUP BY cohort, k",
         b.params, settings=settings)
     sizes = [(c, n) for c, k, n in rows if k == 0]
     returned = {(c, k): n for c, k, n in rows}

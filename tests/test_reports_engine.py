@@ -4,6 +4,7 @@ traits), before and after the mirror wrote every event again (a retried batch): 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import Counter
@@ -169,3 +170,18 @@ async def test_trait_values_with_separators_and_no_traits(client, make_key, pool
     assert await volume() == {None: 4}  # nobody has the trait
     await seed_traits(pool, ws, {"p,q": {"tier": "a\tb, c"}, "r'": {"tier": ""}, "s": {"tier": "a\tb, c"}})
     assert await volume() == {"a\tb, c": 2, "": 1, None: 1}
+
+
+async def test_a_store_without_the_actor_key_gets_it_with_the_same_answers(client, pool, data):
+    ws, events = data
+    db = client.app[ANALYTICS]
+    before = await reports(client, pool, ws)
+    await db.command(f"ALTER TABLE {db.local_table('keyed_events')} DROP COLUMN actor_key")  # as before it
+    with pytest.raises(Exception, match="actor_key"):
+        await reports(client, pool, ws)
+    await asyncio.to_thread(db.ensure_schema)
+    assert await reports(client, pool, ws) == before
+    check(before, events)
+    kind = await db.query("SELECT default_kind FROM system.columns WHERE database = {d:String} "
+                          "AND table = 'keyed_events' AND name = 'actor_key'", {"d": db.database})
+    assert kind == [("MATERIALIZED",)]
