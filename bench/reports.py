@@ -179,6 +179,8 @@ async def main() -> None:
         lines = [head + " PostgreSQL p50 ms | ratio (p50) |", rule + "---:|---:|"]
         for label, kind, config in reports(start, end):
             engine, old, postgres, rows = [], [], [], []
+            for queries in (current, before) if before is not None else (current,):
+                await engine_run(kind, config, queries)  # warm-up, untimed: both start from warm caches
             for i in range(args.runs):
                 t0 = time.perf_counter()
                 rows = await engine_run(kind, config, current)
