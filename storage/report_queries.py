@@ -3,8 +3,8 @@ ordered by (workspace_id, env, name, ts) as these reads need.
 
 A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
 collide; the mirror stores it); funnels and retention group and join actors by its 64-bit hash, the
-table's actor_key (storage/clickhouse.py). Grouping by a user trait reads the traits from PostgreSQL (profiles are
-the system of record): event volume passes them to the store, a funnel groups its per-actor rows here.
+table's actor_key (storage/clickhouse.py). Grouping by a user trait reads the traits from PostgreSQL
+(profiles are the system of record) and hands them to the store with each query.
 Statement texts come from constant fragments picked by validated options; values are always bound
 parameters.
 """
@@ -59,16 +59,6 @@ def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str, *, fin
             f"{b(workspace_id, 'UInt64')} AND env = {b(env)}")
 
 
-async def traits_of(conn: asyncpg.Connection, workspace_id: int, env: str, users: list[str],
-                    path: list[str]) -> dict[str, str | None]:
-    rows = await conn.fetch(
-        "SELECT user_id, traits #>> $4::text[] AS v FROM user_profiles "
-        "WHERE workspace_id = $1 AND env = $2 AND user_id = ANY($3::text[])",
-        workspace_id, env, users, path,
-    )
-    return {r["user_id"]: r["v"] for r in rows}
-
-
 _NO_TRAIT = "\x00"  # PostgreSQL text cannot hold NUL, so no trait value equals it
 
 
@@ -80,6 +70,22 @@ async def trait_values(conn: asyncpg.Connection, workspace_id: int, env: str, pa
         workspace_id, env, path,
     )
     return {r["user_id"]: r["v"] for r in rows}
+
+
+def _trait_lookup(b: Params, values: dict[str, str], column: str, *, hashed: bool = False) -> str:
+    """The trait value of `column` (the user id, or with `hashed` the actor key), NULL for users without one.
+    The users and their values go to ClickHouse as two lists that transform() looks up in a hash table, so a
+    grouping stays (bucket, event, value) however many users there are. Each list is one NUL-separated
+    string (PostgreSQL text holds no NUL) split on the ClickHouse side: a string parameter parses in one go,
+    an Array(String) of 50,000 users took ~60 ms to parse."""
+    if not values:
+        return "NULL"
+    sep = b(_NO_TRAIT)
+    users = f"splitByChar({sep}, {b(_NO_TRAIT.join(values))})"
+    if hashed:  # the actor_key of each user (storage/clickhouse.py ACTOR_KEY; a user id is never '')
+        users = f"arrayMap(u -> cityHash64(u), {users})"
+    traits = f"splitByChar({sep}, {b(_NO_TRAIT.join(values.values()))})"
+    return f"nullIf(transform({column}, {users}, {traits}, {sep}), {sep})"
 
 
 def _ratio(part: int, whole: int | None) -> float | None:
@@ -114,18 +120,7 @@ async def event_volume(
     if group_kind == "properties":
         grp = property_expr(b, group_path)
     elif group_kind == "traits":
-        # The trait of each user who has it, handed to ClickHouse as two lists: transform() looks them up
-        # in a hash table, and the grouping stays (bucket, event, value) however many users there are.
-        # Each list is one NUL-separated string (PostgreSQL text holds no NUL) split on the ClickHouse side:
-        # a string parameter parses in one go, an Array(String) of 50,000 users took ~60 ms to parse.
-        values = await trait_values(conn, workspace_id, env, group_path)
-        if values:
-            sep = b(_NO_TRAIT)
-            users = f"splitByChar({sep}, {b(_NO_TRAIT.join(values))})"
-            traits = f"splitByChar({sep}, {b(_NO_TRAIT.join(values.values()))})"
-            grp = f"nullIf(transform(user_id, {users}, {traits}, {sep}), {sep})"
-        else:
-            grp = "NULL"
+        grp = _trait_lookup(b, await trait_values(conn, workspace_id, env, group_path), "user_id")
     else:
         grp = "NULL"
     rows = await store.query(
@@ -168,8 +163,8 @@ async def funnel(
     # Per actor (by its key), from two scans joined on it: the entry (the first step-1 event in [start, end])
     # with its properties when grouping by one (parsed below once per actor, not once per event), and one
     # array of times per name of a later step. Times are microseconds since the epoch.
-    extra = {"properties": ", argMin(properties, ts) AS entry_properties", "traits": ", any(actor) AS actor_name"}
-    entries = (f"SELECT actor_key, toUnixTimestamp64Micro(min(ts)) AS t1{extra.get(group_kind or '', '')} "
+    props = ", argMin(properties, ts) AS entry_properties" if group_kind == "properties" else ""
+    entries = (f"SELECT actor_key, toUnixTimestamp64Micro(min(ts)) AS t1{props} "
                f"FROM {_scope(b, store, workspace_id, env, final=False)} AND name = {first} "
                f"AND ts >= {b(start, _TS)} AND ts <= {hi} AND actor_key != 0 GROUP BY actor_key")
     names = list(dict.fromkeys(events[1:]))
@@ -178,8 +173,8 @@ async def funnel(
     later = (f"SELECT actor_key, {arrays} FROM {_scope(b, store, workspace_id, env, final=False)} "
              f"AND name IN {b(names, 'Array(String)')} AND ts >= {b(start, _TS)} "
              f"AND ts <= {hi} + toIntervalMicrosecond({window}) AND actor_key != 0 GROUP BY actor_key")
-    kept = {"properties": ["entry_properties"], "traits": ["actor_name"]}.get(group_kind or "", [])
-    columns = ", ".join(["t1", *kept, *(f"s{i}" for i in range(len(names)))])
+    columns = ", ".join(["e.actor_key AS actor_key", "t1", *(["entry_properties"] if props else []),
+                         *(f"s{i}" for i in range(len(names)))])
     per_actor = (f"SELECT {columns} FROM ({entries}) AS e LEFT JOIN ({later}) AS l "
                  "ON l.actor_key = e.actor_key")
     # Step k: the least time in its name's array after step k-1 and at most the window past the entry;
@@ -191,20 +186,17 @@ async def funnel(
         steps.append(f"if(empty({cand}), {_NEVER}, arrayMin({cand})) AS t{k}")
     level = "1 + " + " + ".join(f"(t{k} < {_NEVER})" for k in range(2, len(events) + 1))
     leveled = f"SELECT *, {', '.join(steps)}, {level} AS level FROM ({per_actor})"
-    if group_kind == "traits":
-        # Traits live in PostgreSQL: read the level of each actor, look the users' traits up there.
-        rows = await store.query(f"SELECT actor_name, level FROM ({leveled})", b.params, settings=settings)
-        users = sorted({a for a, _ in rows if not a.startswith("anon:")})
-        traits = await traits_of(conn, workspace_id, env, users, group_path) if users else {}
-        counted: dict[tuple[str | None, int], int] = {}
-        for a, level in rows:
-            key = (traits.get(a), level)
-            counted[key] = counted.get(key, 0) + 1
+    if group_kind == "traits":  # actors "anon:…" are anonymous ids: they get no user's trait, as before
+        values = await trait_values(conn, workspace_id, env, group_path)
+        grp = _trait_lookup(b, {u: v for u, v in values.items() if not u.startswith("anon:")}, "actor_key",
+                            hashed=True)
+    elif group_kind == "properties":
+        grp = property_expr(b, group_path, "entry_properties")
     else:
-        grp = property_expr(b, group_path, "entry_properties") if group_kind == "properties" else "NULL"
-        rows = await store.query(f"SELECT {grp} AS grp, level, count() FROM ({leveled}) GROUP BY grp, level",
-                                 b.params, settings=settings)
-        counted = {(g, level): n for g, level, n in rows}
+        grp = "NULL"
+    rows = await store.query(f"SELECT {grp} AS grp, level, count() FROM ({leveled}) GROUP BY grp, level",
+                             b.params, settings=settings)
+    counted = {(g, level): n for g, level, n in rows}
     levels: dict[str | None, list[int]] = {}
     for (g, level), n in counted.items():
         per = levels.setdefault(g, [0] * len(events))
