@@ -83,7 +83,7 @@ PARTITION BY toYYYYMM(ts)
 ORDER BY (site_id, toDate(ts), name, ts, id)
 """
 # A report's actor as a number, 0 for none: reports group and join actors by it rather than by the string
-# (half the time of a funnel's entry scan at 10M events). A 64-bit hash: two of a billion actors share one
+# (half the time of a funnel's entry scan at 10M events). A 64-bit hash: two of a million actors share one
 # with a chance of about 3 in 100 million.
 ACTOR_KEY = "if(actor = '', 0, cityHash64(actor))"
 # Keyed events, ordered as the reports read them: one workspace/env, the report's event names, time.
