@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import secrets
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -15,7 +16,9 @@ import pytest
 
 from app.appkeys import ANALYTICS, MIRROR
 from storage import analytics_mirror, report_queries
+from storage import events as event_store
 from storage.analytics_mirror import EVENT_FIELDS
+from storage.events import EventRow
 from tests.reports_support import seed, seed_traits, workspace_id
 
 BASE = datetime(2024, 5, 1, tzinfo=UTC)
@@ -185,3 +188,32 @@ async def test_a_store_without_the_actor_key_gets_it_with_the_same_answers(clien
     kind = await db.query("SELECT default_kind FROM system.columns WHERE database = {d:String} "
                           "AND table = 'keyed_events' AND name = 'actor_key'", {"d": db.database})
     assert kind == [("MATERIALIZED",)]
+
+
+async def test_a_user_id_that_looks_anonymous_keeps_its_trait(client, make_key, pool, workspace, database_url):
+    """A user id "anon:q" and the anonymous id "q" are one actor "anon:q" (one actor_key): event volume
+    goes by the user id, so only the user's event has the user's trait; a funnel, as before, gives that
+    actor no trait."""
+    await make_key("read,write")
+    ws = await workspace_id(database_url, workspace)
+    at = datetime(2024, 5, 3, 10, tzinfo=UTC)
+    rows = [EventRow(f"evt_{i}_{secrets.token_hex(6)}", ws, "live", name, at + timedelta(minutes=i), at,
+                     user_id=user, anonymous_id=anon, properties={})
+            for i, (name, user, anon) in enumerate([("a", "anon:q", None), ("a", None, "q"), ("b", "anon:q", None),
+                                                    ("a", "r", None)])]
+    async with pool.acquire() as conn:
+        await event_store.ensure_partitions(conn, {at})
+        await event_store.copy_events(conn, rows)
+    await seed_traits(pool, ws, {"anon:q": {"tier": "gold"}, "r": {"tier": "gold"}})
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    async with pool.acquire() as conn:
+        volume = await report_queries.event_volume(db, conn, ws, "live", events=["a"], start=at,
+                                                   end=at + timedelta(hours=1), interval="day", group_kind="traits",
+                                                   group_path=["tier"])
+        funnel = await report_queries.funnel(db, conn, ws, "live", events=["a", "b"], start=at,
+                                             end=at + timedelta(hours=1), window_days=1, group_kind="traits",
+                                             group_path=["tier"])
+    assert {r.grp: r.n for r in volume} == {"gold": 2, None: 1}
+    assert [(r.grp, r.step, r.users) for r in funnel] == [("gold", 1, 1), ("gold", 2, 0), (None, 1, 1),
+                                                          (None, 2, 1)]
