@@ -59,7 +59,7 @@ def _scope(b: Params, store: AnalyticsStore, workspace_id: int, env: str, *, fin
             f"{b(workspace_id, 'UInt64')} AND env = {b(env)}")
 
 
-_NO_TRAIT = "\x00"  # PostgreSQL text cannot hold NUL, so no trait value equals it
+_SEP = "\x00"  # PostgreSQL text cannot hold NUL, so no user id contains it
 
 
 async def trait_values(conn: asyncpg.Connection, workspace_id: int, env: str, path: list[str]) -> dict[str, str]:
@@ -90,7 +90,7 @@ class TraitIndex:
         if not values:
             self.expr = "toUInt32(0)"
             return
-        users = f"splitByChar({b(_NO_TRAIT)}, {b(_NO_TRAIT.join(values))})"
+        users = f"splitByChar({b(_SEP)}, {b(_SEP.join(values))})"
         if not by_user_id:
             users = f"arrayMap(u -> cityHash64(u), {users})"
         numbers = b(",".join(str(number[v]) for v in values.values()))
