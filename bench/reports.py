@@ -2,17 +2,22 @@
 reports as they ran on PostgreSQL (bench/report_queries_postgres.py), on the same keyed events, one run.
 
     .venv/bin/python bench/reports.py [--events 10000000] [--users 50000] [--runs 5] [--pg-runs 2] [--keep]
+        [--before FILE]
 
 Creates a fresh database on the local PostgreSQL (BENCH_PG), generates the events in SQL with the events
 triggers off (30 days, four event names, a `plan` property) and the users' traits, ANALYZEs, copies the
 events into a fresh embedded store with `tally analytics rebuild`'s code, then times each report through
-the runner the API uses (engine) and through the former PostgreSQL SQL, interleaved.
+the runner the API uses (engine) and through the former PostgreSQL SQL, interleaved. `--before FILE` also
+times the runner with storage/report_queries.py swapped for FILE (an older version, e.g. from `git show
+REV:storage/report_queries.py > /tmp/before.py`), interleaved with the others, to compare engine SQL on one
+data set in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import resource
 import secrets
@@ -31,8 +36,10 @@ sys.path.insert(0, str(ROOT))
 
 import report_queries_postgres as pgq  # noqa: E402
 
+from app.reports import runner  # noqa: E402
 from app.reports.runner import parse_group, run_report  # noqa: E402
 from app.settings import Settings  # noqa: E402
+from common.metrics import Metrics  # noqa: E402
 from storage.analytics_mirror import rebuild  # noqa: E402
 from storage.clickhouse import open_store  # noqa: E402
 from storage.db import create_pool, init_connection  # noqa: E402
@@ -43,15 +50,19 @@ from storage.workspaces import ensure_workspace  # noqa: E402
 ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 PLANS = ["free", "pro", "enterprise"]
 CHUNK = 1_000_000
-# view 60%, login 25%, signup 10%, purchase 5% (by g % 20), users by a multiplicative hash of g.
+# view 60%, login 25%, signup 10%, purchase 5% (by g % 20); the user and the time by multiplicative hashes
+# of g modulo two primes that are not multiples of 20, so that each user has events of every name at
+# unrelated times (a hash modulo the number of users would give each user one name only: no funnel
+# conversions and no retention returns to compute).
 GENERATE = """
 INSERT INTO events (id, workspace_id, env, site_id, name, user_id, properties, ts, received_at)
 SELECT 'evt_' || g, $1, 'live', NULL,
        CASE WHEN g % 20 < 12 THEN 'view' WHEN g % 20 < 17 THEN 'login' WHEN g % 20 < 19 THEN 'signup'
             ELSE 'purchase' END,
-       'u' || ((g * 7919) % $2), jsonb_build_object('plan', (ARRAY['free', 'pro', 'enterprise'])[1 + g % 3]),
+       'u' || (((g * 7919) % 1000003) % $2),
+       jsonb_build_object('plan', (ARRAY['free', 'pro', 'enterprise'])[1 + g % 3]),
        t, t
-FROM (SELECT g, $3::timestamptz + interval '30 days' * ((g * 104729) % 1000003)::float8 / 1000003 AS t
+FROM (SELECT g, $3::timestamptz + interval '30 days' * ((g * 104729) % 999983)::float8 / 999983 AS t
       FROM generate_series($4::bigint, $5::bigint) AS g) s
 """
 
@@ -117,7 +128,14 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--pg-runs", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--before", type=Path, help="an older storage/report_queries.py to time as well")
     args = parser.parse_args()
+    before = None
+    if args.before:
+        spec = importlib.util.spec_from_file_location("report_queries_before", args.before)
+        before = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = before  # dataclasses look their module up
+        spec.loader.exec_module(before)
 
     name = f"tally_bench_reports_{secrets.token_hex(3)}"
     admin = await asyncpg.connect(ADMIN)
@@ -141,27 +159,52 @@ async def main() -> None:
         await conn.close()
         pool = await create_pool(dsn, min_size=1, max_size=2)
         settings = Settings(database_url=dsn, report_timeout_seconds=600, custom_sql_timeout_seconds=600)
-        lines = ["| report | rows | engine p50 ms | engine min ms | PostgreSQL p50 ms | ratio (p50) |",
-                 "|---|---:|---:|---:|---:|---:|"]
+        metrics = Metrics()
+        current = runner.q
+
+        async def engine_run(kind: str, config: dict, queries: object) -> list:
+            runner.q = queries  # the runner's report SQL: this branch's, or the --before file's
+            try:
+                result = await run_report(pool, settings, metrics, workspace_id=ws, env="live", plan="enterprise",
+                                          report_type=kind, config=config, analytics=db)
+            finally:
+                runner.q = current
+            return result.rows
+
+        head = "| report | rows | engine p50 ms | engine min ms |"
+        rule = "|---|---:|---:|---:|"
+        if before is not None:
+            head += " before p50 ms | before min ms | before / engine (p50) |"
+            rule += "---:|---:|---:|"
+        lines = [head + " PostgreSQL p50 ms | ratio (p50) |", rule + "---:|---:|"]
         for label, kind, config in reports(start, end):
-            engine, postgres, rows = [], [], 0
+            engine, old, postgres, rows = [], [], [], []
+            for queries in (current, before) if before is not None else (current,):
+                await engine_run(kind, config, queries)  # warm-up, untimed: both start from warm caches
             for i in range(args.runs):
                 t0 = time.perf_counter()
-                result = await run_report(pool, settings, workspace_id=ws, env="live", plan="enterprise",
-                                          report_type=kind, config=config, analytics=db)
+                rows = await engine_run(kind, config, current)
                 engine.append((time.perf_counter() - t0) * 1000)
-                rows = len(result.rows)
+                if before is not None:
+                    t0 = time.perf_counter()
+                    old_rows = await engine_run(kind, config, before)
+                    old.append((time.perf_counter() - t0) * 1000)
+                    assert old_rows == rows, (label, old_rows[:5], rows[:5])  # the same answer
                 if i < args.pg_runs:
                     t0 = time.perf_counter()
                     await postgres_run(pool, ws, kind, config, now)
                     postgres.append((time.perf_counter() - t0) * 1000)
             e, p = statistics.median(engine), statistics.median(postgres)
-            lines.append(f"| {label} | {rows} | {e:.0f} | {min(engine):.0f} | {p:.0f} | {p / e:.0f}x |")
+            line = f"| {label} | {len(rows)} | {e:.0f} | {min(engine):.0f} |"
+            if before is not None:
+                o = statistics.median(old)
+                line += f" {o:.0f} | {min(old):.0f} | {o / e:.1f}x |"
+            lines.append(line + f" {p:.0f} | {p / e:.0f}x |")
             print(lines[-1], file=sys.stderr)
         await pool.close()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"\n{args.events:,} events, {args.users:,} users, 30 days; engine {args.runs} runs, PostgreSQL "
-              f"{args.pg_runs} runs, interleaved\n")
+        print(f"\n{args.events:,} events, {args.users:,} users, 30 days; engine {args.runs} runs"
+              f"{f' (and {args.before})' if before else ''}, PostgreSQL {args.pg_runs} runs, interleaved\n")
         print("\n".join(lines))
         print(f"\npeak RSS of this process (chDB in process): {rss:,.0f} MB")
     finally:
