@@ -51,6 +51,7 @@ _ERASURES = "SELECT seq, workspace_id, env, user_id FROM analytics_erasures ORDE
 _ERASED = "DELETE FROM analytics_erasures WHERE seq = ANY($1::bigint[])"
 _EVENTS_BETWEEN = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.ts >= $1 AND e.ts < $2"
 _EVENTS_OF_SITE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1"
+_EVENTS_OF_WORKSPACE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.workspace_id = $1"
 _SPAN = "SELECT min(ts), max(ts) FROM events WHERE ts >= coalesce($1::timestamptz, '-infinity')"
 _REQUEUE = "INSERT INTO analytics_outbox (workspace_id, env, ts, id) SELECT workspace_id, env, ts, id FROM events"
 
@@ -65,6 +66,11 @@ async def copy_events(conn: asyncpg.Connection, query: str, *args: object) -> by
 async def site_events_csv(conn: asyncpg.Connection, site_id: str) -> bytes:
     """Every stored event of one site, as the mirror sends them (tests write batches twice with it)."""
     return await copy_events(conn, _EVENTS_OF_SITE, site_id)
+
+
+async def workspace_events_csv(conn: asyncpg.Connection, workspace_id: int) -> bytes:
+    """Every stored event of one workspace, as the mirror sends them."""
+    return await copy_events(conn, _EVENTS_OF_WORKSPACE, workspace_id)
 
 
 async def write_events(store: AnalyticsStore, data: bytes) -> None:
