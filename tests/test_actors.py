@@ -215,3 +215,24 @@ async def test_a_wave_of_waiting_requests_is_split_over_one_batch_more_than_the_
     actor.gate.set()
     await asyncio.wait_for(actor.stop(), 5)
     assert sum(actor.sizes) == total and all(f.done() and f.exception() is None for f in futures)
+
+
+async def test_writers_cache_the_trigger_plans_and_give_back_connections_that_replan(pool, client, make_key,
+                                                                                  database_url, workspace):
+    """An actor's connection caches the events triggers' plans (plan_cache_mode auto); back in the pool it
+    plans every read for its values again (force_custom_plan), whatever the actor did with it."""
+    await make_key("write")
+    workspace_id = await _workspace_id(database_url, workspace)
+    actor = WorkspaceActor(("ws", workspace_id, "live"), pool, PartitionCache(), max_batch=100, capacity=100,
+                           linger=0)
+    loop = asyncio.get_running_loop()
+    now = datetime.now(UTC)
+    keyed = EventRow(new_id("evt"), workspace_id, "live", "keyed", now, now, user_id="u1", properties={})
+    await actor.flush([Message(EVENTS, [keyed], loop.create_future())])
+    assert keyed.id in await _stored_ids(database_url, workspace_id)
+    async with actor.connection() as conn:  # the connection the flush kept
+        assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
+    await actor._return_connections()
+    for _ in range(pool.get_size()):
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
