@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from app.appkeys import KEYS, LIMITER, METRICS, SETTINGS
+from app.appkeys import KEYS, LIMITER, METRICS, SETTINGS, root_app
 from app.input_rules import storable_path_ids
 from app.keys import KeyInfo
 from app.net import client_ip
@@ -94,7 +94,7 @@ def _path_ids_or_404(request: web.Request) -> None:
 async def keyed_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The /v1 sub-application's one layer (app/middlewares.py says why one): key, scope, rate limit and
     its headers, then path ids (app/input_rules.py). Failures are rendered by the root's layer."""
-    app = request.config_dict
+    app = root_app(request)
     target = request.match_info.handler
     # Segment tracking calls carry a write key, not a Tally key: app.views.segment authenticates and
     # rate-limits them itself. POST /v1/identify is Tally's only when the scheme is Bearer.

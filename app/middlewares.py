@@ -12,7 +12,7 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from app.appkeys import METRICS, OUTAGES
+from app.appkeys import METRICS, OUTAGES, root_app
 from app.auth import Handler, is_ingestion
 from app.input_rules import storable_path_ids
 from app.outages import unavailable, unreachable
@@ -39,7 +39,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 def _count(request: web.Request, status: int, started: float) -> None:
     # Any token is a valid HTTP method: fold the unusual ones so clients cannot mint label values.
     method = request.method if request.method in _METHODS else "OTHER"
-    counter, latency = request.config_dict[METRICS].route(method, _route_name(request), status)
+    counter, latency = root_app(request)[METRICS].route(method, _route_name(request), status)
     counter.inc()
     latency.observe(time.perf_counter() - started)
 
@@ -57,7 +57,7 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
     """An unreachable dependency is a 503 (logged once per outage); anything else a logged 500."""
     dependency = unreachable(exc)
     if dependency is not None:
-        request.config_dict[OUTAGES].down(dependency, exc, "requests that need it answer 503")
+        root_app(request)[OUTAGES].down(dependency, exc, "requests that need it answer 503")
         return unavailable(dependency, site)
     log.exception("unhandled error method=%s path=%s", request.method, request.path)
     if site:

@@ -25,7 +25,7 @@ from actors.base import Overloaded, StoreFailed, StoreUnreachable
 from actors.site import SITE_EVENTS, SiteItem
 from app import bots, cors
 from app.acquisition import acquisition
-from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR
+from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR, root_app
 from app.auth import ingestion
 from app.bodies import field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
@@ -150,7 +150,7 @@ async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str)
     cached, info = runtime.sites.get(site_id)
     if cached and (info is not None or runtime.settings.production):
         return info
-    async with request.config_dict[POOL].acquire() as conn:
+    async with root_app(request)[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
         if row is None and not runtime.settings.production:
             row, created = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
@@ -184,8 +184,8 @@ def _check_access(site: SiteInfo, page: cors.PageOrigin) -> None:
 
 
 async def _within_limits(request: web.Request, site_id: str, ip: str) -> bool:
-    settings, limiter = request.config_dict[SETTINGS], request.config_dict[LIMITER]
-    rejected = request.config_dict[METRICS].events_rejected
+    app = root_app(request)
+    settings, limiter, rejected = app[SETTINGS], app[LIMITER], app[METRICS].events_rejected
     for reason, bucket, per_minute in (("rate_limited_ip", f"site-ip:{ip}", settings.ip_events_per_min),
                                        ("rate_limited_site", f"site:{site_id}", settings.site_events_per_min)):
         if per_minute <= 0:
@@ -234,7 +234,7 @@ def _place(request: web.Request, runtime: SiteRuntime, ip: str) -> tuple[str | N
 
 async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
     try:
-        actor = request.config_dict[SUPERVISOR].actor(("site", site_id))
+        actor = root_app(request)[SUPERVISOR].actor(("site", site_id))
         await asyncio.shield(actor.submit(SITE_EVENTS, [item]))
     except Overloaded as exc:
         raise _rejected(503, "overloaded", "overloaded", headers={"Retry-After": str(exc.retry_after)}) from None
@@ -252,7 +252,7 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
                  accepted_text: str | None = None) -> web.Response:
     """The whole ingestion path. parse turns the body into an event whose `s` names the site for
     resolve; accepted_text is the body of the 202 (none by default)."""
-    runtime = request.config_dict[SITE_RUNTIME]
+    runtime = root_app(request)[SITE_RUNTIME]
     production = runtime.settings.production
     page = cors.page_origin(request)
     # Development answers any page; production only pages the site's domain admitted.
@@ -268,7 +268,7 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         accepted = web.Response(status=202, headers=allow, text=accepted_text)
         user_agent = request.headers.get("User-Agent", "")
         if bots.is_bot(user_agent, from_page=page.present):
-            request.config_dict[METRICS].events_rejected.labels("bot").inc()
+            root_app(request)[METRICS].events_rejected.labels("bot").inc()
             return accepted
         ip = client_ip(request, runtime.settings.trusted_proxies)
         if not await _within_limits(request, site.id, ip):
@@ -282,7 +282,7 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         return accepted
     except SiteError as exc:
         if exc.rejected:
-            request.config_dict[METRICS].events_rejected.labels(exc.rejected).inc()
+            root_app(request)[METRICS].events_rejected.labels(exc.rejected).inc()
         exc.headers.update(allow)
         raise
 
@@ -299,10 +299,10 @@ async def preflight(request: web.Request) -> web.Response:
     page = cors.page_origin(request)
     if page.origin is None:
         return web.Response(status=204, headers={"Allow": cors.ALLOW_METHODS})
-    if request.config_dict[SETTINGS].production:
+    if root_app(request)[SETTINGS].production:
         allowed = False
         if page.host:
-            async with request.config_dict[POOL].acquire() as conn:
+            async with root_app(request)[POOL].acquire() as conn:
                 allowed = await site_store.any_domain_registered(conn, cors.candidate_domains(page.host))
         if not allowed:
             raise SiteError(403, "origin not allowed")
