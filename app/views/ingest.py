@@ -133,16 +133,23 @@ def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str,
     return issues
 
 
+def _too_large() -> SiteError:
+    return SiteError(413, "payload too large", limit=BODY_LIMIT)
+
+
 async def _read_body(request: web.Request) -> bytes:
-    too_large = SiteError(413, "payload too large", limit=BODY_LIMIT)
-    if request.content_length is not None and request.content_length > BODY_LIMIT:
-        raise too_large
-    # StreamReader.read(n) returns what has arrived so far, so read until EOF or past the limit.
+    length = request.content_length
+    if length is not None:
+        if length > BODY_LIMIT:
+            raise _too_large()
+        return await request.read()  # the HTTP parser ends the body at its Content-Length
+    # A chunked body: StreamReader.read(n) returns what has arrived so far, so read until EOF or past
+    # the limit (request.read() would gather up to the app's 8 MB before any check).
     body = bytearray()
     while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
         body += chunk
         if len(body) > BODY_LIMIT:
-            raise too_large
+            raise _too_large()
     return bytes(body)
 
 
@@ -210,13 +217,15 @@ def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | N
     # assigns it).
     country, region, city = place
     width = _viewport(event.w)
+    utm_source, utm_medium, utm_campaign, utm_term, utm_content, source, channel = acquisition(event.u or event.p,
+                                                                                              event.r)
     return EventRow(
         new_id("evt"), site.workspace_id, "live", event.n, received, received, site_id=site.id,
         session_id=event.sid, properties=event.props, url=event.u, path=event.p, referrer=event.r, title=event.t,
         viewport_w=width, country=country, ip_hash=hashed_ip, browser=client.browser,
         browser_version=client.browser_version, os=client.os, os_version=client.os_version,
-        device=device_for(width, client), region=region, city=city,
-        **acquisition(event.u or event.p, event.r)._asdict(),
+        device=device_for(width, client), region=region, city=city, utm_source=utm_source, utm_medium=utm_medium,
+        utm_campaign=utm_campaign, utm_term=utm_term, utm_content=utm_content, source=source, channel=channel,
     )
 
 
