@@ -33,7 +33,13 @@ class PartitionCache:
         self.known: set[datetime] = set()
 
     async def ensure(self, pool: asyncpg.Pool, stamps: set[datetime]) -> None:
-        missing = {month_start(ts) for ts in stamps} - self.known
+        if not stamps:
+            return
+        # A batch's stamps nearly always share a month: when its earliest and latest do, every stamp does,
+        # which takes two conversions instead of one per event on every flush.
+        first, last = month_start(min(stamps)), month_start(max(stamps))
+        months = {first} if first == last else {month_start(ts) for ts in stamps}
+        missing = months - self.known
         if missing:
             async with pool.acquire() as conn:
                 await event_store.ensure_partitions(conn, sorted(missing))

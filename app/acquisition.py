@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 from urllib.parse import parse_qsl, urlsplit
 
@@ -127,7 +128,11 @@ def channel_of(source: str | None, utm_medium: str | None, utm_campaign: str | N
     return "Direct"
 
 
+@lru_cache(maxsize=4096)
 def acquisition(page_url: str | None, referrer: str | None) -> Acquisition:
+    """Cached by (page URL, referrer): a site's events repeat few of those pairs (its landing pages and
+    the referrers that send to them), and the URL parsing and channel rules cost several microseconds
+    an event. A bounded LRU: one-off URLs (click ids) only pass through it."""
     query = _query(page_url)
     utm = [query.get(name) for name in UTM_FIELDS]
     if utm[0] is None:

@@ -38,3 +38,10 @@ SITE_RUNTIME: web.AppKey[SiteRuntime] = web.AppKey("site_runtime")
 PARTITION_CACHE: web.AppKey[PartitionCache] = web.AppKey("partitions")
 ANALYTICS: web.AppKey[AnalyticsStore] = web.AppKey("analytics")
 MIRROR: web.AppKey[Mirror] = web.AppKey("mirror")
+
+
+def root_app(request: web.Request) -> web.Application:
+    """The root application, which holds every key above (app/server.py sets them all there). Hot paths
+    read from it directly: request.config_dict builds a chain of the applications on every access and,
+    inside /v1 or /api, misses (a KeyError) in the sub-application before it reaches the root."""
+    return request.match_info.apps[0]

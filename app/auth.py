@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from app.appkeys import KEYS, LIMITER, METRICS, SETTINGS
+from app.appkeys import KEYS, LIMITER, METRICS, SETTINGS, root_app
+from app.input_rules import storable_path_ids
 from app.keys import KeyInfo
 from app.net import client_ip
 from app.plans import ANONYMOUS, limits_for
@@ -84,14 +85,22 @@ def _bearer(request: web.Request) -> str | None:
     return token.strip()
 
 
+def _path_ids_or_404(request: web.Request) -> None:
+    if not storable_path_ids(request.match_info.values()):
+        raise ApiError(404, "not_found", "not found")
+
+
 @web.middleware
 async def keyed_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    app = request.config_dict
+    """The /v1 sub-application's one layer (app/middlewares.py says why one): key, scope, rate limit and
+    its headers, then path ids (app/input_rules.py). Failures are rendered by the root's layer."""
+    app = root_app(request)
     target = request.match_info.handler
     # Segment tracking calls carry a write key, not a Tally key: app.views.segment authenticates and
     # rate-limits them itself. POST /v1/identify is Tally's only when the scheme is Bearer.
     own_auth = getattr(target, "tally_segment", None)
     if own_auth == "always" or (own_auth == "unless_bearer" and auth_scheme(request) != "bearer"):
+        _path_ids_or_404(request)
         return await handler(request)
     scopes = getattr(target, "tally_scope", ())
     group = getattr(target, "tally_group", "query")
@@ -116,6 +125,7 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
         if missing:
             raise ApiError(403, "forbidden", f"this key lacks the '{missing[0]}' scope")
         request[KEY_INFO] = key
+        _path_ids_or_404(request)
         response = await handler(request)
     except ApiError as exc:
         exc.headers.update(headers)

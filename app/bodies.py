@@ -19,15 +19,18 @@ _MISSING = re.compile(r"missing required field `([^`]+)`")
 
 async def read_body(request: web.Request, limit: int, too_large: Exception | None = None) -> bytes:
     """The body, or `too_large` (by default the keyed API's 413) once it is known to pass `limit`."""
-    if too_large is None:
-        too_large = ApiError(413, "payload_too_large", f"request body exceeds {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
-        raise too_large
+        raise too_large or _too_large(limit)
     # request.read() gathers every chunk of a chunked body and stops at the app's client_max_size.
     body = await request.read()
     if len(body) > limit:
-        raise too_large
+        raise too_large or _too_large(limit)
     return body
+
+
+def _too_large(limit: int) -> ApiError:
+    # Made only when needed: an exception built for every request costs more than the body's read.
+    return ApiError(413, "payload_too_large", f"request body exceeds {limit} bytes")
 
 
 def field_of(error: msgspec.ValidationError) -> tuple[str, str]:

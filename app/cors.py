@@ -8,6 +8,7 @@ server-side sender and is not origin-checked.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from aiohttp import web
 from yarl import URL
@@ -24,7 +25,9 @@ class PageOrigin:
     present: bool  # an Origin or Referer header was sent (a browser page)
 
 
+@lru_cache(maxsize=1024)
 def _host(value: str) -> str | None:
+    """Cached: a site's pages send few distinct Origins, and parsing one costs more than the lookup."""
     try:
         url = URL(value)
     except (ValueError, TypeError):

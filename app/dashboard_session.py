@@ -15,7 +15,7 @@ from functools import cache
 
 import asyncpg
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Middleware
 from aiohttp_session import STORAGE_KEY, AbstractStorage, Session, get_session, new_session, session_middleware
 from aiohttp_session.redis_storage import RedisStorage
 from argon2 import PasswordHasher
@@ -23,7 +23,6 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from redis.asyncio import Redis
 
 from app.appkeys import POOL, REDIS
-from app.auth import is_ingestion
 from app.responses import SiteError
 from app.settings import Settings
 from storage import dashboard_sessions
@@ -129,25 +128,12 @@ def storage_for(app: web.Application, settings: Settings) -> AbstractStorage:
     return PostgresStorage(lambda: app[POOL], **cookie)
 
 
-def middlewares(storage: AbstractStorage) -> tuple[Middleware, Middleware]:
-    """(for the root app, for the /api sub-application). The root's serves only its own routes (the
-    pages); requests routed into a sub-application are left to that one: /v1 never reads a dashboard
-    session, and on /api the tracker's ingestion (@ingestion) skips the session layer on its hot path."""
-    sessions = session_middleware(storage)
-
-    @web.middleware
-    async def page_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if len(request.match_info.apps) > 1:
-            return await handler(request)
-        return await sessions(request, handler)
-
-    @web.middleware
-    async def site_api_sessions(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if is_ingestion(request):
-            return await handler(request)
-        return await sessions(request, handler)
-
-    return page_sessions, site_api_sessions
+def middleware(storage: AbstractStorage) -> Middleware:
+    """aiohttp-session's middleware over this storage. It is not a layer of its own: the root's layer
+    runs it for the root's own routes (the pages) and the /api layer for every /api handler but
+    ingestion (app/middlewares.py), so /v1 never reads a dashboard session and the tracker's hot path
+    skips it."""
+    return session_middleware(storage)
 
 
 @dataclass(frozen=True, slots=True)

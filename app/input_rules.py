@@ -7,13 +7,13 @@ rules on /v1, /api and Segment's calls (each API words the answer in its own sha
 - any JSON number within double range is stored, integers beyond 64 bits included (storage/db.py
   encodes jsonb with msgspec, which round-trips them); msgspec's decoder refuses the rest;
 - an id in a URL path that holds U+0000 or a lone surrogate names nothing: 404, before any SQL
-  (`path_ids` middlewares of both sub-applications).
+  (`storable_path_ids`, checked by the layers of both sub-applications).
 
 Also the one parser of integer query parameters."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import msgspec
@@ -33,6 +33,11 @@ def storable_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def storable_path_ids(values: Iterable[str]) -> bool:
+    """Whether every id of a matched URL path can name a row (each API answers its 404 otherwise)."""
+    return all(storable_text(value) for value in values)
 
 
 def find_nul(value: object, path: str = "") -> str | None:

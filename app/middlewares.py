@@ -1,19 +1,23 @@
-"""Request metrics and error rendering: every failure leaves as JSON in its API's shape."""
+"""Request metrics and error rendering: every failure leaves as JSON in its API's shape.
+
+Each application has one middleware layer (the root's, /v1's in app/auth.py, /api's below): every
+request awaits one coroutine per layer, and aiohttp adds one more per application on the way, so the
+concerns of an application run as steps of its one layer rather than as a layer each."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from app.appkeys import METRICS, OUTAGES
-from app.auth import Handler
-from app.input_rules import storable_text
+from app.appkeys import METRICS, OUTAGES, root_app
+from app.auth import Handler, is_ingestion
+from app.input_rules import storable_path_ids
 from app.outages import unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
+from app.same_origin import refuse_cross_origin
 
 log = logging.getLogger("tally.http")
 
@@ -32,23 +36,12 @@ def _route_name(request: web.Request) -> str:
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    finally:
-        # Any token is a valid HTTP method: fold the unusual ones so clients cannot mint label values.
-        method = request.method if request.method in _METHODS else "OTHER"
-        counter, latency = request.config_dict[METRICS].route(method, _route_name(request), status)
-        counter.inc()
-        latency.observe(time.perf_counter() - started)
+def _count(request: web.Request, status: int, started: float) -> None:
+    # Any token is a valid HTTP method: fold the unusual ones so clients cannot mint label values.
+    method = request.method if request.method in _METHODS else "OTHER"
+    counter, latency = root_app(request)[METRICS].route(method, _route_name(request), status)
+    counter.inc()
+    latency.observe(time.perf_counter() - started)
 
 
 def _render_http_exception(request: web.Request, exc: web.HTTPException, site: bool) -> web.Response:
@@ -60,52 +53,81 @@ def _render_http_exception(request: web.Request, exc: web.HTTPException, site: b
     return json_response({"error": {"code": code, "message": message}}, exc.status, headers)
 
 
-def _path_ids_middleware(not_found: Callable[[], Exception]) -> Middleware:
-    """An id in the path that PostgreSQL text cannot hold (NUL, a lone surrogate) names nothing: the
-    API's 404 before any handler binds it to SQL (app/input_rules.py)."""
+def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.Response:
+    """An unreachable dependency is a 503 (logged once per outage); anything else a logged 500."""
+    dependency = unreachable(exc)
+    if dependency is not None:
+        root_app(request)[OUTAGES].down(dependency, exc, "requests that need it answer 503")
+        return unavailable(dependency, site)
+    log.exception("unhandled error method=%s path=%s", request.method, request.path)
+    if site:
+        return json_response({"error": "internal error"}, 500)
+    return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)
+
+
+def root_middleware(sessions: Middleware) -> Middleware:
+    """The root application's layer, in this order: request metrics (every request, whatever its
+    application), failures as JSON in the keyed shape {"error": {"code", "message"}} (the root's routes
+    and /v1, whose layer adds its rate-limit headers first; /api renders its own), and the dashboard
+    session for the root's own routes (the pages) only: a request routed into a sub-application is left
+    to that one, so /v1 never reads a dashboard session."""
 
     @web.middleware
-    async def path_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not all(storable_text(value) for value in request.match_info.values()):
-            raise not_found()
-        return await handler(request)
-
-    return path_ids
-
-
-keyed_path_ids = _path_ids_middleware(lambda: ApiError(404, "not_found", "not found"))
-site_path_ids = _path_ids_middleware(lambda: SiteError(404, "not found"))
-
-
-def _error_middleware(site: bool) -> Middleware:
-    """Every failure as JSON in one API's shape: the site API's flat {"error": "..."} (site=True, on the
-    /api sub-application) or the keyed {"error": {"code", "message"}} (the root and /v1)."""
-
-    @web.middleware
-    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def root(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
         try:
-            return await handler(request)
+            try:
+                if len(request.match_info.apps) > 1:
+                    response = await handler(request)
+                else:
+                    response = await sessions(request, handler)
+            except (ApiError, SiteError) as exc:
+                response = exc.response()
+            except web.HTTPException as exc:
+                if exc.status < 400:
+                    raise
+                response = _render_http_exception(request, exc, False)
+            except Exception as exc:
+                response = _render_unexpected(request, exc, False)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            _count(request, status, started)
+
+    return root
+
+
+def site_api_middleware(sessions: Middleware) -> Middleware:
+    """The /api sub-application's layer, in this order: failures as JSON in the site API's flat shape
+    {"error": "..."}, the same-origin rule (app/same_origin.py), path ids, and the dashboard session.
+    Key-less ingestion (handlers marked @ingestion) skips the same-origin rule and the session: any page
+    may send events, and the tracker's hot path reads no session."""
+
+    @web.middleware
+    async def site_api(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            ingestion = is_ingestion(request)
+            if not ingestion:
+                refuse_cross_origin(request)
+            if not storable_path_ids(request.match_info.values()):
+                raise SiteError(404, "not found")
+            if ingestion:
+                return await handler(request)
+            return await sessions(request, handler)
         except (ApiError, SiteError) as exc:
             return exc.response()
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return _render_http_exception(request, exc, site)
+            return _render_http_exception(request, exc, True)
         except Exception as exc:
-            dependency = unreachable(exc)
-            if dependency is not None:
-                request.config_dict[OUTAGES].down(dependency, exc, "requests that need it answer 503")
-                return unavailable(dependency, site)
-            log.exception("unhandled error method=%s path=%s", request.method, request.path)
-            if site:
-                return json_response({"error": "internal error"}, 500)
-            return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)
+            return _render_unexpected(request, exc, True)
 
-    return errors
-
-
-error_middleware = _error_middleware(site=False)
-site_error_middleware = _error_middleware(site=True)
+    return site_api
 
 
 async def nosniff(request: web.Request, response: web.StreamResponse) -> None:

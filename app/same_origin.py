@@ -5,8 +5,8 @@ Sec-Fetch-Site). A POST, PUT, PATCH or DELETE under /api/ whose Origin is not th
 origin is refused before it reaches a handler, so a foreign page cannot sign someone in, add a site or
 mint a key with their cookie. A request with no Origin and no Sec-Fetch-Site (curl, scripts) carries
 no ambient browser cookie by accident and is accepted. Key-less ingestion (handlers marked
-@ingestion) is exempt: any page may send events, and its own origin rules apply there. Installed on
-the /api sub-application only.
+@ingestion) is exempt: any page may send events, and its own origin rules apply there. Applied by the
+/api sub-application's layer only (app/middlewares.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from aiohttp import web
 from yarl import URL
 
 from app.appkeys import SETTINGS
-from app.auth import Handler, is_ingestion
 from app.net import _trusted
 from app.responses import SiteError
 
@@ -51,13 +50,12 @@ def is_same_origin(request: web.Request, origin: str) -> bool:
     return (url.raw_host.lower().rstrip("."), url.port) == own_authority(request, url.scheme)
 
 
-@web.middleware
-async def same_origin_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.method in UNSAFE_METHODS and not is_ingestion(request):
+def refuse_cross_origin(request: web.Request) -> None:
+    """The 403 for a state-changing request from a foreign page (the caller exempts ingestion)."""
+    if request.method in UNSAFE_METHODS:
         origin = request.headers.get("Origin")
         if origin is not None:
             if not is_same_origin(request, origin):
                 raise SiteError(403, "cross-origin request refused")
         elif request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
             raise SiteError(403, "cross-origin request refused")
-    return await handler(request)

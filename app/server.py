@@ -40,18 +40,10 @@ from app.auth import keyed_middleware, refuse_undeclared
 from app.crypto import CredentialBox
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import (
-    error_middleware,
-    keyed_path_ids,
-    metrics_middleware,
-    nosniff,
-    site_error_middleware,
-    site_path_ids,
-)
+from app.middlewares import nosniff, root_middleware, site_api_middleware
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.routes import setup_routes
-from app.same_origin import same_origin_middleware
 from app.scheduler import Scheduler
 from app.segment import upkeep as segment_upkeep
 from app.segment.writekeys import WRITE_KEYS, WriteKeyCache
@@ -249,12 +241,14 @@ def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> 
     """The root application (operations, pages, public dashboards) with the keyed API mounted at /v1 and
     the site API at /api, each a sub-application with its own middlewares. `analytics`: an already open
     store to share (tests; chDB opens one data directory per process)."""
-    app = web.Application(middlewares=[metrics_middleware, error_middleware], client_max_size=MAX_BODY)
-    page_sessions, site_sessions = dashboard_session.middlewares(dashboard_session.storage_for(app, settings))
-    app.middlewares.append(page_sessions)
-    # Errors in /v1 take the root's keyed shape; keyed_middleware adds the rate-limit headers to them.
-    v1 = web.Application(middlewares=[keyed_middleware, keyed_path_ids])
-    api = web.Application(middlewares=[site_error_middleware, same_origin_middleware, site_sessions, site_path_ids])
+    # One middleware layer per application (app/middlewares.py): root (metrics, keyed errors, the pages'
+    # session), /v1 (key, scope, rate limit, path ids) and /api (site errors, same-origin, path ids,
+    # session). Errors in /v1 take the root's keyed shape; keyed_middleware adds the rate-limit headers.
+    app = web.Application(client_max_size=MAX_BODY)
+    sessions = dashboard_session.middleware(dashboard_session.storage_for(app, settings))
+    app.middlewares.append(root_middleware(sessions))
+    v1 = web.Application(middlewares=[keyed_middleware])
+    api = web.Application(middlewares=[site_api_middleware(sessions)])
     metrics = Metrics()
     app[SETTINGS] = settings
     app[METRICS] = metrics

@@ -1,6 +1,6 @@
 """Ingestion benchmark: durable Tally ingestion beside a hello-world server and raw COPY, one run.
 
-    .venv/bin/python bench/ingest.py [--duration 5] [--connections 64] [--rounds 3] [--redis URL] [--ref REV]
+    .venv/bin/python bench/ingest.py [--duration 5] [--connections 64] [--rounds 3] [--redis URL] [--ref REV ...]
 
 Needs wrk (apt-get install wrk) and a PostgreSQL server (BENCH_PG, default the local one). Creates and
 drops its own database. The method is an outsider's: `wrk -t2 -c64`, 5-second rounds alternating with a
@@ -11,8 +11,9 @@ User-Agent, an Origin and a referrer. The batch and overload rows use one enterp
 above the load, so they measure ingestion rather than rate limiting.
 
 `--ref REV` also runs Tally as of git revision REV (a detached worktree, its own database and migrations)
-in the same rounds, alternating which goes first, so a change is compared with the code before it on the
-same machine in the same minutes. While Tally's own rounds run, /readyz is polled for the analytics
+in the same rounds, rotating which goes first, so a change is compared with the code before it on the
+same machine in the same minutes. It may be given several times (one server each), to see what each of a
+series of changes bought in one run. While Tally's own rounds run, /readyz is polled for the analytics
 mirror's lag (how long committed events wait to reach the analytics store).
 """
 
@@ -237,17 +238,21 @@ def main() -> None:
                         help="hello-world / single-event / site rounds, interleaved (the machine drifts)")
     parser.add_argument("--redis", default="", metavar="URL",
                         help="run Tally with this REDIS_URL (shared limits, sessions, realtime)")
-    parser.add_argument("--ref", default="", metavar="REV",
-                        help="also run Tally at this git revision in the same rounds, for an A/B in one run")
+    parser.add_argument("--ref", action="append", default=[], metavar="REV",
+                        help="also run Tally at this git revision in the same rounds, for an A/B in one run "
+                             "(repeatable)")
     args = parser.parse_args()
 
     name = f"tally_bench_{secrets.token_hex(4)}"
     asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
     dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
     procs: list[subprocess.Popen] = []
-    rounds: dict[str, list[dict]] = {"hello": [], "single": [], "site": [], "ref_single": [], "ref_site": []}
+    # Each Tally under test has a prefix: "" for this tree, "ref1_", "ref2_" ... for the --ref revisions.
+    prefixes = ["", *(f"ref{i + 1}_" for i in range(len(args.ref)))]
+    rounds: dict[str, list[dict]] = {"hello": []} | {p + t: [] for p in prefixes for t in ("single", "site")}
     results: list[tuple[str, dict, int]] = []
-    ref_dir, ref_name = Path(tempfile.mkdtemp(prefix="tally-ref-")) / "tree", f"{name}_ref"
+    ref_dirs = [Path(tempfile.mkdtemp(prefix="tally-ref-")) / "tree" for _ in args.ref]
+    ref_names = [f"{name}_ref{i + 1}" for i in range(len(args.ref))]
     data_dir = tempfile.mkdtemp(prefix="tally-bench-data-")
     try:
         free_keys, batch_key, workspace_id = asyncio.run(setup(dsn))
@@ -263,9 +268,11 @@ def main() -> None:
         procs.append(tally)
         lag = LagSampler(tally_port)
         lag.start()
-        ref = ref_keys = None
-        if args.ref:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), args.ref], check=True,
+        d, c = args.duration, args.connections
+        single = SINGLE_LUA % ", ".join(f'"{k}"' for k in free_keys)
+        servers = [("", tally_port, tally, single, lag)]  # (prefix, port, process, single-event script, lag)
+        for prefix, rev, ref_dir, ref_name in zip(prefixes[1:], args.ref, ref_dirs, ref_names, strict=True):
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), rev], check=True,
                            capture_output=True)
             asyncio.run(_admin(f'CREATE DATABASE "{ref_name}"'))
             ref_dsn = urlparse(ADMIN)._replace(path=f"/{ref_name}").geturl()
@@ -276,8 +283,7 @@ def main() -> None:
             ref_port = free_port()
             ref = start([*serve, str(ref_port)], ref_env, ref_port, cwd=ref_dir)
             procs.append(ref)
-        d, c = args.duration, args.connections
-        single = SINGLE_LUA % ", ".join(f'"{k}"' for k in free_keys)
+            servers.append((prefix, ref_port, ref, SINGLE_LUA % ", ".join(f'"{k}"' for k in ref_keys), None))
         batch = STATIC_LUA % ("application/json", batch_key, batch_body(500))
         site = SITE_LUA % (CHROME_UA, site_body())
         site_probe = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
@@ -291,10 +297,8 @@ def main() -> None:
         # each round measures the baseline right before the two durable endpoints.
         for i in range(args.rounds):
             rounds["hello"].append(wrk(f"http://127.0.0.1:{hello_port}/", single, d, c, hello.pid))
-            runs = [("", tally_port, tally, single, lag)]
-            if ref is not None:  # which of the two goes first alternates, against drift within a round
-                ref_single = SINGLE_LUA % ", ".join(f'"{k}"' for k in ref_keys)
-                runs.insert(i % 2, ("ref_", ref_port, ref, ref_single, None))
+            # Which server goes first rotates from round to round, against drift within a round.
+            runs = servers[i % len(servers):] + servers[:i % len(servers)]
             for prefix, port, proc, script, sampler in runs:
                 rounds[prefix + "single"].append(wrk(f"http://127.0.0.1:{port}/v1/events", script, d, c, proc.pid,
                                                      sampler))
@@ -304,9 +308,9 @@ def main() -> None:
         results.append(("hello-world POST (baseline)", median_run(rounds["hello"]), 1))
         results.append(("POST /v1/events (durable)", median_run(rounds["single"]), 1))
         results.append(("POST /api/service/event (durable)", median_run(rounds["site"]), 1))
-        if ref is not None:
-            results.append((f"POST /v1/events at {args.ref}", median_run(rounds["ref_single"]), 1))
-            results.append((f"POST /api/service/event at {args.ref}", median_run(rounds["ref_site"]), 1))
+        for prefix, rev in zip(prefixes[1:], args.ref, strict=True):
+            results.append((f"POST /v1/events at {rev}", median_run(rounds[prefix + "single"]), 1))
+            results.append((f"POST /api/service/event at {rev}", median_run(rounds[prefix + "site"]), 1))
         results.append(("POST /v1/events/batch x500", wrk(f"http://127.0.0.1:{tally_port}/v1/events/batch", batch,
                                                           d, c, tally.pid), 500))
         # Overload: a client sending far more than the database takes. The mailbox bound turns the excess
@@ -327,7 +331,7 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(timeout=60)
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        if args.ref:
+        for ref_dir, ref_name in zip(ref_dirs, ref_names, strict=True):
             asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{ref_name}" WITH (FORCE)'))
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref_dir)], capture_output=True)
 
@@ -338,10 +342,10 @@ def main() -> None:
           "hello-world rate")
     for i, h in enumerate(rounds["hello"]):
         line = f"  round {i + 1}: hello {h['rps']:7.0f}"
-        for key, label in (("single", "/v1/events"), ("site", "site"), ("ref_single", "ref /v1/events"),
-                           ("ref_site", "ref site")):
-            if rounds[key]:
-                r = rounds[key][i]
+        for prefix, rev in zip(prefixes, ["", *args.ref], strict=True):
+            for kind, label in (("single", "/v1/events"), ("site", "site")):
+                r = rounds[prefix + kind][i]
+                label = f"{rev} {label}" if rev else label
                 line += f" | {label} {r['rps']:6.0f} p99 {r['p99']:6.1f} ({r['rps'] / h['rps']:.0%})"
         print(line)
     median_share = {k: _median([r["rps"] / h["rps"] for r, h in zip(rounds[k], rounds["hello"], strict=True)])
@@ -354,8 +358,8 @@ def main() -> None:
         if label.startswith("hello"):
             versus = "100% req"
         elif per == 1:
-            at_ref = bool(args.ref) and label.endswith(f" at {args.ref}")
-            key = ("ref_" if at_ref else "") + ("single" if "/v1/" in label else "site")
+            rev = label.rpartition(" at ")[2] if " at " in label else ""
+            key = (prefixes[args.ref.index(rev) + 1] if rev else "") + ("single" if "/v1/" in label else "site")
             versus = f"{median_share[key]:.0%} req"
         else:
             versus = f"{events / copy_rate:.0%} COPY"

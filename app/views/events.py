@@ -8,7 +8,7 @@ from aiohttp import web
 
 from actors.base import Overloaded, StoreFailed, StoreUnreachable
 from actors.workspace import EVENTS
-from app.appkeys import METRICS, POOL, SUPERVISOR
+from app.appkeys import METRICS, POOL, SUPERVISOR, root_app
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.keys import KeyInfo
@@ -30,19 +30,20 @@ def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> 
 
 async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> None:
     """Hand items to the workspace actor and wait until they are durable."""
+    app = root_app(request)
     try:
-        actor = request.config_dict[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
+        actor = app[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
         await actor.submit(kind, items)
     except Overloaded as exc:
-        request.config_dict[METRICS].events_rejected.labels("overloaded").inc(len(items))
+        app[METRICS].events_rejected.labels("overloaded").inc(len(items))
         raise ApiError(503, "overloaded", "the server is busy; retry shortly",
                        headers={"Retry-After": str(exc.retry_after)}) from None
     except StoreUnreachable as exc:
-        request.config_dict[METRICS].events_rejected.labels("unavailable").inc(len(items))
+        app[METRICS].events_rejected.labels("unavailable").inc(len(items))
         raise ApiError(503, "unavailable", "the database is unreachable; retry shortly",
                        headers={"Retry-After": str(exc.retry_after)}) from None
     except StoreFailed:
-        request.config_dict[METRICS].events_rejected.labels("store_failed").inc(len(items))
+        app[METRICS].events_rejected.labels("store_failed").inc(len(items))
         raise ApiError(500, "store_failed", "the event could not be stored; it was not recorded") from None
 
 

@@ -25,7 +25,7 @@ from actors.base import Overloaded, StoreFailed, StoreUnreachable
 from actors.site import SITE_EVENTS, SiteItem
 from app import bots, cors
 from app.acquisition import acquisition
-from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR
+from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR, root_app
 from app.auth import ingestion
 from app.bodies import field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
@@ -133,16 +133,23 @@ def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str,
     return issues
 
 
+def _too_large() -> SiteError:
+    return SiteError(413, "payload too large", limit=BODY_LIMIT)
+
+
 async def _read_body(request: web.Request) -> bytes:
-    too_large = SiteError(413, "payload too large", limit=BODY_LIMIT)
-    if request.content_length is not None and request.content_length > BODY_LIMIT:
-        raise too_large
-    # StreamReader.read(n) returns what has arrived so far, so read until EOF or past the limit.
+    length = request.content_length
+    if length is not None:
+        if length > BODY_LIMIT:
+            raise _too_large()
+        return await request.read()  # the HTTP parser ends the body at its Content-Length
+    # A chunked body: StreamReader.read(n) returns what has arrived so far, so read until EOF or past
+    # the limit (request.read() would gather up to the app's 8 MB before any check).
     body = bytearray()
     while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
         body += chunk
         if len(body) > BODY_LIMIT:
-            raise too_large
+            raise _too_large()
     return bytes(body)
 
 
@@ -150,7 +157,7 @@ async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str)
     cached, info = runtime.sites.get(site_id)
     if cached and (info is not None or runtime.settings.production):
         return info
-    async with request.config_dict[POOL].acquire() as conn:
+    async with root_app(request)[POOL].acquire() as conn:
         row = await site_store.site_by_id(conn, site_id)
         if row is None and not runtime.settings.production:
             row, created = await site_store.create_dev_site(conn, site_id, DEV_WORKSPACE, new_token())
@@ -184,8 +191,8 @@ def _check_access(site: SiteInfo, page: cors.PageOrigin) -> None:
 
 
 async def _within_limits(request: web.Request, site_id: str, ip: str) -> bool:
-    settings, limiter = request.config_dict[SETTINGS], request.config_dict[LIMITER]
-    rejected = request.config_dict[METRICS].events_rejected
+    app = root_app(request)
+    settings, limiter, rejected = app[SETTINGS], app[LIMITER], app[METRICS].events_rejected
     for reason, bucket, per_minute in (("rate_limited_ip", f"site-ip:{ip}", settings.ip_events_per_min),
                                        ("rate_limited_site", f"site:{site_id}", settings.site_events_per_min)):
         if per_minute <= 0:
@@ -210,13 +217,15 @@ def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | N
     # assigns it).
     country, region, city = place
     width = _viewport(event.w)
+    utm_source, utm_medium, utm_campaign, utm_term, utm_content, source, channel = acquisition(event.u or event.p,
+                                                                                              event.r)
     return EventRow(
         new_id("evt"), site.workspace_id, "live", event.n, received, received, site_id=site.id,
         session_id=event.sid, properties=event.props, url=event.u, path=event.p, referrer=event.r, title=event.t,
         viewport_w=width, country=country, ip_hash=hashed_ip, browser=client.browser,
         browser_version=client.browser_version, os=client.os, os_version=client.os_version,
-        device=device_for(width, client), region=region, city=city,
-        **acquisition(event.u or event.p, event.r)._asdict(),
+        device=device_for(width, client), region=region, city=city, utm_source=utm_source, utm_medium=utm_medium,
+        utm_campaign=utm_campaign, utm_term=utm_term, utm_content=utm_content, source=source, channel=channel,
     )
 
 
@@ -234,7 +243,7 @@ def _place(request: web.Request, runtime: SiteRuntime, ip: str) -> tuple[str | N
 
 async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
     try:
-        actor = request.config_dict[SUPERVISOR].actor(("site", site_id))
+        actor = root_app(request)[SUPERVISOR].actor(("site", site_id))
         await asyncio.shield(actor.submit(SITE_EVENTS, [item]))
     except Overloaded as exc:
         raise _rejected(503, "overloaded", "overloaded", headers={"Retry-After": str(exc.retry_after)}) from None
@@ -252,7 +261,7 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
                  accepted_text: str | None = None) -> web.Response:
     """The whole ingestion path. parse turns the body into an event whose `s` names the site for
     resolve; accepted_text is the body of the 202 (none by default)."""
-    runtime = request.config_dict[SITE_RUNTIME]
+    runtime = root_app(request)[SITE_RUNTIME]
     production = runtime.settings.production
     page = cors.page_origin(request)
     # Development answers any page; production only pages the site's domain admitted.
@@ -268,7 +277,7 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         accepted = web.Response(status=202, headers=allow, text=accepted_text)
         user_agent = request.headers.get("User-Agent", "")
         if bots.is_bot(user_agent, from_page=page.present):
-            request.config_dict[METRICS].events_rejected.labels("bot").inc()
+            root_app(request)[METRICS].events_rejected.labels("bot").inc()
             return accepted
         ip = client_ip(request, runtime.settings.trusted_proxies)
         if not await _within_limits(request, site.id, ip):
@@ -282,7 +291,7 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         return accepted
     except SiteError as exc:
         if exc.rejected:
-            request.config_dict[METRICS].events_rejected.labels(exc.rejected).inc()
+            root_app(request)[METRICS].events_rejected.labels(exc.rejected).inc()
         exc.headers.update(allow)
         raise
 
@@ -299,10 +308,10 @@ async def preflight(request: web.Request) -> web.Response:
     page = cors.page_origin(request)
     if page.origin is None:
         return web.Response(status=204, headers={"Allow": cors.ALLOW_METHODS})
-    if request.config_dict[SETTINGS].production:
+    if root_app(request)[SETTINGS].production:
         allowed = False
         if page.host:
-            async with request.config_dict[POOL].acquire() as conn:
+            async with root_app(request)[POOL].acquire() as conn:
                 allowed = await site_store.any_domain_registered(conn, cors.candidate_domains(page.host))
         if not allowed:
             raise SiteError(403, "origin not allowed")
