@@ -10,6 +10,7 @@ from actors.base import Actor, Message, Overloaded
 from actors.supervisor import Supervisor
 from actors.workspace import EVENTS, OP_EVENT, OP_TRAITS, SEGMENT, PartitionCache, WorkspaceActor
 from app.appkeys import METRICS, SUPERVISOR
+from storage import events as event_store
 from storage.events import EventRow, erasure_lock_key
 from storage.ids import new_id
 from tests.conftest import bearer, connect
@@ -236,3 +237,29 @@ async def test_writers_cache_the_trigger_plans_and_give_back_connections_that_re
     for _ in range(pool.get_size()):
         async with pool.acquire() as conn:
             assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+
+
+async def test_keyed_batches_copy_only_their_columns_and_mixed_batches_keep_every_field(pool, client, make_key,
+                                                                                      database_url, workspace):
+    await make_key("write")
+    workspace_id = await _workspace_id(database_url, workspace)
+    now = datetime.now(UTC)
+    keyed = [EventRow(new_id("evt"), workspace_id, "live", "k", now, now, user_id=f"u{i}", properties={"i": i})
+             for i in range(3)]
+    paged = EventRow(new_id("evt"), workspace_id, "live", "imported", now, now, anonymous_id="a",
+                     properties={}, url="https://x.example/p?q=1", path="/p", referrer="https://r.example/",
+                     country="DE", utm_source="news")
+    await PartitionCache().ensure(pool, {now})
+    async with pool.acquire() as conn:
+        await event_store.copy_events(conn, keyed)  # narrow: the page and visit columns are left NULL
+        await event_store.copy_events(conn, [keyed[0]._replace(id=new_id("evt")), paged])  # full width
+        rows = {r["id"]: r for r in await conn.fetch(
+            "SELECT * FROM events WHERE workspace_id = $1 AND name IN ('k', 'imported')", workspace_id)}
+    assert len(rows) == 5
+    for row in keyed:
+        stored = rows[row.id]
+        assert (stored["user_id"], stored["properties"], stored["url"], stored["browser"]) == (
+            row.user_id, row.properties, None, None)
+    stored = rows[paged.id]
+    assert tuple(stored[f] for f in ("anonymous_id", "url", "path", "referrer", "country", "utm_source")) == (
+        "a", "https://x.example/p?q=1", "/p", "https://r.example/", "DE", "news")
