@@ -1,11 +1,12 @@
 """Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
 time series and top lists, under any combination of filters from storage/site_filters.py.
 
-Every count reads site_events with FINAL, so a mirror batch written twice still counts once. Visits,
-bounces and durations come from the session-day rows the engine keeps (site_sessions, idempotent min/max
-states, see sessions_of), a session being attributed to the window its first event falls in; entry and
-exit pages are still derived per query from the events (a 24-hour look-back). Windows are [start, end)
-in UTC. SQL is assembled from constant fragments; every value is a bound parameter.
+Every count reads site_events with FINAL, so a mirror batch written twice still counts once; distinct
+counts (visitors, visits) and `IN` sets are insensitive to copies and read without it. Visits, bounces,
+durations and entry and exit pages come from the session-day rows the engine keeps (site_sessions,
+idempotent min/max states, see sessions_of), a session being attributed to the window its first event
+falls in. Windows are [start, end) in UTC. SQL is assembled from constant fragments; every value is a
+bound parameter.
 """
 
 from __future__ import annotations
@@ -17,20 +18,16 @@ from datetime import UTC, datetime, time, timedelta
 import asyncpg
 
 from storage import goals
-from storage.clickhouse import PV_MAX, PV_MIN, AnalyticsStore, Params
+from storage.clickhouse import ENTRY, EXIT, PV_MAX, PV_MIN, AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
 _TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
-SESSION_LOOKBACK = timedelta(hours=24)
 # Columns of site_events behind each filterable dimension (entry/exit pages and goals are handled apart).
 EVENT_DIMENSION_COLUMNS = {d: c for d, c in DIMENSIONS.items()
                            if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
-# Per-visit dimensions: the expression that gives a visit's value, over its events grouped by session.
-SESSION_DIMENSIONS = {
-    "entry_page": "argMinIf(page, (ts, id), name = 'pageview' AND page != '')",
-    "exit_page": "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')",
-}
+# Per-visit dimensions: the column of sessions_of(..., visit=True) that holds a visit's value.
+SESSION_DIMENSIONS = {"entry_page": "entry_page", "exit_page": "exit_page"}
 TS = "DateTime64(6, 'UTC')"
 _UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
@@ -141,10 +138,9 @@ def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, f
     sql = [f"site_id = {site}", f"ts >= {lo}", f"ts < {hi}", *event_conditions(q, filters)]
     visit = [f for f in filters if f.dimension in SESSION_DIMENSIONS]
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
-        lookback = q.bind(start - SESSION_LOOKBACK, TS)
-        having = " AND ".join(_term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
-        sql.append(f"session IN (SELECT session FROM {table} FINAL WHERE site_id = {site} "
-                   f"AND ts >= {lookback} AND ts < {hi} AND session != 0 GROUP BY session HAVING {having})")
+        sessions = _sessions_sql(q, table, site_id, start, end, started_in_window=False, visit=True)
+        matching = " AND ".join(_term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
+        sql.append(f"session IN (SELECT session FROM {sessions} WHERE {matching})")
     return " AND ".join(sql)
 
 
@@ -168,25 +164,42 @@ async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: date
 
 # --- sessions ---------------------------------------------------------------------------------------
 
+def lookback_start(start: datetime) -> datetime:
+    """Where the events of the sessions of a window starting at `start` are looked for: the day before."""
+    return datetime.combine(start.astimezone(UTC).date() - timedelta(days=1), time(), UTC)
+
+
 def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
-                started_in_window: bool = True) -> str:
+                started_in_window: bool = True, visit: bool = False) -> str:
     """A subquery of sessions (session, f, l, pf, pl: first and last event, least and greatest pageview id
     hash, equal when exactly one pageview) over their events from the day before `start`'s (the look-back)
-    to `end`; with `started_in_window`, only those whose first event is at or after `start`.
+    to `end`; with `started_in_window`, only those whose first event is at or after `start`. With `visit`,
+    also v (the visitor, 0 for none), entry_page and exit_page ('' when the session has no pageview).
 
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
     `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
-    days, table = store.table("site_sessions"), store.table("site_events")
+    return _sessions_sql(q, store.table("site_events"), site_id, start, end, started_in_window=started_in_window,
+                         visit=visit)
+
+
+def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: datetime, *,
+                  started_in_window: bool, visit: bool) -> str:
+    days = table.removesuffix("site_events") + "site_sessions"  # the same database, and kind of table
     site, hi = q.bind(site_id), q.bind(end, TS)
-    first_day = start.astimezone(UTC).date() - timedelta(days=1)
+    first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
     having = f" HAVING f >= {q.bind(start, TS)}" if started_in_window else ""
+    states, raw, merged = "", "", ""
+    if visit:
+        states, raw = ", visitor, entry, exit", f", visitor, {ENTRY}, {EXIT}"
+        merged = (", max(visitor) AS v, tupleElement(min(entry), 4) AS entry_page, "
+                  "tupleElement(max(exit), 4) AS exit_page")
     return (
-        "(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM ("
-        f"SELECT session, first, last, pv_min, pv_max FROM {days} WHERE site_id = {site} "
+        f"(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} FROM ("
+        f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
         f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
-        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX} FROM {table} WHERE site_id = {site} "
+        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
         f"AND ts >= {q.bind(tail, TS)} AND ts < {hi} "
         f"AND session != 0) GROUP BY session{having})"
     )

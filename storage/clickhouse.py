@@ -99,10 +99,14 @@ PARTITION BY toYYYYMM(ts)
 ORDER BY (workspace_id, env, name, ts, id)
 """
 # Sessions kept by the engine, one row per (site, UTC day, session): the first and last event of the
-# session on that day and the least and greatest 64-bit hash of its pageviews' event ids. A materialized
-# view fills it from every insert into site_events; the AggregatingMergeTree merges the rows of one key
-# with min/max, which are idempotent, so a mirror batch written twice changes nothing. No count is kept:
-# "exactly one pageview" is "least = greatest pageview id hash" (no pageview: greatest 0 < least max).
+# session on that day, the least and greatest 64-bit hash of its pageviews' event ids, its visitor, and its
+# first and last pageview with a page as (rank, ts, id, page) tuples (the entry and exit page: min/max
+# of the tuple is argMin/argMax of the page by (ts, id); rank puts every other event behind them, with an
+# empty page). A materialized view fills it from every insert into site_events; the AggregatingMergeTree
+# merges the rows of one key with min/max, which are idempotent, so a mirror batch written twice changes
+# nothing. No count is kept: "exactly one pageview" is "least = greatest pageview id hash" (no pageview:
+# greatest 0 < least max). The defaults of the later columns are the neutral elements of min/max, so
+# rows written before them merge with derived ones unchanged.
 SESSIONS_TABLE = """
 (
     site_id LowCardinality(String),
@@ -111,7 +115,8 @@ SESSIONS_TABLE = """
     first SimpleAggregateFunction(min, DateTime64(6, 'UTC')),
     last SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
     pv_min SimpleAggregateFunction(min, UInt64),
-    pv_max SimpleAggregateFunction(max, UInt64)
+    pv_max SimpleAggregateFunction(max, UInt64),
+    {visit_columns}
 )
 ENGINE = {engine}
 PARTITION BY toYYYYMM(day)
@@ -119,10 +124,25 @@ ORDER BY (site_id, day, session)
 """
 PV_MIN = "if(name = 'pageview', cityHash64(id), 18446744073709551615)"
 PV_MAX = "if(name = 'pageview', cityHash64(id), 0)"
+PAGE_TUPLE = "Tuple(UInt8, DateTime64(6, 'UTC'), String, String)"
+_NO_PAGE = "toDateTime64(0, 6, 'UTC'), '', ''"
+_HAS_PAGE = "name = 'pageview' AND page != ''"
+ENTRY_NONE, EXIT_NONE = f"CAST((1, {_NO_PAGE}) AS {PAGE_TUPLE})", f"CAST((0, {_NO_PAGE}) AS {PAGE_TUPLE})"
+# An event's entry and exit candidates (per event; min/max over a session give its entry and exit page).
+ENTRY = f"if({_HAS_PAGE}, CAST((0, ts, id, page) AS {PAGE_TUPLE}), {ENTRY_NONE})"
+EXIT = f"if({_HAS_PAGE}, CAST((1, ts, id, page) AS {PAGE_TUPLE}), {EXIT_NONE})"
+VISIT_COLUMNS = {
+    "visitor": "SimpleAggregateFunction(max, UInt64)",
+    "entry": f"SimpleAggregateFunction(min, {PAGE_TUPLE}) DEFAULT {ENTRY_NONE}",
+    "exit": f"SimpleAggregateFunction(max, {PAGE_TUPLE}) DEFAULT {EXIT_NONE}",
+}
+SESSIONS_TABLE = SESSIONS_TABLE.replace(
+    "{visit_columns}", ",\n    ".join(f"{c} {t}" for c, t in VISIT_COLUMNS.items()))
 # The session-day states of site_events rows (the view's query, and the backfill's).
 SESSION_STATES = (
     "SELECT site_id, toDate(ts) AS day, session, min(ts) AS first, max(ts) AS last, "
-    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max "
+    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max, max(visitor) AS visitor, "
+    f"min({ENTRY}) AS entry, max({EXIT}) AS exit "
     "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
 )
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
@@ -203,13 +223,27 @@ class AnalyticsStore:
                               f"MODIFY COLUMN page {_LC}")
             if self.cluster:
                 self.command_sync(f"ALTER TABLE {self.table('site_events')}{self.on_cluster} MODIFY COLUMN page {_LC}")
+        # A sessions table from before the visit columns (visitor, entry and exit page) gains them with
+        # neutral defaults, its view is replaced by one that fills them, and the backfill below derives them
+        # for the events already held (merged by min/max with the rows already there).
+        missing = [] if new_sessions else [c for c in VISIT_COLUMNS if c not in self._columns("site_sessions")]
+        if missing:
+            adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing)
+            for table in [self.local_table("site_sessions")] + ([self.table("site_sessions")] if self.cluster else []):
+                self.command_sync(f"ALTER TABLE {table}{self.on_cluster} {adds}")
+            self.command_sync(f"DROP VIEW IF EXISTS {self.database}.site_sessions_mv{self.on_cluster}")
         # On the local tables: in cluster mode each shard keeps the sessions of its own sites.
         self.command_sync(
             f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_sessions_mv{self.on_cluster} "
             f"TO {self.local_table('site_sessions')} AS "
             + SESSION_STATES.format(source=self.local_table("site_events")))
-        if new_sessions:  # a store from before the sessions table: derive it from the events it holds
+        if new_sessions or missing:  # a store from before the table or its columns: derive them from its events
             self.backfill_sessions_sync()
+
+    def _columns(self, name: str) -> set[str]:
+        table = self.local_table(name).split(".", 1)[1]
+        return {r[0] for r in self.query_sync("SELECT name FROM system.columns WHERE database = {d:String} "
+                                              "AND table = {t:String}", {"d": self.database, "t": table})}
 
     def backfill_sessions_sync(self, since: datetime | None = None) -> None:
         """(Re)derive the session-day rows of every day from `since`'s (all days when None) from site_events.
