@@ -170,26 +170,28 @@ def lookback_start(start: datetime) -> datetime:
 
 
 def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
-                started_in_window: bool = True, visit: bool = False) -> str:
+                started_in_window: bool = True, visit: bool = False, only: str = "") -> str:
     """A subquery of sessions (session, f, l, pf, pl: first and last event, least and greatest pageview id
     hash, equal when exactly one pageview) over their events from the day before `start`'s (the look-back)
     to `end`; with `started_in_window`, only those whose first event is at or after `start`. With `visit`,
     also v (the visitor, 0 for none), entry_page and exit_page ('' when the session has no pageview).
+    `only`: a condition on `session` (an IN set), applied to the rows before they are grouped.
 
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
     `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
     return _sessions_sql(q, store.table("site_events"), site_id, start, end, started_in_window=started_in_window,
-                         visit=visit)
+                         visit=visit, only=only)
 
 
 def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: datetime, *,
-                  started_in_window: bool, visit: bool) -> str:
+                  started_in_window: bool, visit: bool, only: str = "") -> str:
     days = table.removesuffix("site_events") + "site_sessions"  # the same database, and kind of table
     site, hi = q.bind(site_id), q.bind(end, TS)
     first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
     having = f" HAVING f >= {q.bind(start, TS)}" if started_in_window else ""
+    only = f" AND {only}" if only else ""
     states, raw, merged = "", "", ""
     if visit:
         states, raw = ", visitor, entry, exit", f", visitor, {ENTRY}, {EXIT}"
@@ -198,11 +200,22 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
     return (
         f"(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} FROM ("
         f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
-        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
+        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')}{only} UNION ALL "
         f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
         f"AND ts >= {q.bind(tail, TS)} AND ts < {hi} "
-        f"AND session != 0) GROUP BY session{having})"
+        f"AND session != 0{only}) GROUP BY session{having})"
     )
+
+
+def matching_sessions(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                      filters: Filters) -> str:
+    """The condition "the session holds an event of the window that matches the filters" ('' without filters).
+    Copies of an event change no set: no FINAL."""
+    terms = filters.terms()
+    if not terms:
+        return ""
+    table = store.table("site_events")
+    return f"session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,12 +228,10 @@ class SessionStats:
 async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                         filters: Filters) -> SessionStats:
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
-    q, table = Params(), store.table("site_events")
-    terms = filters.terms()
+    q = Params()
+    only = matching_sessions(q, store, site_id, start, end, filters)
     sql = ("SELECT count(), countIf(pf = pl), if(count() = 0, 0, avg(dateDiff('microsecond', f, l)) / 1000) "
-           f"FROM {sessions_of(q, store, site_id, start, end)}")
-    if terms:
-        sql += f" WHERE session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
+           f"FROM {sessions_of(q, store, site_id, start, end, only=only)}")
     sessions, bounces, avg_ms = (await store.query(sql, q.params))[0]
     return SessionStats(sessions, bounces, float(avg_ms))
 
@@ -276,11 +287,10 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
     The same numbers as totals(), session_stats(), top() and series()."""
     q, table = Params(), store.table("site_events")
     terms = filters.terms()
+    only = matching_sessions(q, store, site_id, start, end, filters)
     sessions = (f"SELECT count() AS visits, countIf(pf = pl) AS bounces, if(count() = 0, 0, "
-                f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM {sessions_of(q, store, site_id, start, end)}")
-    if terms:
-        matching = where(q, table, site_id, start, end, terms)
-        sessions += f" WHERE session IN (SELECT session FROM {table} WHERE {matching})"
+                f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM "
+                f"{sessions_of(q, store, site_id, start, end, only=only)}")
     head = (await store.query(
         "SELECT * FROM (SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) "
         f"FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}) AS t CROSS JOIN ({sessions}) AS s",

@@ -17,6 +17,7 @@ from storage.analytics import (
     event_conditions,
     goal_condition,
     lookback_start,
+    matching_sessions,
     sessions_of,
     where,
 )
@@ -118,11 +119,9 @@ async def _visit_breakdown(store: AnalyticsStore, site_id: str, start: datetime,
     entry or exit page, from the engine's session rows. Their pageviews and events (counts, which need the
     events read with FINAL) are only computed when `metrics` asks for them; otherwise they read 0."""
     q, table = Params(), store.table("site_events")
-    sessions = sessions_of(q, store, site_id, start, end, visit=True)
+    only = matching_sessions(q, store, site_id, start, end, filters)
+    sessions = sessions_of(q, store, site_id, start, end, visit=True, only=only)
     cond = f"s.{SESSION_DIMENSIONS[prop]} != ''"
-    terms = filters.terms()
-    if terms:
-        cond += f" AND s.session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
     counted = bool({"pageviews", "events"} & set(metrics))
     counts, pv, ev = "", "0", "0"
     if counted:  # the events of each visit, from the look-back on (a visit that started in the window: its own)
