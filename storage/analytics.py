@@ -17,7 +17,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage import goals
+from storage import analytics_days, goals
 from storage.clickhouse import ENTRY, EXIT, PV_MAX, PV_MIN, AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
@@ -284,30 +284,57 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
                                               list[tuple[datetime, int]]]:
     """The whole overview in two queries instead of six (chDB runs one query at a time): the totals and
     the session statistics in one, the three top lists and the series in one scan (GROUPING SETS).
-    The same numbers as totals(), session_stats(), top() and series()."""
+    Unfiltered, the counts of ended days and the visitors of whole days come from the day rows (plus, once
+    a day, the query that counts an ended day). The same numbers as totals(), session_stats(), top() and
+    series()."""
     q, table = Params(), store.table("site_events")
     terms = filters.terms()
     only = matching_sessions(q, store, site_id, start, end, filters)
     sessions = (f"SELECT count() AS visits, countIf(pf = pl) AS bounces, if(count() = 0, 0, "
                 f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM "
                 f"{sessions_of(q, store, site_id, start, end, only=only)}")
-    head = (await store.query(
-        "SELECT * FROM (SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) "
-        f"FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}) AS t CROSS JOIN ({sessions}) AS s",
-        q.params))[0]
+    whole = [] if terms else analytics_days.whole_days(start, end)
+    # Unfiltered: the ended days' counts and every whole day's visitors come from the day rows, the rest
+    # of the window from the events (storage/analytics_days.py).
+    days = await analytics_days.counted_days(store, site_id, start, end) if whole else []
+    if whole:
+        cond = where(q, table, site_id, start, end, [])
+        counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
+                   f"{analytics_days.counts_of(q, store, site_id, days)} WHERE dim = 3") if days else ""
+        totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
+                  f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
+                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days)}{counted})) AS x CROSS JOIN (SELECT "
+                  f"uniqExactMerge(s) AS visitors FROM (SELECT visitors AS s FROM {store.table('site_days')} WHERE "
+                  f"site_id = {q.bind(site_id)} AND day IN {q.bind(whole, 'Array(Date)')} UNION ALL SELECT "
+                  f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
+                  f"{analytics_days.not_in(q, whole)})) AS v")
+    else:
+        totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
+                  f"visitor != 0) AS visitors FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}")
+    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.ms FROM ({totals}) "
+                              f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
 
     q = Params()
-    cond = where(q, table, site_id, start, end, [*filters.without_name().terms(), Filter("event", "==", name)])
-    referrer = "referrer_host"
+    lists = [*filters.without_name().terms(), Filter("event", "==", name)]
+    days = days if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
+    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, days)
+    referrer, own = "referrer_host", "0"
     if domain:
         d = q.bind(domain.lower())
+        own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
         referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
+    counted = ""
+    if days:
+        counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
+                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, days)} "
+                   f"WHERE name = {q.bind(name)}")
     buckets = int((last - first) / _STEP[interval]) + 1
     rows = await store.query(
-        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT multiIf(p != '', 0, r != '', 1, "
-        "g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM (SELECT page AS p, "
-        f"{referrer} AS r, country AS g, toUnixTimestamp({_UNIT[interval]}) AS b, count() AS c FROM {table} FINAL "
-        f"WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))) WHERE k != 4) "
+        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT k, key, b, sum(c) AS c FROM ("
+        "SELECT multiIf(p != '', 0, r != '', 1, g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM ("
+        f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({_UNIT[interval]}) AS b, count() AS c "
+        f"FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
+        "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) "
         f"ORDER BY k, c DESC, key, b LIMIT {q.bind(max(limit, buckets), 'UInt32')} BY k", q.params)
     tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
     counts: dict[int, int] = {}

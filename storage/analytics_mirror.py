@@ -10,7 +10,8 @@ in a round after its inserts, so a batch read before an erasure committed cannot
 
 `rebuild` derives the store from the `events` table alone: every column the reads need (page key,
 referrer host, visitor hash) is computed here, from the stored event, by the same functions; the
-store's materialized view derives the session-day rows (`site_sessions`) from those inserts.
+store's materialized views derive the session-day rows (`site_sessions`) and the day rows (`site_days`)
+from those inserts, and reads count ended days again (`site_day_counts`, emptied here) when they need them.
 """
 
 from __future__ import annotations
@@ -166,10 +167,10 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
                   chunk: int = 50_000) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild."""
-    for name in ("site_sessions", "site_events", "keyed_events"):
+    for name in ("site_sessions", "site_days", "site_day_counts", "site_events", "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
-        elif name == "site_sessions":  # whole days: the day of `since` is derived again below
+        elif name in ("site_sessions", "site_days", "site_day_counts"):  # whole days: derived again below
             await store.delete_where(name, "day >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         else:
             await store.delete_where(name, "ts >= {s:DateTime64(6, 'UTC')}", {"s": since})
@@ -187,6 +188,7 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
                 written += await write_events(store, batch)
                 batch = []
         written += await write_events(store, batch)
-    if since is not None:  # the sessions of the day of `since` also hold events from before it
+    if since is not None:  # the sessions and visitors of the day of `since` also hold events from before it
         await asyncio.to_thread(store.backfill_sessions_sync, since)
+        await asyncio.to_thread(store.backfill_days_sync, since)
     return written

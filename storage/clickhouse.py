@@ -145,9 +145,47 @@ SESSION_STATES = (
     f"min({ENTRY}) AS entry, max({EXIT}) AS exit "
     "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
 )
+# Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's
+# visitors (a uniqExact state: a set, so a batch written twice changes nothing), fed by a view like the
+# sessions. The visitors of whole days are merged from here instead of hashed again from every event.
+DAYS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    written SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
+    visitors AggregateFunction(uniqExact, UInt64)
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day)
+"""
+DAY_STATES = ("SELECT site_id, toDate(ts) AS day, max(now64(6, 'UTC')) AS written, "
+              "uniqExactStateIf(visitor, visitor != 0) AS visitors FROM {source} GROUP BY site_id, day")
+# Event counts of ended days, per event name and per page, referrer host and country (dim 0, 1, 2; dim 3
+# is the name's total, key ''), computed from site_events read with FINAL by the first read that needs a
+# day (storage/analytics_days.py), never by a view: counts are not idempotent under a batch written twice,
+# a FINAL read is. Each computation is stamped `computed` and completed by a marker row (dim 255); a day's
+# counts are used only while its last complete computation is newer than its `written` (plus the store's
+# settle time), so an insert into a day, late events or a rebuild included, makes it computed again.
+COUNTS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    computed DateTime64(6, 'UTC'),
+    name LowCardinality(String),
+    dim UInt8,
+    key String,
+    c UInt64
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day, computed, name, dim, key)
+"""
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
           "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
-          "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree")}
+          "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
+          "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
+          "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree")}
 
 
 class StoreBusy(RuntimeError):
@@ -162,6 +200,11 @@ class AnalyticsStore:
     embedded: bool = True
     query_settings: dict[str, Any] = field(default_factory=dict)
     lock_file: Any = None  # embedded: the open file whose flock marks the directory as in use
+    # How long after its last insert a day's counts may be computed, and by how much a computation must
+    # postdate that insert to be used. Embedded: 0, the client runs one call at a time, so an insert is
+    # complete and visible before any later computation starts. A server takes inserts and reads at the
+    # same time: an insert's rows must be visible within this time of its view's clock reading.
+    settle_seconds: float = 0.0
 
     # --- blocking calls, run in a thread ------------------------------------------------------------
 
@@ -206,6 +249,7 @@ class AnalyticsStore:
     def ensure_schema(self) -> None:
         self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
         new_sessions = not self.client.command(f"EXISTS TABLE {self.local_table('site_sessions')}")
+        new_days = not self.client.command(f"EXISTS TABLE {self.local_table('site_days')}")
         for name, (body, shard_key, engine) in TABLES.items():
             self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
                               + body.format(engine=engine))
@@ -237,8 +281,13 @@ class AnalyticsStore:
             f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_sessions_mv{self.on_cluster} "
             f"TO {self.local_table('site_sessions')} AS "
             + SESSION_STATES.format(source=self.local_table("site_events")))
+        self.command_sync(
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_days_mv{self.on_cluster} "
+            f"TO {self.local_table('site_days')} AS " + DAY_STATES.format(source=self.local_table("site_events")))
         if new_sessions or missing:  # a store from before the table or its columns: derive them from its events
             self.backfill_sessions_sync()
+        if new_days:
+            self.backfill_days_sync()
 
     def _columns(self, name: str) -> set[str]:
         table = self.local_table(name).split(".", 1)[1]
@@ -248,14 +297,20 @@ class AnalyticsStore:
     def backfill_sessions_sync(self, since: datetime | None = None) -> None:
         """(Re)derive the session-day rows of every day from `since`'s (all days when None) from site_events.
         Rows the view writes meanwhile are merged with these by min/max, so running both is harmless."""
+        self._backfill("site_sessions", SESSION_STATES, since)
+
+    def backfill_days_sync(self, since: datetime | None = None) -> None:
+        """The same for site_days (visitor sets are merged by union; `written` becomes now)."""
+        self._backfill("site_days", DAY_STATES, since)
+
+    def _backfill(self, name: str, states: str, since: datetime | None) -> None:
         # Through the Distributed tables in cluster mode: the rows land on their site's shard, as events do.
         source = self.table("site_events")
         params: dict[str, Any] = {}
         if since is not None:
             source = f"(SELECT * FROM {source} WHERE ts >= toStartOfDay({{s:DateTime64(6, 'UTC')}}))"
             params["s"] = since
-        self.command_sync(f"INSERT INTO {self.table('site_sessions')} "
-                          + SESSION_STATES.format(source=source), params)
+        self.command_sync(f"INSERT INTO {self.table(name)} " + states.format(source=source), params)
 
     async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
         """A synchronous lightweight DELETE: rows are gone from every read once this returns."""
@@ -294,6 +349,7 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
     # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
                 "do_not_merge_across_partitions_select_final": 1}
-    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file)
+    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
+                           0.0 if url is None else 60.0)
     store.ensure_schema()
     return store
