@@ -65,11 +65,15 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> Non
     parts = [f"SELECT toDate(ts) AS day, name, {dim} AS dim, {key} AS key, count() AS c FROM {table} FINAL "
              f"WHERE site_id = {site} AND toDate(ts) IN {chosen} GROUP BY day, name, key" for dim, key in _KEYS.items()]
     counts = store.table("site_day_counts")
+    # Through a Distributed table the rows must be on the shard before the marker is: synchronous inserts.
+    sync = {"insert_distributed_sync": 1} if store.cluster else None
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) "
-                        f"SELECT {site}, day, {stamp}, name, dim, key, c FROM ({' UNION ALL '.join(parts)})", q.params)
+                        f"SELECT {site}, day, {stamp}, name, dim, key, c FROM ({' UNION ALL '.join(parts)})", q.params,
+                        settings=sync)
     q = Params()
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
-                        f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', {MARKER}, '', 0", q.params)
+                        f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', {MARKER}, '', 0", q.params,
+                        settings=sync)
 
 
 def counts_of(q: Params, store: AnalyticsStore, site_id: str, days: list[date]) -> str:

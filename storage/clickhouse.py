@@ -188,6 +188,9 @@ TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree
           "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree")}
 
 
+DERIVED = "derived from site_events"  # the comment of a derived table once its backfill is complete
+
+
 class StoreBusy(RuntimeError):
     """The embedded store's directory is open in another process (a running server)."""
 
@@ -217,11 +220,13 @@ class AnalyticsStore:
         result = self.client.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
         return result.result_rows
 
-    async def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
-        await asyncio.to_thread(self.command_sync, sql, params)
+    async def command(self, sql: str, params: dict[str, Any] | None = None, *,
+                      settings: dict[str, Any] | None = None) -> None:
+        await asyncio.to_thread(self.command_sync, sql, params, settings)
 
-    def command_sync(self, sql: str, params: dict[str, Any] | None = None) -> None:
-        self.client.command(sql, parameters=params or {}, settings=self.query_settings)
+    def command_sync(self, sql: str, params: dict[str, Any] | None = None,
+                     settings: dict[str, Any] | None = None) -> None:
+        self.client.command(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
 
     async def insert(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
         if rows:
@@ -248,8 +253,6 @@ class AnalyticsStore:
 
     def ensure_schema(self) -> None:
         self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
-        new_sessions = not self.client.command(f"EXISTS TABLE {self.local_table('site_sessions')}")
-        new_days = not self.client.command(f"EXISTS TABLE {self.local_table('site_days')}")
         for name, (body, shard_key, engine) in TABLES.items():
             self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
                               + body.format(engine=engine))
@@ -268,26 +271,32 @@ class AnalyticsStore:
             if self.cluster:
                 self.command_sync(f"ALTER TABLE {self.table('site_events')}{self.on_cluster} MODIFY COLUMN page {_LC}")
         # A sessions table from before the visit columns (visitor, entry and exit page) gains them with
-        # neutral defaults, its view is replaced by one that fills them, and the backfill below derives them
-        # for the events already held (merged by min/max with the rows already there).
-        missing = [] if new_sessions else [c for c in VISIT_COLUMNS if c not in self._columns("site_sessions")]
+        # neutral defaults. Derived tables are complete once their table comment says so: until then (a new
+        # table, one from before its columns, or a backfill cut short) their view is (re)created, so that
+        # it fills every column, and they are derived again from the events already held (min/max and set
+        # union merge with the rows already there), then marked.
+        missing = [c for c in VISIT_COLUMNS if c not in self._columns("site_sessions")]
         if missing:
             adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing)
             for table in [self.local_table("site_sessions")] + ([self.table("site_sessions")] if self.cluster else []):
                 self.command_sync(f"ALTER TABLE {table}{self.on_cluster} {adds}")
-            self.command_sync(f"DROP VIEW IF EXISTS {self.database}.site_sessions_mv{self.on_cluster}")
-        # On the local tables: in cluster mode each shard keeps the sessions of its own sites.
-        self.command_sync(
-            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_sessions_mv{self.on_cluster} "
-            f"TO {self.local_table('site_sessions')} AS "
-            + SESSION_STATES.format(source=self.local_table("site_events")))
-        self.command_sync(
-            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_days_mv{self.on_cluster} "
-            f"TO {self.local_table('site_days')} AS " + DAY_STATES.format(source=self.local_table("site_events")))
-        if new_sessions or missing:  # a store from before the table or its columns: derive them from its events
-            self.backfill_sessions_sync()
-        if new_days:
-            self.backfill_days_sync()
+        # On the local tables: in cluster mode each shard keeps the sessions and days of its own sites.
+        for name, states, backfill in (("site_sessions", SESSION_STATES, self.backfill_sessions_sync),
+                                       ("site_days", DAY_STATES, self.backfill_days_sync)):
+            view = f"{self.database}.{name}_mv{self.on_cluster}"
+            complete = self._comment(name) == DERIVED
+            if not complete:
+                self.command_sync(f"DROP VIEW IF EXISTS {view}")
+            self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {self.local_table(name)} AS "
+                              + states.format(source=self.local_table("site_events")))
+            if not complete:
+                backfill()
+                self.command_sync(f"ALTER TABLE {self.local_table(name)}{self.on_cluster} MODIFY COMMENT '{DERIVED}'")
+
+    def _comment(self, name: str) -> str:
+        rows = self.query_sync("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                               {"d": self.database, "t": self.local_table(name).split(".", 1)[1]})
+        return rows[0][0] if rows else ""
 
     def _columns(self, name: str) -> set[str]:
         table = self.local_table(name).split(".", 1)[1]
@@ -305,12 +314,14 @@ class AnalyticsStore:
 
     def _backfill(self, name: str, states: str, since: datetime | None) -> None:
         # Through the Distributed tables in cluster mode: the rows land on their site's shard, as events do.
-        source = self.table("site_events")
-        params: dict[str, Any] = {}
-        if since is not None:
-            source = f"(SELECT * FROM {source} WHERE ts >= toStartOfDay({{s:DateTime64(6, 'UTC')}}))"
-            params["s"] = since
-        self.command_sync(f"INSERT INTO {self.table(name)} " + states.format(source=source), params)
+        # One day at a time: a day's groups fit the query's memory bound, all of a large store's do not.
+        events = self.table("site_events")
+        after = "" if since is None else " WHERE ts >= toStartOfDay({s:DateTime64(6, 'UTC')})"
+        days = self.query_sync(f"SELECT DISTINCT toDate(ts) AS d FROM {events}{after} ORDER BY d",
+                               {"s": since} if since is not None else None)
+        for (day,) in days:
+            source = f"(SELECT * FROM {events} WHERE toDate(ts) = {{d:Date}})"
+            self.command_sync(f"INSERT INTO {self.table(name)} " + states.format(source=source), {"d": day})
 
     async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
         """A synchronous lightweight DELETE: rows are gone from every read once this returns."""

@@ -168,3 +168,14 @@ async def test_an_empty_site_has_an_empty_overview(client, database_url, workspa
     totals, sessions, tops, points = await overview(db, site_id, domain)
     assert (totals.events, totals.visitors, sessions.sessions) == (0, 0, 0)
     assert all(v == 0 for _, v in points) and all(rows == ([], 0) for rows in tops.values())
+
+
+async def test_a_backfill_cut_short_is_done_again(client, database_url, workspace):
+    """A store closed during its backfill: the table exists but is not marked complete."""
+    site_id, domain = await generated_site(database_url, workspace, n=300, seed_=8)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    await db.command(f"TRUNCATE TABLE {db.local_table('site_days')}")
+    await db.command(f"ALTER TABLE {db.local_table('site_days')} MODIFY COMMENT ''")
+    await asyncio.to_thread(db.ensure_schema)
+    assert await overview(db, site_id, domain) == await from_events(db, site_id, domain)
