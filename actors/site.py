@@ -1,5 +1,5 @@
-"""The actor of one site: assigns sessions, COPYs the batch's events (the events triggers keep the
-sessions table and the rollups in the same statement), then feeds the realtime window.
+"""The actor of one site: assigns sessions, COPYs the batch's events (the events triggers list them for
+the analytics mirror in the same statement), then feeds the realtime window.
 
 The open sessions and the realtime window must outlive an idle actor: they are created once per app
 (app/server.py) and handed to every site actor.

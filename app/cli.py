@@ -34,10 +34,17 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     logging_args = {"access_log_class": AccessLogger} if settings.access_log else {"access_log": None}
     app = init_app(settings)
     app.on_startup.append(_tune_gc)  # after the cleanup contexts: pools, actors and caches exist by then
-    web.run_app(
-        app, host=args.host or settings.host, port=args.port or settings.port,
-        shutdown_timeout=30, print=None, **logging_args,
-    )
+    from storage.analytics_mirror import StoreClaimed
+    from storage.clickhouse import StoreBusy
+
+    try:
+        web.run_app(
+            app, host=args.host or settings.host, port=args.port or settings.port,
+            shutdown_timeout=30, print=None, **logging_args,
+        )
+    except (StoreBusy, StoreClaimed) as exc:
+        print(f"tally serve: {exc}", file=sys.stderr)
+        sys.exit(3)
 
 
 async def _tune_gc(app: object) -> None:
@@ -211,6 +218,10 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
         return 3
 
     async def work(conn: asyncpg.Connection) -> int:
+        if store.refill_needed and args.analytics_command != "rebuild":
+            queued = await analytics_mirror.refill(conn)
+            print(f"the analytics store was emptied for its new layout: {queued} events queued to mirror "
+                  "again (or run `tally analytics rebuild`)", file=sys.stderr)
         if args.analytics_command == "rebuild":
             written = await analytics_mirror.rebuild(conn, store, since=args.since)
             print(f"rebuilt: {written} events written to the analytics store")

@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 from aiohttp import web
 from redis.asyncio import Redis
 
@@ -63,6 +64,7 @@ from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
 from common.outages import Outages
 from common.service import Timer
+from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, open_store
 from storage.db import create_pool
 from storage.migrate import migrate
@@ -122,7 +124,20 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
     async def analytics_ctx(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
         store = shared or await asyncio.to_thread(open_analytics, settings)
+        owner = None  # the connection holding this process's claim on the database (embedded store)
+        if shared is None and store.embedded:
+            owner = await asyncpg.connect(app[DATABASE_DSN])
+            try:
+                await analytics_mirror.claim_embedded_store(owner)
+            except BaseException:
+                await owner.close()
+                await asyncio.to_thread(store.close)
+                raise
         app[ANALYTICS] = store
+        if store.refill_needed:
+            async with app[POOL].acquire() as conn:
+                queued = await analytics_mirror.refill(conn)
+            log.warning("analytics store emptied for its new layout; %d events queued to mirror again", queued)
         mirror = Mirror(app[POOL], store, interval=settings.mirror_interval_ms / 1000, batch=settings.mirror_batch,
                         metrics=app[METRICS])
         app[MIRROR] = mirror
@@ -135,6 +150,8 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
                 await mirror.catch_up()
             if shared is None:
                 await asyncio.to_thread(store.close)
+            if owner is not None:
+                await owner.close()
 
     return analytics_ctx
 

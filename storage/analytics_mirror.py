@@ -1,126 +1,111 @@
 """The mirror from PostgreSQL (the system of record) to the analytics store.
 
 Committed events are listed in `analytics_outbox` by a trigger in their own transaction (migration 0017).
-A round takes a batch of outbox rows, reads their events, inserts them into ClickHouse and deletes
-exactly those outbox rows, in one PostgreSQL transaction that also holds an advisory lock, so rounds of
-all processes run one at a time. A crash before the COMMIT leaves the rows listed and the next round
-writes them again; the store's ReplacingMergeTree tables collapse such copies by event id and every read
-uses FINAL, so nothing counts twice. Erasures are queued the same way (`analytics_erasures`) and applied
-in a round after its inserts, so a batch read before an erasure committed cannot bring the user back.
+A round takes the lowest outbox rows, COPYs their events out of PostgreSQL as CSV, inserts that into
+ClickHouse and deletes exactly those outbox rows, in one REPEATABLE READ transaction (so the COPY and the
+DELETE see the same rows), under an advisory lock, so rounds of all processes run one at a time. A crash
+before the COMMIT leaves the rows listed and the next round writes them again; the store's
+ReplacingMergeTree tables collapse such copies by event id and every read uses FINAL, so nothing counts
+twice. Erasures are queued the same way (`analytics_erasures`) and applied in a round after its inserts, so
+a batch read before an erasure committed cannot bring the user back.
 
-`rebuild` derives the store from the `events` table alone: every column the reads need (page key,
-referrer host, visitor hash) is computed here, from the stored event, by the same functions; the
-store's materialized views derive the session-day rows (`site_sessions`) and the day rows (`site_days`)
-from those inserts, and reads count ended days again (`site_day_counts`, emptied here) when they need them.
+No event passes through Python one by one: PostgreSQL writes the CSV, and the store's `events_in` views
+derive every column the reads need (page key, referrer host, visitor hash) from the raw fields. `rebuild`
+uses the same path on the `events` table alone; the store's views also derive the session-day rows
+(`site_sessions`) and the day rows (`site_days`), and reads count ended days again (`site_day_counts`,
+emptied here) when they need them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections.abc import Iterable
+import io
+import tempfile
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from storage.clickhouse import KEYED_COLUMNS, SITE_COLUMNS, AnalyticsStore
+from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
+_OWNER = (7_264_003, 1)  # held for its lifetime by the process whose embedded store this database feeds
 
+
+class StoreClaimed(RuntimeError):
+    """Another process already mirrors this database into an embedded store of its own."""
+
+# storage.clickhouse.INPUT_COLUMNS, in its order; ts in UTC as ClickHouse reads a DateTime64.
 EVENT_FIELDS = (
-    "e.id, e.workspace_id, e.env, e.site_id, e.name, e.user_id, e.anonymous_id, e.session_id, e.properties::text "
-    "AS properties, e.path, e.referrer, e.country, e.ip_hash, e.ts, e.browser, e.browser_version, e.os, "
-    "e.os_version, e.device, e.utm_source, e.utm_medium, e.utm_campaign, e.utm_term, e.utm_content, e.source, "
-    "e.channel, e.region, e.city"
+    "e.id, e.workspace_id, e.env, e.site_id, e.name, to_char(e.ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), "
+    "e.user_id, e.anonymous_id, e.session_id, e.ip_hash, e.path, e.referrer, e.country, e.browser, "
+    "e.browser_version, e.os, e.os_version, e.device, e.utm_source, e.utm_medium, e.utm_campaign, e.utm_term, "
+    "e.utm_content, e.source, e.channel, e.region, e.city, e.properties::text"
 )
-_TAKE = "SELECT seq, workspace_id, env, ts, id FROM analytics_outbox ORDER BY seq LIMIT $1 FOR UPDATE"
-_EVENTS_OF = (
+_BOUND = "SELECT max(seq) FROM (SELECT seq FROM analytics_outbox ORDER BY seq LIMIT $1) s"
+_OUTBOX_EVENTS = (
     f"SELECT {EVENT_FIELDS} FROM analytics_outbox o JOIN events e ON e.workspace_id = o.workspace_id "
-    "AND e.env = o.env AND e.ts = o.ts AND e.id = o.id WHERE o.seq = ANY($1::bigint[])"
+    "AND e.env = o.env AND e.ts = o.ts AND e.id = o.id WHERE o.seq <= $1"
 )
-_DONE = "DELETE FROM analytics_outbox WHERE seq = ANY($1::bigint[])"
+_DONE = "DELETE FROM analytics_outbox WHERE seq <= $1"
 _ERASURES = "SELECT seq, workspace_id, env, user_id FROM analytics_erasures ORDER BY seq FOR UPDATE"
 _ERASED = "DELETE FROM analytics_erasures WHERE seq = ANY($1::bigint[])"
-_DIMENSIONS = ("browser", "browser_version", "os", "os_version", "device", "utm_source", "utm_medium",
-               "utm_campaign", "utm_term", "utm_content", "source", "channel", "region", "city")
+_EVENTS_BETWEEN = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.ts >= $1 AND e.ts < $2"
+_EVENTS_OF_SITE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1"
+_SPAN = "SELECT min(ts), max(ts) FROM events WHERE ts >= coalesce($1::timestamptz, '-infinity')"
+_REQUEUE = "INSERT INTO analytics_outbox (workspace_id, env, ts, id) SELECT workspace_id, env, ts, id FROM events"
 
 
-# --- keys derived from a stored event (the rules of migration 0004's retired SQL functions) -----------
-
-def page_key(path: str | None) -> str:
-    """The path without query string or fragment; '' when none."""
-    return (path or "").split("#", 1)[0].split("?", 1)[0]
-
-
-def referrer_host(referrer: str | None) -> str:
-    """The lower-cased host of a referrer without "www."; '' when empty. The site's own domain is excluded
-    at read time (a site's domain may change)."""
-    h = (referrer or "").lower()
-    if not h:
-        return ""
-    if "://" in h:
-        h = h[h.index("://") + 3:]
-    h = h.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
-    return h[4:] if h.startswith("www.") else h
+async def copy_events(conn: asyncpg.Connection, query: str, *args: object) -> bytes:
+    """The CSV of a SELECT of EVENT_FIELDS, written by PostgreSQL (asyncpg binds the arguments)."""
+    out = io.BytesIO()
+    await conn.copy_from_query(query, *args, output=out, format="csv")
+    return out.getvalue()
 
 
-def key_hash(value: str | None) -> int:
-    """A visitor or session key as a UInt64 (0: none): grouping by it is far cheaper than by the string."""
-    if not value:
-        return 0
-    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little") or 1
+async def site_events_csv(conn: asyncpg.Connection, site_id: str) -> bytes:
+    """Every stored event of one site, as the mirror sends them (tests write batches twice with it)."""
+    return await copy_events(conn, _EVENTS_OF_SITE, site_id)
 
 
-def _row_site(r) -> list:
-    return [
-        r["site_id"], r["ts"], r["id"], r["name"], key_hash(r["session_id"]), key_hash(r["ip_hash"]),
-        page_key(r["path"]), r["referrer"] or "", referrer_host(r["referrer"]), r["country"] or "",
-        *[r[d] or "" for d in _DIMENSIONS], r["properties"] or "{}",
-    ]
+async def write_events(store: AnalyticsStore, data: bytes) -> None:
+    if data:
+        await asyncio.to_thread(store.insert_events_csv_sync, data)
 
 
-def _row_keyed(r) -> list:
-    actor = r["user_id"] if r["user_id"] is not None else (
-        "anon:" + r["anonymous_id"] if r["anonymous_id"] is not None else "")
-    return [r["workspace_id"], r["env"], r["name"], r["ts"], r["id"], r["user_id"] or "", actor,
-            r["properties"] or "{}"]
-
-
-async def write_events(store: AnalyticsStore, records: Iterable) -> int:
-    """Insert stored events into the store; the row building runs in the worker thread with the insert, so
-    a 20,000-event batch does not hold the event loop."""
-    return await asyncio.to_thread(_write_sync, store, records)
-
-
-def _write_sync(store: AnalyticsStore, records: Iterable) -> int:
-    site, keyed = [], []
-    for r in records:
-        (site if r["site_id"] is not None else keyed).append(r)
-    store.insert_sync("site_events", [_row_site(r) for r in site], SITE_COLUMNS)
-    store.insert_sync("keyed_events", [_row_keyed(r) for r in keyed], KEYED_COLUMNS)
-    return len(site) + len(keyed)
+async def claim_embedded_store(conn: asyncpg.Connection) -> None:
+    """Hold, on `conn` and for as long as it is open, the claim of the process whose embedded store this
+    database feeds. Two processes with separate embedded stores would split the outbox between them, each
+    store missing what the other mirrored: the second is refused. (A ClickHouse server is shared instead.)"""
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *_OWNER):
+        raise StoreClaimed("another Tally process already mirrors this database into its own embedded analytics "
+                           "store; run one process per database, or share a ClickHouse server "
+                           "(TALLY_ANALYTICS_URL) between processes")
 
 
 # --- rounds -----------------------------------------------------------------------------------------
 
 async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: int) -> int:
     """Mirror up to `limit` outbox rows and apply queued erasures; returns the outbox rows handled."""
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
-        taken = await conn.fetch(_TAKE, limit)
-        if taken:
-            seqs = [r["seq"] for r in taken]
-            await write_events(store, await conn.fetch(_EVENTS_OF, seqs))
-            await conn.execute(_DONE, seqs)
-        erasures = await conn.fetch(_ERASURES)
-        for e in erasures:
-            await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "
-                                     "AND user_id = {u:String}",
-                                     {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
-        if erasures:
-            await conn.execute(_ERASED, [e["seq"] for e in erasures])
-    return len(taken)
+    # Taken before the transaction: its snapshot must not predate the previous round's commit.
+    await conn.execute("SELECT pg_advisory_lock($1, $2)", *_LOCK)
+    try:
+        async with conn.transaction(isolation="repeatable_read"):
+            bound = await conn.fetchval(_BOUND, limit)
+            done = 0
+            if bound is not None:
+                await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
+                done = int((await conn.execute(_DONE, bound)).split()[-1])
+            erasures = await conn.fetch(_ERASURES)
+            for e in erasures:
+                await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "
+                                         "AND user_id = {u:String}",
+                                         {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
+            if erasures:
+                await conn.execute(_ERASED, [e["seq"] for e in erasures])
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_LOCK)
+    return done
 
 
 async def queue_erasure(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str) -> None:
@@ -163,10 +148,10 @@ async def status(conn: asyncpg.Connection, store: AnalyticsStore) -> Status:
     return Status(pending, age, pg, site, keyed)
 
 
-async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None,
-                  chunk: int = 50_000) -> int:
+async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
-    Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild."""
+    Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
+    Goes a month at a time (the events partitions), each month's CSV spooled to a temporary file."""
     for name in ("site_sessions", "site_days", "site_day_counts", "site_events", "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
@@ -180,15 +165,26 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
         erased = await conn.fetch(_ERASURES)
         if erased:  # nothing of theirs is left in PostgreSQL to copy
             await conn.execute(_ERASED, [e["seq"] for e in erased])
-        where, args = ("WHERE e.ts >= $1", [since]) if since is not None else ("", [])
-        batch: list = []
-        async for record in conn.cursor(f"SELECT {EVENT_FIELDS} FROM events e {where}", *args, prefetch=chunk):
-            batch.append(record)
-            if len(batch) >= chunk:
-                written += await write_events(store, batch)
-                batch = []
-        written += await write_events(store, batch)
+        first, last = await conn.fetchrow(_SPAN, since)
+        month = first and first.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        while month is not None and month <= last:
+            following = (month + timedelta(days=32)).replace(day=1)
+            with tempfile.TemporaryFile() as spool:
+                copied = await conn.copy_from_query(_EVENTS_BETWEEN, max(month, since or month), following,
+                                                    output=spool, format="csv")
+                spool.seek(0)
+                await asyncio.to_thread(store.insert_events_csv_sync, spool)
+            written += int(copied.split()[-1])
+            month = following
     if since is not None:  # the sessions and visitors of the day of `since` also hold events from before it
         await asyncio.to_thread(store.backfill_sessions_sync, since)
         await asyncio.to_thread(store.backfill_days_sync, since)
     return written
+
+
+async def refill(conn: asyncpg.Connection) -> int:
+    """Queue every stored event for the mirror again (after the store was emptied); returns how many."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
+        await conn.execute("DELETE FROM analytics_outbox")
+        return int((await conn.execute(_REQUEUE)).split()[-1])

@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import clickhouse_connect
 
@@ -48,13 +47,49 @@ class Params:
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
-# Columns of the two mirrored tables, in insert order (storage/analytics_mirror.py builds the rows).
-SITE_COLUMNS = (
-    "site_id", "ts", "id", "name", "session", "visitor", "page", "referrer", "referrer_host", "country",
-    "browser", "browser_version", "os", "os_version", "device", "utm_source", "utm_medium", "utm_campaign",
-    "utm_term", "utm_content", "source", "channel", "region", "city", "properties",
+# The raw event fields the mirror sends (storage/analytics_mirror.py COPYs them out of PostgreSQL as CSV, in
+# this order). They land in `events_in`, a Null table that keeps nothing: its two materialized views derive
+# the stored columns (page key, referrer host, visitor and session hashes) and route site and keyed events
+# to their tables, so the server process handles no event row one by one.
+INPUT_COLUMNS = (
+    "id", "workspace_id", "env", "site_id", "name", "ts", "user_id", "anonymous_id", "session_id", "ip_hash",
+    "path", "referrer", "country", "browser", "browser_version", "os", "os_version", "device", "utm_source",
+    "utm_medium", "utm_campaign", "utm_term", "utm_content", "source", "channel", "region", "city", "properties",
 )
-KEYED_COLUMNS = ("workspace_id", "env", "name", "ts", "id", "user_id", "actor", "properties")
+_DIMENSIONS = ("browser", "browser_version", "os", "os_version", "device", "utm_source", "utm_medium",
+               "utm_campaign", "utm_term", "utm_content", "source", "channel", "region", "city")
+INPUT_TABLE = f"""
+(
+    {", ".join(f"{c} UInt64" if c == "workspace_id" else f"{c} DateTime64(6, 'UTC')" if c == "ts" else f"{c} String"
+               for c in INPUT_COLUMNS)}
+)
+ENGINE = Null
+"""
+
+
+def _key_hash(column: str) -> str:
+    """A visitor or session key as a UInt64 (0: none): grouping by it is far cheaper than by the string."""
+    return f"if({column} = '', 0, greatest(cityHash64({column}), 1))"
+
+
+# The page: the path without query string or fragment. The referrer host: lower-cased, without scheme,
+# user info, port and "www."; the site's own domain is excluded at read time (a site's domain may change).
+PAGE_KEY = r"replaceRegexpOne(path, '(?s)[?#].*', '')"
+REFERRER_HOST = (r"replaceRegexpOne(lower(referrer), "
+                 r"'(?s)^(?:.*?://)?(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1')")
+SITE_FROM_INPUT = (
+    f"SELECT site_id, ts, id, name, {_key_hash('session_id')} AS session, {_key_hash('ip_hash')} AS visitor, "
+    f"{PAGE_KEY} AS page, referrer, {REFERRER_HOST} AS referrer_host, country, {', '.join(_DIMENSIONS)}, "
+    "properties FROM {source} WHERE site_id != ''"
+)
+KEYED_FROM_INPUT = (
+    "SELECT workspace_id, env, name, ts, id, user_id, "
+    "if(user_id != '', user_id, if(anonymous_id != '', concat('anon:', anonymous_id), '')) AS actor, "
+    "properties FROM {source} WHERE site_id = ''"
+)
+# Read as PostgreSQL's CSV is written: only double quotes quote, and spaces are data.
+CSV_INPUT_SETTINGS = {"format_csv_allow_single_quotes": 0, "input_format_csv_trim_whitespaces": 0,
+                      "input_format_csv_empty_as_default": 1}
 
 _LC = "LowCardinality(String)"
 # Site events: one row per event, ordered for "one site, a date range, then the event name", the shape
@@ -203,6 +238,7 @@ class AnalyticsStore:
     embedded: bool = True
     query_settings: dict[str, Any] = field(default_factory=dict)
     lock_file: Any = None  # embedded: the open file whose flock marks the directory as in use
+    refill_needed: bool = False  # set by ensure_schema: the store was emptied and must be refilled
     # How long after its last insert a day's counts may be computed, and by how much a computation must
     # postdate that insert to be used. Embedded: 0, the client runs one call at a time, so an insert is
     # complete and visible before any later computation starts. A server takes inserts and reads at the
@@ -228,14 +264,10 @@ class AnalyticsStore:
                      settings: dict[str, Any] | None = None) -> None:
         self.client.command(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
 
-    async def insert(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
-        if rows:
-            await asyncio.to_thread(self.insert_sync, table, rows, columns)
-
-    def insert_sync(self, table: str, rows: Sequence[Sequence], columns: Sequence[str]) -> None:
-        if rows:
-            self.client.insert(table, rows, column_names=list(columns), database=self.database,
-                               settings=self.query_settings)
+    def insert_events_csv_sync(self, data: bytes | BinaryIO) -> None:
+        """Insert raw events (PostgreSQL CSV of INPUT_COLUMNS) through `events_in` and its views."""
+        self.client.raw_insert(f"{self.database}.events_in", INPUT_COLUMNS, data, fmt="CSV",
+                               settings={**self.query_settings, **CSV_INPUT_SETTINGS})
 
     # --- schema ---------------------------------------------------------------------------------------
 
@@ -253,6 +285,13 @@ class AnalyticsStore:
 
     def ensure_schema(self) -> None:
         self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
+        # Stores from before `events_in` hashed visitors and sessions in Python (BLAKE2b): their rows would
+        # not group with new ones, so they are emptied and refilled from PostgreSQL (`refill_needed`).
+        self.refill_needed = bool(self.client.command(f"EXISTS TABLE {self.local_table('site_events')}")) \
+            and not self.client.command(f"EXISTS TABLE {self.database}.events_in")
+        if self.refill_needed:
+            for name in TABLES:
+                self.command_sync(f"TRUNCATE TABLE IF EXISTS {self.local_table(name)}{self.on_cluster}")
         for name, (body, shard_key, engine) in TABLES.items():
             self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
                               + body.format(engine=engine))
@@ -292,6 +331,12 @@ class AnalyticsStore:
             if not complete:
                 backfill()
                 self.command_sync(f"ALTER TABLE {self.local_table(name)}{self.on_cluster} MODIFY COMMENT '{DERIVED}'")
+        # Where inserts land (on each node in cluster mode); its views write through the Distributed tables.
+        self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.database}.events_in{self.on_cluster} {INPUT_TABLE}")
+        for view, target, select in (("site_events_in_mv", "site_events", SITE_FROM_INPUT),
+                                     ("keyed_events_in_mv", "keyed_events", KEYED_FROM_INPUT)):
+            self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.{view}{self.on_cluster} "
+                              f"TO {self.table(target)} AS " + select.format(source=f"{self.database}.events_in"))
 
     def _comment(self, name: str) -> str:
         rows = self.query_sync("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
@@ -361,6 +406,6 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
                 "do_not_merge_across_partitions_select_final": 1}
     store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
-                           0.0 if url is None else 60.0)
+                           settle_seconds=0.0 if url is None else 60.0)
     store.ensure_schema()
     return store

@@ -54,13 +54,23 @@ async def stored_events(database_url: str, site_id: str) -> list[dict]:
         await conn.close()
 
 
-async def stored_sessions(database_url: str, site_id: str) -> list[dict]:
-    conn = await connect(database_url)
-    try:
-        rows = await conn.fetch("SELECT * FROM sessions WHERE site_id = $1 ORDER BY started_at, id", site_id)
-        return [dict(r) for r in rows]
-    finally:
-        await conn.close()
+async def visits(app, site_id: str, rows: list[dict], by: str) -> dict[str, tuple]:
+    """The site's visits as the dashboard reads them (the analytics store, once the mirror has caught up),
+    broken down by entry or exit page: {page: (visits, pageviews, events, visit duration in ms)}. The
+    window runs from the first stored event to just after the last."""
+    from app.appkeys import ANALYTICS, MIRROR
+    from storage.analytics import Filters
+    from storage.analytics_breakdown import breakdown
+
+    await app[MIRROR].catch_up()
+    start, end = min(r["ts"] for r in rows), max(r["ts"] for r in rows) + timedelta(seconds=1)
+    got = await breakdown(app[ANALYTICS], site_id, start, end, prop=by, filters=Filters(), goals=[], limit=100,
+                          offset=0)
+    return {r["key"]: (r["visits"], r["pageviews"], r["events"], r["visit_duration"]) for r in got}
+
+
+def ms(delta: timedelta) -> int:
+    return round(delta / timedelta(milliseconds=1))
 
 
 class FakeClock:

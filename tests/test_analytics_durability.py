@@ -118,3 +118,87 @@ async def test_kill_9_mid_ingest_loses_nothing_and_counts_nothing_twice(pg_admin
         assert (await asyncio.to_thread(status, env))["analytics_keyed_events"] == committed
     finally:
         await drop_database(pg_admin_dsn, dsn)
+
+
+OLD_LAYOUT = """
+import sys, clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+for view in ("site_events_in_mv", "keyed_events_in_mv"):
+    client.command(f"DROP VIEW tally.{view}")
+client.command("DROP TABLE tally.events_in")
+client.command("INSERT INTO tally.keyed_events (workspace_id, env, name, ts, id, user_id, actor, properties) "
+               "VALUES (1, 'live', 'stray', now64(6), 'evt_not_in_postgresql', 'u', 'u', '{}')")
+client.close()
+"""
+
+
+async def test_a_store_of_the_old_layout_is_emptied_and_refilled_from_postgresql(pg_admin_dsn, tmp_path):
+    """Stores written before `events_in` hashed visitors in Python: their rows must not mix with new ones."""
+    dsn = await fresh_database(pg_admin_dsn)
+    env = {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path), "TALLY_MIRROR_INTERVAL_MS": "20"}
+    try:
+        made = await asyncio.to_thread(tally, env, "create-key", "--workspace", "old", "--scopes", "read,write")
+        assert made.returncode == 0, made.stderr
+        proc, base = await asyncio.to_thread(server_process.start, env)
+        try:
+            async with aiohttp.ClientSession() as http:
+                batch = [{"event": "seen", "user_id": f"u{i % 7}"} for i in range(40)]
+                async with http.post(f"{base}/v1/events/batch", headers=bearer(made.stdout.strip()),
+                                     json={"events": batch}) as resp:
+                    assert resp.status == 200, await resp.text()
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+        assert (await asyncio.to_thread(status, env))["analytics_keyed_events"] == 40
+
+        # Turn the store back into the layout of before, with one row PostgreSQL does not have.
+        old = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", OLD_LAYOUT, str(tmp_path / "analytics")],
+                                      capture_output=True, text=True, timeout=120)
+        assert old.returncode == 0, old.stderr
+
+        # Opened again (here by the CLI): emptied, stray row included, and every event queued again.
+        upgraded = await asyncio.to_thread(tally, env, "analytics", "status")
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert "40 events queued to mirror again" in upgraded.stderr
+        assert (json.loads(upgraded.stdout)["pending"], json.loads(upgraded.stdout)["analytics_events"]) == (40, 0)
+
+        proc, base = await asyncio.to_thread(server_process.start, env)
+        try:
+            deadline = time.monotonic() + 60
+            async with aiohttp.ClientSession() as http:
+                while True:
+                    async with http.get(f"{base}/readyz") as resp:
+                        pending = (await resp.json())["analytics"]["pending"]
+                    if pending == 0 or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+        after = await asyncio.to_thread(status, env)
+        assert (after["pending"], after["analytics_keyed_events"], after["postgres_events"]) == (0, 40, 40)
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
+async def test_a_second_process_with_its_own_embedded_store_is_refused(pg_admin_dsn, tmp_path):
+    """Each would mirror part of the outbox into its own store: both stores would miss events."""
+    dsn = await fresh_database(pg_admin_dsn)
+    first_env = {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "first")}
+    second = [sys.executable, "-m", "app", "serve", "--port", str(server_process.free_port())]
+    try:
+        proc, _ = await asyncio.to_thread(server_process.start, first_env)
+        try:
+            refused = await asyncio.to_thread(
+                subprocess.run, second, capture_output=True, text=True, timeout=120,
+                env={**os.environ, "DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "second")})
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+        assert refused.returncode == 3, refused.stderr[-2000:]
+        assert "already mirrors this database into its own embedded analytics store" in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+        # Once the first has stopped, the claim is free: the second starts.
+        proc, base = await asyncio.to_thread(
+            server_process.start, {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "second")})
+        await asyncio.to_thread(server_process.stop, proc)
+    finally:
+        await drop_database(pg_admin_dsn, dsn)

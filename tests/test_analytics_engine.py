@@ -15,12 +15,26 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, report_queries
-from storage.analytics_mirror import EVENT_FIELDS, page_key, referrer_host
 from storage.db import init_connection
 from storage.site_filters import Filter
 from tests.analytics_support import create_site, insert_events
 from tests.conftest import bearer
 from tests.reports_support import create_report, run_report, seed, workspace_id
+
+
+def page_key(path: str | None) -> str:
+    """What the store's page is: the path without query string or fragment; '' when none."""
+    return (path or "").split("#", 1)[0].split("?", 1)[0]
+
+
+def referrer_host(referrer: str | None) -> str:
+    """What the store's referrer host is: lower-cased, no scheme, user info, port or "www."; '' when empty."""
+    h = (referrer or "").lower()
+    if "://" in h:
+        h = h[h.index("://") + 3:]
+    h = h.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
+    return h[4:] if h.startswith("www.") else h
+
 
 PATHS = ["/", "/pricing", "/blog/a", "/blog/b?x=1", "/blog/deep/c", "/docs#top", "/Blog/A"]
 REFS = ["", "https://www.google.com/search?q=1", "https://news.ycombinator.com/", "http://sub.{d}/x",
@@ -139,12 +153,38 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
         await conn.close()
 
 
-def test_referrer_host_matches_the_postgresql_key_function():
-    assert referrer_host("https://www.Google.com/search?q=1") == "google.com"
-    assert referrer_host("https://user@Example.org:8080/p") == "example.org"
-    assert referrer_host("android-app://com.slack") == "com.slack"
-    assert referrer_host("") == ""
-    assert page_key("/blog/b?x=1#f") == "/blog/b"
+TRICKY = [  # (path, referrer): what browsers and hand-written clients send
+    ("/blog/b?x=1#f", "https://www.Google.com/search?q=1"),
+    ("/a#frag?notquery", "https://user@Example.org:8080/p"),
+    ("/q?", "android-app://com.slack"),
+    ("", ""),
+    ("/new\nline?x", "HTTP://WWW.Sub.Example.COM"),
+    ("/comma, \"quoted\" 'single'", "https://a:b@www.x.io:443/?u=http://evil.test/"),
+    (" /leading space", "no-scheme.example/path"),
+    ("/ünïcode/路径", "https://münchen.example/"),
+    ("/www.", "https://www./"),
+]
+
+
+async def test_the_store_derives_page_and_referrer_host_as_the_reference_does(client, database_url, workspace):
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        site_id, _, ws = await create_site(conn, workspace)
+        now = datetime.now(UTC) - timedelta(minutes=1)
+        await insert_events(conn, site_id, ws, [
+            (f"evt_tricky_{site_id}_{i}", "pageview", path, ref, "DE", f"v{i}", f"s{i}", now, None)
+            for i, (path, ref) in enumerate(TRICKY)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    got = await db.query(f"SELECT id, page, referrer, referrer_host FROM {db.table('site_events')} FINAL "
+                         "WHERE site_id = {s:String}", {"s": site_id})
+    by_id = {r[0]: r[1:] for r in got}
+    assert len(by_id) == len(TRICKY)
+    for i, (path, ref) in enumerate(TRICKY):
+        assert by_id[f"evt_tricky_{site_id}_{i}"] == (page_key(path), ref, referrer_host(ref)), (path, ref)
 
 
 async def test_keyed_event_volume_matches_postgresql(client, make_key, pool, workspace, database_url):
@@ -207,12 +247,13 @@ async def test_a_batch_written_twice_counts_once(client, database_url, workspace
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
     try:
-        rows = await conn.fetch(f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1", site_id)
+        rows = await analytics_mirror.site_events_csv(conn, site_id)
     finally:
         await conn.close()
+    lines = rows.splitlines(keepends=True)
     await analytics_mirror.write_events(db, rows)
-    await analytics_mirror.write_events(db, rows[:50])
-    assert before.events == len(rows) >= 200
+    await analytics_mirror.write_events(db, b"".join(lines[:50]))
+    assert before.events == len(lines) >= 200
     assert await store.totals(db, site_id, w.start, w.end, store.Filters()) == before
     assert await store.session_stats(db, site_id, w.start, w.end, store.Filters()) == sessions
 

@@ -13,7 +13,6 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_mirror
-from storage.analytics_mirror import EVENT_FIELDS
 from storage.clickhouse import PV_MAX, PV_MIN
 from storage.db import init_connection
 from storage.site_filters import METRICS, Filter
@@ -109,11 +108,11 @@ async def test_a_batch_written_twice_keeps_entry_and_exit_pages(client, database
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
     try:
-        rows = await conn.fetch(f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1", site_id)
+        rows = await analytics_mirror.site_events_csv(conn, site_id)
     finally:
         await conn.close()
     await analytics_mirror.write_events(db, rows)
-    await analytics_mirror.write_events(db, rows[:50])
+    await analytics_mirror.write_events(db, b"".join(rows.splitlines(keepends=True)[:50]))
     for which in ("entry_page", "exit_page"):
         assert await engine_visits(db, site_id, w, which, []) == before[which]
         same(before[which], await postgres_visits(database_url, site_id, w, which, ""))

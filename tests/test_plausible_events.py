@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from app.views.sites import site_id_for
-from tests.site_helpers import BROWSER_UA, register_site, stored_events, stored_sessions
+from tests.site_helpers import BROWSER_UA, ms, register_site, stored_events, visits
 from tests.test_site_dimensions import UA
 
 PLAUSIBLE = "/api/event"
@@ -116,9 +116,9 @@ async def test_events_of_one_visitor_share_a_session(client, database_url, works
         assert (await send(client, {"n": name, "u": f"https://{domain}{path}", "d": domain})).status == 202
     rows = await stored_events(database_url, site)
     assert len({r["session_id"] for r in rows}) == 1
-    [session] = await stored_sessions(database_url, site)
-    assert (session["pageviews"], session["events"], session["entry_path"], session["exit_path"]) == (
-        2, 3, "/", "/pricing")
+    visit = (1, 2, 3, ms(rows[-1]["ts"] - rows[0]["ts"]))
+    assert await visits(client.app, site, rows, "entry_page") == {"/": visit}
+    assert await visits(client.app, site, rows, "exit_page") == {"/pricing": visit}
 
 
 @pytest.mark.parametrize(("body", "issues"), [

@@ -1,4 +1,4 @@
-"""Server-side session assignment and the sessions table, in memory and with Redis."""
+"""Server-side session assignment, in memory and with Redis, and the visits the dashboard reads from it."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from actors.sessions import make_sessions
-from app.appkeys import SITE_RUNTIME
+from app.appkeys import MIRROR, SITE_RUNTIME
 from common.outages import Outages
 from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events
 from tests.conftest import connect
-from tests.site_helpers import FakeClock, post_event, stored_events, stored_sessions
+from tests.site_helpers import FakeClock, ms, post_event, stored_events, visits
 
 UA_A = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
         "Version/17.0 Safari/605.1.15")
@@ -53,25 +53,21 @@ async def test_same_visitor_keeps_a_session_until_30_idle_minutes(session_client
     assert sids[0] == sids[1] == sids[2] == sids[3] != sids[4]
     assert all(s.startswith("ses_") for s in sids)
 
-    first, second = await stored_sessions(database_url, site)
-    assert first["id"] == sids[0] and second["id"] == sids[4]
-    assert (first["pageviews"], first["events"]) == (3, 4)
-    assert (first["entry_path"], first["exit_path"]) == ("/", "/docs")
-    assert first["referrer"] == "https://news.example/"
-    assert first["started_at"] == rows[0]["ts"] and first["ended_at"] == rows[3]["ts"]
-    assert (second["pageviews"], second["events"], second["entry_path"]) == (1, 1, "/again")
+    first = (1, 3, 4, ms(rows[3]["ts"] - rows[0]["ts"]))
+    assert await visits(client.app, site, rows, "entry_page") == {"/": first, "/again": (1, 1, 1, 0)}
+    assert await visits(client.app, site, rows, "exit_page") == {"/docs": first, "/again": (1, 1, 1, 0)}
 
 
 async def test_different_visitors_get_different_sessions(session_client, database_url):
     client, _ = session_client
     site = f"dev-{secrets.token_hex(6)}"
-    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10"))
-    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.11"))
-    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10", UA_B))
-    await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.10"))
-    sids = [r["session_id"] for r in await stored_events(database_url, site)]
+    for who in (visitor("203.0.113.10"), visitor("203.0.113.11"), visitor("203.0.113.10", UA_B),
+                visitor("203.0.113.10")):
+        await post_event(client, {"s": site, "n": "pageview", "p": "/"}, who)
+    rows = await stored_events(database_url, site)
+    sids = [r["session_id"] for r in rows]
     assert len(set(sids[:3])) == 3 and sids[3] == sids[0]
-    assert len(await stored_sessions(database_url, site)) == 3
+    assert await visits(client.app, site, rows, "entry_page") == {"/": (3, 4, 4, 0)}
 
 
 async def test_client_session_id_is_used_and_upserted(session_client, database_url):
@@ -81,11 +77,10 @@ async def test_client_session_id_is_used_and_upserted(session_client, database_u
     clock.advance(timedelta(hours=2))
     await post_event(client, {"s": site, "n": "outbound", "p": "/a", "sid": "tab-1"})
     await post_event(client, {"s": site, "n": "pageview", "p": "/b", "sid": "tab-1"})
-    [row] = await stored_sessions(database_url, site)
-    assert row["id"] == "tab-1"
-    assert (row["pageviews"], row["events"], row["entry_path"], row["exit_path"], row["country"]) == (
-        2, 3, "/a", "/b", "SE")
-    assert row["ended_at"] - row["started_at"] == timedelta(hours=2)
+    rows = await stored_events(database_url, site)
+    assert [r["session_id"] for r in rows] == ["tab-1"] * 3 and rows[0]["country"] == "SE"
+    assert await visits(client.app, site, rows, "entry_page") == {"/a": (1, 2, 3, ms(timedelta(hours=2)))}
+    assert await visits(client.app, site, rows, "exit_page") == {"/b": (1, 2, 3, ms(timedelta(hours=2)))}
 
 
 async def test_visitor_key_is_not_the_ip(session_client, database_url):
@@ -123,14 +118,15 @@ async def test_processes_share_sessions_through_redis(make_client, settings, red
     await post_event(first, {"s": site, "n": "pageview", "p": "/"}, visitor("203.0.113.20"))
     clock.advance(timedelta(minutes=5))
     await post_event(second, {"s": site, "n": "pageview", "p": "/next"}, visitor("203.0.113.20"))
-    sids = [r["session_id"] for r in await stored_events(database_url, site)]
-    assert sids[0] == sids[1]
-    [row] = await stored_sessions(database_url, site)
-    assert (row["pageviews"], row["entry_path"], row["exit_path"]) == (2, "/", "/next")
+    rows = await stored_events(database_url, site)
+    assert rows[0]["session_id"] == rows[1]["session_id"]
+    visit = (1, 2, 2, ms(timedelta(minutes=5)))
+    assert await visits(second.app, site, rows, "entry_page") == {"/": visit}
+    assert await visits(second.app, site, rows, "exit_page") == {"/next": visit}
 
 
-async def test_batches_committed_out_of_order_make_the_same_session(database_url, workspace):
-    """The events trigger merges what each COPY adds, whatever order concurrent flushes commit in."""
+async def test_batches_mirrored_out_of_order_make_the_same_visit(client, database_url, workspace):
+    """The store merges what each batch adds, whatever order the batches reach it in."""
     conn = await connect(database_url)
     try:
         site_id, _, workspace_id = await create_site(conn, workspace)
@@ -140,14 +136,14 @@ async def test_batches_committed_out_of_order_make_the_same_session(database_url
         late = [(new_id("evt"), "pageview", "/pricing", "https://other.example/", "US", "v", sid,
                  t0 + timedelta(minutes=5), None)]
         await insert_events(conn, site_id, workspace_id, late)
+        await client.app[MIRROR].catch_up()
         await insert_events(conn, site_id, workspace_id, early)
-        row = await conn.fetchrow("SELECT * FROM sessions WHERE site_id = $1", site_id)
     finally:
         await conn.close()
-    assert (row["id"], row["started_at"], row["ended_at"], row["pageviews"], row["events"]) == (
-        sid, t0, t0 + timedelta(minutes=5), 2, 3)
-    assert (row["entry_path"], row["exit_path"], row["referrer"], row["country"]) == (
-        "/landing", "/pricing", "https://news.example/", "DE")
+    rows = await stored_events(database_url, site_id)
+    visit = (1, 2, 3, ms(timedelta(minutes=5)))
+    assert await visits(client.app, site_id, rows, "entry_page") == {"/landing": visit}
+    assert await visits(client.app, site_id, rows, "exit_page") == {"/pricing": visit}
 
 
 @pytest.mark.parametrize("kind", ["memory", "redis"])
