@@ -139,15 +139,20 @@ async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
                                  "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")
     pg_heap = await conn.fetchval("SELECT sum(pg_table_size(c.oid)) FROM pg_inherits i "
                                   "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass")
-    ch, sessions = [(await db.query("SELECT sum(bytes_on_disk), sum(data_uncompressed_bytes) FROM system.parts "
-                                    "WHERE database = {d:String} AND table = {t:String} AND active",
-                                    {"d": db.database, "t": t}))[0] for t in ("site_events", "site_sessions")]
+    ch, sessions, days = [(await db.query("SELECT sum(bytes_on_disk), sum(data_uncompressed_bytes) FROM system.parts "
+                                          "WHERE database = {d:String} AND table = {t:String} AND active",
+                                          {"d": db.database, "t": t}))[0]
+                          for t in ("site_events", "site_sessions", "site_days")]
+    counts = (await db.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {d:String} "
+                             "AND table = 'site_day_counts' AND active", {"d": db.database}))[0][0] or 0
     return ["| store | bytes on disk | bytes per event |", "|---|---:|---:|",
             f"| PostgreSQL events (heap + TOAST) | {pg_heap:,} | {pg_heap / total:.0f} |",
             f"| PostgreSQL events (with its indexes) | {pg_all:,} | {pg_all / total:.0f} |",
             f"| ClickHouse site_events (compressed) | {ch[0]:,} | {ch[0] / total:.1f} |",
             f"| ClickHouse site_events (uncompressed) | {ch[1]:,} | {ch[1] / total:.0f} |",
-            f"| ClickHouse site_sessions (compressed) | {sessions[0]:,} | {sessions[0] / total:.1f} |"]
+            f"| ClickHouse site_sessions (compressed) | {sessions[0]:,} | {sessions[0] / total:.1f} |",
+            f"| ClickHouse site_days (compressed) | {days[0] or 0:,} | {(days[0] or 0) / total:.2f} |",
+            f"| ClickHouse site_day_counts (compressed) | {counts:,} | {counts / total:.2f} |"]
 
 
 async def main() -> None:
@@ -168,13 +173,16 @@ async def main() -> None:
         await init_connection(conn)
         await migrate(conn)
         await generate(conn, args.events, now)
+        # The rebuild inserts a month of events per query, which with this data set exceeds the 1 GiB bound
+        # the reads run under: it gets 6 GiB, and the timed reads the usual 1 GiB.
         db = await asyncio.to_thread(open_store, url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-ch-")),
-                                     database="bench")
+                                     database="bench", max_memory_mb=6144)
         started = time.perf_counter()
         written = await rebuild(conn, db)
         rebuild_s = time.perf_counter() - started
         print(f"rebuild: {written:,} events in {rebuild_s:.0f} s ({written / rebuild_s:,.0f} events/s)",
               file=sys.stderr)
+        db.query_settings["max_memory_usage"] = 1024 * 1024 * 1024
         for merged in ("site_events", "site_sessions"):  # as background merges leave them after a while
             await db.command(f"OPTIMIZE TABLE bench.{merged} FINAL")
 
@@ -217,20 +225,23 @@ async def main() -> None:
                         db, SITE.id, w.start, w.end, prop=p, goals=goals, limit=20, offset=0,
                         filters=store.Filters(extra=three, goals=tuple(goals)), metrics=m),
                     None)
-        table = ["| 30-day query | ClickHouse (chDB) p50 / p99 ms | PostgreSQL p50 / p99 ms | ratio (p50) |",
-                 "|---|---:|---:|---:|"]
+        # The first call is timed apart: it warms the caches, and an unfiltered overview counts the ended days
+        # there (storage/analytics_days.py), once per day.
+        table = ["| 30-day query | ClickHouse (chDB) p50 / p99 ms | first call ms | PostgreSQL p50 / p99 ms | "
+                 "ratio (p50) |", "|---|---:|---:|---:|---:|"]
         for label, (engine, pg) in results.items():
-            await engine()  # warm
+            first_ms = await timed(engine)
             ch_ms, pg_ms = [], []
             for i in range(args.runs):
                 ch_ms.append(await timed(engine))
                 if pg is not None and i < args.pg_runs:
                     pg_ms.append(await timed(pg))
+            head = f"| {label} | {pct(ch_ms, .5):.0f} / {pct(ch_ms, .99):.0f} | {first_ms:.0f} |"
             if pg_ms:
-                table.append(f"| {label} | {pct(ch_ms, .5):.0f} / {pct(ch_ms, .99):.0f} | {pct(pg_ms, .5):.0f} / "
-                             f"{pct(pg_ms, .99):.0f} | {pct(pg_ms, .5) / pct(ch_ms, .5):.0f}x |")
+                table.append(f"{head} {pct(pg_ms, .5):.0f} / {pct(pg_ms, .99):.0f} | "
+                             f"{pct(pg_ms, .5) / pct(ch_ms, .5):.0f}x |")
             else:
-                table.append(f"| {label} | {pct(ch_ms, .5):.0f} / {pct(ch_ms, .99):.0f} | | |")
+                table.append(f"{head} | |")
             print(table[-1], file=sys.stderr)
         size_table = await sizes(conn, db, args.events)
         await conn.close()
