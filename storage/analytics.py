@@ -1,11 +1,12 @@
 """Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
 time series and top lists, under any combination of filters from storage/site_filters.py.
 
-Every count reads site_events with FINAL, so a mirror batch written twice still counts once. Visits,
-bounces and durations come from the session-day rows the engine keeps (site_sessions, idempotent min/max
-states, see sessions_of), a session being attributed to the window its first event falls in; entry and
-exit pages are still derived per query from the events (a 24-hour look-back). Windows are [start, end)
-in UTC. SQL is assembled from constant fragments; every value is a bound parameter.
+Every count reads site_events with FINAL, so a mirror batch written twice still counts once; distinct
+counts (visitors, visits) and `IN` sets are insensitive to copies and read without it. Visits, bounces,
+durations and entry and exit pages come from the session-day rows the engine keeps (site_sessions,
+idempotent min/max states, see sessions_of), a session being attributed to the window its first event
+falls in. Windows are [start, end) in UTC. SQL is assembled from constant fragments; every value is a
+bound parameter.
 """
 
 from __future__ import annotations
@@ -16,21 +17,17 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage import goals
-from storage.clickhouse import PV_MAX, PV_MIN, AnalyticsStore, Params
+from storage import analytics_days, goals
+from storage.clickhouse import ENTRY, EXIT, PV_MAX, PV_MIN, AnalyticsStore, Params
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
 _TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
-SESSION_LOOKBACK = timedelta(hours=24)
 # Columns of site_events behind each filterable dimension (entry/exit pages and goals are handled apart).
 EVENT_DIMENSION_COLUMNS = {d: c for d, c in DIMENSIONS.items()
                            if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
-# Per-visit dimensions: the expression that gives a visit's value, over its events grouped by session.
-SESSION_DIMENSIONS = {
-    "entry_page": "argMinIf(page, (ts, id), name = 'pageview' AND page != '')",
-    "exit_page": "argMaxIf(page, (ts, id), name = 'pageview' AND page != '')",
-}
+# Per-visit dimensions: the column of sessions_of(..., visit=True) that holds a visit's value.
+SESSION_DIMENSIONS = {"entry_page": "entry_page", "exit_page": "exit_page"}
 TS = "DateTime64(6, 'UTC')"
 _UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
@@ -141,10 +138,9 @@ def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, f
     sql = [f"site_id = {site}", f"ts >= {lo}", f"ts < {hi}", *event_conditions(q, filters)]
     visit = [f for f in filters if f.dimension in SESSION_DIMENSIONS]
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
-        lookback = q.bind(start - SESSION_LOOKBACK, TS)
-        having = " AND ".join(_term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
-        sql.append(f"session IN (SELECT session FROM {table} FINAL WHERE site_id = {site} "
-                   f"AND ts >= {lookback} AND ts < {hi} AND session != 0 GROUP BY session HAVING {having})")
+        sessions = _sessions_sql(q, table, site_id, start, end, started_in_window=False, visit=True)
+        matching = " AND ".join(_term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
+        sql.append(f"session IN (SELECT session FROM {sessions} WHERE {matching})")
     return " AND ".join(sql)
 
 
@@ -168,28 +164,59 @@ async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: date
 
 # --- sessions ---------------------------------------------------------------------------------------
 
+def lookback_start(start: datetime) -> datetime:
+    """Where the events of the sessions of a window starting at `start` are looked for: the day before."""
+    return datetime.combine(start.astimezone(UTC).date() - timedelta(days=1), time(), UTC)
+
+
 def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
-                started_in_window: bool = True) -> str:
+                started_in_window: bool = True, visit: bool = False, only: str = "") -> str:
     """A subquery of sessions (session, f, l, pf, pl: first and last event, least and greatest pageview id
     hash, equal when exactly one pageview) over their events from the day before `start`'s (the look-back)
-    to `end`; with `started_in_window`, only those whose first event is at or after `start`.
+    to `end`; with `started_in_window`, only those whose first event is at or after `start`. With `visit`,
+    also v (the visitor, 0 for none), entry_page and exit_page ('' when the session has no pageview).
+    `only`: a condition on `session` (an IN set), applied to the grouped sessions (once: applied to the
+    rows of both sources before grouping, the set was built twice, which cost more than it saved).
 
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
     `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
-    days, table = store.table("site_sessions"), store.table("site_events")
+    return _sessions_sql(q, store.table("site_events"), site_id, start, end, started_in_window=started_in_window,
+                         visit=visit, only=only)
+
+
+def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: datetime, *,
+                  started_in_window: bool, visit: bool, only: str = "") -> str:
+    days = table.removesuffix("site_events") + "site_sessions"  # the same database, and kind of table
     site, hi = q.bind(site_id), q.bind(end, TS)
-    first_day = start.astimezone(UTC).date() - timedelta(days=1)
+    first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
-    having = f" HAVING f >= {q.bind(start, TS)}" if started_in_window else ""
+    conds = ([f"f >= {q.bind(start, TS)}"] if started_in_window else []) + ([only] if only else [])
+    having = f" HAVING {' AND '.join(conds)}" if conds else ""
+    states, raw, merged = "", "", ""
+    if visit:
+        states, raw = ", visitor, entry, exit", f", visitor, {ENTRY}, {EXIT}"
+        merged = (", max(visitor) AS v, tupleElement(min(entry), 4) AS entry_page, "
+                  "tupleElement(max(exit), 4) AS exit_page")
     return (
-        "(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM ("
-        f"SELECT session, first, last, pv_min, pv_max FROM {days} WHERE site_id = {site} "
+        f"(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} FROM ("
+        f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
         f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
-        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX} FROM {table} WHERE site_id = {site} "
+        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
         f"AND ts >= {q.bind(tail, TS)} AND ts < {hi} "
         f"AND session != 0) GROUP BY session{having})"
     )
+
+
+def matching_sessions(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                      filters: Filters) -> str:
+    """The condition "the session holds an event of the window that matches the filters" ('' without filters).
+    Copies of an event change no set: no FINAL."""
+    terms = filters.terms()
+    if not terms:
+        return ""
+    table = store.table("site_events")
+    return f"session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +229,10 @@ class SessionStats:
 async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                         filters: Filters) -> SessionStats:
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
-    q, table = Params(), store.table("site_events")
-    terms = filters.terms()
+    q = Params()
+    only = matching_sessions(q, store, site_id, start, end, filters)
     sql = ("SELECT count(), countIf(pf = pl), if(count() = 0, 0, avg(dateDiff('microsecond', f, l)) / 1000) "
-           f"FROM {sessions_of(q, store, site_id, start, end)}")
-    if terms:
-        sql += f" WHERE session IN (SELECT session FROM {table} WHERE {where(q, table, site_id, start, end, terms)})"
+           f"FROM {sessions_of(q, store, site_id, start, end, only=only)}")
     sessions, bounces, avg_ms = (await store.query(sql, q.params))[0]
     return SessionStats(sessions, bounces, float(avg_ms))
 
@@ -260,31 +285,57 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
                                               list[tuple[datetime, int]]]:
     """The whole overview in two queries instead of six (chDB runs one query at a time): the totals and
     the session statistics in one, the three top lists and the series in one scan (GROUPING SETS).
-    The same numbers as totals(), session_stats(), top() and series()."""
+    Unfiltered, the counts of ended days and the visitors of whole days come from the day rows (plus, once
+    a day, the query that counts an ended day). The same numbers as totals(), session_stats(), top() and
+    series()."""
     q, table = Params(), store.table("site_events")
     terms = filters.terms()
+    only = matching_sessions(q, store, site_id, start, end, filters)
     sessions = (f"SELECT count() AS visits, countIf(pf = pl) AS bounces, if(count() = 0, 0, "
-                f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM {sessions_of(q, store, site_id, start, end)}")
-    if terms:
-        matching = where(q, table, site_id, start, end, terms)
-        sessions += f" WHERE session IN (SELECT session FROM {table} WHERE {matching})"
-    head = (await store.query(
-        "SELECT * FROM (SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) "
-        f"FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}) AS t CROSS JOIN ({sessions}) AS s",
-        q.params))[0]
+                f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM "
+                f"{sessions_of(q, store, site_id, start, end, only=only)}")
+    whole = [] if terms else analytics_days.whole_days(start, end)
+    # Unfiltered: the ended days' counts and every whole day's visitors come from the day rows, the rest
+    # of the window from the events (storage/analytics_days.py).
+    days = await analytics_days.counted_days(store, site_id, start, end) if whole else []
+    if whole:
+        cond = where(q, table, site_id, start, end, [])
+        counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
+                   f"{analytics_days.counts_of(q, store, site_id, days)} WHERE dim = 3") if days else ""
+        totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
+                  f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
+                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days)}{counted})) AS x CROSS JOIN (SELECT "
+                  f"uniqExactMerge(s) AS visitors FROM (SELECT visitors AS s FROM {store.table('site_days')} WHERE "
+                  f"site_id = {q.bind(site_id)} AND day IN {q.bind(whole, 'Array(Date)')} UNION ALL SELECT "
+                  f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
+                  f"{analytics_days.not_in(q, whole)})) AS v")
+    else:
+        totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
+                  f"visitor != 0) AS visitors FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}")
+    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.ms FROM ({totals}) "
+                              f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
 
     q = Params()
-    cond = where(q, table, site_id, start, end, [*filters.without_name().terms(), Filter("event", "==", name)])
-    referrer = "referrer_host"
+    lists = [*filters.without_name().terms(), Filter("event", "==", name)]
+    days = days if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
+    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, days)
+    referrer, own = "referrer_host", "0"
     if domain:
         d = q.bind(domain.lower())
+        own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
         referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
+    counted = ""
+    if days:
+        counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
+                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, days)} "
+                   f"WHERE name = {q.bind(name)}")
     buckets = int((last - first) / _STEP[interval]) + 1
     rows = await store.query(
-        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT multiIf(p != '', 0, r != '', 1, "
-        "g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM (SELECT page AS p, "
-        f"{referrer} AS r, country AS g, toUnixTimestamp({_UNIT[interval]}) AS b, count() AS c FROM {table} FINAL "
-        f"WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))) WHERE k != 4) "
+        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT k, key, b, sum(c) AS c FROM ("
+        "SELECT multiIf(p != '', 0, r != '', 1, g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM ("
+        f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({_UNIT[interval]}) AS b, count() AS c "
+        f"FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
+        "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) "
         f"ORDER BY k, c DESC, key, b LIMIT {q.bind(max(limit, buckets), 'UInt32')} BY k", q.params)
     tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
     counts: dict[int, int] = {}

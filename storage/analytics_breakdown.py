@@ -10,13 +10,14 @@ from datetime import datetime
 from storage.analytics import (
     EVENT_DIMENSION_COLUMNS,
     SESSION_DIMENSIONS,
-    SESSION_LOOKBACK,
     TS,
     Filters,
     Goal,
     GoalFilter,
     event_conditions,
     goal_condition,
+    lookback_start,
+    matching_sessions,
     sessions_of,
     where,
 )
@@ -35,35 +36,27 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
                     metrics: Collection[str] = METRICS) -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
     Event dimensions count matching events; entry/exit pages group the visits that started in the window.
-    For event dimensions the bounce rate and visit duration (a second query, joining the visits of the
-    window) are only computed when `metrics` asks for them; otherwise they read 0."""
+    Visitors are always computed (they order the rows); the other metrics only when `metrics` asks for
+    them (for event dimensions the bounce rate and visit duration are a second query, joining the visits
+    of the window); otherwise they read 0."""
     table = store.table("site_events")
     if prop == "goal":
         return await _goal_breakdown(store, site_id, start, end, filters, goals)
     q = Params()
     if prop in SESSION_DIMENSIONS:
-        site, hi = q.bind(site_id), q.bind(end, TS)
-        lo, back = q.bind(start, TS), q.bind(start - SESSION_LOOKBACK, TS)
-        having = f"first >= {lo}"
-        terms = filters.terms()
-        if terms:
-            having += f" AND countIf({where(q, table, site_id, start, end, terms)}) > 0"
-        rows = await store.query(
-            "SELECT key, uniqExact(visitor), count(), sum(pv), sum(ev), countIf(pv = 1), avg(dur) FROM ("
-            f"SELECT session, {SESSION_DIMENSIONS[prop]} AS key, anyIf(visitor, visitor != 0) AS visitor, "
-            "countIf(name = 'pageview') AS pv, count() AS ev, dateDiff('microsecond', min(ts), max(ts)) AS dur, "
-            f"min(ts) AS first FROM {table} FINAL WHERE site_id = {site} AND ts >= {back} AND ts < {hi} "
-            f"AND session != 0 GROUP BY session HAVING {having}) WHERE key != '' "
-            f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
-            q.params)
-        return [{"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev,
-                 "bounce_rate": round(100 * b / s, 2) if s else 0.0, "visit_duration": round(d / 1000)}
-                for k, v, s, pv, ev, b, d in rows]
+        return await _visit_breakdown(store, site_id, start, end, prop=prop, filters=filters, limit=limit,
+                                      offset=offset, metrics=metrics)
     key = _key_expr(q, prop)
     cond = where(q, table, site_id, start, end, filters.terms())
+    # Only what `metrics` needs: distinct visitors and visits are insensitive to a batch's copies, so without
+    # the counts the events are read without FINAL (and without the session column, without visits).
+    wanted = set(metrics)
+    visits = "uniqExactIf(session, session != 0)" if wanted & {"visits", "bounce_rate", "visit_duration"} else "0"
+    counts, final = ("countIf(name = 'pageview'), count()", " FINAL") if wanted & {"pageviews", "events"} \
+        else ("0, 0", "")
     rows = await store.query(
-        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), uniqExactIf(session, session != 0), "
-        f"countIf(name = 'pageview'), count() FROM {table} FINAL WHERE {cond} AND key != '' GROUP BY key "
+        f"SELECT {key} AS key, uniqExactIf(visitor, visitor != 0), {visits}, {counts} FROM {table}{final} "
+        f"WHERE {cond} AND key != '' GROUP BY key "
         f"ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}", q.params)
     out = {k: {"key": k, "visitors": v, "visits": s, "pageviews": pv, "events": ev, "bounce_rate": 0.0,
                "visit_duration": 0} for k, v, s, pv, ev in rows}
@@ -118,3 +111,29 @@ async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, 
         out.append({"key": g.name, "visitors": uniques, "events": events,
                     "conversion_rate": round(100 * uniques / total, 2) if total else 0.0})
     return sorted(out, key=lambda r: (-r["visitors"], r["key"]))
+
+
+async def _visit_breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
+                           filters: Filters, limit: int, offset: int, metrics: Collection[str]) -> list[dict]:
+    """The visits that started in the window (holding a matching event when filtered), grouped by their
+    entry or exit page, from the engine's session rows. Their pageviews and events (counts, which need the
+    events read with FINAL) are only computed when `metrics` asks for them; otherwise they read 0."""
+    q, table = Params(), store.table("site_events")
+    only = matching_sessions(q, store, site_id, start, end, filters)
+    sessions = sessions_of(q, store, site_id, start, end, visit=True, only=only)
+    cond = f"s.{SESSION_DIMENSIONS[prop]} != ''"
+    counted = bool({"pageviews", "events"} & set(metrics))
+    counts, pv, ev = "", "0", "0"
+    if counted:  # the events of each visit, from the look-back on (a visit that started in the window: its own)
+        counts = (f" LEFT JOIN (SELECT session, countIf(name = 'pageview') AS pv, count() AS ev FROM {table} FINAL "
+                  f"WHERE site_id = {q.bind(site_id)} AND ts >= {q.bind(lookback_start(start), TS)} "
+                  f"AND ts < {q.bind(end, TS)} AND session != 0 GROUP BY session) AS c ON c.session = s.session")
+        pv, ev = "sum(c.pv)", "sum(c.ev)"
+    rows = await store.query(
+        f"SELECT s.{SESSION_DIMENSIONS[prop]} AS key, uniqExactIf(s.v, s.v != 0), count(), {pv}, {ev}, "
+        f"countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM {sessions} AS s{counts} WHERE {cond} "
+        f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
+        q.params)
+    return [{"key": k, "visitors": v, "visits": n, "pageviews": p, "events": e,
+             "bounce_rate": round(100 * b / n, 2) if n else 0.0, "visit_duration": round(d / 1000)}
+            for k, v, n, p, e, b, d in rows]

@@ -11,7 +11,9 @@ a batch read before an erasure committed cannot bring the user back.
 
 No event passes through Python one by one: PostgreSQL writes the CSV, and the store's `events_in` views
 derive every column the reads need (page key, referrer host, visitor hash) from the raw fields. `rebuild`
-uses the same path on the `events` table alone; the store's views also derive the session-day rows.
+uses the same path on the `events` table alone; the store's views also derive the session-day rows
+(`site_sessions`) and the day rows (`site_days`), and reads count ended days again (`site_day_counts`,
+emptied here) when they need them.
 """
 
 from __future__ import annotations
@@ -157,10 +159,10 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
     Goes a month at a time (the events partitions), each month's CSV spooled to a temporary file."""
-    for name in ("site_sessions", "site_events", "keyed_events"):
+    for name in ("site_sessions", "site_days", "site_day_counts", "site_events", "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
-        elif name == "site_sessions":  # whole days: the day of `since` is derived again below
+        elif name in ("site_sessions", "site_days", "site_day_counts"):  # whole days: derived again below
             await store.delete_where(name, "day >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         else:
             await store.delete_where(name, "ts >= {s:DateTime64(6, 'UTC')}", {"s": since})
@@ -181,8 +183,9 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
                 await asyncio.to_thread(store.insert_events_csv_sync, spool)
             written += int(copied.split()[-1])
             month = following
-    if since is not None:  # the sessions of the day of `since` also hold events from before it
+    if since is not None:  # the sessions and visitors of the day of `since` also hold events from before it
         await asyncio.to_thread(store.backfill_sessions_sync, since)
+        await asyncio.to_thread(store.backfill_days_sync, since)
     return written
 
 

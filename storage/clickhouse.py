@@ -139,10 +139,14 @@ PARTITION BY toYYYYMM(ts)
 ORDER BY (workspace_id, env, name, ts, id)
 """
 # Sessions kept by the engine, one row per (site, UTC day, session): the first and last event of the
-# session on that day and the least and greatest 64-bit hash of its pageviews' event ids. A materialized
-# view fills it from every insert into site_events; the AggregatingMergeTree merges the rows of one key
-# with min/max, which are idempotent, so a mirror batch written twice changes nothing. No count is kept:
-# "exactly one pageview" is "least = greatest pageview id hash" (no pageview: greatest 0 < least max).
+# session on that day, the least and greatest 64-bit hash of its pageviews' event ids, its visitor, and its
+# first and last pageview with a page as (rank, ts, id, page) tuples (the entry and exit page: min/max
+# of the tuple is argMin/argMax of the page by (ts, id); rank puts every other event behind them, with an
+# empty page). A materialized view fills it from every insert into site_events; the AggregatingMergeTree
+# merges the rows of one key with min/max, which are idempotent, so a mirror batch written twice changes
+# nothing. No count is kept: "exactly one pageview" is "least = greatest pageview id hash" (no pageview:
+# greatest 0 < least max). The defaults of the later columns are the neutral elements of min/max, so
+# rows written before them merge with derived ones unchanged.
 SESSIONS_TABLE = """
 (
     site_id LowCardinality(String),
@@ -151,7 +155,8 @@ SESSIONS_TABLE = """
     first SimpleAggregateFunction(min, DateTime64(6, 'UTC')),
     last SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
     pv_min SimpleAggregateFunction(min, UInt64),
-    pv_max SimpleAggregateFunction(max, UInt64)
+    pv_max SimpleAggregateFunction(max, UInt64),
+    {visit_columns}
 )
 ENGINE = {engine}
 PARTITION BY toYYYYMM(day)
@@ -159,15 +164,71 @@ ORDER BY (site_id, day, session)
 """
 PV_MIN = "if(name = 'pageview', cityHash64(id), 18446744073709551615)"
 PV_MAX = "if(name = 'pageview', cityHash64(id), 0)"
+PAGE_TUPLE = "Tuple(UInt8, DateTime64(6, 'UTC'), String, String)"
+_NO_PAGE = "toDateTime64(0, 6, 'UTC'), '', ''"
+_HAS_PAGE = "name = 'pageview' AND page != ''"
+ENTRY_NONE, EXIT_NONE = f"CAST((1, {_NO_PAGE}) AS {PAGE_TUPLE})", f"CAST((0, {_NO_PAGE}) AS {PAGE_TUPLE})"
+# An event's entry and exit candidates (per event; min/max over a session give its entry and exit page).
+ENTRY = f"if({_HAS_PAGE}, CAST((0, ts, id, page) AS {PAGE_TUPLE}), {ENTRY_NONE})"
+EXIT = f"if({_HAS_PAGE}, CAST((1, ts, id, page) AS {PAGE_TUPLE}), {EXIT_NONE})"
+VISIT_COLUMNS = {
+    "visitor": "SimpleAggregateFunction(max, UInt64)",
+    "entry": f"SimpleAggregateFunction(min, {PAGE_TUPLE}) DEFAULT {ENTRY_NONE}",
+    "exit": f"SimpleAggregateFunction(max, {PAGE_TUPLE}) DEFAULT {EXIT_NONE}",
+}
+SESSIONS_TABLE = SESSIONS_TABLE.replace(
+    "{visit_columns}", ",\n    ".join(f"{c} {t}" for c, t in VISIT_COLUMNS.items()))
 # The session-day states of site_events rows (the view's query, and the backfill's).
 SESSION_STATES = (
     "SELECT site_id, toDate(ts) AS day, session, min(ts) AS first, max(ts) AS last, "
-    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max "
+    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max, max(visitor) AS visitor, "
+    f"min({ENTRY}) AS entry, max({EXIT}) AS exit "
     "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
 )
+# Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's
+# visitors (a uniqExact state: a set, so a batch written twice changes nothing), fed by a view like the
+# sessions. The visitors of whole days are merged from here instead of hashed again from every event.
+DAYS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    written SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
+    visitors AggregateFunction(uniqExact, UInt64)
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day)
+"""
+DAY_STATES = ("SELECT site_id, toDate(ts) AS day, max(now64(6, 'UTC')) AS written, "
+              "uniqExactStateIf(visitor, visitor != 0) AS visitors FROM {source} GROUP BY site_id, day")
+# Event counts of ended days, per event name and per page, referrer host and country (dim 0, 1, 2; dim 3
+# is the name's total, key ''), computed from site_events read with FINAL by the first read that needs a
+# day (storage/analytics_days.py), never by a view: counts are not idempotent under a batch written twice,
+# a FINAL read is. Each computation is stamped `computed` and completed by a marker row (dim 255); a day's
+# counts are used only while its last complete computation is newer than its `written` (plus the store's
+# settle time), so an insert into a day, late events or a rebuild included, makes it computed again.
+COUNTS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    computed DateTime64(6, 'UTC'),
+    name LowCardinality(String),
+    dim UInt8,
+    key String,
+    c UInt64
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day, computed, name, dim, key)
+"""
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
           "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
-          "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree")}
+          "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
+          "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
+          "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree")}
+
+
+DERIVED = "derived from site_events"  # the comment of a derived table once its backfill is complete
 
 
 class StoreBusy(RuntimeError):
@@ -183,6 +244,11 @@ class AnalyticsStore:
     query_settings: dict[str, Any] = field(default_factory=dict)
     lock_file: Any = None  # embedded: the open file whose flock marks the directory as in use
     refill_needed: bool = False  # set by ensure_schema: the store was emptied and must be refilled
+    # How long after its last insert a day's counts may be computed, and by how much a computation must
+    # postdate that insert to be used. Embedded: 0, the client runs one call at a time, so an insert is
+    # complete and visible before any later computation starts. A server takes inserts and reads at the
+    # same time: an insert's rows must be visible within this time of its view's clock reading.
+    settle_seconds: float = 0.0
 
     # --- blocking calls, run in a thread ------------------------------------------------------------
 
@@ -195,11 +261,13 @@ class AnalyticsStore:
         result = self.client.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
         return result.result_rows
 
-    async def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
-        await asyncio.to_thread(self.command_sync, sql, params)
+    async def command(self, sql: str, params: dict[str, Any] | None = None, *,
+                      settings: dict[str, Any] | None = None) -> None:
+        await asyncio.to_thread(self.command_sync, sql, params, settings)
 
-    def command_sync(self, sql: str, params: dict[str, Any] | None = None) -> None:
-        self.client.command(sql, parameters=params or {}, settings=self.query_settings)
+    def command_sync(self, sql: str, params: dict[str, Any] | None = None,
+                     settings: dict[str, Any] | None = None) -> None:
+        self.client.command(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
 
     def insert_events_csv_sync(self, data: bytes | BinaryIO) -> None:
         """Insert raw events (PostgreSQL CSV of INPUT_COLUMNS) through `events_in` and its views."""
@@ -222,7 +290,6 @@ class AnalyticsStore:
 
     def ensure_schema(self) -> None:
         self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
-        new_sessions = not self.client.command(f"EXISTS TABLE {self.local_table('site_sessions')}")
         # Stores from before `events_in` hashed visitors and sessions in Python (BLAKE2b): their rows would
         # not group with new ones, so they are emptied and refilled from PostgreSQL (`refill_needed`).
         self.refill_needed = bool(self.client.command(f"EXISTS TABLE {self.local_table('site_events')}")) \
@@ -258,31 +325,64 @@ class AnalyticsStore:
                 self.command_sync(f"ALTER TABLE {self.table('keyed_events')}{self.on_cluster} {add}")
             self.command_sync(f"ALTER TABLE {self.local_table('keyed_events')}{self.on_cluster} "
                               "MATERIALIZE COLUMN actor_key")
-        # On the local tables: in cluster mode each shard keeps the sessions of its own sites.
-        self.command_sync(
-            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.site_sessions_mv{self.on_cluster} "
-            f"TO {self.local_table('site_sessions')} AS "
-            + SESSION_STATES.format(source=self.local_table("site_events")))
+        # A sessions table from before the visit columns (visitor, entry and exit page) gains them with
+        # neutral defaults. Derived tables are complete once their table comment says so: until then (a new
+        # table, one from before its columns, or a backfill cut short) their view is (re)created, so that
+        # it fills every column, and they are derived again from the events already held (min/max and set
+        # union merge with the rows already there), then marked.
+        missing = [c for c in VISIT_COLUMNS if c not in self._columns("site_sessions")]
+        if missing:
+            adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing)
+            for table in [self.local_table("site_sessions")] + ([self.table("site_sessions")] if self.cluster else []):
+                self.command_sync(f"ALTER TABLE {table}{self.on_cluster} {adds}")
+        # On the local tables: in cluster mode each shard keeps the sessions and days of its own sites.
+        for name, states, backfill in (("site_sessions", SESSION_STATES, self.backfill_sessions_sync),
+                                       ("site_days", DAY_STATES, self.backfill_days_sync)):
+            view = f"{self.database}.{name}_mv{self.on_cluster}"
+            complete = self._comment(name) == DERIVED
+            if not complete:
+                self.command_sync(f"DROP VIEW IF EXISTS {view}")
+            self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {self.local_table(name)} AS "
+                              + states.format(source=self.local_table("site_events")))
+            if not complete:
+                backfill()
+                self.command_sync(f"ALTER TABLE {self.local_table(name)}{self.on_cluster} MODIFY COMMENT '{DERIVED}'")
         # Where inserts land (on each node in cluster mode); its views write through the Distributed tables.
         self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.database}.events_in{self.on_cluster} {INPUT_TABLE}")
         for view, target, select in (("site_events_in_mv", "site_events", SITE_FROM_INPUT),
                                      ("keyed_events_in_mv", "keyed_events", KEYED_FROM_INPUT)):
             self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.{view}{self.on_cluster} "
                               f"TO {self.table(target)} AS " + select.format(source=f"{self.database}.events_in"))
-        if new_sessions:  # a store from before the sessions table: derive it from the events it holds
-            self.backfill_sessions_sync()
+
+    def _comment(self, name: str) -> str:
+        rows = self.query_sync("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                               {"d": self.database, "t": self.local_table(name).split(".", 1)[1]})
+        return rows[0][0] if rows else ""
+
+    def _columns(self, name: str) -> set[str]:
+        table = self.local_table(name).split(".", 1)[1]
+        return {r[0] for r in self.query_sync("SELECT name FROM system.columns WHERE database = {d:String} "
+                                              "AND table = {t:String}", {"d": self.database, "t": table})}
 
     def backfill_sessions_sync(self, since: datetime | None = None) -> None:
         """(Re)derive the session-day rows of every day from `since`'s (all days when None) from site_events.
         Rows the view writes meanwhile are merged with these by min/max, so running both is harmless."""
+        self._backfill("site_sessions", SESSION_STATES, since)
+
+    def backfill_days_sync(self, since: datetime | None = None) -> None:
+        """The same for site_days (visitor sets are merged by union; `written` becomes now)."""
+        self._backfill("site_days", DAY_STATES, since)
+
+    def _backfill(self, name: str, states: str, since: datetime | None) -> None:
         # Through the Distributed tables in cluster mode: the rows land on their site's shard, as events do.
-        source = self.table("site_events")
-        params: dict[str, Any] = {}
-        if since is not None:
-            source = f"(SELECT * FROM {source} WHERE ts >= toStartOfDay({{s:DateTime64(6, 'UTC')}}))"
-            params["s"] = since
-        self.command_sync(f"INSERT INTO {self.table('site_sessions')} "
-                          + SESSION_STATES.format(source=source), params)
+        # One day at a time: a day's groups fit the query's memory bound, all of a large store's do not.
+        events = self.table("site_events")
+        after = "" if since is None else " WHERE ts >= toStartOfDay({s:DateTime64(6, 'UTC')})"
+        days = self.query_sync(f"SELECT DISTINCT toDate(ts) AS d FROM {events}{after} ORDER BY d",
+                               {"s": since} if since is not None else None)
+        for (day,) in days:
+            source = f"(SELECT * FROM {events} WHERE toDate(ts) = {{d:Date}})"
+            self.command_sync(f"INSERT INTO {self.table(name)} " + states.format(source=source), {"d": day})
 
     async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
         """A synchronous lightweight DELETE: rows are gone from every read once this returns."""
@@ -321,6 +421,7 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
     # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
                 "do_not_merge_across_partitions_select_final": 1}
-    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file)
+    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
+                           settle_seconds=0.0 if url is None else 60.0)
     store.ensure_schema()
     return store
