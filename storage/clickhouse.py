@@ -89,7 +89,12 @@ KEYED_FROM_INPUT = (
 )
 # Read as PostgreSQL's CSV is written: only double quotes quote, and spaces are data.
 CSV_INPUT_SETTINGS = {"format_csv_allow_single_quotes": 0, "input_format_csv_trim_whitespaces": 0,
-                      "input_format_csv_empty_as_default": 1}
+                      "input_format_csv_empty_as_default": 1,
+                      # A rebuild inserts a month at once: in blocks of 100,000 rows, parsed one at a time, each
+                      # block goes through the views and is written before the next, so memory stays bounded
+                      # (1M-row blocks parsed in parallel passed the 1 GiB query bound at 2M events).
+                      "max_insert_block_size": 100_000, "min_insert_block_size_rows": 100_000,
+                      "min_insert_block_size_bytes": 0, "input_format_parallel_parsing": 0}
 
 _LC = "LowCardinality(String)"
 # Site events: one row per event, ordered for "one site, a date range, then the event name", the shape
