@@ -44,9 +44,12 @@ EVENT_FIELDS = (
     "e.utm_content, e.source, e.channel, e.region, e.city, e.properties::text"
 )
 _BOUND = "SELECT max(seq) FROM (SELECT seq FROM analytics_outbox ORDER BY seq LIMIT $1) s"
+# One index probe per outbox row, whatever the statistics say: with stale ones (a fresh table, right after a
+# refill) the planner chose a join that scanned every partition of events, every round.
 _OUTBOX_EVENTS = (
-    f"SELECT {EVENT_FIELDS} FROM analytics_outbox o JOIN events e ON e.workspace_id = o.workspace_id "
-    "AND e.env = o.env AND e.ts = o.ts AND e.id = o.id WHERE o.seq <= $1"
+    f"SELECT {EVENT_FIELDS} FROM analytics_outbox o CROSS JOIN LATERAL (SELECT * FROM events x "
+    "WHERE x.workspace_id = o.workspace_id AND x.env = o.env AND x.ts = o.ts AND x.id = o.id LIMIT 1) e "
+    "WHERE o.seq <= $1"
 )
 _DONE = "DELETE FROM analytics_outbox WHERE seq <= $1"
 _ERASURES = "SELECT seq, workspace_id, env, user_id FROM analytics_erasures ORDER BY seq FOR UPDATE"
