@@ -115,7 +115,7 @@ class Settings:
     analytics_database: str = field(default="tally", metadata=var("TALLY_ANALYTICS_DATABASE"))
     analytics_max_threads: int = field(default=2, metadata=var("TALLY_ANALYTICS_MAX_THREADS", _int, 1))
     analytics_max_memory_mb: int = field(default=1024, metadata=var("TALLY_ANALYTICS_MAX_MEMORY_MB", _int, 64))
-    mirror_interval_ms: int = field(default=1000, metadata=var("TALLY_MIRROR_INTERVAL_MS", _int, 10))
+    mirror_interval_ms: int = field(default=750, metadata=var("TALLY_MIRROR_INTERVAL_MS", _int, 10))
     mirror_batch: int = field(default=20_000, metadata=var("TALLY_MIRROR_BATCH", _int, 1))
 
     @property
