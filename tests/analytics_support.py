@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from storage import analytics_mirror
 from storage import events as events_store
 from storage.events import EventRow
 from storage.ids import new_id
@@ -102,3 +103,18 @@ def truncate(moment: datetime, unit: str) -> datetime:
 
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def write_site_events_again(db, database_url: str, site_id: str, first: int = 50) -> int:
+    """What a crash between the store's insert and the outbox delete leaves behind: the site's stored events
+    written to the store again as the mirror sends them, all of them and then the first `first` once more.
+    Returns how many events the site has."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await analytics_mirror.site_events_csv(conn, site_id)
+    finally:
+        await conn.close()
+    lines = rows.splitlines(keepends=True)
+    await analytics_mirror.write_events(db, rows)
+    await analytics_mirror.write_events(db, b"".join(lines[:first]))
+    return len(lines)

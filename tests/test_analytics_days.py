@@ -16,7 +16,7 @@ from storage import analytics as store
 from storage import analytics_mirror
 from storage.analytics_days import MARKER, whole_days
 from storage.db import init_connection
-from tests.analytics_support import create_site, insert_events
+from tests.analytics_support import create_site, insert_events, write_site_events_again
 from tests.test_analytics_engine import generated_site
 
 
@@ -69,15 +69,8 @@ async def test_a_batch_written_twice_changes_no_day_row(client, database_url, wo
     await client.app[MIRROR].catch_up()
     db = client.app[ANALYTICS]
     expected = await overview(db, site_id, domain)
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        rows = await analytics_mirror.site_events_csv(conn, site_id)
-    finally:
-        await conn.close()
     counted = await computations(db, site_id)
-    await analytics_mirror.write_events(db, rows)
-    await analytics_mirror.write_events(db, b"".join(rows.splitlines(keepends=True)[:50]))
+    await write_site_events_again(db, database_url, site_id)
     assert await overview(db, site_id, domain) == expected == await from_events(db, site_id, domain)
     assert await computations(db, site_id) > counted  # the days the copies touched were counted again
 

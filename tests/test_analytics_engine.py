@@ -17,7 +17,7 @@ from storage import analytics as store
 from storage import analytics_mirror, report_queries
 from storage.db import init_connection
 from storage.site_filters import Filter
-from tests.analytics_support import create_site, insert_events
+from tests.analytics_support import create_site, insert_events, write_site_events_again
 from tests.conftest import bearer
 from tests.reports_support import create_report, run_report, seed, workspace_id
 
@@ -244,16 +244,7 @@ async def test_a_batch_written_twice_counts_once(client, database_url, workspace
     w = window_for("90d")
     before = await store.totals(db, site_id, w.start, w.end, store.Filters())
     sessions = await store.session_stats(db, site_id, w.start, w.end, store.Filters())
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        rows = await analytics_mirror.site_events_csv(conn, site_id)
-    finally:
-        await conn.close()
-    lines = rows.splitlines(keepends=True)
-    await analytics_mirror.write_events(db, rows)
-    await analytics_mirror.write_events(db, b"".join(lines[:50]))
-    assert before.events == len(lines) >= 200
+    assert before.events == await write_site_events_again(db, database_url, site_id) >= 200
     assert await store.totals(db, site_id, w.start, w.end, store.Filters()) == before
     assert await store.session_stats(db, site_id, w.start, w.end, store.Filters()) == sessions
 

@@ -12,10 +12,10 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_breakdown, analytics_mirror
+from storage import analytics_breakdown
 from storage.clickhouse import PV_MAX, PV_MIN
-from storage.db import init_connection
 from storage.site_filters import METRICS, Filter
+from tests.analytics_support import write_site_events_again
 from tests.test_analytics_engine import generated_site
 
 PAGE = "split_part(split_part(coalesce(path, ''), '#', 1), '?', 1)"
@@ -105,14 +105,7 @@ async def test_a_batch_written_twice_keeps_entry_and_exit_pages(client, database
     db = client.app[ANALYTICS]
     w = window_for("30d")
     before = {which: await engine_visits(db, site_id, w, which, []) for which in ("entry_page", "exit_page")}
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        rows = await analytics_mirror.site_events_csv(conn, site_id)
-    finally:
-        await conn.close()
-    await analytics_mirror.write_events(db, rows)
-    await analytics_mirror.write_events(db, b"".join(rows.splitlines(keepends=True)[:50]))
+    await write_site_events_again(db, database_url, site_id)
     for which in ("entry_page", "exit_page"):
         assert await engine_visits(db, site_id, w, which, []) == before[which]
         same(before[which], await postgres_visits(database_url, site_id, w, which, ""))
