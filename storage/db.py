@@ -43,10 +43,11 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 
 
 SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
-# For a connection that only writes events: the statements of the events triggers (migrations 0009 and
-# 0017) read the statement's transition table, so their best plan does not depend on values, and
-# replanning them on every COPY costs PostgreSQL ~10% of its CPU per keyed event (25-event batches). The
-# pool's RESET ALL restores force_custom_plan when the connection goes back.
+# For the actors' connections, which write: the statements of the events triggers (migrations 0009 and
+# 0017) read the statement's transition table, and the others an actor runs (profile and Segment ledger
+# upserts) go by primary key, so no plan of theirs depends on values, while replanning the triggers' on
+# every COPY cost PostgreSQL ~10% of its CPU per keyed event (25-event batches). The pool's RESET ALL
+# restores force_custom_plan when the connection goes back.
 _CACHED_PLANS = "SET plan_cache_mode = auto"
 
 
