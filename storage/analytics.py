@@ -18,7 +18,8 @@ from datetime import UTC, datetime, time, timedelta
 import asyncpg
 
 from storage import analytics_days, goals
-from storage.clickhouse import ENTRY, EXIT, PV_MAX, PV_MIN, AnalyticsStore, Params
+from storage.clickhouse import AnalyticsStore, Params
+from storage.clickhouse_schema import ENTRY, EXIT, PV_MAX, PV_MIN
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country

@@ -3,7 +3,7 @@ per event name and per page, referrer host and country) and the visitor sets of 
 
 Counts cannot come from a view: a mirror batch written twice would count twice. They are computed here,
 from site_events read with FINAL, by the first read that needs a day once the day has ended and its last
-insert has settled, and used while no insert has touched the day since (storage/clickhouse.py,
+insert has settled, and used while no insert has touched the day since (storage/clickhouse_schema.py,
 COUNTS_TABLE). A read takes the days it may use from here and the rest of its window from the events.
 """
 

@@ -3,7 +3,7 @@ ordered by (workspace_id, env, name, ts) as these reads need.
 
 A report's actor is the user_id, or the anonymous_id for events without one (prefixed so the two never
 collide; the mirror stores it); funnels and retention group and join actors by its 64-bit hash, the
-table's actor_key (storage/clickhouse.py). Grouping by a user trait reads the traits from PostgreSQL
+table's actor_key (storage/clickhouse_schema.py). Grouping by a user trait reads the traits from PostgreSQL
 (profiles are the system of record) and hands them to the store with each query.
 Statement texts come from constant fragments picked by validated options; values are always bound
 parameters.
@@ -81,7 +81,7 @@ class TraitIndex:
     grouping stays (bucket, event, value) however many users there are. Each list is one string split on the
     ClickHouse side (users separated by NUL, which PostgreSQL text cannot hold): a string parameter parses in
     one go, an Array(String) of 50,000 users took ~60 ms. Rows are matched by actor_key, the hash of each
-    user id (storage/clickhouse.py ACTOR_KEY; a user id is never ''), which is faster than by the user_id
+    user id (storage/clickhouse_schema.py ACTOR_KEY; a user id is never ''), which is faster than by the user_id
     string; `by_user_id` matches the string instead."""
 
     def __init__(self, b: Params, values: dict[str, str], *, by_user_id: bool = False) -> None:

@@ -13,7 +13,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_breakdown
-from storage.clickhouse import PV_MAX, PV_MIN
+from storage.clickhouse_schema import PV_MAX, PV_MIN
 from storage.site_filters import METRICS, Filter
 from tests.analytics_support import write_site_events_again
 from tests.test_analytics_engine import generated_site

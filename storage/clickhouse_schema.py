@@ -1,0 +1,192 @@
+"""The analytics store's schema, as SQL text: the tables, the `events_in` table every insert goes through
+and the views that derive the stored columns and the per-session and per-day rows from it. The store
+(storage/clickhouse.py) creates them; the reads (storage/analytics*.py, report_queries.py) use the
+derived expressions by name.
+"""
+
+from __future__ import annotations
+
+# The raw event fields the mirror sends (storage/analytics_mirror.py COPYs them out of PostgreSQL as CSV, in
+# this order). They land in `events_in`, a Null table that keeps nothing: its two materialized views derive
+# the stored columns (page key, referrer host, visitor and session hashes) and route site and keyed events
+# to their tables, so the server process handles no event row one by one.
+INPUT_COLUMNS = (
+    "id", "workspace_id", "env", "site_id", "name", "ts", "user_id", "anonymous_id", "session_id", "ip_hash",
+    "path", "referrer", "country", "browser", "browser_version", "os", "os_version", "device", "utm_source",
+    "utm_medium", "utm_campaign", "utm_term", "utm_content", "source", "channel", "region", "city", "properties",
+)
+_DIMENSIONS = ("browser", "browser_version", "os", "os_version", "device", "utm_source", "utm_medium",
+               "utm_campaign", "utm_term", "utm_content", "source", "channel", "region", "city")
+INPUT_TABLE = f"""
+(
+    {", ".join(f"{c} UInt64" if c == "workspace_id" else f"{c} DateTime64(6, 'UTC')" if c == "ts" else f"{c} String"
+               for c in INPUT_COLUMNS)}
+)
+ENGINE = Null
+"""
+
+
+def _key_hash(column: str) -> str:
+    """A visitor or session key as a UInt64 (0: none): grouping by it is far cheaper than by the string."""
+    return f"if({column} = '', 0, greatest(cityHash64({column}), 1))"
+
+
+# The page: the path without query string or fragment. The referrer host: lower-cased, without scheme,
+# user info, port and "www."; the site's own domain is excluded at read time (a site's domain may change).
+PAGE_KEY = r"replaceRegexpOne(path, '(?s)[?#].*', '')"
+REFERRER_HOST = (r"replaceRegexpOne(lower(referrer), "
+                 r"'(?s)^(?:.*?://)?(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1')")
+SITE_FROM_INPUT = (
+    f"SELECT site_id, ts, id, name, {_key_hash('session_id')} AS session, {_key_hash('ip_hash')} AS visitor, "
+    f"{PAGE_KEY} AS page, referrer, {REFERRER_HOST} AS referrer_host, country, {', '.join(_DIMENSIONS)}, "
+    "properties FROM {source} WHERE site_id != ''"
+)
+KEYED_FROM_INPUT = (
+    "SELECT workspace_id, env, name, ts, id, user_id, "
+    "if(user_id != '', user_id, if(anonymous_id != '', concat('anon:', anonymous_id), '')) AS actor, "
+    "properties FROM {source} WHERE site_id = ''"
+)
+# Read as PostgreSQL's CSV is written: only double quotes quote, and spaces are data.
+CSV_INPUT_SETTINGS = {"format_csv_allow_single_quotes": 0, "input_format_csv_trim_whitespaces": 0,
+                      "input_format_csv_empty_as_default": 1,
+                      # A rebuild inserts a month at once: in blocks of 100,000 rows, parsed one at a time, each
+                      # block goes through the views and is written before the next, so memory stays bounded
+                      # (1M-row blocks parsed in parallel passed the 1 GiB query bound at 2M events).
+                      "max_insert_block_size": 100_000, "min_insert_block_size_rows": 100_000,
+                      "min_insert_block_size_bytes": 0, "input_format_parallel_parsing": 0}
+
+LC = "LowCardinality(String)"
+# Site events: one row per event, ordered for "one site, a date range, then the event name", the shape
+# of every dashboard read. A ReplacingMergeTree whose sorting key ends in the event id collapses the
+# copies a retried mirror batch may insert; queries read with FINAL so they never count a copy twice.
+SITE_TABLE = f"""
+(
+    site_id LowCardinality(String),
+    ts DateTime64(6, 'UTC'),
+    id String,
+    name {LC},
+    session UInt64,
+    visitor UInt64,
+    page {LC},
+    referrer String,
+    referrer_host String,
+    country {LC},
+    browser {LC}, browser_version {LC}, os {LC}, os_version {LC}, device {LC},
+    utm_source String, utm_medium {LC}, utm_campaign String, utm_term String, utm_content String,
+    source {LC}, channel {LC}, region {LC}, city String,
+    properties String,
+    INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4
+)
+ENGINE = {{engine}}
+PARTITION BY toYYYYMM(ts)
+ORDER BY (site_id, toDate(ts), name, ts, id)
+"""
+# A report's actor as a number, 0 for none: reports group and join actors by it rather than by the string
+# (half the time of a funnel's entry scan at 10M events). A 64-bit hash: two of a million actors share one
+# with a chance of about 3 in 100 million.
+ACTOR_KEY = "if(actor = '', 0, cityHash64(actor))"
+# Keyed events, ordered as the reports read them: one workspace/env, the report's event names, time.
+KEYED_TABLE = f"""
+(
+    workspace_id UInt64,
+    env {LC},
+    name {LC},
+    ts DateTime64(6, 'UTC'),
+    id String,
+    user_id String,
+    actor String,
+    properties String,
+    actor_key UInt64 MATERIALIZED {ACTOR_KEY}
+)
+ENGINE = {{engine}}
+PARTITION BY toYYYYMM(ts)
+ORDER BY (workspace_id, env, name, ts, id)
+"""
+# Sessions kept by the engine, one row per (site, UTC day, session): the first and last event of the
+# session on that day, the least and greatest 64-bit hash of its pageviews' event ids, its visitor, and its
+# first and last pageview with a page as (rank, ts, id, page) tuples (the entry and exit page: min/max
+# of the tuple is argMin/argMax of the page by (ts, id); rank puts every other event behind them, with an
+# empty page). A materialized view fills it from every insert into site_events; the AggregatingMergeTree
+# merges the rows of one key with min/max, which are idempotent, so a mirror batch written twice changes
+# nothing. No count is kept: "exactly one pageview" is "least = greatest pageview id hash" (no pageview:
+# greatest 0 < least max). The defaults of the later columns are the neutral elements of min/max, so
+# rows written before them merge with derived ones unchanged.
+SESSIONS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    session UInt64,
+    first SimpleAggregateFunction(min, DateTime64(6, 'UTC')),
+    last SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
+    pv_min SimpleAggregateFunction(min, UInt64),
+    pv_max SimpleAggregateFunction(max, UInt64),
+    {visit_columns}
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day, session)
+"""
+PV_MIN = "if(name = 'pageview', cityHash64(id), 18446744073709551615)"
+PV_MAX = "if(name = 'pageview', cityHash64(id), 0)"
+PAGE_TUPLE = "Tuple(UInt8, DateTime64(6, 'UTC'), String, String)"
+_NO_PAGE = "toDateTime64(0, 6, 'UTC'), '', ''"
+_HAS_PAGE = "name = 'pageview' AND page != ''"
+ENTRY_NONE, EXIT_NONE = f"CAST((1, {_NO_PAGE}) AS {PAGE_TUPLE})", f"CAST((0, {_NO_PAGE}) AS {PAGE_TUPLE})"
+# An event's entry and exit candidates (per event; min/max over a session give its entry and exit page).
+ENTRY = f"if({_HAS_PAGE}, CAST((0, ts, id, page) AS {PAGE_TUPLE}), {ENTRY_NONE})"
+EXIT = f"if({_HAS_PAGE}, CAST((1, ts, id, page) AS {PAGE_TUPLE}), {EXIT_NONE})"
+VISIT_COLUMNS = {
+    "visitor": "SimpleAggregateFunction(max, UInt64)",
+    "entry": f"SimpleAggregateFunction(min, {PAGE_TUPLE}) DEFAULT {ENTRY_NONE}",
+    "exit": f"SimpleAggregateFunction(max, {PAGE_TUPLE}) DEFAULT {EXIT_NONE}",
+}
+SESSIONS_TABLE = SESSIONS_TABLE.replace(
+    "{visit_columns}", ",\n    ".join(f"{c} {t}" for c, t in VISIT_COLUMNS.items()))
+# The session-day states of site_events rows (the view's query, and the backfill's).
+SESSION_STATES = (
+    "SELECT site_id, toDate(ts) AS day, session, min(ts) AS first, max(ts) AS last, "
+    f"min({PV_MIN}) AS pv_min, max({PV_MAX}) AS pv_max, max(visitor) AS visitor, "
+    f"min({ENTRY}) AS entry, max({EXIT}) AS exit "
+    "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
+)
+# Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's
+# visitors (a uniqExact state: a set, so a batch written twice changes nothing), fed by a view like the
+# sessions. The visitors of whole days are merged from here instead of hashed again from every event.
+DAYS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    written SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
+    visitors AggregateFunction(uniqExact, UInt64)
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day)
+"""
+DAY_STATES = ("SELECT site_id, toDate(ts) AS day, max(now64(6, 'UTC')) AS written, "
+              "uniqExactStateIf(visitor, visitor != 0) AS visitors FROM {source} GROUP BY site_id, day")
+# Event counts of ended days, per event name and per page, referrer host and country (dim 0, 1, 2; dim 3
+# is the name's total, key ''), computed from site_events read with FINAL by the first read that needs a
+# day (storage/analytics_days.py), never by a view: counts are not idempotent under a batch written twice,
+# a FINAL read is. Each computation is stamped `computed` and completed by a marker row (dim 255); a day's
+# counts are used only while its last complete computation is newer than its `written` (plus the store's
+# settle time), so an insert into a day, late events or a rebuild included, makes it computed again.
+COUNTS_TABLE = """
+(
+    site_id LowCardinality(String),
+    day Date,
+    computed DateTime64(6, 'UTC'),
+    name LowCardinality(String),
+    dim UInt8,
+    key String,
+    c UInt64
+)
+ENGINE = {engine}
+PARTITION BY toYYYYMM(day)
+ORDER BY (site_id, day, computed, name, dim, key)
+"""
+TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
+          "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
+          "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
+          "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
+          "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree")}
