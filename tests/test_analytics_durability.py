@@ -44,6 +44,19 @@ async def drop_database(admin_dsn: str, dsn: str) -> None:
         await conn.close()
 
 
+async def pending_once_caught_up(base: str, seconds: float = 60) -> int:
+    """The running server's count of events not yet mirrored, polled from /readyz until it is 0 (or
+    `seconds` have passed)."""
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(f"{base}/readyz") as resp:
+                pending = (await resp.json())["analytics"]["pending"]
+            if pending == 0 or time.monotonic() > deadline:
+                return pending
+            await asyncio.sleep(0.1)
+
+
 def status(env: dict[str, str]) -> dict:
     done = tally(env, "analytics", "status")
     assert done.returncode == 0, done.stderr
@@ -96,15 +109,7 @@ async def test_kill_9_mid_ingest_loses_nothing_and_counts_nothing_twice(pg_admin
             refused = await asyncio.to_thread(tally, env, "analytics", "status")
             assert refused.returncode == 3
             assert "is tally serve running?" in refused.stderr
-            deadline = time.monotonic() + 60
-            async with aiohttp.ClientSession() as http:
-                while True:
-                    async with http.get(f"{base}/readyz") as resp:
-                        analytics = (await resp.json())["analytics"]
-                    if analytics["pending"] == 0 or time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.1)
-            assert analytics["pending"] == 0
+            assert await pending_once_caught_up(base) == 0
         finally:
             await asyncio.to_thread(server_process.stop, proc)
 
@@ -163,14 +168,7 @@ async def test_a_store_of_the_old_layout_is_emptied_and_refilled_from_postgresql
 
         proc, base = await asyncio.to_thread(server_process.start, env)
         try:
-            deadline = time.monotonic() + 60
-            async with aiohttp.ClientSession() as http:
-                while True:
-                    async with http.get(f"{base}/readyz") as resp:
-                        pending = (await resp.json())["analytics"]["pending"]
-                    if pending == 0 or time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.1)
+            assert await pending_once_caught_up(base) == 0
         finally:
             await asyncio.to_thread(server_process.stop, proc)
         after = await asyncio.to_thread(status, env)
