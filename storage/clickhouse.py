@@ -30,6 +30,7 @@ from storage.clickhouse_schema import (
     SESSION_STATES,
     SITE_FROM_INPUT,
     TABLES,
+    TS_CODEC,
     VISIT_COLUMNS,
 )
 
@@ -147,6 +148,16 @@ class AnalyticsStore:
                               f"MODIFY COLUMN page {LC}")
             if self.cluster:
                 self.command_sync(f"ALTER TABLE {self.table('site_events')}{self.on_cluster} MODIFY COLUMN page {LC}")
+        # Stores from before the event times' codec get it: parts written or merged from then on use it
+        # (`tally analytics rebuild` rewrites every part).
+        for name in ("site_events", "keyed_events"):
+            table = self.local_table(name).split(".")[1]
+            if "Delta" not in self.client.command(
+                    f"SELECT compression_codec FROM system.columns WHERE database = '{self.database}' "
+                    f"AND table = '{table}' AND name = 'ts'"):
+                for target in [self.local_table(name)] + ([self.table(name)] if self.cluster else []):
+                    self.command_sync(f"ALTER TABLE {target}{self.on_cluster} "
+                                      f"MODIFY COLUMN ts DateTime64(6, 'UTC') {TS_CODEC}")
         # A store from before the actor key gets the column; parts written before it compute it from the
         # actor on read until the mutation has stored it in them.
         if not self.client.command(f"SELECT count() FROM system.columns WHERE database = '{self.database}' "

@@ -108,3 +108,20 @@ async def test_a_store_without_the_sessions_table_derives_it_from_its_events(cli
     assert await engine_stats(db, site_id, start, end) == (5, 2, 300_000.0)
     assert await db.query("SELECT type FROM system.columns WHERE database = {d:String} AND table = 'site_events' "
                           "AND name = 'page'", {"d": db.database}) == [("LowCardinality(String)",)]
+
+
+async def test_a_store_from_before_the_time_codec_gets_it_with_the_same_answers(client, database_url, workspace):
+    site_id, _, start, end = await edge_sessions(database_url, workspace)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    codecs = ("SELECT table, compression_codec FROM system.columns WHERE database = {d:String} "
+              "AND table IN ('site_events', 'keyed_events') AND name = 'ts' ORDER BY table")
+    for table in ("site_events", "keyed_events"):  # as before it
+        await db.command(f"ALTER TABLE {db.local_table(table)} MODIFY COLUMN ts DateTime64(6, 'UTC') CODEC(Default)")
+    assert await db.query(codecs, {"d": db.database}) == [("keyed_events", "CODEC(Default)"),
+                                                            ("site_events", "CODEC(Default)")]
+    before = await engine_stats(db, site_id, start, end)
+    await asyncio.to_thread(db.ensure_schema)
+    assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
+    assert await db.query(codecs, {"d": db.database}) == [("keyed_events", "CODEC(Delta(8), LZ4)"),
+                                                            ("site_events", "CODEC(Delta(8), LZ4)")]
