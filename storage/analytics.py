@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import asyncpg
 
@@ -171,28 +171,36 @@ def lookback_start(start: datetime) -> datetime:
 
 
 def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
-                started_in_window: bool = True, visit: bool = False, only: str = "") -> str:
+                started_in_window: bool = True, visit: bool = False, only: str = "",
+                started_on: list[date] | None = None) -> str:
     """A subquery of sessions (session, f, l, pf, pl: first and last event, least and greatest pageview id
     hash, equal when exactly one pageview) over their events from the day before `start`'s (the look-back)
     to `end`; with `started_in_window`, only those whose first event is at or after `start`. With `visit`,
     also v (the visitor, 0 for none), entry_page and exit_page ('' when the session has no pageview).
     `only`: a condition on `session` (an IN set), applied to the grouped sessions (once: applied to the
     rows of both sources before grouping, the set was built twice, which cost more than it saved).
+    `started_on`: only the sessions that started on these UTC days, from the session rows of the days
+    around them (a session lasts less than a day).
 
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
     `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
     return _sessions_sql(q, store.table("site_events"), site_id, start, end, started_in_window=started_in_window,
-                         visit=visit, only=only)
+                         visit=visit, only=only, started_on=started_on)
 
 
 def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: datetime, *,
-                  started_in_window: bool, visit: bool, only: str = "") -> str:
+                  started_in_window: bool, visit: bool, only: str = "", started_on: list[date] | None = None) -> str:
     days = table.removesuffix("site_events") + "site_sessions"  # the same database, and kind of table
     site, hi = q.bind(site_id), q.bind(end, TS)
     first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
     conds = ([f"f >= {q.bind(start, TS)}"] if started_in_window else []) + ([only] if only else [])
+    days_around = ""
+    if started_on is not None:
+        conds.append(f"toDate(f) IN {q.bind(started_on, 'Array(Date)')}")
+        around = sorted({d + timedelta(days=i) for d in started_on for i in (-1, 0, 1)})
+        days_around = f"AND day IN {q.bind(around, 'Array(Date)')} "
     having = f" HAVING {' AND '.join(conds)}" if conds else ""
     states, raw, merged = "", "", ""
     if visit:
@@ -202,7 +210,7 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
     return (
         f"(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} FROM ("
         f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
-        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} UNION ALL "
+        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} {days_around}UNION ALL "
         f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
         f"AND ts >= {q.bind(tail, TS)} AND ts < {hi} "
         f"AND session != 0) GROUP BY session{having})"
@@ -226,16 +234,24 @@ class SessionStats:
     bounces: int  # sessions with exactly one pageview
     avg_ms: float
 
+    @classmethod
+    def of(cls, sessions: int, bounces: int, duration_us: int) -> SessionStats:
+        """From the sessions' summed duration: the same numbers whether summed per day or at once."""
+        return cls(sessions, bounces, duration_us / sessions / 1000 if sessions else 0.0)
+
+
+# The statistics of a subquery of sessions_of's rows: visits, bounces, summed duration in microseconds.
+_VISIT_SUMS = ("SELECT count() AS visits, countIf(pf = pl) AS bounces, "
+               "toUInt64(sum(dateDiff('microsecond', f, l))) AS us FROM ")
+
 
 async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                         filters: Filters) -> SessionStats:
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
     q = Params()
     only = matching_sessions(q, store, site_id, start, end, filters)
-    sql = ("SELECT count(), countIf(pf = pl), if(count() = 0, 0, avg(dateDiff('microsecond', f, l)) / 1000) "
-           f"FROM {sessions_of(q, store, site_id, start, end, only=only)}")
-    sessions, bounces, avg_ms = (await store.query(sql, q.params))[0]
-    return SessionStats(sessions, bounces, float(avg_ms))
+    sql = _VISIT_SUMS + sessions_of(q, store, site_id, start, end, only=only)
+    return SessionStats.of(*(await store.query(sql, q.params))[0])
 
 
 # --- time series ------------------------------------------------------------------------------------
@@ -286,26 +302,31 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
                                               list[tuple[datetime, int]]]:
     """The whole overview in two queries instead of six (chDB runs one query at a time): the totals and
     the session statistics in one, the three top lists and the series in one scan (GROUPING SETS).
-    Unfiltered, the counts of ended days and the visitors of whole days come from the day rows (plus, once
-    a day, the query that counts an ended day). The same numbers as totals(), session_stats(), top() and
-    series()."""
+    Unfiltered, the counts of ended days, the visits that started on them and the visitors of whole days
+    come from the day rows (plus, once a day, the query that counts an ended day). The same numbers as
+    totals(), session_stats(), top() and series()."""
     q, table = Params(), store.table("site_events")
     terms = filters.terms()
-    only = matching_sessions(q, store, site_id, start, end, filters)
-    sessions = (f"SELECT count() AS visits, countIf(pf = pl) AS bounces, if(count() = 0, 0, "
-                f"avg(dateDiff('microsecond', f, l)) / 1000) AS ms FROM "
-                f"{sessions_of(q, store, site_id, start, end, only=only)}")
     whole = [] if terms else analytics_days.whole_days(start, end)
-    # Unfiltered: the ended days' counts and every whole day's visitors come from the day rows, the rest
-    # of the window from the events (storage/analytics_days.py).
-    days = await analytics_days.counted_days(store, site_id, start, end) if whole else []
+    # Unfiltered: the ended days' counts and visits and every whole day's visitors come from the day rows,
+    # the rest of the window from the events and session rows (storage/analytics_days.py).
+    days = await analytics_days.counted_days(store, site_id, start, end) if whole else analytics_days.NONE
+    if days.visits:
+        live = [d for d in analytics_days.window_days(start, end) if d not in set(days.visits)]
+        sessions = (f"SELECT sum(visits) AS visits, sum(bounces) AS bounces, sum(us) AS us FROM ("
+                    f"{_VISIT_SUMS}{sessions_of(q, store, site_id, start, end, started_on=live)} UNION ALL "
+                    "SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), sumIf(c, key = 'duration_us') FROM "
+                    f"{analytics_days.counts_of(q, store, site_id, days.visits)} WHERE dim = {analytics_days.VISITS})")
+    else:
+        sessions = _VISIT_SUMS + sessions_of(q, store, site_id, start, end,
+                                             only=matching_sessions(q, store, site_id, start, end, filters))
     if whole:
         cond = where(q, table, site_id, start, end, [])
         counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
-                   f"{analytics_days.counts_of(q, store, site_id, days)} WHERE dim = 3") if days else ""
+                   f"{analytics_days.counts_of(q, store, site_id, days.counts)} WHERE dim = 3") if days.counts else ""
         totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
                   f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
-                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days)}{counted})) AS x CROSS JOIN (SELECT "
+                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days.counts)}{counted})) AS x CROSS JOIN (SELECT "
                   f"uniqExactMerge(s) AS visitors FROM (SELECT visitors AS s FROM {store.table('site_days')} WHERE "
                   f"site_id = {q.bind(site_id)} AND day IN {q.bind(whole, 'Array(Date)')} UNION ALL SELECT "
                   f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
@@ -313,22 +334,22 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
     else:
         totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
                   f"visitor != 0) AS visitors FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}")
-    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.ms FROM ({totals}) "
+    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
                               f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
 
     q = Params()
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
-    days = days if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
-    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, days)
+    listed = days.counts if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
+    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, listed)
     referrer, own = "referrer_host", "0"
     if domain:
         d = q.bind(domain.lower())
         own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
         referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
     counted = ""
-    if days:
+    if listed:
         counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
-                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, days)} "
+                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, listed)} "
                    f"WHERE name = {q.bind(name)}")
     buckets = int((last - first) / _STEP[interval]) + 1
     rows = await store.query(
@@ -352,7 +373,7 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
     while at <= last:
         points.append((at, counts.get(int(at.timestamp()), 0)))
         at += _STEP[interval]
-    return (Totals(*head[:3]), SessionStats(head[3], head[4], float(head[5])), tops, points)
+    return (Totals(*head[:3]), SessionStats.of(*head[3:]), tops, points)
 
 
 async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,

@@ -1,14 +1,19 @@
 """Day rows of the analytics store for unfiltered reads: the event counts of ended days (site_day_counts,
-per event name and per page, referrer host and country) and the visitor sets of days (site_days).
+per event name and per page, referrer host and country), the statistics of the visits that started on
+them, and the visitor sets of days (site_days).
 
 Counts cannot come from a view: a mirror batch written twice would count twice. They are computed here,
 from site_events read with FINAL, by the first read that needs a day once the day has ended and its last
 insert has settled, and used while no insert has touched the day since (storage/clickhouse_schema.py,
-COUNTS_TABLE). A read takes the days it may use from here and the rest of its window from the events.
+COUNTS_TABLE). A day's visit statistics also depend on the day before (did the visit start then?) and the
+day after (where did it end?): they are used while no insert has touched any of the three, and computed
+once the day after has ended too. A read takes the days it may use from here and the rest of its window
+from the events and the session rows.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from storage.clickhouse import AnalyticsStore, Params
@@ -17,6 +22,10 @@ TS = "DateTime64(6, 'UTC')"
 MARKER = 255  # the row that completes a computation of one day
 # The counted keys: dim -> site_events column (3: the name's total).
 _KEYS = {0: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''"}
+# The visits that started on the day (of the rows of the day before to the day after): how many, how many
+# had exactly one pageview, and their summed duration in microseconds; one row each, name ''.
+VISITS = 4
+_ONE_DAY = timedelta(days=1)
 
 
 def whole_days(start: datetime, end: datetime) -> list[date]:
@@ -28,35 +37,66 @@ def whole_days(start: datetime, end: datetime) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days)]
 
 
-async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end: datetime) -> list[date]:
-    """The whole days of the window whose counts site_day_counts holds up to date, after computing those
-    of the ended, settled days that lack them. Days without events are left out (the events have none)."""
+def window_days(start: datetime, end: datetime) -> list[date]:
+    """The UTC days [start, end) touches, partial ones included."""
+    first, last = start.astimezone(UTC).date(), (end.astimezone(UTC) - timedelta(microseconds=1)).date()
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class CountedDays:
+    counts: list[date]  # whole days of the window whose event counts are up to date
+    visits: list[date]  # whole days of the window whose visit statistics are up to date
+
+
+NONE = CountedDays([], [])
+
+
+async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end: datetime) -> CountedDays:
+    """The whole days of the window whose counts (and visit statistics) site_day_counts holds up to date,
+    after computing those of the ended, settled days that lack them. Days without events are left out (the
+    events have none)."""
     days = whole_days(start, end)
     if not days:
-        return []
+        return NONE
     q = Params()
-    site, lo, hi = q.bind(site_id), q.bind(days[0], "Date"), q.bind(days[-1], "Date")
+    site, lo, hi = q.bind(site_id), q.bind(days[0] - _ONE_DAY, "Date"), q.bind(days[-1] + _ONE_DAY, "Date")
     rows = await store.query(
         "SELECT d.day, d.w, c.at, now64(6, 'UTC') FROM (SELECT day, max(written) AS w FROM "
         f"{store.table('site_days')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} GROUP BY day) AS d "
         f"LEFT JOIN (SELECT day, max(computed) AS at FROM {store.table('site_day_counts')} WHERE site_id = {site} "
         f"AND day >= {lo} AND day <= {hi} AND dim = {MARKER} GROUP BY day) AS c ON c.day = d.day", q.params)
     settle = timedelta(seconds=store.settle_seconds)
-    fresh, stale = [], []
-    for day, written, computed, now in rows:
-        if computed > written + settle:
+    written = {day: w for day, w, _, _ in rows}
+    computed = {day: at for day, _, at, _ in rows}
+    now = rows[0][3] if rows else None
+
+    def last_write_around(day: date) -> datetime:
+        return max(written[d] for d in (day - _ONE_DAY, day, day + _ONE_DAY) if d in written)
+
+    fresh, stale, visits = [], [], []
+    for day in days:
+        if day not in written:
+            continue
+        if computed[day] > written[day] + settle:
             fresh.append(day)
-        elif day < now.date() and written + settle < now:
+            if computed[day] > last_write_around(day) + settle:
+                visits.append(day)
+            elif day + _ONE_DAY < now.date() and last_write_around(day) + settle < now:
+                stale.append(day)  # counted, but its visits changed since and have settled: computed again
+        elif day < now.date() and written[day] + settle < now:
             stale.append(day)
     if stale:
         await _compute(store, site_id, stale)
-        fresh += stale
-    return sorted(fresh)
+        fresh = sorted(set(fresh) | set(stale))
+        visits = sorted(set(visits) | {d for d in stale if last_write_around(d) + settle < now})
+    return CountedDays(fresh, visits)
 
 
 async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> None:
-    """Count the days from the events (FINAL), stamped with one server time read after every insert the
-    days hold, then write the marker that makes the computation complete."""
+    """Count the days from the events (FINAL) and their visits from the session rows, stamped with one
+    server time read after every insert the days (and their neighbours) hold, then write the marker that
+    makes the computation complete."""
     at = (await store.query("SELECT now64(6, 'UTC')"))[0][0]
     at = at if at.tzinfo else at.replace(tzinfo=UTC)  # clickhouse-connect may hand it back naive
     q = Params()
@@ -64,6 +104,14 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> Non
     table = store.table("site_events")
     parts = [f"SELECT toDate(ts) AS day, name, {dim} AS dim, {key} AS key, count() AS c FROM {table} FINAL "
              f"WHERE site_id = {site} AND toDate(ts) IN {chosen} GROUP BY day, name, key" for dim, key in _KEYS.items()]
+    around = q.bind(sorted({d + i * _ONE_DAY for d in days for i in (-1, 0, 1)}), "Array(Date)")
+    parts.append(
+        f"SELECT d AS day, '' AS name, {VISITS} AS dim, v.1 AS key, v.2 AS c FROM (SELECT toDate(f) AS d, "
+        "count() AS n, countIf(pf = pl) AS b, toUInt64(sum(dateDiff('microsecond', f, l))) AS us FROM ("
+        f"SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM "
+        f"{store.table('site_sessions')} WHERE site_id = {site} AND day IN {around} GROUP BY session "
+        f"HAVING toDate(f) IN {chosen}) GROUP BY d) "
+        "ARRAY JOIN [('visits', n), ('bounces', b), ('duration_us', us)] AS v")
     counts = store.table("site_day_counts")
     # Through a Distributed table the rows must be on the shard before the marker is: synchronous inserts.
     sync = {"insert_distributed_sync": 1} if store.cluster else None

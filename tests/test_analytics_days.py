@@ -92,13 +92,62 @@ async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, wo
         await conn.close()
     await client.app[MIRROR].catch_up()
     after = await overview(db, site_id, domain)
-    assert await computations(db, site_id) == counted + 1  # that day, counted again
+    # That day counted again, and the days before and after it, whose visits depend on it.
+    assert await computations(db, site_id) == counted + 3
     assert after == await from_events(db, site_id, domain)
     assert (after[0].events, after[0].pageviews, after[0].visitors) == (
         before[0].events + 1, before[0].pageviews + 1, before[0].visitors + 1)
+    assert (after[1].sessions, after[1].bounces) == (before[1].sessions + 1, before[1].bounces + 1)
     day = int(datetime.combine(at.date(), datetime.min.time(), UTC).timestamp())
     assert dict((int(b.timestamp()), n) for b, n in after[3])[day] == dict(
         (int(b.timestamp()), n) for b, n in before[3])[day] + 1
+
+
+async def test_visits_across_midnight_come_from_the_day_rows_exactly(client, database_url, workspace):
+    """A visit belongs to the day it started on, with its whole duration, also when it goes on past
+    midnight; an event added to the next day changes the day's visit statistics (computed again)."""
+    site_id, domain = await generated_site(database_url, workspace, n=300)
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        visit = ("pageview", "/night", "", "NZ", f"owl-{site_id}", f"owl-{site_id}")
+        await insert_events(conn, site_id, ws, [(f"evt_owl{i}_{site_id}", *visit, midnight + offset, None)
+                                                for i, offset in enumerate((-timedelta(minutes=10),
+                                                                            timedelta(minutes=5)))])
+        # And one from yesterday, whose visits the day rows hold, into today, whose visits they do not.
+        await insert_events(conn, site_id, ws, [(f"evt_bat{i}_{site_id}", "pageview", "/", "", "NZ", f"bat-{site_id}",
+                                                 f"bat-{site_id}", midnight + timedelta(days=3) + offset, None)
+                                                for i, offset in enumerate((-timedelta(minutes=1),
+                                                                            timedelta(seconds=30)))])
+        await client.app[MIRROR].catch_up()
+        db = client.app[ANALYTICS]
+        before = await overview(db, site_id, domain)
+        assert before == await from_events(db, site_id, domain)
+        day_before = (midnight - timedelta(days=1)).date()
+        assert await db.query(f"SELECT c FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+                              "AND day = {d:Date} AND dim = 4 AND key = 'visits' ORDER BY computed DESC LIMIT 1",
+                              {"s": site_id, "d": day_before}) != []  # the day's visits came from the day rows
+        # A late event on the day before the visit's: that day's neighbours are counted again, the visit's
+        # day included, whose visit still ends on the day after.
+        await insert_events(conn, site_id, ws, [(f"evt_early_{site_id}", "pageview", "/", "", "NZ", f"e-{site_id}",
+                                                 f"e-{site_id}", midnight - timedelta(days=1, hours=12), None)])
+        await client.app[MIRROR].catch_up()
+        assert await overview(db, site_id, domain) == await from_events(db, site_id, domain)
+        before = await overview(db, site_id, domain)
+        counted = await computations(db, site_id)
+        await insert_events(conn, site_id, ws, [(f"evt_owl9_{site_id}", *visit, midnight + timedelta(minutes=20),
+                                                 None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    after = await overview(db, site_id, domain)
+    assert after == await from_events(db, site_id, domain)
+    assert await computations(db, site_id) > counted
+    assert after[1].sessions == before[1].sessions  # the same visit, 15 minutes longer
+    total_ms = after[1].avg_ms * after[1].sessions - before[1].avg_ms * before[1].sessions
+    assert round(total_ms) == 15 * 60 * 1000
 
 
 async def test_an_interrupted_computation_is_not_read(client, database_url, workspace):
@@ -109,8 +158,9 @@ async def test_an_interrupted_computation_is_not_read(client, database_url, work
     expected = await overview(db, site_id, domain)
     days = whole_days(*[getattr(window_for("30d"), a) for a in ("start", "end")])[:-1]
     await db.command(f"INSERT INTO {db.table('site_day_counts')} (site_id, day, computed, name, dim, key, c) "
-                     "SELECT {s:String}, arrayJoin({d:Array(Date)}), now64(6, 'UTC') + 1000, 'pageview', dim, "
-                     "'/ghost', 1000 FROM (SELECT arrayJoin([0, 3]) AS dim)", {"s": site_id, "d": days})
+                     "SELECT {s:String}, arrayJoin({d:Array(Date)}), now64(6, 'UTC') + 1000, 'pageview', t.1, t.2, "
+                     "1000 FROM (SELECT arrayJoin([(0, '/ghost'), (3, ''), (4, 'visits')]) AS t)",
+                     {"s": site_id, "d": days})
     assert await overview(db, site_id, domain) == expected
 
 
