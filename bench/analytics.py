@@ -181,7 +181,7 @@ async def main() -> None:
         rebuild_s = time.perf_counter() - started
         print(f"rebuild: {written:,} events in {rebuild_s:.0f} s ({written / rebuild_s:,.0f} events/s)",
               file=sys.stderr)
-        for merged in ("site_events", "site_sessions"):  # as background merges leave them after a while
+        for merged in ("site_events", "site_sessions", "site_days"):  # as background merges leave them in a while
             await db.command(f"OPTIMIZE TABLE bench.{merged} FINAL")
 
         w = window_for("30d")

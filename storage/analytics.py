@@ -327,8 +327,8 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
                   f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
                   f"FINAL WHERE {cond}{analytics_days.not_in(q, days.counts)}{counted})) AS x CROSS JOIN (SELECT "
-                  f"uniqExactMerge(s) AS visitors FROM (SELECT visitors AS s FROM {store.table('site_days')} WHERE "
-                  f"site_id = {q.bind(site_id)} AND day IN {q.bind(whole, 'Array(Date)')} UNION ALL SELECT "
+                  f"uniqExactMerge(s) AS visitors FROM ("
+                  f"{await analytics_days.visitor_states(q, store, site_id, whole, days)} UNION ALL SELECT "
                   f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
                   f"{analytics_days.not_in(q, whole)})) AS v")
     else:

@@ -13,7 +13,7 @@ from the events and the session rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
 from storage.clickhouse import AnalyticsStore, Params
@@ -47,6 +47,8 @@ def window_days(start: datetime, end: datetime) -> list[date]:
 class CountedDays:
     counts: list[date]  # whole days of the window whose event counts are up to date
     visits: list[date]  # whole days of the window whose visit statistics are up to date
+    written: dict[date, datetime] = field(default_factory=dict)  # the last insert into each day, around them
+    now: datetime | None = None  # the store's clock when they were read
 
 
 NONE = CountedDays([], [])
@@ -90,15 +92,42 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
         await _compute(store, site_id, stale)
         fresh = sorted(set(fresh) | set(stale))
         visits = sorted(set(visits) | {d for d in stale if last_write_around(d) + settle < now})
-    return CountedDays(fresh, visits)
+    return CountedDays(fresh, visits, written, now)
+
+
+async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
+                         counted: CountedDays) -> str:
+    """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):
+    the cached state of the window's ended days when up to date (made by the first read that lacks it, once
+    their last insert has settled) and the day rows of the other days."""
+    settle = timedelta(seconds=store.settle_seconds)
+    ended = [d for d in whole if counted.now is not None and d < counted.now.date()]
+    last_write = max((counted.written[d] for d in ended if d in counted.written), default=None)
+    rest = whole
+    cached = ""
+    if len(ended) > 1 and last_write is not None and last_write + settle < counted.now:
+        site, first, last = q.bind(site_id), q.bind(ended[0], "Date"), q.bind(ended[-1], "Date")
+        since = q.bind(_utc(last_write) + settle, TS)
+        window = (f"{store.table('site_window_visitors')} WHERE site_id = {site} AND first = {first} "
+                  f"AND last = {last} AND computed > {since}")
+        if not (await store.query(f"SELECT count() FROM {window}", q.params))[0][0]:
+            at = _utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
+            await store.command(
+                f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
+                f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
+                f"{store.table('site_days')} WHERE site_id = {site} AND day >= {first} AND day <= {last}",
+                q.params, settings={"insert_distributed_sync": 1} if store.cluster else None)
+        cached = f"(SELECT visitors AS s FROM {window} ORDER BY computed DESC LIMIT 1) UNION ALL "
+        rest = [d for d in whole if d > ended[-1]]
+    return (f"({cached}SELECT visitors AS s FROM {store.table('site_days')} WHERE site_id = {q.bind(site_id)} "
+            f"AND day IN {q.bind(rest, 'Array(Date)')})")
 
 
 async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> None:
     """Count the days from the events (FINAL) and their visits from the session rows, stamped with one
     server time read after every insert the days (and their neighbours) hold, then write the marker that
     makes the computation complete."""
-    at = (await store.query("SELECT now64(6, 'UTC')"))[0][0]
-    at = at if at.tzinfo else at.replace(tzinfo=UTC)  # clickhouse-connect may hand it back naive
+    at = _utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
     q = Params()
     site, stamp, chosen = q.bind(site_id), q.bind(at, TS), q.bind(days, "Array(Date)")
     table = store.table("site_events")
@@ -122,6 +151,10 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> Non
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
                         f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', {MARKER}, '', 0", q.params,
                         settings=sync)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # clickhouse-connect may hand it back naive
 
 
 def counts_of(q: Params, store: AnalyticsStore, site_id: str, days: list[date]) -> str:

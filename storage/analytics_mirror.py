@@ -162,9 +162,12 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
     Goes a month at a time (the events partitions), each month's CSV spooled to a temporary file."""
-    for name in ("site_sessions", "site_days", "site_day_counts", "site_events", "keyed_events"):
+    for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_events",
+                 "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
+        elif name == "site_window_visitors":
+            await store.delete_where(name, "last >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         elif name in ("site_sessions", "site_days", "site_day_counts"):  # whole days: derived again below
             await store.delete_where(name, "day >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         else:

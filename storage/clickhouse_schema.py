@@ -192,8 +192,25 @@ ENGINE = {engine}
 PARTITION BY toYYYYMM(day)
 ORDER BY (site_id, day, computed, name, dim, key)
 """
+# The visitors of a run of ended days, cached by the first unfiltered overview that needs them: one state
+# merged from site_days instead of a state per day (30 states at 200,000 visitors: 50 ms of a 30-day
+# overview). A row is used only while it is newer than the last insert into its days (site_days' `written`,
+# plus the settle time), as the day counts are; rows are made at most once a day per window, and kept two.
+WINDOW_VISITORS_TABLE = """
+(
+    site_id LowCardinality(String),
+    first Date,
+    last Date,
+    computed DateTime64(6, 'UTC'),
+    visitors AggregateFunction(uniqExact, UInt64)
+)
+ENGINE = {engine}
+ORDER BY (site_id, first, last, computed)
+TTL toDateTime(computed) + INTERVAL 2 DAY
+"""
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
           "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
           "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
           "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
-          "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree")}
+          "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree"),
+          "site_window_visitors": (WINDOW_VISITORS_TABLE, "cityHash64(site_id)", "MergeTree")}

@@ -45,6 +45,12 @@ async def computations(db, site_id: str) -> int:
                            f"AND dim = {MARKER}", {"s": site_id}))[0][0]
 
 
+async def cached_windows(db, site_id: str) -> int:
+    """How many visitor states of ended days' windows the store has made for the site."""
+    return (await db.query(f"SELECT count() FROM {db.table('site_window_visitors')} WHERE site_id = {{s:String}}",
+                           {"s": site_id}))[0][0]
+
+
 async def test_whole_days_of_a_window():
     day = datetime(2026, 3, 1, tzinfo=UTC)
     assert whole_days(day, day + timedelta(days=2)) == [day.date(), (day + timedelta(days=1)).date()]
@@ -59,9 +65,11 @@ async def test_unfiltered_overviews_match_the_events(client, database_url, works
     for range_name in ("7d", "30d", "90d"):
         assert await overview(db, site_id, domain, range_name) == await from_events(db, site_id, domain, range_name)
     assert await computations(db, site_id) > 0  # the ended days were counted
+    assert await cached_windows(db, site_id) == 3  # and the visitors of each window's ended days merged
     before = await computations(db, site_id)
     assert await overview(db, site_id, domain) == await from_events(db, site_id, domain)
     assert await computations(db, site_id) == before  # and are read again, not counted again
+    assert await cached_windows(db, site_id) == 3
 
 
 async def test_a_batch_written_twice_changes_no_day_row(client, database_url, workspace):
@@ -80,7 +88,7 @@ async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, wo
     await client.app[MIRROR].catch_up()
     db = client.app[ANALYTICS]
     before = await overview(db, site_id, domain)
-    counted = await computations(db, site_id)
+    counted, cached = await computations(db, site_id), await cached_windows(db, site_id)
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
     try:
@@ -94,6 +102,7 @@ async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, wo
     after = await overview(db, site_id, domain)
     # That day counted again, and the days before and after it, whose visits depend on it.
     assert await computations(db, site_id) == counted + 3
+    assert await cached_windows(db, site_id) == cached + 1  # the window's visitors merged again
     assert after == await from_events(db, site_id, domain)
     assert (after[0].events, after[0].pageviews, after[0].visitors) == (
         before[0].events + 1, before[0].pageviews + 1, before[0].visitors + 1)
