@@ -20,6 +20,9 @@ from storage.clickhouse import AnalyticsStore, Params
 
 TS = "DateTime64(6, 'UTC')"
 MARKER = 255  # the row that completes a computation of one day
+# Written beside the marker by computations that hold the visits (computations made before the visits
+# were kept lack it: their days' visits are read live until computed again).
+VISITS_MARKER = 254
 # The counted keys: dim -> site_events column (3: the name's total).
 _KEYS = {0: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''"}
 # The visits that started on the day (of the rows of the day before to the day after): how many, how many
@@ -64,14 +67,16 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     q = Params()
     site, lo, hi = q.bind(site_id), q.bind(days[0] - _ONE_DAY, "Date"), q.bind(days[-1] + _ONE_DAY, "Date")
     rows = await store.query(
-        "SELECT d.day, d.w, c.at, now64(6, 'UTC') FROM (SELECT day, max(written) AS w FROM "
+        "SELECT d.day, d.w, c.at, c.at = c.vat, now64(6, 'UTC') FROM (SELECT day, max(written) AS w FROM "
         f"{store.table('site_days')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} GROUP BY day) AS d "
-        f"LEFT JOIN (SELECT day, max(computed) AS at FROM {store.table('site_day_counts')} WHERE site_id = {site} "
-        f"AND day >= {lo} AND day <= {hi} AND dim = {MARKER} GROUP BY day) AS c ON c.day = d.day", q.params)
+        f"LEFT JOIN (SELECT day, maxIf(computed, dim = {MARKER}) AS at, maxIf(computed, dim = {VISITS_MARKER}) AS vat "
+        f"FROM {store.table('site_day_counts')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} "
+        f"AND dim IN ({MARKER}, {VISITS_MARKER}) GROUP BY day) AS c ON c.day = d.day", q.params)
     settle = timedelta(seconds=store.settle_seconds)
-    written = {day: w for day, w, _, _ in rows}
-    computed = {day: at for day, _, at, _ in rows}
-    now = rows[0][3] if rows else None
+    written = {day: w for day, w, _, _, _ in rows}
+    computed = {day: at for day, _, at, _, _ in rows}
+    with_visits = {day for day, _, _, has, _ in rows if has}
+    now = rows[0][4] if rows else None
 
     def last_write_around(day: date) -> datetime:
         return max(written[d] for d in (day - _ONE_DAY, day, day + _ONE_DAY) if d in written)
@@ -82,7 +87,7 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
             continue
         if computed[day] > written[day] + settle:
             fresh.append(day)
-            if computed[day] > last_write_around(day) + settle:
+            if day in with_visits and computed[day] > last_write_around(day) + settle:
                 visits.append(day)
             elif day + _ONE_DAY < now.date() and last_write_around(day) + settle < now:
                 stale.append(day)  # counted, but its visits changed since and have settled: computed again
@@ -149,7 +154,8 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> Non
                         settings=sync)
     q = Params()
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
-                        f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', {MARKER}, '', 0", q.params,
+                        f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', "
+                        f"arrayJoin([{MARKER}, {VISITS_MARKER}]), '', 0", q.params,
                         settings=sync)
 
 
@@ -162,7 +168,7 @@ def counts_of(q: Params, store: AnalyticsStore, site_id: str, days: list[date]) 
     site, chosen = q.bind(site_id), q.bind(days, "Array(Date)")
     counts = store.table("site_day_counts")
     return (f"(SELECT day, name, dim, key, c FROM {counts} WHERE site_id = {site} AND day IN {chosen} "
-            f"AND dim != {MARKER} AND (day, computed) IN (SELECT day, max(computed) FROM {counts} "
+            f"AND dim < {VISITS_MARKER} AND (day, computed) IN (SELECT day, max(computed) FROM {counts} "
             f"WHERE site_id = {site} AND day IN {chosen} AND dim = {MARKER} GROUP BY day))")
 
 

@@ -159,6 +159,22 @@ async def test_visits_across_midnight_come_from_the_day_rows_exactly(client, dat
     assert round(total_ms) == 15 * 60 * 1000
 
 
+async def test_counts_computed_before_the_visits_were_kept_are_not_read_for_visits(client, database_url, workspace):
+    """A store's day counts from before the visits (no visit rows, no visits marker) leave the visits to the
+    live read, and the days get them when counted again."""
+    site_id, domain = await generated_site(database_url, workspace, n=400)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    expected = await overview(db, site_id, domain)
+    await db.command(f"DELETE FROM {db.local_table('site_day_counts')} WHERE site_id = {{s:String}} "
+                     "AND dim IN (4, 254)", {"s": site_id}, settings={"lightweight_deletes_sync": 2})
+    assert await overview(db, site_id, domain) == expected == await from_events(db, site_id, domain)
+    marked = await db.query(f"SELECT count() FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+                            "AND dim = 254", {"s": site_id})
+    assert marked[0][0] > 0  # the ended days were counted again, with their visits
+    assert await overview(db, site_id, domain) == expected
+
+
 async def test_an_interrupted_computation_is_not_read(client, database_url, workspace):
     """Rows of a computation whose marker was never written (a crash in between) are ignored."""
     site_id, domain = await generated_site(database_url, workspace, n=300)
