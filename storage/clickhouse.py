@@ -27,6 +27,7 @@ from storage.clickhouse_schema import (
     INPUT_TABLE,
     KEYED_FROM_INPUT,
     LC,
+    LC_SITE_COLUMNS,
     SESSION_STATES,
     SITE_FROM_INPUT,
     TABLES,
@@ -139,15 +140,16 @@ class AnalyticsStore:
                     f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
                     f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
                 )
-        # Filters run functions on the page (contains, wildcards): on a LowCardinality column they run once
-        # per distinct page of a part. Stores created before it get the column converted (a mutation).
-        if self.client.command(f"SELECT type FROM system.columns WHERE database = '{self.database}' "
-                               f"AND table = '{self.local_table('site_events').split('.')[1]}' AND name = 'page'") \
-                == "String":
-            self.command_sync(f"ALTER TABLE {self.local_table('site_events')}{self.on_cluster} "
-                              f"MODIFY COLUMN page {LC}")
-            if self.cluster:
-                self.command_sync(f"ALTER TABLE {self.table('site_events')}{self.on_cluster} MODIFY COLUMN page {LC}")
+        # Stores from before a column became LowCardinality get it converted (a mutation of that column).
+        events = self.local_table("site_events").split(".")[1]
+        strings = [r[0] for r in self.query_sync(
+            "SELECT name FROM system.columns WHERE database = {d:String} AND table = {t:String} "
+            "AND type = 'String' AND has({c:Array(String)}, name)",
+            {"d": self.database, "t": events, "c": list(LC_SITE_COLUMNS)})]
+        if strings:
+            modify = ", ".join(f"MODIFY COLUMN {c} {LC}" for c in strings)
+            for target in [self.local_table("site_events")] + ([self.table("site_events")] if self.cluster else []):
+                self.command_sync(f"ALTER TABLE {target}{self.on_cluster} {modify}")
         # Stores from before the event times' codec get it: parts written or merged from then on use it
         # (`tally analytics rebuild` rewrites every part).
         for name in ("site_events", "keyed_events"):
