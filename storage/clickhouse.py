@@ -153,10 +153,10 @@ class AnalyticsStore:
         # Stores from before the event times' codec get it: parts written or merged from then on use it
         # (`tally analytics rebuild` rewrites every part).
         for name in ("site_events", "keyed_events"):
-            table = self.local_table(name).split(".")[1]
-            if "Delta" not in self.client.command(
-                    f"SELECT compression_codec FROM system.columns WHERE database = '{self.database}' "
-                    f"AND table = '{table}' AND name = 'ts'"):
+            codec = self.query_sync("SELECT compression_codec FROM system.columns WHERE database = {d:String} "
+                                    "AND table = {t:String} AND name = 'ts'",
+                                    {"d": self.database, "t": self.local_table(name).split(".")[1]})
+            if "Delta" not in codec[0][0]:
                 for target in [self.local_table(name)] + ([self.table(name)] if self.cluster else []):
                     self.command_sync(f"ALTER TABLE {target}{self.on_cluster} "
                                       f"MODIFY COLUMN ts DateTime64(6, 'UTC') {TS_CODEC}")
