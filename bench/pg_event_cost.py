@@ -1,0 +1,141 @@
+"""PostgreSQL's CPU per stored event, the way the actors store them (one COPY per batch, the events
+triggers firing), under schema variants, each in a fresh database, in one run.
+
+    .venv/bin/python bench/pg_event_cost.py [--batches 3000] [--batch 32] [--variant NAME ...]
+
+Keyed batches are `bench/ingest.py`'s single events: narrow rows (the 11 leading columns), users drawn at
+random among 5,000, so after the first seconds every event updates an existing profile. Site batches are
+the site endpoint's rows (every column). The backend's CPU is read from /proc (same machine); warm-up
+batches (a tenth) are not counted. A variant is SQL run after the migrations; `as-is` runs none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import secrets
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.mirror import backend_cpu  # noqa: E402
+from storage import analytics_mirror as mirror  # noqa: E402
+from storage.db import init_connection  # noqa: E402
+from storage.events import EventRow, copy_events  # noqa: E402
+from storage.ids import new_id  # noqa: E402
+from storage.migrate import migrate  # noqa: E402
+from storage.workspaces import ensure_workspace  # noqa: E402
+
+ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+VARIANTS: dict[str, list[str]] = {
+    "as-is": [],
+    "no-outbox-trigger": ["ALTER TABLE events DISABLE TRIGGER events_analytics_outbox"],
+    "no-keyed-trigger": ["ALTER TABLE events DISABLE TRIGGER events_keyed_upkeep"],
+    "profiles-fillfactor-70": ["ALTER TABLE user_profiles SET (fillfactor = 70)"],
+}
+
+
+def keyed_rows(workspace_id: int, n: int) -> list[EventRow]:
+    now = datetime.now(UTC)
+    return [EventRow(new_id("evt"), workspace_id, "live", "page_viewed", now, now,
+                     user_id=f"u{random.randint(1, 5000)}", properties={"path": "/pricing", "plan": "pro"})
+            for _ in range(n)]
+
+
+def site_rows(workspace_id: int, n: int) -> list[EventRow]:
+    now = datetime.now(UTC)
+    return [EventRow(new_id("evt"), workspace_id, "live", "pageview", now, now, site_id="site_bench",
+                     session_id=new_id("ses"), url="https://bench.example/pricing", path="/pricing",
+                     referrer="https://news.example/", title="Pricing", viewport_w=1280, country="DE",
+                     ip_hash="h" * 16, browser="Chrome", browser_version="131", os="Windows",
+                     os_version="10", device="desktop", source="news.example", channel="Referral")
+            for _ in range(n)]
+
+
+async def measure(dsn: str, sql: list[str], kind: str, batches: int, size: int, mirror_every: int) -> dict:
+    conn = await asyncpg.connect(dsn)
+    await init_connection(conn)
+    await migrate(conn)
+    for statement in sql:
+        await conn.execute(statement)
+    workspace_id = await ensure_workspace(conn, "bench")
+    await conn.execute("SELECT tally_ensure_event_partition(now())")
+    make = keyed_rows if kind == "keyed" else site_rows
+    pid = await conn.fetchval("SELECT pg_backend_pid()")
+    reader = await asyncpg.connect(dsn)
+    await init_connection(reader)
+    reader_pid = await reader.fetchval("SELECT pg_backend_pid()")
+    warm = batches // 10
+    store_cpu = out_cpu = 0.0
+    for i in range(warm + batches):
+        rows = make(workspace_id, size)
+        before = backend_cpu(pid)
+        await copy_events(conn, rows)
+        if i >= warm:
+            store_cpu += backend_cpu(pid) - before
+        if mirror_every and (i + 1) % mirror_every == 0:  # the outbox side of a mirror round, no store
+            before = backend_cpu(reader_pid)
+            async with reader.transaction(isolation="repeatable_read"):
+                await reader.execute("SET LOCAL jit = off")
+                bound = await reader.fetchval(mirror._BOUND, 1_000_000)
+                if bound is not None:
+                    await mirror.copy_events(reader, mirror._OUTBOX_EVENTS, bound)
+                    await reader.execute(mirror._DONE, bound)
+            if i >= warm:
+                out_cpu += backend_cpu(reader_pid) - before
+    await reader.close()
+    await conn.close()
+    n = batches * size
+    return {"store": store_cpu / n * 1e6, "outbox_out": out_cpu / n * 1e6}
+
+
+async def admin(sql: str) -> None:
+    conn = await asyncpg.connect(ADMIN)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, default=3000)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--kind", choices=("keyed", "site"), default="keyed")
+    parser.add_argument("--mirror-every", type=int, default=300,
+                        help="run the outbox side of a mirror round every N batches (0: never)")
+    parser.add_argument("--variant", action="append", default=[], choices=sorted(VARIANTS))
+    parser.add_argument("--repeat", type=int, default=2, help="measure each variant this many times, interleaved")
+    args = parser.parse_args()
+    names = args.variant or list(VARIANTS)
+    results: dict[str, list[dict]] = {v: [] for v in names}
+    for _ in range(args.repeat):
+        for name in names:
+            db = f"tally_pgcost_{secrets.token_hex(4)}"
+            await admin(f'CREATE DATABASE "{db}"')
+            try:
+                dsn = urlparse(ADMIN)._replace(path=f"/{db}").geturl()
+                results[name].append(await measure(dsn, VARIANTS[name], args.kind, args.batches, args.batch,
+                                                   args.mirror_every))
+            finally:
+                await admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    print(f"\n{args.kind} events, {args.batches} COPYs of {args.batch}; PostgreSQL CPU µs per event "
+          f"(each measurement)\n")
+    print(f"{'variant':28} {'store':>20} {'outbox COPY out + DELETE':>26}")
+    for name, runs in results.items():
+        store = ", ".join(f"{r['store']:.1f}" for r in runs)
+        out = ", ".join(f"{r['outbox_out']:.1f}" for r in runs)
+        print(f"{name:28} {store:>20} {out:>26}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
