@@ -47,8 +47,8 @@ EVENT_FIELDS = (
 # An outbox row lists one statement's events of one (workspace, env) (migration 0021). A round takes the
 # lowest rows up to the first that reaches `$1` events (at least one row, however large).
 _BOUND = (
-    "SELECT max(seq) FROM (SELECT seq, sum(cardinality(ids)) OVER (ORDER BY seq) - cardinality(ids) AS before "
-    "FROM (SELECT seq, ids FROM analytics_outbox ORDER BY seq LIMIT $1) a) s WHERE before < $1"
+    "SELECT max(seq) FROM (SELECT seq, sum(events) OVER (ORDER BY seq) - events AS before "
+    "FROM (SELECT seq, events FROM analytics_outbox ORDER BY seq LIMIT $1) a) s WHERE before < $1"
 )
 # One index probe per listed event, whatever the statistics say: with stale ones (a fresh table, right after
 # a refill) the planner chose a join that scanned every partition of events, every round. An event the
@@ -60,8 +60,8 @@ _OUTBOX_EVENTS = (
     "WHERE o.seq <= $1"
 )
 _DONE = (
-    "WITH done AS (DELETE FROM analytics_outbox WHERE seq <= $1 RETURNING cardinality(ids) AS n) "
-    "SELECT coalesce(sum(n), 0) FROM done"
+    "WITH done AS (DELETE FROM analytics_outbox WHERE seq <= $1 RETURNING events) "
+    "SELECT coalesce(sum(events), 0) FROM done"
 )
 _ERASURES = "SELECT seq, workspace_id, env, user_id FROM analytics_erasures ORDER BY seq FOR UPDATE"
 _ERASED = "DELETE FROM analytics_erasures WHERE seq = ANY($1::bigint[])"
@@ -70,8 +70,8 @@ _EVENTS_OF_SITE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1"
 _EVENTS_OF_WORKSPACE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.workspace_id = $1"
 _SPAN = "SELECT min(ts), max(ts) FROM events WHERE ts >= coalesce($1::timestamptz, '-infinity')"
 _REQUEUE = (
-    "INSERT INTO analytics_outbox (workspace_id, env, stamps, ids) SELECT workspace_id, env, ARRAY[ts], ARRAY[id] "
-    "FROM events"
+    "INSERT INTO analytics_outbox (workspace_id, env, stamps, ids, events) "
+    "SELECT workspace_id, env, ARRAY[ts], ARRAY[id], 1 FROM events"
 )
 
 
@@ -162,7 +162,7 @@ class Status:
 
 async def lag(conn: asyncpg.Connection) -> tuple[int, float]:
     row = await conn.fetchrow(
-        "SELECT coalesce(sum(cardinality(ids)), 0) AS n, "
+        "SELECT coalesce(sum(events), 0) AS n, "
         "coalesce(extract(epoch FROM now() - min(queued_at)), 0)::float8 AS lag "
         "FROM analytics_outbox"
     )

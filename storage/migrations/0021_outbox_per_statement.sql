@@ -8,14 +8,19 @@ ALTER TABLE analytics_outbox RENAME COLUMN ts TO stamps;
 ALTER TABLE analytics_outbox RENAME COLUMN id TO ids;
 ALTER TABLE analytics_outbox
     ALTER COLUMN stamps TYPE timestamptz[] USING ARRAY[stamps],
-    ALTER COLUMN ids TYPE text[] USING ARRAY[ids];
+    ALTER COLUMN ids TYPE text[] USING ARRAY[ids],
+    ADD COLUMN events integer NOT NULL DEFAULT 1;
+-- How many events the row lists, kept beside the arrays so that a round's bound and the lag count read
+-- no array: a flush of 5,000 events is a compressed array out of line, and detoasting every one listed
+-- to count it made rounds after a batch load crawl.
+ALTER TABLE analytics_outbox ALTER COLUMN events DROP DEFAULT;
 
 -- array_agg of the two columns in one grouping reads the rows in one order: stamps[i] belongs to ids[i].
 CREATE OR REPLACE FUNCTION tally_analytics_outbox() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO analytics_outbox (workspace_id, env, stamps, ids)
-    SELECT n.workspace_id, n.env, array_agg(n.ts), array_agg(n.id) FROM new_events n GROUP BY 1, 2;
+    INSERT INTO analytics_outbox (workspace_id, env, stamps, ids, events)
+    SELECT n.workspace_id, n.env, array_agg(n.ts), array_agg(n.id), count(*) FROM new_events n GROUP BY 1, 2;
     RETURN NULL;
 END
 $$;
