@@ -20,7 +20,6 @@ emptied here) when they need them.
 from __future__ import annotations
 
 import asyncio
-import io
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -76,10 +75,16 @@ _REQUEUE = (
 
 
 async def copy_events(conn: asyncpg.Connection, query: str, *args: object) -> bytes:
-    """The CSV of a SELECT of EVENT_FIELDS, written by PostgreSQL (asyncpg binds the arguments)."""
-    out = io.BytesIO()
-    await conn.copy_from_query(query, *args, output=out, format="csv")
-    return out.getvalue()
+    """The CSV of a SELECT of EVENT_FIELDS, written by PostgreSQL (asyncpg binds the arguments). Chunks are
+    kept by a coroutine: given a file object, asyncpg writes each chunk (one per socket read) through the
+    thread pool, a hand-off and a wake-up of the event loop each."""
+    chunks: list[bytes] = []
+
+    async def keep(chunk: bytes) -> None:
+        chunks.append(chunk)
+
+    await conn.copy_from_query(query, *args, output=keep, format="csv")
+    return b"".join(chunks)
 
 
 async def site_events_csv(conn: asyncpg.Connection, site_id: str) -> bytes:
