@@ -6,7 +6,9 @@ triggers firing), under schema variants, each in a fresh database, in one run.
 Keyed batches are `bench/ingest.py`'s single events: narrow rows (the 11 leading columns), users drawn at
 random among 5,000, so after the first seconds every event updates an existing profile. Site batches are
 the site endpoint's rows (every column). The backend's CPU is read from /proc (same machine); warm-up
-batches (a tenth) are not counted. A variant is SQL run after the migrations; `as-is` runs none.
+batches (a tenth) are not counted. A variant is SQL run after the migrations; `as-is` runs none. WAL bytes
+are the database cluster's while the batches (and the mirror's outbox side, every --mirror-every batches)
+ran: other databases' writes count too, so run it on an otherwise quiet server.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ VARIANTS: dict[str, list[str]] = {
     "as-is": [],
     "no-outbox-trigger": ["ALTER TABLE events DISABLE TRIGGER events_analytics_outbox"],
     "no-keyed-trigger": ["ALTER TABLE events DISABLE TRIGGER events_keyed_upkeep"],
+    "jit-off": ["SET jit = off"],  # on the writing connection only
     "profiles-fillfactor-70": ["ALTER TABLE user_profiles SET (fillfactor = 70)"],
     # The keyed trigger's profile upsert alone: no erasure locks or probes (not a correct design, a split
     # of where the trigger's time goes).
@@ -54,6 +57,28 @@ BEGIN
     SET event_count = u.event_count + EXCLUDED.event_count,
         created_at = LEAST(u.created_at, EXCLUDED.created_at),
         last_seen_at = GREATEST(u.last_seen_at, EXCLUDED.last_seen_at);
+    RETURN NULL;
+END $$"""],
+    # The upsert as an UPDATE of the profiles that exist, then an INSERT of the rest (no tuple lock record
+    # per profile; the UPDATE's lock order is the plan's, so not a design either, a measurement).
+    "keyed-update-then-insert": ["""
+CREATE OR REPLACE FUNCTION tally_keyed_upkeep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH a AS (SELECT n.workspace_id, n.env, n.user_id, min(n.ts) AS lo, max(n.ts) AS hi, count(*) AS c
+               FROM new_events n WHERE n.site_id IS NULL AND n.user_id IS NOT NULL
+               GROUP BY n.workspace_id, n.env, n.user_id),
+    u AS (UPDATE user_profiles p SET event_count = p.event_count + a.c, created_at = LEAST(p.created_at, a.lo),
+                 last_seen_at = GREATEST(p.last_seen_at, a.hi)
+          FROM a WHERE p.workspace_id = a.workspace_id AND p.env = a.env AND p.user_id = a.user_id
+          RETURNING p.user_id)
+    INSERT INTO user_profiles AS p (workspace_id, env, user_id, created_at, last_seen_at, event_count)
+    SELECT a.workspace_id, a.env, a.user_id, a.lo, a.hi, a.c FROM a
+    WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.user_id = a.user_id)
+    ORDER BY 1, 2, 3
+    ON CONFLICT (workspace_id, env, user_id) DO UPDATE
+    SET event_count = p.event_count + EXCLUDED.event_count,
+        created_at = LEAST(p.created_at, EXCLUDED.created_at),
+        last_seen_at = GREATEST(p.last_seen_at, EXCLUDED.last_seen_at);
     RETURN NULL;
 END $$"""],
     "keyed-no-upsert": ["""
@@ -113,7 +138,10 @@ async def measure(dsn: str, sql: list[str], kind: str, batches: int, size: int, 
     reader_pid = await reader.fetchval("SELECT pg_backend_pid()")
     warm = batches // 10
     store_cpu = out_cpu = 0.0
+    wal_start = None
     for i in range(warm + batches):
+        if i == warm:
+            wal_start = await conn.fetchval("SELECT pg_current_wal_lsn()")
         rows = make(workspace_id, size)
         before = backend_cpu(pid)
         await copy_events(conn, rows)
@@ -129,13 +157,15 @@ async def measure(dsn: str, sql: list[str], kind: str, batches: int, size: int, 
                     await reader.execute(mirror._DONE, bound)
             if i >= warm:
                 out_cpu += backend_cpu(reader_pid) - before
+    wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)", wal_start)
     await reader.close()
     await asyncio.sleep(0.6)  # the statistics collector's flush interval (PostgreSQL 15+: at transaction end)
     upd, hot = await conn.fetchrow("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
                                    "WHERE relname = 'user_profiles'")
     await conn.close()
     n = batches * size
-    return {"store": store_cpu / n * 1e6, "outbox_out": out_cpu / n * 1e6, "hot": hot / upd if upd else 0.0}
+    return {"store": store_cpu / n * 1e6, "outbox_out": out_cpu / n * 1e6, "hot": hot / upd if upd else 0.0,
+            "wal": float(wal) / n}
 
 
 async def admin(sql: str) -> None:
@@ -170,12 +200,14 @@ async def main() -> None:
                 await admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     print(f"\n{args.kind} events, {args.batches} COPYs of {args.batch}; PostgreSQL CPU µs per event "
           f"(each measurement)\n")
-    print(f"{'variant':28} {'store':>20} {'outbox COPY out + DELETE':>26} {'profile updates HOT':>20}")
+    print(f"{'variant':28} {'store':>20} {'outbox COPY out + DELETE':>26} {'profile updates HOT':>20} "
+          f"{'WAL bytes/event':>16}")
     for name, runs in results.items():
         store = ", ".join(f"{r['store']:.1f}" for r in runs)
         out = ", ".join(f"{r['outbox_out']:.1f}" for r in runs)
         hot = ", ".join(f"{r['hot']:.0%}" for r in runs)
-        print(f"{name:28} {store:>20} {out:>26} {hot:>20}")
+        wal = ", ".join(f"{r['wal']:.0f}" for r in runs)
+        print(f"{name:28} {store:>20} {out:>26} {hot:>20} {wal:>16}")
 
 
 if __name__ == "__main__":
