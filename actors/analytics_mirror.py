@@ -29,6 +29,7 @@ class Mirror:
         self.metrics = metrics or Metrics()
         self._lock = asyncio.Lock()
         self._timer = Timer("analytics-mirror", interval, self._round)
+        self._running: asyncio.Future | None = None  # the timer's round (referenced: it may outlive a stop)
         self.last_error: str | None = None
 
     async def catch_up(self) -> int:
@@ -59,6 +60,14 @@ class Mirror:
         await self._timer.stop()
 
     async def _round(self) -> None:
+        # A round runs to its end even when stop() cancels the timer (the shutdown's catch-up waits for it
+        # on the lock). Cancelled inside its COPY, asyncpg's connection was left mid-protocol, the
+        # rollback's error replaced the cancellation, this method logged it as a failed round, and the
+        # timer never stopped: shutdown hung.
+        self._running = asyncio.ensure_future(self._logged_round())
+        await asyncio.shield(self._running)
+
+    async def _logged_round(self) -> None:
         try:
             await self.catch_up()
             self.last_error = None

@@ -135,15 +135,34 @@ class LagSampler(threading.Thread):
             time.sleep(0.2)
 
 
-def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: LagSampler | None = None) -> dict:
+def cpu_seconds(pid: int, database: str | None) -> dict[int, float]:
+    """User + system CPU of the server process (all its threads, chDB's included) and of the PostgreSQL
+    backends connected to its database (found by their process titles, "postgres: user database ...")."""
+    found = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if proc.pid == pid or (database and cmd and cmd[0].startswith("postgres: ")
+                                   and f" {database} " in cmd[0]):
+                t = proc.cpu_times()
+                found[proc.pid] = t.user + t.system
+        except psutil.Error:
+            continue
+    return found
+
+
+def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: LagSampler | None = None,
+        database: str | None = None) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
     sampler = RssSampler(pid)
     sampler.start()
     if lag is not None:
         lag.active = True
+    before = cpu_seconds(pid, database)
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", f.name, url],
                          capture_output=True, text=True, check=True).stdout
+    after = cpu_seconds(pid, database)
     sampler.running = False
     if lag is not None:
         lag.active = False
@@ -157,7 +176,12 @@ def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: L
     total = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
+    # CPU per request is steadier than the rate on a shared machine: other load slows both servers down,
+    # but hardly changes what each request costs.
+    server_cpu = after.get(pid, 0.0) - before.get(pid, 0.0)
+    pg_cpu = sum(v - before.get(k, 0.0) for k, v in after.items() if k != pid)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50": ms("50"), "p99": ms("99"),
+            "server_us": server_cpu / max(total, 1) * 1e6, "pg_us": pg_cpu / max(total, 1) * 1e6,
             "requests": total, "non2xx": int(non2xx.group(1)) if non2xx else 0,
             "socket_errors": errors.group(1) if errors else "", "rss_mb": sampler.peak / 2**20,
             "private_mb": sampler.peak_private / 2**20}
@@ -270,7 +294,8 @@ def main() -> None:
         lag.start()
         d, c = args.duration, args.connections
         single = SINGLE_LUA % ", ".join(f'"{k}"' for k in free_keys)
-        servers = [("", tally_port, tally, single, lag)]  # (prefix, port, process, single-event script, lag)
+        # (prefix, port, process, single-event script, lag sampler, database)
+        servers = [("", tally_port, tally, single, lag, name)]
         for prefix, rev, ref_dir, ref_name in zip(prefixes[1:], args.ref, ref_dirs, ref_names, strict=True):
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), rev], check=True,
                            capture_output=True)
@@ -283,7 +308,7 @@ def main() -> None:
             ref_port = free_port()
             ref = start([*serve, str(ref_port)], ref_env, ref_port, cwd=ref_dir)
             procs.append(ref)
-            servers.append((prefix, ref_port, ref, SINGLE_LUA % ", ".join(f'"{k}"' for k in ref_keys), None))
+            servers.append((prefix, ref_port, ref, SINGLE_LUA % ", ".join(f'"{k}"' for k in ref_keys), None, ref_name))
         batch = STATIC_LUA % ("application/json", batch_key, batch_body(500))
         site = SITE_LUA % (CHROME_UA, site_body())
         site_probe = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
@@ -299,12 +324,12 @@ def main() -> None:
             rounds["hello"].append(wrk(f"http://127.0.0.1:{hello_port}/", single, d, c, hello.pid))
             # Which server goes first rotates from round to round, against drift within a round.
             runs = servers[i % len(servers):] + servers[:i % len(servers)]
-            for prefix, port, proc, script, sampler in runs:
+            for prefix, port, proc, script, sampler, db in runs:
                 rounds[prefix + "single"].append(wrk(f"http://127.0.0.1:{port}/v1/events", script, d, c, proc.pid,
-                                                     sampler))
-            for prefix, port, proc, _, sampler in runs:
+                                                     sampler, db))
+            for prefix, port, proc, _, sampler, db in runs:
                 rounds[prefix + "site"].append(wrk(f"http://127.0.0.1:{port}/api/service/event", site, d, c,
-                                                   proc.pid, sampler))
+                                                   proc.pid, sampler, db))
         results.append(("hello-world POST (baseline)", median_run(rounds["hello"]), 1))
         results.append(("POST /v1/events (durable)", median_run(rounds["single"]), 1))
         results.append(("POST /api/service/event (durable)", median_run(rounds["site"]), 1))
@@ -348,6 +373,14 @@ def main() -> None:
                 label = f"{rev} {label}" if rev else label
                 line += f" | {label} {r['rps']:6.0f} p99 {r['p99']:6.1f} ({r['rps'] / h['rps']:.0%})"
         print(line)
+    print("\nCPU per request, server process (chDB included) + its database's PostgreSQL backends, µs "
+          "(per round; median)")
+    for prefix, rev in zip(prefixes, ["", *args.ref], strict=True):
+        for kind, label in (("single", "/v1/events"), ("site", "site")):
+            runs_ = rounds[prefix + kind]
+            cells = ", ".join(f"{r['server_us']:.0f}+{r['pg_us']:.0f}" for r in runs_)
+            server, pg = _median([r["server_us"] for r in runs_]), _median([r["pg_us"] for r in runs_])
+            print(f"  {(rev + ' ' if rev else '') + label:24} {cells}; median server {server:.0f}, PostgreSQL {pg:.0f}")
     median_share = {k: _median([r["rps"] / h["rps"] for r, h in zip(rounds[k], rounds["hello"], strict=True)])
                     for k in rounds if k != "hello" and rounds[k]}
     print(f"\nmedians of {args.rounds} rounds for the per-request rows; 'vs baseline' is the median per-round share\n")

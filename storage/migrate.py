@@ -32,15 +32,16 @@ def available() -> list[tuple[int, str, Path]]:
     return found
 
 
-async def migrate(conn: asyncpg.Connection) -> list[int]:
-    """Apply pending migrations; returns the versions applied by this call."""
+async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[int]:
+    """Apply pending migrations (those up to version `upto` if given: tests start from an older schema);
+    returns the versions applied by this call."""
     applied_now: list[int] = []
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
         await conn.execute(CREATE_LEDGER)
         done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
         for version, name, path in available():
-            if version in done:
+            if version in done or (upto is not None and version > upto):
                 continue
             async with conn.transaction():
                 await conn.execute(path.read_text())

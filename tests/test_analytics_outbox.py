@@ -1,0 +1,134 @@
+"""The analytics outbox lists a statement's events in one row (migration 0021): what the mirror and the
+operator see stays counted in events, rows queued before the upgrade still reach the store, and a batch
+larger than a mirror round moves whole."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+
+from actors.analytics_mirror import Mirror
+from storage import analytics_mirror as mirror
+from storage.clickhouse import AnalyticsStore
+from storage.db import create_pool, init_connection
+from storage.events import EventRow, copy_events
+from storage.ids import new_id
+from storage.migrate import migrate
+from storage.workspaces import ensure_workspace
+from tests.test_analytics_durability import drop_database, fresh_database
+
+
+@pytest.fixture
+async def dsn(pg_admin_dsn: str) -> AsyncIterator[str]:
+    dsn = await fresh_database(pg_admin_dsn)
+    try:
+        yield dsn
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
+@pytest.fixture
+async def conn(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(dsn)
+    await init_connection(conn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def store(analytics_store: AnalyticsStore) -> AnalyticsStore:
+    """The run's embedded store (chDB opens one data directory per process); events are told apart by id."""
+    return analytics_store
+
+
+async def store_events(conn: asyncpg.Connection, n: int, ids: list[str], user: str = "u") -> None:
+    """One COPY of n keyed events, as a workspace actor's flush writes them; their ids are added to `ids`."""
+    workspace_id = await ensure_workspace(conn, "outbox")
+    now = datetime.now(UTC)
+    await conn.execute("SELECT tally_ensure_event_partition($1)", now)
+    rows = [EventRow(new_id("evt"), workspace_id, "live", "seen", now, now, user_id=f"{user}{i % 3}")
+            for i in range(n)]
+    ids.extend(r.id for r in rows)
+    await copy_events(conn, rows)
+
+
+async def keyed_in_store(store: AnalyticsStore, ids: list[str]) -> int:
+    return (await store.query(f"SELECT count() FROM {store.table('keyed_events')} FINAL "
+                              "WHERE id IN {ids:Array(String)}", {"ids": ids}))[0][0]
+
+
+async def test_events_queued_before_the_upgrade_reach_the_store_after_it(conn, store):
+    ids: list[str] = []
+    await migrate(conn, upto=20)  # the outbox of 0017: a row per event
+    await store_events(conn, 25, ids)
+    assert await conn.fetchval("SELECT count(*) FROM analytics_outbox") == 25
+
+    await migrate(conn)
+    assert (await mirror.lag(conn))[0] == 25
+    await store_events(conn, 15, ids)  # one row for the whole statement now
+    assert (await mirror.lag(conn))[0] == 40
+
+    assert await mirror.mirror_round(conn, store, 1000) == 40
+    assert await keyed_in_store(store, ids) == 40
+    assert (await mirror.lag(conn))[0] == 0
+
+
+async def test_a_batch_larger_than_a_mirror_round_moves_whole_and_the_next_one_follows(conn, store):
+    ids: list[str] = []
+    await migrate(conn)
+    await store_events(conn, 50, ids)
+    await store_events(conn, 10, ids, user="v")
+    assert (await mirror.lag(conn))[0] == 60
+
+    assert await mirror.mirror_round(conn, store, 20) == 50  # the round's bound falls inside the first batch
+    assert (await keyed_in_store(store, ids), (await mirror.lag(conn))[0]) == (50, 10)
+    assert await mirror.mirror_round(conn, store, 20) == 10
+    assert (await keyed_in_store(store, ids), (await mirror.lag(conn))[0]) == (60, 0)
+    assert await mirror.mirror_round(conn, store, 20) == 0
+
+
+async def test_a_refill_queues_every_stored_event_again(conn, store):
+    ids: list[str] = []
+    await migrate(conn)
+    await store_events(conn, 30, ids)
+    assert await mirror.mirror_round(conn, store, 1000) == 30
+    assert await mirror.refill(conn) == 30
+    assert (await mirror.lag(conn))[0] == 30
+    assert await mirror.mirror_round(conn, store, 1000) == 30
+    assert await keyed_in_store(store, ids) == 30  # written twice, counted once
+
+
+async def test_stopping_the_mirror_in_the_middle_of_a_round_returns_and_loses_nothing(conn, store, dsn):
+    """Shutdown stops the mirror's timer while a round may be in flight (here: its COPY query waits for a
+    lock): the stop returns, and the catch-up that follows, as the shutdown's does, mirrors everything.
+    (A cancellation that lands while the COPY streams broke the connection and hung the stop: bench/ingest.py
+    saw it after its batch load; that moment is not reproducible here, the round now runs to its end.)"""
+    ids: list[str] = []
+    await migrate(conn)
+    await store_events(conn, 30, ids)
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    blocker = await asyncpg.connect(dsn)
+    try:
+        blocker_tx = blocker.transaction()
+        await blocker_tx.start()
+        await blocker.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")  # the round's COPY query waits
+        mirror_actor = Mirror(pool, store, interval=0.05, batch=1000)
+        mirror_actor.start()
+        while True:
+            if await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                   "AND query LIKE '%FROM analytics_outbox o %'"):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(mirror_actor.stop(), 30)  # a guard against hanging, not a timing assertion
+        await blocker_tx.rollback()
+        await mirror_actor.catch_up()  # as the shutdown does: after the round it waited for
+        assert (await keyed_in_store(store, ids), (await mirror.lag(conn))[0]) == (30, 0)
+    finally:
+        await blocker.close()
+        await pool.close()
