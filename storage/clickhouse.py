@@ -140,35 +140,20 @@ class AnalyticsStore:
                     f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
                     f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
                 )
+        columns = {name: self._columns(name) for name in ("site_events", "keyed_events", "site_sessions")}
         # Stores from before a column became LowCardinality get it converted (a mutation of that column).
-        events = self.local_table("site_events").split(".")[1]
-        strings = [r[0] for r in self.query_sync(
-            "SELECT name FROM system.columns WHERE database = {d:String} AND table = {t:String} "
-            "AND type = 'String' AND has({c:Array(String)}, name)",
-            {"d": self.database, "t": events, "c": list(LC_SITE_COLUMNS)})]
+        strings = [c for c in LC_SITE_COLUMNS if columns["site_events"][c][0] == "String"]
         if strings:
-            modify = ", ".join(f"MODIFY COLUMN {c} {LC}" for c in strings)
-            for target in [self.local_table("site_events")] + ([self.table("site_events")] if self.cluster else []):
-                self.command_sync(f"ALTER TABLE {target}{self.on_cluster} {modify}")
+            self._alter("site_events", ", ".join(f"MODIFY COLUMN {c} {LC}" for c in strings))
         # Stores from before the event times' codec get it: parts written or merged from then on use it
         # (`tally analytics rebuild` rewrites every part).
         for name in ("site_events", "keyed_events"):
-            codec = self.query_sync("SELECT compression_codec FROM system.columns WHERE database = {d:String} "
-                                    "AND table = {t:String} AND name = 'ts'",
-                                    {"d": self.database, "t": self.local_table(name).split(".")[1]})
-            if "Delta" not in codec[0][0]:
-                for target in [self.local_table(name)] + ([self.table(name)] if self.cluster else []):
-                    self.command_sync(f"ALTER TABLE {target}{self.on_cluster} "
-                                      f"MODIFY COLUMN ts DateTime64(6, 'UTC') {TS_CODEC}")
+            if "Delta" not in columns[name]["ts"][1]:
+                self._alter(name, f"MODIFY COLUMN ts DateTime64(6, 'UTC') {TS_CODEC}")
         # A store from before the actor key gets the column; parts written before it compute it from the
         # actor on read until the mutation has stored it in them.
-        if not self.client.command(f"SELECT count() FROM system.columns WHERE database = '{self.database}' "
-                                   f"AND table = '{self.local_table('keyed_events').split('.')[1]}' "
-                                   "AND name = 'actor_key'"):
-            add = f"ADD COLUMN IF NOT EXISTS actor_key UInt64 MATERIALIZED {ACTOR_KEY}"
-            self.command_sync(f"ALTER TABLE {self.local_table('keyed_events')}{self.on_cluster} {add}")
-            if self.cluster:
-                self.command_sync(f"ALTER TABLE {self.table('keyed_events')}{self.on_cluster} {add}")
+        if "actor_key" not in columns["keyed_events"]:
+            self._alter("keyed_events", f"ADD COLUMN IF NOT EXISTS actor_key UInt64 MATERIALIZED {ACTOR_KEY}")
             self.command_sync(f"ALTER TABLE {self.local_table('keyed_events')}{self.on_cluster} "
                               "MATERIALIZE COLUMN actor_key")
         # A sessions table from before the visit columns (visitor, entry and exit page) gains them with
@@ -176,11 +161,9 @@ class AnalyticsStore:
         # table, one from before its columns, or a backfill cut short) their view is (re)created, so that
         # it fills every column, and they are derived again from the events already held (min/max and set
         # union merge with the rows already there), then marked.
-        missing = [c for c in VISIT_COLUMNS if c not in self._columns("site_sessions")]
+        missing = [c for c in VISIT_COLUMNS if c not in columns["site_sessions"]]
         if missing:
-            adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing)
-            for table in [self.local_table("site_sessions")] + ([self.table("site_sessions")] if self.cluster else []):
-                self.command_sync(f"ALTER TABLE {table}{self.on_cluster} {adds}")
+            self._alter("site_sessions", ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing))
         # On the local tables: in cluster mode each shard keeps the sessions and days of its own sites.
         for name, states, backfill in (("site_sessions", SESSION_STATES, self.backfill_sessions_sync),
                                        ("site_days", DAY_STATES, self.backfill_days_sync)):
@@ -205,10 +188,18 @@ class AnalyticsStore:
                                {"d": self.database, "t": self.local_table(name).split(".", 1)[1]})
         return rows[0][0] if rows else ""
 
-    def _columns(self, name: str) -> set[str]:
+    def _columns(self, name: str) -> dict[str, tuple[str, str]]:
+        """The columns of the table holding the rows: name -> (type, compression codec)."""
         table = self.local_table(name).split(".", 1)[1]
-        return {r[0] for r in self.query_sync("SELECT name FROM system.columns WHERE database = {d:String} "
-                                              "AND table = {t:String}", {"d": self.database, "t": table})}
+        return {n: (t, c) for n, t, c in self.query_sync(
+            "SELECT name, type, compression_codec FROM system.columns WHERE database = {d:String} "
+            "AND table = {t:String}", {"d": self.database, "t": table})}
+
+    def _alter(self, name: str, clause: str) -> None:
+        """ALTER the table holding the rows and, in cluster mode, its Distributed table (whose columns
+        must match), with one clause list."""
+        for target in [self.local_table(name)] + ([self.table(name)] if self.cluster else []):
+            self.command_sync(f"ALTER TABLE {target}{self.on_cluster} {clause}")
 
     def backfill_sessions_sync(self, since: datetime | None = None) -> None:
         """(Re)derive the session-day rows of every day from `since`'s (all days when None) from site_events.
