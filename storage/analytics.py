@@ -1,5 +1,6 @@
 """Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
-time series and top lists, under any combination of filters from storage/site_filters.py.
+time series and top lists, under any combination of filters from storage/site_filters.py (the overview,
+which combines them, is storage/analytics_overview.py).
 
 Every count reads site_events with FINAL, so a mirror batch written twice still counts once; distinct
 counts (visitors, visits) and `IN` sets are insensitive to copies and read without it. Visits, bounces,
@@ -17,7 +18,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import asyncpg
 
-from storage import analytics_days, goals
+from storage import goals
 from storage.clickhouse import AnalyticsStore, Params
 from storage.clickhouse_schema import ENTRY, EXIT, PV_MAX, PV_MIN
 from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
@@ -30,7 +31,8 @@ EVENT_DIMENSION_COLUMNS = {d: c for d, c in DIMENSIONS.items()
 # Per-visit dimensions: the column of sessions_of(..., visit=True) that holds a visit's value.
 SESSION_DIMENSIONS = {"entry_page": "entry_page", "exit_page": "exit_page"}
 TS = "DateTime64(6, 'UTC')"
-_UNIT = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
+# The start of the time bucket an event falls in, per interval.
+BUCKET = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
 
 class UnsupportedFilter(ValueError):
@@ -241,7 +243,7 @@ class SessionStats:
 
 
 # The statistics of a subquery of sessions_of's rows: visits, bounces, summed duration in microseconds.
-_VISIT_SUMS = ("SELECT count() AS visits, countIf(pf = pl) AS bounces, "
+VISIT_SUMS = ("SELECT count() AS visits, countIf(pf = pl) AS bounces, "
                "toUInt64(sum(dateDiff('microsecond', f, l))) AS us FROM ")
 
 
@@ -250,13 +252,13 @@ async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, en
     """Sessions whose first event is in the window; with filters, only those holding a matching event."""
     q = Params()
     only = matching_sessions(q, store, site_id, start, end, filters)
-    sql = _VISIT_SUMS + sessions_of(q, store, site_id, start, end, only=only)
+    sql = VISIT_SUMS + sessions_of(q, store, site_id, start, end, only=only)
     return SessionStats.of(*(await store.query(sql, q.params))[0])
 
 
 # --- time series ------------------------------------------------------------------------------------
 
-_STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
+STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 
 
 async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
@@ -266,13 +268,17 @@ async def series(store: AnalyticsStore, site_id: str, start: datetime, end: date
     terms = [*filters.without_name().terms(), Filter("event", "==", name)]
     cond = where(q, table, site_id, start, end, terms)
     rows = await store.query(
-        f"SELECT toUnixTimestamp({_UNIT[interval]}) AS b, count() FROM {table} FINAL WHERE {cond} GROUP BY b",
+        f"SELECT toUnixTimestamp({BUCKET[interval]}) AS b, count() FROM {table} FINAL WHERE {cond} GROUP BY b",
         q.params)
-    counts = {b: n for b, n in rows}
-    step, out, at = _STEP[interval], [], first
+    return filled({b: n for b, n in rows}, interval=interval, first=first, last=last)
+
+
+def filled(counts: dict[int, int], *, interval: str, first: datetime, last: datetime) -> list[tuple[datetime, int]]:
+    """Every bucket from first to last with its count (by unix start), zero where `counts` has none."""
+    out, at = [], first
     while at <= last:
         out.append((at, counts.get(int(at.timestamp()), 0)))
-        at += step
+        at += STEP[interval]
     return out
 
 
@@ -294,86 +300,6 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
         f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
         f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}", q.params)
     return [(k, c) for k, c, _ in rows], (rows[0][2] if rows else 0)
-
-
-async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
-                   interval: str, first: datetime, last: datetime, domain: str | None, limit: int,
-                   filters: Filters) -> tuple[Totals, SessionStats, dict[str, tuple[list[tuple[str, int]], int]],
-                                              list[tuple[datetime, int]]]:
-    """The whole overview in two queries instead of six (chDB runs one query at a time): the totals and
-    the session statistics in one, the three top lists and the series in one scan (GROUPING SETS).
-    Unfiltered, the counts of ended days, the visits that started on them and the visitors of whole days
-    come from the day rows (plus, once a day, the query that counts an ended day). The same numbers as
-    totals(), session_stats(), top() and series()."""
-    q, table = Params(), store.table("site_events")
-    terms = filters.terms()
-    whole = [] if terms else analytics_days.whole_days(start, end)
-    # Unfiltered: the ended days' counts and visits and every whole day's visitors come from the day rows,
-    # the rest of the window from the events and session rows (storage/analytics_days.py).
-    days = await analytics_days.counted_days(store, site_id, start, end) if whole else analytics_days.NONE
-    if days.visits:
-        live = [d for d in analytics_days.window_days(start, end) if d not in set(days.visits)]
-        sessions = (f"SELECT sum(visits) AS visits, sum(bounces) AS bounces, sum(us) AS us FROM ("
-                    f"{_VISIT_SUMS}{sessions_of(q, store, site_id, start, end, started_on=live)} UNION ALL "
-                    "SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), sumIf(c, key = 'duration_us') FROM "
-                    f"{analytics_days.counts_of(q, store, site_id, days.visits)} WHERE dim = {analytics_days.VISITS})")
-    else:
-        sessions = _VISIT_SUMS + sessions_of(q, store, site_id, start, end,
-                                             only=matching_sessions(q, store, site_id, start, end, filters))
-    if whole:
-        cond = where(q, table, site_id, start, end, [])
-        counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
-                   f"{analytics_days.counts_of(q, store, site_id, days.counts)} WHERE dim = 3") if days.counts else ""
-        totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
-                  f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
-                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days.counts)}{counted})) AS x CROSS JOIN (SELECT "
-                  f"uniqExactMerge(s) AS visitors FROM ("
-                  f"{await analytics_days.visitor_states(q, store, site_id, whole, days)} UNION ALL SELECT "
-                  f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
-                  f"{analytics_days.not_in(q, whole)})) AS v")
-    else:
-        totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
-                  f"visitor != 0) AS visitors FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}")
-    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
-                              f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
-
-    q = Params()
-    lists = [*filters.without_name().terms(), Filter("event", "==", name)]
-    listed = days.counts if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
-    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, listed)
-    referrer, own = "referrer_host", "0"
-    if domain:
-        d = q.bind(domain.lower())
-        own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
-        referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
-    counted = ""
-    if listed:
-        counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
-                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, listed)} "
-                   f"WHERE name = {q.bind(name)}")
-    buckets = int((last - first) / _STEP[interval]) + 1
-    rows = await store.query(
-        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT k, key, b, sum(c) AS c FROM ("
-        "SELECT multiIf(p != '', 0, r != '', 1, g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM ("
-        f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({_UNIT[interval]}) AS b, count() AS c "
-        f"FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
-        "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) "
-        f"ORDER BY k, c DESC, key, b LIMIT {q.bind(max(limit, buckets), 'UInt32')} BY k", q.params)
-    tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
-    counts: dict[int, int] = {}
-    for k, b, c, total, key in rows:
-        if k == 3:
-            counts[b] = c
-        else:
-            listed, _ = tops[TOP_DIMENSIONS[k]]
-            if len(listed) < limit:
-                listed.append((key, c))
-            tops[TOP_DIMENSIONS[k]] = (listed, total)
-    points, at = [], first
-    while at <= last:
-        points.append((at, counts.get(int(at.timestamp()), 0)))
-        at += _STEP[interval]
-    return (Totals(*head[:3]), SessionStats.of(*head[3:]), tops, points)
 
 
 async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,

@@ -13,7 +13,7 @@ import asyncpg
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_mirror
+from storage import analytics_mirror, analytics_overview
 from storage.analytics_days import MARKER, whole_days
 from storage.db import init_connection
 from tests.analytics_support import create_site, insert_events, write_site_events_again
@@ -23,7 +23,7 @@ from tests.test_analytics_engine import generated_site
 async def overview(db, site_id: str, domain: str, range_name: str = "30d"):
     w = window_for(range_name)
     first, last = w.buckets(w.unit)
-    return await store.overview(db, site_id, w.start, w.end, name="pageview", interval=w.unit, first=first,
+    return await analytics_overview.overview(db, site_id, w.start, w.end, name="pageview", interval=w.unit, first=first,
                                 last=last, domain=domain, limit=5, filters=store.Filters())
 
 

@@ -14,7 +14,7 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_mirror, report_queries
+from storage import analytics_mirror, analytics_overview, report_queries
 from storage.db import init_connection
 from storage.site_filters import Filter
 from tests.analytics_support import create_site, insert_events, write_site_events_again
@@ -146,7 +146,7 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
             tops[dim] = (got_rows, total)
 
         # The overview's combined queries give exactly the numbers of the separate ones compared above.
-        assert await store.overview(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
+        assert await analytics_overview.overview(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
                                     last=last, domain=domain, limit=5, filters=filters) == (
             await store.totals(db, site_id, w.start, w.end, filters), got, tops, points)
     finally:

@@ -26,7 +26,7 @@ from app.views.analytics_params import (
     with_goals,
 )
 from storage import analytics as store
-from storage import analytics_breakdown
+from storage import analytics_breakdown, analytics_overview
 from storage.clickhouse import AnalyticsStore
 from storage.site_filters import DIMENSIONS, METRICS, PROPS_PREFIX
 
@@ -78,7 +78,7 @@ async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: stor
     """The overview of a site."""
     first, last = w.buckets(w.unit)
     try:
-        totals, sessions, tops, points = await store.overview(
+        totals, sessions, tops, points = await analytics_overview.overview(
             db, site.id, w.start, w.end, name=filters.name or "pageview", interval=w.unit, first=first, last=last,
             domain=site.domain, limit=TOP_DEFAULT, filters=filters)
     except store.UnsupportedFilter as exc:

@@ -1,0 +1,102 @@
+"""The site overview (headline numbers, the three top lists and the series) in two queries on the
+analytics store, from the reads of storage/analytics.py; unfiltered, with the day rows of
+storage/analytics_days.py."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from storage import analytics_days
+from storage.analytics import (
+    BUCKET,
+    STEP,
+    TOP_DIMENSIONS,
+    VISIT_SUMS,
+    Filters,
+    SessionStats,
+    Totals,
+    filled,
+    matching_sessions,
+    sessions_of,
+    where,
+)
+from storage.clickhouse import AnalyticsStore, Params
+from storage.site_filters import Filter
+
+
+async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
+                   interval: str, first: datetime, last: datetime, domain: str | None, limit: int,
+                   filters: Filters) -> tuple[Totals, SessionStats, dict[str, tuple[list[tuple[str, int]], int]],
+                                              list[tuple[datetime, int]]]:
+    """The whole overview in two queries instead of six (chDB runs one query at a time): the totals and
+    the session statistics in one, the three top lists and the series in one scan (GROUPING SETS).
+    Unfiltered, the counts of ended days, the visits that started on them and the visitors of whole days
+    come from the day rows (plus, once a day, the query that counts an ended day). The same numbers as
+    totals(), session_stats(), top() and series()."""
+    q, table = Params(), store.table("site_events")
+    terms = filters.terms()
+    whole = [] if terms else analytics_days.whole_days(start, end)
+    # Unfiltered: the ended days' counts and visits and every whole day's visitors come from the day rows,
+    # the rest of the window from the events and session rows (storage/analytics_days.py).
+    days = await analytics_days.counted_days(store, site_id, start, end) if whole else analytics_days.NONE
+    if days.visits:
+        stored = set(days.visits)
+        live = [d for d in analytics_days.window_days(start, end) if d not in stored]
+        sessions = (f"SELECT sum(visits) AS visits, sum(bounces) AS bounces, sum(us) AS us FROM ("
+                    f"{VISIT_SUMS}{sessions_of(q, store, site_id, start, end, started_on=live)} UNION ALL "
+                    "SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), sumIf(c, key = 'duration_us') FROM "
+                    f"{analytics_days.counts_of(q, store, site_id, days.visits)} WHERE dim = {analytics_days.VISITS})")
+    else:
+        sessions = VISIT_SUMS + sessions_of(q, store, site_id, start, end,
+                                             only=matching_sessions(q, store, site_id, start, end, filters))
+    if whole:
+        cond = where(q, table, site_id, start, end, [])
+        counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
+                   f"{analytics_days.counts_of(q, store, site_id, days.counts)} WHERE dim = 3") if days.counts else ""
+        totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
+                  f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
+                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days.counts)}{counted})) AS x CROSS JOIN (SELECT "
+                  f"uniqExactMerge(s) AS visitors FROM ("
+                  f"{await analytics_days.visitor_states(q, store, site_id, whole, days)} UNION ALL SELECT "
+                  f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
+                  f"{analytics_days.not_in(q, whole)})) AS v")
+    else:
+        totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
+                  f"visitor != 0) AS visitors FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}")
+    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
+                              f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
+
+    q = Params()
+    lists = [*filters.without_name().terms(), Filter("event", "==", name)]
+    listed = days.counts if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
+    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, listed)
+    referrer, own = "referrer_host", "0"
+    if domain:
+        d = q.bind(domain.lower())
+        own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
+        referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
+    counted = ""
+    if listed:
+        counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
+                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, listed)} "
+                   f"WHERE name = {q.bind(name)}")
+    buckets = int((last - first) / STEP[interval]) + 1
+    rows = await store.query(
+        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT k, key, b, sum(c) AS c FROM ("
+        "SELECT multiIf(p != '', 0, r != '', 1, g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM ("
+        f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({BUCKET[interval]}) AS b, count() AS c "
+        f"FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
+        "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) "
+        f"ORDER BY k, c DESC, key, b LIMIT {q.bind(max(limit, buckets), 'UInt32')} BY k", q.params)
+    tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
+    counts: dict[int, int] = {}
+    for k, b, c, total, key in rows:
+        if k == 3:
+            counts[b] = c
+        else:
+            listed, _ = tops[TOP_DIMENSIONS[k]]
+            if len(listed) < limit:
+                listed.append((key, c))
+            tops[TOP_DIMENSIONS[k]] = (listed, total)
+    return (Totals(*head[:3]), SessionStats.of(*head[3:]), tops,
+            filled(counts, interval=interval, first=first, last=last))
