@@ -40,6 +40,14 @@ async def from_events(db, site_id: str, domain: str, range_name: str = "30d"):
             await store.session_stats(db, site_id, w.start, w.end, f), tops, points)
 
 
+async def mirrored_site(client, database_url: str, workspace: str, **generated) -> tuple:
+    """A generated site (tests/test_analytics_engine.py) whose events have reached the store: (store, site
+    id, domain)."""
+    site_id, domain = await generated_site(database_url, workspace, **generated)
+    await client.app[MIRROR].catch_up()
+    return client.app[ANALYTICS], site_id, domain
+
+
 async def computations(db, site_id: str) -> int:
     return (await db.query(f"SELECT count() FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
                            f"AND dim = {MARKER}", {"s": site_id}))[0][0]
@@ -59,9 +67,7 @@ async def test_whole_days_of_a_window():
 
 
 async def test_unfiltered_overviews_match_the_events(client, database_url, workspace):
-    site_id, domain = await generated_site(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace)
     for range_name in ("7d", "30d", "90d"):
         assert await overview(db, site_id, domain, range_name) == await from_events(db, site_id, domain, range_name)
     assert await computations(db, site_id) > 0  # the ended days were counted
@@ -73,9 +79,7 @@ async def test_unfiltered_overviews_match_the_events(client, database_url, works
 
 
 async def test_a_batch_written_twice_changes_no_day_row(client, database_url, workspace):
-    site_id, domain = await generated_site(database_url, workspace, n=400)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=400)
     expected = await overview(db, site_id, domain)
     counted = await computations(db, site_id)
     await write_site_events_again(db, database_url, site_id)
@@ -84,9 +88,7 @@ async def test_a_batch_written_twice_changes_no_day_row(client, database_url, wo
 
 
 async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, workspace):
-    site_id, domain = await generated_site(database_url, workspace, n=300)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300)
     before = await overview(db, site_id, domain)
     counted, cached = await computations(db, site_id), await cached_windows(db, site_id)
     conn = await asyncpg.connect(database_url)
@@ -165,9 +167,7 @@ async def test_visits_across_midnight_come_from_the_day_rows_exactly(client, dat
 async def test_counts_computed_before_the_visits_were_kept_are_not_read_for_visits(client, database_url, workspace):
     """A store's day counts from before the visits (no visit rows, no visits marker) leave the visits to the
     live read, and the days get them when counted again."""
-    site_id, domain = await generated_site(database_url, workspace, n=400)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=400)
     expected = await overview(db, site_id, domain)
     await db.command(f"DELETE FROM {db.local_table('site_day_counts')} WHERE site_id = {{s:String}} "
                      "AND dim IN (4, 254)", {"s": site_id}, settings={"lightweight_deletes_sync": 2})
@@ -180,9 +180,7 @@ async def test_counts_computed_before_the_visits_were_kept_are_not_read_for_visi
 
 async def test_an_interrupted_computation_is_not_read(client, database_url, workspace):
     """Rows of a computation whose marker was never written (a crash in between) are ignored."""
-    site_id, domain = await generated_site(database_url, workspace, n=300)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300)
     expected = await overview(db, site_id, domain)
     days = whole_days(*[getattr(window_for("30d"), a) for a in ("start", "end")])[:-1]
     await db.command(f"INSERT INTO {db.table('site_day_counts')} (site_id, day, computed, name, dim, key, c) "
@@ -193,9 +191,7 @@ async def test_an_interrupted_computation_is_not_read(client, database_url, work
 
 
 async def test_rebuild_since_a_day_keeps_the_day_rows_exact(client, database_url, workspace):
-    site_id, domain = await generated_site(database_url, workspace, n=400)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=400)
     expected = await overview(db, site_id, domain)
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
@@ -214,9 +210,7 @@ async def test_rebuild_since_a_day_keeps_the_day_rows_exact(client, database_url
 
 
 async def test_a_store_without_the_day_tables_derives_them(client, database_url, workspace):
-    site_id, domain = await generated_site(database_url, workspace, n=300, seed_=5)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300, seed_=5)
     await db.command(f"DROP VIEW {db.database}.site_days_mv")
     for name in ("site_days", "site_day_counts"):
         await db.command(f"DROP TABLE {db.local_table(name)}")
@@ -242,9 +236,7 @@ async def test_an_empty_site_has_an_empty_overview(client, database_url, workspa
 
 async def test_a_backfill_cut_short_is_done_again(client, database_url, workspace):
     """A store closed during its backfill: the table exists but is not marked complete."""
-    site_id, domain = await generated_site(database_url, workspace, n=300, seed_=8)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300, seed_=8)
     await db.command(f"TRUNCATE TABLE {db.local_table('site_days')}")
     await db.command(f"ALTER TABLE {db.local_table('site_days')} MODIFY COMMENT ''")
     await asyncio.to_thread(db.ensure_schema)
