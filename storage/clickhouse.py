@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,10 +31,13 @@ from storage.clickhouse_schema import (
     LC_SITE_COLUMNS,
     SESSION_STATES,
     SITE_FROM_INPUT,
+    SITE_ORDER,
     TABLES,
     TS_CODEC,
     VISIT_COLUMNS,
 )
+
+log = logging.getLogger("tally.analytics")
 
 # DateTime64's range; bounds beyond it (a chart "from the beginning of time") are clamped to it.
 TS_MIN = datetime(1900, 1, 1, tzinfo=UTC)
@@ -140,6 +144,7 @@ class AnalyticsStore:
                     f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
                     f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
                 )
+        self._resort("site_events", SITE_ORDER)
         columns = {name: self._columns(name) for name in ("site_events", "keyed_events", "site_sessions")}
         # Stores from before a column became LowCardinality get it converted (a mutation of that column).
         strings = [c for c in LC_SITE_COLUMNS if columns["site_events"][c][0] == "String"]
@@ -182,6 +187,38 @@ class AnalyticsStore:
                                      ("keyed_events_in_mv", "keyed_events", KEYED_FROM_INPUT)):
             self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {self.database}.{view}{self.on_cluster} "
                               f"TO {self.table(target)} AS " + select.format(source=f"{self.database}.events_in"))
+
+    def _resort(self, name: str, order: str) -> None:
+        """A table from before its sorting key changed gets its rows copied, in blocks, into a table of the
+        current layout, which then takes its name. The views that read or write it go by name, so they
+        follow; the tables derived from it need nothing (the rows are the same). A copy cut short leaves
+        the old table in place and is started again at the next open. In cluster mode each shard's table
+        would need the copy on its own node: left as it is (correct, only slower), with a warning."""
+        table = self.local_table(name)
+        staging = f"{table}_resorted"
+        self.command_sync(f"DROP TABLE IF EXISTS {staging}{self.on_cluster}")
+        rows = self.query_sync("SELECT sorting_key FROM system.tables WHERE database = {d:String} "
+                               "AND name = {t:String}", {"d": self.database, "t": table.split(".", 1)[1]})
+        if not rows or rows[0][0] == order:
+            return
+        if self.cluster:
+            log.warning("%s is sorted by (%s), not (%s): recreate it to make filtered reads faster",
+                        table, rows[0][0], order)
+            return
+        log.warning("re-sorting %s by (%s): a copy of its rows, once", table, order)
+        body, _, engine = TABLES[name]
+        self.command_sync(f"CREATE TABLE {staging} " + body.format(engine=engine))
+        # By name, not position: columns added to the old table by ALTER sit at its end. Stored ones only.
+        stored = {n for (n,) in self.query_sync(
+            "SELECT name FROM system.columns WHERE database = {d:String} AND table = {t:String} "
+            "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS')", {"d": self.database, "t": staging.split(".", 1)[1]})}
+        kept = ", ".join(c for c in self._columns(name) if c in stored)
+        # In parts of 100,000 rows, each sorted and written before the next is read, within the query bound.
+        self.command_sync(f"INSERT INTO {staging} ({kept}) SELECT {kept} FROM {table}",
+                          settings={"max_block_size": 65_536, "min_insert_block_size_rows": 100_000,
+                                    "min_insert_block_size_bytes": 0, "max_insert_threads": 1})
+        self.command_sync(f"EXCHANGE TABLES {table} AND {staging}")
+        self.command_sync(f"DROP TABLE {staging}")
 
     def _comment(self, name: str) -> str:
         rows = self.query_sync("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",

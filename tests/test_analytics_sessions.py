@@ -1,7 +1,7 @@
 """Sessions kept by the engine (site_sessions, one row per site, day and session): visits, bounces and
 durations stay exact for sessions that cross midnight, the window's end or its start, after a
-`rebuild --since` in the middle of a day, and when an existing store gains the table (backfill) and its
-page column becomes LowCardinality."""
+`rebuild --since` in the middle of a day, when an existing store gains the table (backfill) and its
+page column becomes LowCardinality, and when its events are re-sorted by the current key."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from storage import analytics as store
 from storage import analytics_mirror
+from storage.clickhouse_schema import SITE_ORDER, TABLES
 from storage.db import init_connection
 from storage.site_filters import Filter
 from tests.analytics_support import create_site, insert_events
@@ -127,3 +128,43 @@ async def test_a_store_from_before_the_time_codec_gets_it_with_the_same_answers(
     assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
     assert await db.query(codecs, {"d": db.database}) == [("keyed_events", "CODEC(Delta(8), LZ4)"),
                                                             ("site_events", "CODEC(Delta(8), LZ4)")]
+
+
+async def test_a_store_sorted_the_old_way_is_re_sorted_with_the_same_rows_and_answers(client, database_url, workspace):
+    site_id, day, start, end = await edge_sessions(database_url, workspace)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    table = db.local_table("site_events")
+    key = ("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = 'site_events'")
+    rows = f"SELECT count(), sum(cityHash64(id, country, ts, session)) FROM {table} FINAL WHERE site_id = {{s:String}}"
+    # As before the key named country and browser, with the region column added last by an ALTER.
+    old = TABLES["site_events"][0].replace(f"ORDER BY ({SITE_ORDER})", "ORDER BY (site_id, toDate(ts), name, ts, id)")
+    await db.command(f"CREATE TABLE {table}_old {old.format(engine='ReplacingMergeTree')}")
+    await db.command(f"ALTER TABLE {table}_old DROP COLUMN region")
+    await db.command(f"ALTER TABLE {table}_old ADD COLUMN region LowCardinality(String)")
+    await db.command(f"INSERT INTO {table}_old SELECT * EXCEPT region, region FROM {table}")
+    await db.command(f"EXCHANGE TABLES {table} AND {table}_old")
+    await db.command(f"DROP TABLE {table}_old")
+    await db.command(f"CREATE TABLE {table}_resorted (x UInt8) ENGINE = Memory")  # a copy cut short
+    assert await db.query(key, {"d": db.database}) == [("site_id, toDate(ts), name, ts, id",)]
+    before, stats = await db.query(rows, {"s": site_id}), await engine_stats(db, site_id, start, end)
+    assert before[0][0] == 14 and stats == (5, 2, 300_000.0)
+
+    await asyncio.to_thread(db.ensure_schema)
+    assert await db.query(key, {"d": db.database}) == [(SITE_ORDER,)]
+    assert await db.query(rows, {"s": site_id}) == before
+    assert await engine_stats(db, site_id, start, end) == stats
+    assert not await db.query("SELECT name FROM system.tables WHERE database = {d:String} AND name LIKE '%resorted'",
+                              {"d": db.database})
+    # The views follow the name: a new event reaches the re-sorted table and the session rows.
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        await insert_events(conn, site_id, ws, [(f"evt_late_{site_id}", "pageview", "/", "", "DE", "v",
+                                                 f"i-{site_id}", day + 8 * H, None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    assert (await db.query(rows, {"s": site_id}))[0][0] == 15
+    assert await engine_stats(db, site_id, start, end) == (6, 3, 250_000.0)
