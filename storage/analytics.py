@@ -31,6 +31,8 @@ EVENT_DIMENSION_COLUMNS = {d: c for d, c in DIMENSIONS.items()
 # Per-visit dimensions: the column of sessions_of(..., visit=True) that holds a visit's value.
 SESSION_DIMENSIONS = {"entry_page": "entry_page", "exit_page": "exit_page"}
 TS = "DateTime64(6, 'UTC')"
+DAY_MIN, DAY_MAX = date(1900, 1, 1), date(2299, 12, 31)  # Date32's range, as DateTime64's (storage.clickhouse)
+SHORT_WINDOW = timedelta(days=7)  # windows up to this long state their days (in_window)
 # The start of the time bucket an event falls in, per interval.
 BUCKET = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
 
@@ -135,10 +137,22 @@ def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
     return out
 
 
+def in_window(q: Params, start: datetime, end: datetime) -> str:
+    """`start <= ts < end` on site_events, with the UTC days it spans stated too, for short windows: the
+    sorting key holds toDate(ts), and the index analysis does not derive the days from a bound on ts (a
+    day's read at 10M events selected 686 of 1,052 granules instead of 27). Not for long windows: there the
+    day of every row read costs more than the granules it skips (a 30-day series 53 -> 68-77 ms at 10M
+    events); where() uses it up to SHORT_WINDOW."""
+    first, last = (max(DAY_MIN, min(DAY_MAX, t.astimezone(UTC).date())) for t in (start, end))
+    return (f"toDate(ts) >= {q.bind(first, 'Date32')} AND toDate(ts) <= {q.bind(last, 'Date32')} "
+            f"AND ts >= {q.bind(start, TS)} AND ts < {q.bind(end, TS)}")
+
+
 def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter]) -> str:
     """Site, window and every filter as one condition on site_events."""
-    site, lo, hi = q.bind(site_id), q.bind(start, TS), q.bind(end, TS)
-    sql = [f"site_id = {site}", f"ts >= {lo}", f"ts < {hi}", *event_conditions(q, filters)]
+    window = in_window(q, start, end) if end - start <= SHORT_WINDOW else \
+        f"ts >= {q.bind(start, TS)} AND ts < {q.bind(end, TS)}"
+    sql = [f"site_id = {q.bind(site_id)}", window, *event_conditions(q, filters)]
     visit = [f for f in filters if f.dimension in SESSION_DIMENSIONS]
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
         sessions = _sessions_sql(q, table, site_id, start, end, started_in_window=False, visit=True)
@@ -193,7 +207,7 @@ def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime,
 def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: datetime, *,
                   started_in_window: bool, visit: bool, only: str = "", started_on: list[date] | None = None) -> str:
     days = table.removesuffix("site_events") + "site_sessions"  # the same database, and kind of table
-    site, hi = q.bind(site_id), q.bind(end, TS)
+    site = q.bind(site_id)
     first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
     tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
@@ -214,7 +228,7 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
         f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
         f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} {days_around}UNION ALL "
         f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
-        f"AND ts >= {q.bind(tail, TS)} AND ts < {hi} "
+        f"AND {in_window(q, tail, end)} "
         f"AND session != 0) GROUP BY session{having})"
     )
 

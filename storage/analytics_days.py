@@ -172,6 +172,11 @@ def counts_of(q: Params, store: AnalyticsStore, site_id: str, days: list[date]) 
             f"WHERE site_id = {site} AND day IN {chosen} AND dim = {MARKER} GROUP BY day))")
 
 
-def not_in(q: Params, days: list[date]) -> str:
-    """The condition on site_events rows that leaves out `days` ('' when none)."""
-    return f" AND toDate(ts) NOT IN {q.bind(days, 'Array(Date)')}" if days else ""
+def other_days(q: Params, start: datetime, end: datetime, days: list[date]) -> str:
+    """The condition on site_events rows of the window that leaves out `days` ('' when none), stated as the
+    days left, which the sorting key's day selects (NOT IN selects no granule: at 10M events, each read of
+    the day left scanned a third of the table)."""
+    if not days:
+        return ""
+    left = [d for d in window_days(start, end) if d not in set(days)]
+    return f" AND toDate(ts) IN {q.bind(left, 'Array(Date)')}" if left else " AND 0"

@@ -51,15 +51,16 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
                                              only=matching_sessions(q, store, site_id, start, end, filters))
     if whole:
         cond = where(q, table, site_id, start, end, [])
+        uncounted = analytics_days.other_days(q, start, end, days.counts)
         counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
                    f"{analytics_days.counts_of(q, store, site_id, days.counts)} WHERE dim = 3") if days.counts else ""
         totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
                   f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
-                  f"FINAL WHERE {cond}{analytics_days.not_in(q, days.counts)}{counted})) AS x CROSS JOIN (SELECT "
+                  f"FINAL WHERE {cond}{uncounted}{counted})) AS x CROSS JOIN (SELECT "
                   f"uniqExactMerge(s) AS visitors FROM ("
                   f"{await analytics_days.visitor_states(q, store, site_id, whole, days)} UNION ALL SELECT "
                   f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
-                  f"{analytics_days.not_in(q, whole)})) AS v")
+                  f"{analytics_days.other_days(q, start, end, whole)})) AS v")
     else:
         totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
                   f"visitor != 0) AS visitors FROM {table} FINAL WHERE {where(q, table, site_id, start, end, terms)}")
@@ -69,7 +70,7 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
     q = Params()
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
     listed = days.counts if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
-    cond = where(q, table, site_id, start, end, lists) + analytics_days.not_in(q, listed)
+    cond = where(q, table, site_id, start, end, lists) + analytics_days.other_days(q, start, end, listed)
     referrer, own = "referrer_host", "0"
     if domain:
         d = q.bind(domain.lower())
