@@ -223,6 +223,14 @@ async def main() -> None:
                         db, SITE.id, w.start, w.end, prop=p, goals=goals, limit=20, offset=0,
                         filters=store.Filters(extra=three, goals=tuple(goals)), metrics=m),
                     None)
+        # A breakdown under three filters none of which is in site_events' sorting key (country and browser
+        # are): it scans every granule of the window, as every read did before that key.
+        outside = (Filter("device", "==", "mobile"), Filter("page", "~=", "/blog"), Filter("source", "==", "Google"))
+        results["breakdown by page, 3 filters outside the sorting key"] = (
+            lambda: analytics_breakdown.breakdown(db, SITE.id, w.start, w.end, prop="page", goals=goals, limit=20,
+                                                  offset=0, filters=store.Filters(extra=outside),
+                                                  metrics=("visitors",)),
+            None)
         # The first call is timed apart: it warms the caches, and an unfiltered overview counts the ended days
         # there (storage/analytics_days.py), once per day.
         table = ["| 30-day query | ClickHouse (chDB) p50 / p99 ms | first call ms | PostgreSQL p50 / p99 ms | "
