@@ -45,7 +45,8 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         sessions = (f"SELECT sum(visits) AS visits, sum(bounces) AS bounces, sum(us) AS us FROM ("
                     f"{VISIT_SUMS}{sessions_of(q, store, site_id, start, end, started_on=live)} UNION ALL "
                     "SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), sumIf(c, key = 'duration_us') FROM "
-                    f"{analytics_days.counts_of(q, store, site_id, days.visits)} WHERE dim = {analytics_days.VISITS})")
+                    f"{analytics_days.counts_of(q, store, site_id, days, days.visits)} "
+                    f"WHERE dim = {analytics_days.VISITS})")
     else:
         sessions = VISIT_SUMS + sessions_of(q, store, site_id, start, end,
                                              only=matching_sessions(q, store, site_id, start, end, filters))
@@ -53,7 +54,8 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         cond = where(q, table, site_id, start, end, [])
         uncounted = analytics_days.other_days(q, start, end, days.counts)
         counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
-                   f"{analytics_days.counts_of(q, store, site_id, days.counts)} WHERE dim = 3") if days.counts else ""
+                   f"{analytics_days.counts_of(q, store, site_id, days, days.counts)} "
+                   "WHERE dim = 3") if days.counts else ""
         totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
                   f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
                   f"FINAL WHERE {cond}{uncounted}{counted})) AS x CROSS JOIN (SELECT "
@@ -79,7 +81,7 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
     counted = ""
     if listed:
         counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
-                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, listed)} "
+                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, days, listed)} "
                    f"WHERE name = {q.bind(name)}")
     buckets = int((last - first) / STEP[interval]) + 1
     rows = await store.query(
