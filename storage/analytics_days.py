@@ -24,7 +24,8 @@ MARKER = 255  # the row that completes a computation of one day
 # were kept lack it: their days' visits are read live until computed again).
 VISITS_MARKER = 254
 # The counted keys: dim -> site_events column (3: the name's total).
-_KEYS = {0: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''"}
+PAGES = 0
+_KEYS = {PAGES: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''"}
 # The visits that started on the day (of the rows of the day before to the day after): how many, how many
 # had exactly one pageview, and their summed duration in microseconds; one row each, name ''.
 VISITS = 4

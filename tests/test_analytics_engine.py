@@ -79,6 +79,7 @@ PG_WHERE = {
                         " AND coalesce(country, '') <> 'US' AND strpos(lower(referrer), 'google') > 0"),
     "wildcard": ([Filter("page", "==", "/blog/**")],
                  " AND split_part(split_part(path, '#', 1), '?', 1) LIKE '/blog/%'"),
+    "not-page": ([Filter("page", "!=", "/pricing")], " AND split_part(split_part(path, '#', 1), '?', 1) <> '/pricing'"),
     "one-segment": ([Filter("page", "==", "/blog/*")],
                     " AND split_part(split_part(path, '#', 1), '?', 1) ~ '^/blog/[^/]*$'"),
     "event": ([Filter("event", "==", "signup")], " AND name = 'signup'"),  # series and tops: of signups
