@@ -218,6 +218,21 @@ async def test_a_wave_of_waiting_requests_is_split_over_one_batch_more_than_the_
     assert sum(actor.sizes) == total and all(f.done() and f.exception() is None for f in futures)
 
 
+async def test_a_submitter_cancelled_while_waiting_leaves_its_event_to_be_flushed_and_the_actor_serving():
+    """Handlers await the actor's future directly (no shield): a cancelled request cancels its future, and the
+    flush still takes the event and goes on with the others."""
+    actor = _GatedActor(False)
+    waiting = asyncio.ensure_future(actor.submit("e", ["cancelled"]))
+    other = actor.submit("e", ["kept"])
+    actor.start()
+    await asyncio.sleep(0)
+    waiting.cancel()
+    actor.gate.set()
+    await asyncio.wait_for(actor.stop(), 5)
+    assert actor.sizes == [2] and waiting.cancelled()
+    assert other.done() and other.exception() is None
+
+
 async def test_writers_cache_the_trigger_plans_on_their_own_pool_and_readers_replan(client, make_key,
                                                                                  database_url, workspace):
     """The actors write through a pool of their own whose connections cache the events triggers' plans
