@@ -18,7 +18,6 @@ from redis.exceptions import RedisError
 
 from common.metrics import Metrics
 from common.outages import POSTGRES, POSTGRES_UNREACHABLE, RETRY_AFTER_SECONDS, Outages
-from storage.db import cache_trigger_plans
 
 log = logging.getLogger("tally.actors")
 
@@ -115,26 +114,17 @@ class Actor:
         raise NotImplementedError
 
     # -- database connections of a busy streak -----------------------------------------------------
-    pool: asyncpg.Pool | None = None  # set by concrete actors that write
+    pool: asyncpg.Pool | None = None  # set by concrete actors that write: the writers' pool (storage.db)
     _held: list[asyncpg.Connection] | None = None
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A connection kept across back-to-back flushes, which saves the pool's reset round trip per
-        batch under load. Connections go back to the pool when the actor runs dry, after a failure,
-        and whenever the pool has no idle connection left, so a busy actor never starves other users.
-        Taken from the pool, it is set to cache the events triggers' plans (storage.db)."""
+        """A connection kept across back-to-back flushes. Connections go back to the pool when the actor runs
+        dry, after a failure, and whenever the pool has no idle connection left, so a busy actor never
+        starves other actors."""
         if self._held is None:
             self._held = []
-        if self._held:
-            conn = self._held.pop()
-        else:
-            conn = await self.pool.acquire()
-            try:
-                await cache_trigger_plans(conn)
-            except BaseException:
-                await self.pool.release(conn)
-                raise
+        conn = self._held.pop() if self._held else await self.pool.acquire()
         try:
             yield conn
         except BaseException:

@@ -25,6 +25,8 @@ SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
 # Custom-SQL and built-in report runs: a small pool of its own (settings.report_pool_max).
 REPORT_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("report_pool")
+# The actors' writes: cached plans, no reset on release (storage.db.create_writer_pool).
+WRITE_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("write_pool")
 # The DSN the pool uses (the embedded server's when DATABASE_URL is unset): data sources may not reach it.
 DATABASE_DSN: web.AppKey[str] = web.AppKey("database_dsn", str)
 REDIS: web.AppKey[Redis | None] = web.AppKey("redis")

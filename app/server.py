@@ -35,6 +35,7 @@ from app.appkeys import (
     SETTINGS,
     SITE_RUNTIME,
     SUPERVISOR,
+    WRITE_POOL,
 )
 from app.auth import keyed_middleware, refuse_undeclared
 from app.crypto import CredentialBox
@@ -58,7 +59,7 @@ from common.outages import Outages
 from common.service import Timer
 from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, open_store
-from storage.db import close_pool, create_pool
+from storage.db import close_pool, create_pool, create_writer_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
@@ -78,8 +79,11 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     async with pool.acquire() as conn:
         await migrate(conn)
     report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
+    write_pool = await create_writer_pool(dsn, min_size=min(settings.flushes_in_flight, settings.write_pool_max),
+                                          max_size=settings.write_pool_max)
     app[POOL] = pool
     app[REPORT_POOL] = report_pool
+    app[WRITE_POOL] = write_pool
     app[DATABASE_DSN] = dsn
     app[PARTITION_CACHE] = PartitionCache()
     await _ensure_partitions_ahead(app)
@@ -91,6 +95,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await timer.stop()
+        await close_pool(write_pool)
         await close_pool(report_pool)
         await close_pool(pool)
         if embedded is not None:
@@ -176,7 +181,8 @@ async def site_runtime_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    pool, partitions, runtime = app[POOL], app[PARTITION_CACHE], app[SITE_RUNTIME]
+    pool, write_pool = app[POOL], app[WRITE_POOL]
+    partitions, runtime = app[PARTITION_CACHE], app[SITE_RUNTIME]
     tuning = {
         "max_batch": settings.batch_max,
         "capacity": settings.mailbox_events,
@@ -188,9 +194,9 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
 
     def factory(key):
         if key[0] == "site":
-            return SiteActor(key, pool, partitions, runtime.sessions, runtime.realtime, **tuning)
+            return SiteActor(key, write_pool, partitions, runtime.sessions, runtime.realtime, **tuning)
         if key[0] == "ws":
-            return WorkspaceActor(key, pool, partitions, **tuning)
+            return WorkspaceActor(key, write_pool, partitions, **tuning)
         raise KeyError(key)
 
     supervisor = Supervisor(factory, idle_seconds=settings.actor_idle_seconds, metrics=app[METRICS])

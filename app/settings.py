@@ -78,6 +78,9 @@ class Settings:
     actor_idle_seconds: float = field(default=300.0, metadata=var("TALLY_ACTOR_IDLE_SECONDS", _float, 0.1))
     key_cache_seconds: float = field(default=2.0, metadata=var("TALLY_KEY_CACHE_SECONDS", _float, 0))
     pool_max: int = field(default=10, metadata=var("TALLY_DB_POOL_MAX", _int))
+    # The actors' writes get a pool of their own (storage.db.create_writer_pool): two actors' flush slots at
+    # the default TALLY_FLUSHES_IN_FLIGHT, so a busy tenant cannot take every writer connection either.
+    write_pool_max: int = field(default=6, metadata=var("TALLY_DB_WRITE_POOL_MAX", _int, 1))
     # Heavy reads get their own small pool so they cannot starve ingestion, /readyz or other tenants.
     report_pool_max: int = field(default=3, metadata=var("TALLY_REPORT_POOL_MAX", _int, 1))
     # Event exports: at once per signed-in account, and how long one write may wait for a slow reader.

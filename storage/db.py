@@ -46,19 +46,33 @@ SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
 # For the actors' connections, which write: the statements of the events triggers (migrations 0009 and
 # 0017) read the statement's transition table, and the others an actor runs (profile and Segment ledger
 # upserts) go by primary key, so no plan of theirs depends on values, while replanning the triggers' on
-# every COPY cost PostgreSQL ~10% of its CPU per keyed event (25-event batches). The pool's RESET ALL
-# restores force_custom_plan when the connection goes back.
-_CACHED_PLANS = "SET plan_cache_mode = auto"
-
-
-async def cache_trigger_plans(conn: asyncpg.Connection) -> None:
-    await conn.execute(_CACHED_PLANS)
+# every COPY cost PostgreSQL ~10% of its CPU per keyed event (25-event batches). Set when the connection
+# is opened, so taking one from the writers' pool costs no statement.
+WRITER_SETTINGS = {"plan_cache_mode": "auto"}
 
 
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
         server_settings=SERVER_SETTINGS,
+    )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The writers' pool's reset: nothing beyond asyncpg's own (a ROLLBACK of an open transaction)."""
+
+
+async def create_writer_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    """The actors' own pool. Its connections only run the actors' writes: COPY and INSERT ... ON CONFLICT,
+    each a statement or a transaction of its own; the erasure and partition locks they take are
+    transaction-scoped (pg_advisory_xact_lock*, migrations 0001, 0009, 0012, 0015), and they never SET,
+    LISTEN, DECLARE a cursor or make temporary tables. So a released connection holds no session state,
+    and the default reset (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`, a round
+    trip each time an actor runs dry) is skipped: asyncpg still rolls back a transaction left open. Anything
+    else that changes session state must not use this pool."""
+    return await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
+        server_settings=WRITER_SETTINGS, reset=_keep_session,
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 from actors.base import Actor, Message, Overloaded
 from actors.supervisor import Supervisor
 from actors.workspace import EVENTS, OP_EVENT, OP_TRAITS, SEGMENT, PartitionCache, WorkspaceActor
-from app.appkeys import METRICS, SUPERVISOR
+from app.appkeys import METRICS, POOL, SUPERVISOR, WRITE_POOL
 from storage import events as event_store
 from storage.events import EventRow, erasure_lock_key
 from storage.ids import new_id
@@ -218,13 +218,34 @@ async def test_a_wave_of_waiting_requests_is_split_over_one_batch_more_than_the_
     assert sum(actor.sizes) == total and all(f.done() and f.exception() is None for f in futures)
 
 
-async def test_writers_cache_the_trigger_plans_and_give_back_connections_that_replan(pool, client, make_key,
-                                                                                  database_url, workspace):
-    """An actor's connection caches the events triggers' plans (plan_cache_mode auto); back in the pool it
-    plans every read for its values again (force_custom_plan), whatever the actor did with it."""
-    await make_key("write")
+async def test_a_submitter_cancelled_while_waiting_leaves_its_event_to_be_flushed_and_the_actor_serving():
+    """Handlers await the actor's future directly (no shield): a cancelled request cancels its future, and the
+    flush still takes the event and goes on with the others."""
+    actor = _GatedActor(False)
+    waiting = asyncio.ensure_future(actor.submit("e", ["cancelled"]))
+    other = actor.submit("e", ["kept"])
+    actor.start()
+    await asyncio.sleep(0)
+    waiting.cancel()
+    actor.gate.set()
+    await asyncio.wait_for(actor.stop(), 5)
+    assert actor.sizes == [2] and waiting.cancelled()
+    assert other.done() and other.exception() is None
+
+
+async def test_writers_cache_the_trigger_plans_on_their_own_pool_and_readers_replan(client, make_key,
+                                                                                 database_url, workspace):
+    """The actors write through a pool of their own whose connections cache the events triggers' plans
+    (plan_cache_mode auto, set when each connection opens, so nothing runs per acquire and nothing is reset
+    on release); the main pool plans every read for its values (force_custom_plan)."""
+    key = await make_key("write")
+    assert (await _send(client, key, 1)).status == 200
+    write_pool, read_pool = client.app[WRITE_POOL], client.app[POOL]
+    assert write_pool is not read_pool
+    actors = list(client.app[SUPERVISOR].actors.values())
+    assert actors and all(actor.pool is write_pool for actor in actors)
     workspace_id = await _workspace_id(database_url, workspace)
-    actor = WorkspaceActor(("ws", workspace_id, "live"), pool, PartitionCache(), max_batch=100, capacity=100,
+    actor = WorkspaceActor(("ws", workspace_id, "live"), write_pool, PartitionCache(), max_batch=100, capacity=100,
                            linger=0)
     loop = asyncio.get_running_loop()
     now = datetime.now(UTC)
@@ -234,8 +255,15 @@ async def test_writers_cache_the_trigger_plans_and_give_back_connections_that_re
     async with actor.connection() as conn:  # the connection the flush kept
         assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
     await actor._return_connections()
-    for _ in range(pool.get_size()):
-        async with pool.acquire() as conn:
+    held = [await write_pool.acquire() for _ in range(write_pool.get_size())]  # released ones included
+    try:
+        for conn in held:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
+    finally:
+        for conn in held:
+            await write_pool.release(conn)
+    for _ in range(read_pool.get_size()):
+        async with read_pool.acquire() as conn:
             assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
 
 

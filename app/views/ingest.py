@@ -9,7 +9,6 @@ with its own payload parser and a site lookup by domain.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import secrets
@@ -244,7 +243,9 @@ def _place(request: web.Request, runtime: SiteRuntime, ip: str) -> tuple[str | N
 async def _commit(request: web.Request, site_id: str, item: SiteItem) -> None:
     try:
         actor = root_app(request)[SUPERVISOR].actor(("site", site_id))
-        await asyncio.shield(actor.submit(SITE_EVENTS, [item]))
+        # Awaited directly, as on /v1: a shield cost a future and a loop hop per event (~3 µs), and a
+        # cancelled request changes nothing either way (the actor commits the event and skips its future).
+        await actor.submit(SITE_EVENTS, [item])
     except Overloaded as exc:
         raise _rejected(503, "overloaded", "overloaded", headers={"Retry-After": str(exc.retry_after)}) from None
     except StoreUnreachable as exc:
