@@ -184,5 +184,6 @@ def other_days(q: Params, start: datetime, end: datetime, days: list[date]) -> s
     the day left scanned a third of the table)."""
     if not days:
         return ""
-    left = [d for d in window_days(start, end) if d not in set(days)]
+    excluded = set(days)
+    left = [d for d in window_days(start, end) if d not in excluded]
     return f" AND toDate(ts) IN {q.bind(left, 'Array(Date)')}" if left else " AND 0"
