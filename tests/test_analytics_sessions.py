@@ -14,6 +14,7 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from storage import analytics as store
 from storage import analytics_mirror
+from storage.clickhouse import Params
 from storage.clickhouse_schema import SITE_ORDER, TABLES
 from storage.db import init_connection
 from storage.site_filters import Filter
@@ -80,6 +81,24 @@ async def test_sessions_crossing_midnight_and_the_window_edges_match_postgresql(
     assert await engine_stats(db, site_id, start, end, de) == (3, 1, 500_000.0)  # b, d, h
     assert await engine_stats(db, site_id, start, end, de) == await postgres_stats(
         database_url, site_id, start, end, " AND country = 'DE'")
+
+
+async def test_matching_sessions_found_by_marked_rows_are_those_of_the_set(client, database_url, workspace):
+    """sessions_of's two ways to keep the sessions holding a matching event (the overview picks one by the
+    share of matching events) give the same visits, midnight and window edges included."""
+    site_id, _, start, end = await edge_sessions(database_url, workspace)
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    table = db.table("site_events")
+    for terms, pg in (([Filter("country", "==", "DE")], " AND country = 'DE'"),
+                      ([Filter("event", "==", "pageview")], " AND name = 'pageview'")):
+        q = Params()
+        marked = store.sessions_of(q, db, site_id, start, end, marked=store.where(q, table, site_id, start, end, terms))
+        n, b, us = (await db.query(store.VISIT_SUMS + marked, q.params))[0]
+        got = store.SessionStats.of(n, b, us)
+        assert (got.sessions, got.bounces, round(got.avg_ms, 3)) == await postgres_stats(
+            database_url, site_id, start, end, pg) == await engine_stats(db, site_id, start, end,
+                                                                         store.Filters(extra=tuple(terms)))
 
 
 async def test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact(client, database_url, workspace):
