@@ -171,12 +171,14 @@ class Totals:
     visitors: int
 
 
+# The Totals of the site_events rows a query reads (with FINAL: counts).
+TOTALS = "count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, visitor != 0) AS visitors"
+
+
 async def totals(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters) -> Totals:
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
-    rows = await store.query(
-        f"SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0) FROM {table} FINAL "
-        f"WHERE {cond}", q.params)
+    rows = await store.query(f"SELECT {TOTALS} FROM {table} FINAL WHERE {cond}", q.params)
     return Totals(*rows[0])
 
 

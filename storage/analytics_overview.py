@@ -1,4 +1,4 @@
-"""The site overview (headline numbers, the three top lists and the series) in two queries on the
+"""The site overview (headline numbers, the three top lists and the series) in two or three queries on the
 analytics store, from the reads of storage/analytics.py; unfiltered, with the day rows of
 storage/analytics_days.py."""
 
@@ -11,6 +11,7 @@ from storage.analytics import (
     BUCKET,
     STEP,
     TOP_DIMENSIONS,
+    TOTALS,
     VISIT_SUMS,
     Filters,
     SessionStats,
@@ -85,8 +86,8 @@ async def _filtered_head(store: AnalyticsStore, site_id: str, start: datetime, e
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
     events, pageviews, visitors, rows = (await store.query(
-        "SELECT count(), countIf(name = 'pageview'), uniqExactIf(visitor, visitor != 0), "
-        f"({session_rows(q, store, site_id, start, end)}) FROM {table} FINAL WHERE {cond}", q.params))[0]
+        f"SELECT {TOTALS}, ({session_rows(q, store, site_id, start, end)}) FROM {table} FINAL WHERE {cond}",
+        q.params))[0]
     q = Params()
     if events > rows:  # more matching events than session rows: a set would hold most of the window's visits
         visits = sessions_of(q, store, site_id, start, end, marked=where(q, table, site_id, start, end,
@@ -129,8 +130,7 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
                   f"uniqExactStateIf(visitor, visitor != 0) FROM {table} WHERE {cond}"
                   f"{analytics_days.other_days(q, start, end, whole)})) AS v")
     else:
-        totals = ("SELECT count() AS events, countIf(name = 'pageview') AS pageviews, uniqExactIf(visitor, "
-                  f"visitor != 0) AS visitors FROM {table} FINAL WHERE {cond}")
+        totals = f"SELECT {TOTALS} FROM {table} FINAL WHERE {cond}"
     head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
                               f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
     return head, days
