@@ -26,16 +26,7 @@ import asyncpg
 import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
-ADMIN = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 SUBMITTERS = 64
-
-
-async def _admin(sql: str) -> None:
-    conn = await asyncpg.connect(ADMIN)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 async def main(events: int, reps: int) -> None:
@@ -44,6 +35,7 @@ async def main(events: int, reps: int) -> None:
     from actors.sessions import MemorySessions
     from actors.site import SITE_EVENTS, SiteActor, SiteItem
     from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
+    from bench.ingest import ADMIN, _admin
     from storage import db
     from storage.events import EventRow
     from storage.ids import new_id
