@@ -68,6 +68,7 @@ class Params:
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 DERIVED = "derived from site_events"  # the comment of a derived table once its backfill is complete
+COMPUTED = ("MATERIALIZED", "ALIAS")  # default kinds of columns an INSERT cannot write
 
 
 class StoreBusy(RuntimeError):
@@ -173,7 +174,7 @@ class AnalyticsStore:
         for name, states, backfill in (("site_sessions", SESSION_STATES, self.backfill_sessions_sync),
                                        ("site_days", DAY_STATES, self.backfill_days_sync)):
             view = f"{self.database}.{name}_mv{self.on_cluster}"
-            complete = self._comment(name) == DERIVED
+            complete = self._table_info(name)[0] == DERIVED
             if not complete:
                 self.command_sync(f"DROP VIEW IF EXISTS {view}")
             self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {self.local_table(name)} AS "
@@ -197,21 +198,18 @@ class AnalyticsStore:
         table = self.local_table(name)
         staging = f"{table}_resorted"
         self.command_sync(f"DROP TABLE IF EXISTS {staging}{self.on_cluster}")
-        rows = self.query_sync("SELECT sorting_key FROM system.tables WHERE database = {d:String} "
-                               "AND name = {t:String}", {"d": self.database, "t": table.split(".", 1)[1]})
-        if not rows or rows[0][0] == order:
+        key = self._table_info(name)[1]
+        if key in ("", order):  # no such table, or already sorted so
             return
         if self.cluster:
             log.warning("%s is sorted by (%s), not (%s): recreate it to make filtered reads faster",
-                        table, rows[0][0], order)
+                        table, key, order)
             return
         log.warning("re-sorting %s by (%s): a copy of its rows, once", table, order)
         body, _, engine = TABLES[name]
         self.command_sync(f"CREATE TABLE {staging} " + body.format(engine=engine))
         # By name, not position: columns added to the old table by ALTER sit at its end. Stored ones only.
-        stored = {n for (n,) in self.query_sync(
-            "SELECT name FROM system.columns WHERE database = {d:String} AND table = {t:String} "
-            "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS')", {"d": self.database, "t": staging.split(".", 1)[1]})}
+        stored = {c for c, (_, _, kind) in self._columns(f"{name}_resorted").items() if kind not in COMPUTED}
         kept = ", ".join(c for c in self._columns(name) if c in stored)
         # In parts of 100,000 rows, each sorted and written before the next is read, within the query bound.
         self.command_sync(f"INSERT INTO {staging} ({kept}) SELECT {kept} FROM {table}",
@@ -220,16 +218,18 @@ class AnalyticsStore:
         self.command_sync(f"EXCHANGE TABLES {table} AND {staging}")
         self.command_sync(f"DROP TABLE {staging}")
 
-    def _comment(self, name: str) -> str:
-        rows = self.query_sync("SELECT comment FROM system.tables WHERE database = {d:String} AND name = {t:String}",
-                               {"d": self.database, "t": self.local_table(name).split(".", 1)[1]})
-        return rows[0][0] if rows else ""
-
-    def _columns(self, name: str) -> dict[str, tuple[str, str]]:
-        """The columns of the table holding the rows: name -> (type, compression codec)."""
+    def _table_info(self, name: str) -> tuple[str, str]:
+        """The comment and the sorting key of the table holding the rows ('' and '' when it does not exist)."""
         table = self.local_table(name).split(".", 1)[1]
-        return {n: (t, c) for n, t, c in self.query_sync(
-            "SELECT name, type, compression_codec FROM system.columns WHERE database = {d:String} "
+        rows = self.query_sync("SELECT comment, sorting_key FROM system.tables WHERE database = {d:String} "
+                               "AND name = {t:String}", {"d": self.database, "t": table})
+        return rows[0] if rows else ("", "")
+
+    def _columns(self, name: str) -> dict[str, tuple[str, str, str]]:
+        """The columns of the table holding the rows: name -> (type, compression codec, default kind)."""
+        table = self.local_table(name).split(".", 1)[1]
+        return {n: (t, c, k) for n, t, c, k in self.query_sync(
+            "SELECT name, type, compression_codec, default_kind FROM system.columns WHERE database = {d:String} "
             "AND table = {t:String}", {"d": self.database, "t": table})}
 
     def _alter(self, name: str, clause: str) -> None:
