@@ -120,7 +120,7 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
         window = (f"{store.table('site_window_visitors')} WHERE site_id = {site} AND first = {first} "
                   f"AND last = {last} AND computed > {since}")
         if not (await store.query(f"SELECT count() FROM {window}", q.params))[0][0]:
-            at = _utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
+            at = await _now(store)
             await store.command(
                 f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
                 f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
@@ -136,7 +136,7 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
     """Count the days from the events (FINAL) and their visits from the session rows, stamped with one
     server time read after every insert the days (and their neighbours) hold, then write the marker that
     makes the computation complete. Returns the stamp."""
-    at = _utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
+    at = await _now(store)
     q = Params()
     site, stamp, chosen = q.bind(site_id), q.bind(at, TS), q.bind(days, "Array(Date)")
     table = store.table("site_events")
@@ -166,6 +166,11 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
 
 def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # clickhouse-connect may hand it back naive
+
+
+async def _now(store: AnalyticsStore) -> datetime:
+    """The store's clock, which `written` is stamped by."""
+    return _utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
 
 
 def counts_of(q: Params, store: AnalyticsStore, site_id: str, counted: CountedDays, days: list[date]) -> str:
