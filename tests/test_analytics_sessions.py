@@ -23,8 +23,9 @@ from tests.analytics_support import create_site, insert_events
 H, M = timedelta(hours=1), timedelta(minutes=1)
 
 
-async def edge_sessions(database_url: str, workspace: str) -> tuple[str, datetime, datetime, datetime]:
-    """Sessions around a window [day + 6 h, day + 1 d + 12 h); returns (site, day, start, end)."""
+async def edge_sessions(client, database_url: str, workspace: str) -> tuple:
+    """Sessions around a window [day + 6 h, day + 1 d + 12 h), mirrored to the store; returns (store, site,
+    day, start, end)."""
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
@@ -45,7 +46,8 @@ async def edge_sessions(database_url: str, workspace: str) -> tuple[str, datetim
             for i, (s, name, offset, country) in enumerate(spec)])
     finally:
         await conn.close()
-    return site_id, day, day + 6 * H, day + 36 * H
+    await client.app[MIRROR].catch_up()
+    return client.app[ANALYTICS], site_id, day, day + 6 * H, day + 36 * H
 
 
 async def postgres_stats(database_url: str, site_id: str, start: datetime, end: datetime,
@@ -71,9 +73,7 @@ async def engine_stats(db, site_id: str, start: datetime, end: datetime, filters
 
 
 async def test_sessions_crossing_midnight_and_the_window_edges_match_postgresql(client, database_url, workspace):
-    site_id, _, start, end = await edge_sessions(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
     # b, c, d, e, h: c counts only its pageview before the end (a bounce, 0 s), h has two pageviews.
     assert await engine_stats(db, site_id, start, end) == (5, 2, 300_000.0)
     assert await engine_stats(db, site_id, start, end) == await postgres_stats(database_url, site_id, start, end)
@@ -86,9 +86,7 @@ async def test_sessions_crossing_midnight_and_the_window_edges_match_postgresql(
 async def test_matching_sessions_found_by_marked_rows_are_those_of_the_set(client, database_url, workspace):
     """sessions_of's two ways to keep the sessions holding a matching event (the overview picks one by the
     share of matching events) give the same visits, midnight and window edges included."""
-    site_id, _, start, end = await edge_sessions(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
     table = db.table("site_events")
     for terms, pg in (([Filter("country", "==", "DE")], " AND country = 'DE'"),
                       ([Filter("event", "==", "pageview")], " AND name = 'pageview'")):
@@ -102,9 +100,7 @@ async def test_matching_sessions_found_by_marked_rows_are_those_of_the_set(clien
 
 
 async def test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact(client, database_url, workspace):
-    site_id, day, start, end = await edge_sessions(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, day, start, end = await edge_sessions(client, database_url, workspace)
     before = await engine_stats(db, site_id, start, end)
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
@@ -116,9 +112,7 @@ async def test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact(client, da
 
 
 async def test_a_store_without_the_sessions_table_derives_it_from_its_events(client, database_url, workspace):
-    site_id, _, start, end = await edge_sessions(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
     await db.command(f"DROP VIEW {db.database}.site_sessions_mv")
     await db.command(f"DROP TABLE {db.local_table('site_sessions')}")
     with pytest.raises(Exception, match="site_sessions"):  # gone, as in a store from before it
@@ -133,9 +127,7 @@ async def test_a_store_without_the_sessions_table_derives_it_from_its_events(cli
 
 
 async def test_a_store_from_before_the_time_codec_gets_it_with_the_same_answers(client, database_url, workspace):
-    site_id, _, start, end = await edge_sessions(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
     codecs = ("SELECT table, compression_codec FROM system.columns WHERE database = {d:String} "
               "AND table IN ('site_events', 'keyed_events') AND name = 'ts' ORDER BY table")
     for table in ("site_events", "keyed_events"):  # as before it
@@ -150,9 +142,7 @@ async def test_a_store_from_before_the_time_codec_gets_it_with_the_same_answers(
 
 
 async def test_a_store_sorted_the_old_way_is_re_sorted_with_the_same_rows_and_answers(client, database_url, workspace):
-    site_id, day, start, end = await edge_sessions(database_url, workspace)
-    await client.app[MIRROR].catch_up()
-    db = client.app[ANALYTICS]
+    db, site_id, day, start, end = await edge_sessions(client, database_url, workspace)
     table = db.local_table("site_events")
     key = ("SELECT sorting_key FROM system.tables WHERE database = {d:String} AND name = 'site_events'")
     rows = f"SELECT count(), sum(cityHash64(id, country, ts, session)) FROM {table} FINAL WHERE site_id = {{s:String}}"
