@@ -22,6 +22,7 @@ import clickhouse_connect
 
 from storage.clickhouse_schema import (
     ACTOR_KEY,
+    CODECS,
     CSV_INPUT_SETTINGS,
     DAY_STATES,
     INPUT_COLUMNS,
@@ -33,7 +34,6 @@ from storage.clickhouse_schema import (
     SITE_FROM_INPUT,
     SITE_ORDER,
     TABLES,
-    TS_CODEC,
     VISIT_COLUMNS,
 )
 
@@ -151,11 +151,6 @@ class AnalyticsStore:
         strings = [c for c in LC_SITE_COLUMNS if columns["site_events"][c][0] == "String"]
         if strings:
             self._alter("site_events", ", ".join(f"MODIFY COLUMN {c} {LC}" for c in strings))
-        # Stores from before the event times' codec get it: parts written or merged from then on use it
-        # (`tally analytics rebuild` rewrites every part).
-        for name in ("site_events", "keyed_events"):
-            if "Delta" not in columns[name]["ts"][1]:
-                self._alter(name, f"MODIFY COLUMN ts DateTime64(6, 'UTC') {TS_CODEC}")
         # A store from before the actor key gets the column; parts written before it compute it from the
         # actor on read until the mutation has stored it in them.
         if "actor_key" not in columns["keyed_events"]:
@@ -170,6 +165,13 @@ class AnalyticsStore:
         missing = [c for c in VISIT_COLUMNS if c not in columns["site_sessions"]]
         if missing:
             self._alter("site_sessions", ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing))
+        # Stores from before a column's codec get it: parts written or merged from then on use it
+        # (`tally analytics rebuild` rewrites every part). Columns added just above have theirs.
+        for name, codecs in CODECS.items():
+            changed = [f"MODIFY COLUMN {c} {codec}" for c, codec in codecs.items()
+                       if c in columns[name] and columns[name][c][1] != codec]
+            if changed:
+                self._alter(name, ", ".join(changed))
         # On the local tables: in cluster mode each shard keeps the sessions and days of its own sites.
         for name, states, backfill in (("site_sessions", SESSION_STATES, self.backfill_sessions_sync),
                                        ("site_days", DAY_STATES, self.backfill_days_sync)):

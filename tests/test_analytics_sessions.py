@@ -15,7 +15,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from storage import analytics as store
 from storage import analytics_mirror
 from storage.clickhouse import Params
-from storage.clickhouse_schema import SITE_ORDER, TABLES
+from storage.clickhouse_schema import CODECS, SITE_ORDER, TABLES
 from storage.db import init_connection
 from storage.site_filters import Filter
 from tests.analytics_support import create_site, insert_events
@@ -126,19 +126,21 @@ async def test_a_store_without_the_sessions_table_derives_it_from_its_events(cli
                           {"d": db.database}) == [("LowCardinality(String)",)]
 
 
-async def test_a_store_from_before_the_time_codec_gets_it_with_the_same_answers(client, database_url, workspace):
+async def test_a_store_from_before_the_codecs_gets_them_with_the_same_answers(client, database_url, workspace):
     db, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
-    codecs = ("SELECT table, compression_codec FROM system.columns WHERE database = {d:String} "
-              "AND table IN ('site_events', 'keyed_events') AND name = 'ts' ORDER BY table")
-    for table in ("site_events", "keyed_events"):  # as before it
-        await db.command(f"ALTER TABLE {db.local_table(table)} MODIFY COLUMN ts DateTime64(6, 'UTC') CODEC(Default)")
-    assert await db.query(codecs, {"d": db.database}) == [("keyed_events", "CODEC(Default)"),
-                                                            ("site_events", "CODEC(Default)")]
+    codecs = ("SELECT table, name, compression_codec FROM system.columns WHERE database = {d:String} "
+              "AND compression_codec NOT IN ('', 'CODEC(Default)') ORDER BY table, name")
+    declared = sorted((t, c, codec) for t, columns in CODECS.items() for c, codec in columns.items())
+    assert await db.query(codecs, {"d": db.database}) == declared
+    for table, columns in CODECS.items():  # as before them (the event times, then hashes and session rows raw)
+        await db.command(f"ALTER TABLE {db.local_table(table)} "
+                         + ", ".join(f"MODIFY COLUMN {c} CODEC(Default)" for c in columns))
+    assert await db.query(codecs, {"d": db.database}) == []
     before = await engine_stats(db, site_id, start, end)
     await asyncio.to_thread(db.ensure_schema)
     assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
-    assert await db.query(codecs, {"d": db.database}) == [("keyed_events", "CODEC(Delta(8), LZ4)"),
-                                                            ("site_events", "CODEC(Delta(8), LZ4)")]
+    assert await db.query(codecs, {"d": db.database}) == declared
+    assert ("site_sessions", "entry", "CODEC(NONE)") in declared
 
 
 async def test_a_store_sorted_the_old_way_is_re_sorted_with_the_same_rows_and_answers(client, database_url, workspace):
