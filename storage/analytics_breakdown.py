@@ -63,18 +63,22 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     if out and {"bounce_rate", "visit_duration"} & set(metrics):
         # The visits holding a matching event of each key: their bounces and durations. The join hashes its
         # right side: the (key, visit) pairs of the listed keys, fewer than the window's visits (3.4x faster
-        # at 10M events under three filters, 1.8x unfiltered, than hashing the visits).
+        # at 10M events under three filters, 1.8x unfiltered, than hashing the visits). A pair holds the
+        # key's position in the list, not the key: two numbers hash as one fixed-size key, a string and a
+        # number do not (the pairs of 560,000 matching events: 155 -> 98 ms by browser, 70 -> 34 by page).
         q2 = Params()
         visits_sql = sessions_of(q2, store, site_id, start, end, started_in_window=False)
         key2 = _key_expr(q2, prop)
         cond2 = where(q2, table, site_id, start, end, filters.terms())
-        for k, n, b, d in await store.query(
-                f"SELECT k.key, count(), countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM "
-                f"{visits_sql} AS s INNER JOIN (SELECT DISTINCT {key2} AS key, session FROM {table} WHERE {cond2} "
-                f"AND session != 0 AND key IN {q2.bind(list(out), 'Array(String)')}) AS k "
-                "ON s.session = k.session GROUP BY k.key", q2.params):
-            out[k]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
-            out[k]["visit_duration"] = round(d / 1000)
+        keys = list(out)
+        listed = q2.bind(keys, "Array(String)")
+        for i, n, b, d in await store.query(
+                f"SELECT k.i, count(), countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM "
+                f"{visits_sql} AS s INNER JOIN (SELECT DISTINCT indexOf({listed}, {key2}) AS i, session FROM {table} "
+                f"WHERE {cond2} AND session != 0 AND {key2} IN {listed}) AS k ON s.session = k.session GROUP BY k.i",
+                q2.params):
+            out[keys[i - 1]]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
+            out[keys[i - 1]]["visit_duration"] = round(d / 1000)
     return list(out.values())
 
 
