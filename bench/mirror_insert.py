@@ -117,8 +117,7 @@ def run(variant: str, kind: str, batches: list[bytes], gap: float) -> dict[str, 
             select = (KEYED_FROM_INPUT if kind == "keyed" else SITE_FROM_INPUT).format(
                 source=f"file('{f.name}', 'CSV', '{STRUCTURE}')")
             store.command_sync(f"INSERT INTO {db}.{kind}_events ({TARGET_COLUMNS[kind]}) {select}",
-                               settings={k: v for k, v in CSV_INPUT_SETTINGS.items()
-                                         if k.startswith(("format_csv", "input_format_csv"))})
+                               settings={**CSV_INPUT_SETTINGS, "max_threads": 1})
 
     insert(batches[0])  # the first insert creates the partition's first parts
     time.sleep(1)
