@@ -14,6 +14,7 @@ users. Each variant runs on a fresh scratch store, the variants alternating `--r
 - no-session-view, no-day-view: without the view that feeds site_sessions / site_days (measurement only);
 - no-entry-exit: site_sessions' view without its entry and exit pages (measurement only: the two min/max
   over tuples);
+- no-other-kind-view: without the events_in view of the other kind (a keyed insert without the site view);
 - no-merges: background merges stopped (what the inserts cost alone; parts pile up, keep --inserts small).
 """
 
@@ -104,6 +105,8 @@ def run(variant: str, kind: str, batches: list[bytes], gap: float) -> dict[str, 
         store.command_sync(f"DROP VIEW {db}.site_sessions_mv")
         store.command_sync(f"CREATE MATERIALIZED VIEW {db}.site_sessions_mv TO {db}.site_sessions AS "
                            + states.format(source=f"{db}.site_events"))
+    elif variant == "no-other-kind-view":  # what the other kind's view costs an insert that has none of it
+        store.command_sync(f"DROP VIEW {db}.{'site' if kind == 'keyed' else 'keyed'}_events_in_mv")
     elif variant == "no-merges":
         store.command_sync("SYSTEM STOP MERGES")
 
