@@ -13,7 +13,9 @@ above the load, so they measure ingestion rather than rate limiting.
 `--ref REV` also runs Tally as of git revision REV (a detached worktree, its own database and migrations)
 in the same rounds, rotating which goes first, so a change is compared with the code before it on the
 same machine in the same minutes. It may be given several times (one server each), to see what each of a
-series of changes bought in one run. While Tally's own rounds run, /readyz is polled for the analytics
+series of changes bought in one run. `--ref REV,NAME=VALUE,...` also sets environment variables for that
+server alone (e.g. `--ref HEAD,TALLY_MIRROR_INTERVAL_MS=600000`: this code with the analytics mirror's
+rounds off, beside the same code with them on). While Tally's own rounds run, /readyz is polled for the analytics
 mirror's lag (how long committed events wait to reach the analytics store).
 """
 
@@ -264,7 +266,7 @@ def main() -> None:
                         help="run Tally with this REDIS_URL (shared limits, sessions, realtime)")
     parser.add_argument("--ref", action="append", default=[], metavar="REV",
                         help="also run Tally at this git revision in the same rounds, for an A/B in one run "
-                             "(repeatable)")
+                             "(repeatable); REV,NAME=VALUE,... also sets environment variables for that server")
     args = parser.parse_args()
 
     name = f"tally_bench_{secrets.token_hex(4)}"
@@ -297,11 +299,13 @@ def main() -> None:
         # (prefix, port, process, single-event script, lag sampler, database)
         servers = [("", tally_port, tally, single, lag, name)]
         for prefix, rev, ref_dir, ref_name in zip(prefixes[1:], args.ref, ref_dirs, ref_names, strict=True):
+            rev, _, overrides = rev.partition(",")
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), rev], check=True,
                            capture_output=True)
             asyncio.run(_admin(f'CREATE DATABASE "{ref_name}"'))
             ref_dsn = urlparse(ADMIN)._replace(path=f"/{ref_name}").geturl()
-            ref_env = {**env, "DATABASE_URL": ref_dsn, "TALLY_DATA_DIR": tempfile.mkdtemp(prefix="tally-bench-ref-")}
+            ref_env = {**env, "DATABASE_URL": ref_dsn, "TALLY_DATA_DIR": tempfile.mkdtemp(prefix="tally-bench-ref-"),
+                       **dict(kv.split("=", 1) for kv in overrides.split(",") if kv)}
             subprocess.run([sys.executable, "-m", "app", "migrate"], cwd=ref_dir, env={**os.environ, **ref_env},
                            check=True, capture_output=True)
             ref_keys, _, _ = asyncio.run(setup(ref_dsn, migrated=True))
