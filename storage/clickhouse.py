@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import clickhouse_connect
 
@@ -30,9 +30,11 @@ from storage.clickhouse_schema import (
     KEYED_FROM_INPUT,
     LC,
     LC_SITE_COLUMNS,
+    ROW_GRANULES,
     SESSION_STATES,
     SITE_FROM_INPUT,
     SITE_ORDER,
+    STATE_TABLES,
     TABLES,
     VISIT_COLUMNS,
 )
@@ -69,6 +71,12 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 DERIVED = "derived from site_events"  # the comment of a derived table once its backfill is complete
 COMPUTED = ("MATERIALIZED", "ALIAS")  # default kinds of columns an INSERT cannot write
+
+
+class TableInfo(NamedTuple):
+    comment: str
+    sorting_key: str
+    engine_full: str
 
 
 class StoreBusy(RuntimeError):
@@ -137,6 +145,7 @@ class AnalyticsStore:
         if self.refill_needed:
             for name in TABLES:
                 self.command_sync(f"TRUNCATE TABLE IF EXISTS {self.local_table(name)}{self.on_cluster}")
+        self._regranulate()
         for name, (body, shard_key, engine) in TABLES.items():
             self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
                               + body.format(engine=engine))
@@ -176,7 +185,7 @@ class AnalyticsStore:
         for name, states, backfill in (("site_sessions", SESSION_STATES, self.backfill_sessions_sync),
                                        ("site_days", DAY_STATES, self.backfill_days_sync)):
             view = f"{self.database}.{name}_mv{self.on_cluster}"
-            complete = self._table_info(name)[0] == DERIVED
+            complete = self._table_info(name).comment == DERIVED
             if not complete:
                 self.command_sync(f"DROP VIEW IF EXISTS {view}")
             self.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {self.local_table(name)} AS "
@@ -200,7 +209,7 @@ class AnalyticsStore:
         table = self.local_table(name)
         staging = f"{table}_resorted"
         self.command_sync(f"DROP TABLE IF EXISTS {staging}{self.on_cluster}")
-        key = self._table_info(name)[1]
+        key = self._table_info(name).sorting_key
         if key in ("", order):  # no such table, or already sorted so
             return
         if self.cluster:
@@ -220,12 +229,27 @@ class AnalyticsStore:
         self.command_sync(f"EXCHANGE TABLES {table} AND {staging}")
         self.command_sync(f"DROP TABLE {staging}")
 
-    def _table_info(self, name: str) -> tuple[str, str]:
-        """The comment and the sorting key of the table holding the rows ('' and '' when it does not exist)."""
+    def _regranulate(self) -> None:
+        """Tables of large states from before their one-row granules are dropped, to be made again: the
+        window visitors are a cache, and site_days, without its comment, is derived again from the events
+        (at 10M events, 3 s once). In cluster mode left as they are (correct, only slower), with a warning."""
+        for name in STATE_TABLES:
+            engine = self._table_info(name).engine_full
+            if not engine or ROW_GRANULES in engine:
+                continue
+            if self.cluster:
+                log.warning("%s has granules of many rows: recreate it to make unfiltered overviews faster", name)
+                continue
+            log.warning("making %s again with one row per granule", name)
+            self.command_sync(f"DROP TABLE {self.local_table(name)}")
+
+    def _table_info(self, name: str) -> TableInfo:
+        """The comment, sorting key and engine clause of the table holding the rows (all '' when it does not
+        exist)."""
         table = self.local_table(name).split(".", 1)[1]
-        rows = self.query_sync("SELECT comment, sorting_key FROM system.tables WHERE database = {d:String} "
-                               "AND name = {t:String}", {"d": self.database, "t": table})
-        return rows[0] if rows else ("", "")
+        rows = self.query_sync("SELECT comment, sorting_key, engine_full FROM system.tables "
+                               "WHERE database = {d:String} AND name = {t:String}", {"d": self.database, "t": table})
+        return TableInfo(*rows[0]) if rows else TableInfo("", "", "")
 
     def _columns(self, name: str) -> dict[str, tuple[str, str, str]]:
         """The columns of the table holding the rows: name -> (type, compression codec, default kind)."""

@@ -171,16 +171,22 @@ SESSION_STATES = (
 # Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's
 # visitors (a uniqExact state: a set, so a batch written twice changes nothing), fed by a view like the
 # sessions. The visitors of whole days are merged from here instead of hashed again from every event.
-DAYS_TABLE = """
+# Tables whose rows each hold a large state (a day's or a window's visitor set): one row per granule, so a
+# read of one day deserializes that day's state, not those of the 8,192 rows sharing its granule (today's
+# visitors at 10M events: 29 -> 5 ms). Stores from before get these tables made again (storage/clickhouse.py).
+ROW_GRANULES = "SETTINGS index_granularity = 1"
+STATE_TABLES = ("site_days", "site_window_visitors")
+DAYS_TABLE = f"""
 (
     site_id LowCardinality(String),
     day Date,
     written SimpleAggregateFunction(max, DateTime64(6, 'UTC')),
     visitors AggregateFunction(uniqExact, UInt64)
 )
-ENGINE = {engine}
+ENGINE = {{engine}}
 PARTITION BY toYYYYMM(day)
 ORDER BY (site_id, day)
+{ROW_GRANULES}
 """
 DAY_STATES = ("SELECT site_id, toDate(ts) AS day, max(now64(6, 'UTC')) AS written, "
               "uniqExactStateIf(visitor, visitor != 0) AS visitors FROM {source} GROUP BY site_id, day")
@@ -211,7 +217,7 @@ ORDER BY (site_id, day, computed, name, dim, key)
 # merged from site_days instead of a state per day (30 states at 200,000 visitors: 50 ms of a 30-day
 # overview). A row is used only while it is newer than the last insert into its days (site_days' `written`,
 # plus the settle time), as the day counts are; rows are made at most once a day per window, and kept two.
-WINDOW_VISITORS_TABLE = """
+WINDOW_VISITORS_TABLE = f"""
 (
     site_id LowCardinality(String),
     first Date,
@@ -219,9 +225,10 @@ WINDOW_VISITORS_TABLE = """
     computed DateTime64(6, 'UTC'),
     visitors AggregateFunction(uniqExact, UInt64)
 )
-ENGINE = {engine}
+ENGINE = {{engine}}
 ORDER BY (site_id, first, last, computed)
 TTL toDateTime(computed) + INTERVAL 2 DAY
+{ROW_GRANULES}
 """
 # The codecs other than the default, per table and column: stores from before get them when opened.
 CODECS = {"site_events": {"ts": TS_CODEC, "session": RAW, "visitor": RAW},

@@ -15,6 +15,7 @@ from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, analytics_overview
 from storage.analytics_days import MARKER, whole_days
+from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
 from tests.analytics_support import create_site, insert_events, write_site_events_again
 from tests.test_analytics_engine import generated_site
@@ -221,6 +222,33 @@ async def test_a_store_without_the_day_tables_derives_them(client, database_url,
     assert await overview(db, site_id, domain) == await from_events(db, site_id, domain)
     # The view is back: a later site's events reach the day rows too.
     other, other_domain = await generated_site(database_url, workspace, n=200, seed_=6)
+    await client.app[MIRROR].catch_up()
+    assert await overview(db, other, other_domain) == await from_events(db, other, other_domain)
+
+
+async def test_day_tables_from_before_their_one_row_granules_are_made_again(client, database_url, workspace):
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300, seed_=9)
+    expected = await overview(db, site_id, domain)
+    assert await cached_windows(db, site_id) == 1
+    granules = ("SELECT name, engine_full LIKE '%index_granularity = 1%' FROM system.tables "
+                "WHERE database = {d:String} AND name IN {t:Array(String)} ORDER BY name")
+    for name in STATE_TABLES:  # as before: the default granules, with the rows they held
+        table = db.local_table(name)
+        body = TABLES[name][0].replace(ROW_GRANULES, "").format(engine=TABLES[name][2])
+        await db.command(f"CREATE TABLE {table}_old {body}")
+        await db.command(f"INSERT INTO {table}_old SELECT * FROM {table}")
+        await db.command(f"EXCHANGE TABLES {table} AND {table}_old")
+        await db.command(f"DROP TABLE {table}_old")
+    assert await db.query(granules, {"d": db.database, "t": list(STATE_TABLES)}) == [
+        ("site_days", 0), ("site_window_visitors", 0)]
+    await asyncio.to_thread(db.ensure_schema)
+    assert await db.query(granules, {"d": db.database, "t": list(STATE_TABLES)}) == [
+        ("site_days", 1), ("site_window_visitors", 1)]
+    # site_days derived again from the events, the window's visitors cached again: the same overview.
+    assert await overview(db, site_id, domain) == expected == await from_events(db, site_id, domain)
+    assert await cached_windows(db, site_id) == 1
+    # The view feeds the new site_days: a later site's overview is exact too.
+    other, other_domain = await generated_site(database_url, workspace, n=200, seed_=10)
     await client.app[MIRROR].catch_up()
     assert await overview(db, other, other_domain) == await from_events(db, other, other_domain)
 
