@@ -168,14 +168,14 @@ SESSION_STATES = (
     f"min({ENTRY}) AS entry, max({EXIT}) AS exit "
     "FROM {source} WHERE session != 0 GROUP BY site_id, day, session"
 )
-# Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's
-# visitors (a uniqExact state: a set, so a batch written twice changes nothing), fed by a view like the
-# sessions. The visitors of whole days are merged from here instead of hashed again from every event.
 # Tables whose rows each hold a large state (a day's or a window's visitor set): one row per granule, so a
 # read of one day deserializes that day's state, not those of the 8,192 rows sharing its granule (today's
 # visitors at 10M events: 29 -> 5 ms). Stores from before get these tables made again (storage/clickhouse.py).
 ROW_GRANULES = "SETTINGS index_granularity = 1"
 STATE_TABLES = ("site_days", "site_window_visitors")
+# Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's
+# visitors (a uniqExact state: a set, so a batch written twice changes nothing), fed by a view like the
+# sessions. The visitors of whole days are merged from here instead of hashed again from every event.
 DAYS_TABLE = f"""
 (
     site_id LowCardinality(String),
