@@ -63,7 +63,7 @@ TS_CODEC = "CODEC(Delta(8), LZ4)"  # spelled as system.columns shows it
 # Columns that barely compress (64-bit hashes; times, tie-breaks and ids in session order, not time order)
 # are stored raw: chDB's LZ4 costs more to decompress them than reading the raw bytes does. At 10M events,
 # the 30-day session read (2M session rows) went 243 -> 167 ms, an entry-page breakdown 310 -> 200 ms,
-# and the window's distinct visitors (10M hashes) 138 -> 104 ms; the store holds ~27 more bytes per event.
+# and the window's distinct visitors (10M hashes) 138 -> 104 ms; the store holds ~25 more bytes per event.
 RAW = "CODEC(NONE)"
 # Columns of site_events that filters and breakdowns group or match, each with at most thousands of values
 # per site: LowCardinality, so grouping reads dictionary positions and a function of the column (contains,
