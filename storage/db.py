@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import msgspec
@@ -51,10 +52,12 @@ SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
 WRITER_SETTINGS = {"plan_cache_mode": "auto"}
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, server_settings: dict = SERVER_SETTINGS,
+                      reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> asyncpg.Pool:
+    """A pool of connections with the app's codecs; `reset` None: asyncpg's default reset on release."""
     return await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
-        server_settings=SERVER_SETTINGS,
+        server_settings=server_settings, reset=reset,
     )
 
 
@@ -70,10 +73,8 @@ async def create_writer_pool(dsn: str, *, min_size: int, max_size: int) -> async
     and the default reset (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`, a round
     trip each time an actor runs dry) is skipped: asyncpg still rolls back a transaction left open. Anything
     else that changes session state must not use this pool."""
-    return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
-        server_settings=WRITER_SETTINGS, reset=_keep_session,
-    )
+    return await create_pool(dsn, min_size=min_size, max_size=max_size, server_settings=WRITER_SETTINGS,
+                             reset=_keep_session)
 
 
 async def close_pool(pool: asyncpg.Pool, grace_seconds: float = 10) -> None:
