@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from urllib.parse import urlparse
 
 import asyncpg
 import uvloop
+from measured_tree import parse_args_with_tree  # bench/measured_tree.py
 
-ROOT = Path(__file__).resolve().parent.parent
 SUBMITTERS = 64
 
 
@@ -104,8 +101,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code is measured")
-    args = parser.parse_args()
-    sys.path.insert(0, str(args.tree.resolve()))
-    os.chdir(args.tree)
+    args = parse_args_with_tree(parser)
     uvloop.run(main(args.events, args.reps))

@@ -20,11 +20,9 @@ import gc
 import os
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from urllib.parse import urlparse
 
 import orjson
@@ -32,8 +30,8 @@ import uvloop
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import make_mocked_request
+from measured_tree import parse_args_with_tree  # bench/measured_tree.py
 
-ROOT = Path(__file__).resolve().parent.parent
 SINGLE_BODY = orjson.dumps({"event": "page_viewed", "user_id": "u42",
                             "properties": {"path": "/pricing", "plan": "pro"}})
 
@@ -157,8 +155,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--per-batch", type=int, default=300)
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose code is measured")
-    args = parser.parse_args()
-    sys.path.insert(0, str(args.tree.resolve()))
-    os.chdir(args.tree)
+    args = parse_args_with_tree(parser)
     uvloop.run(main(args.batches, args.per_batch))
