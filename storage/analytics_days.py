@@ -104,6 +104,13 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     return CountedDays(fresh, visits, written, now, used)
 
 
+# In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default
+# (parallel_distributed_insert_select), each shard inserting what it selects into its own local table: the
+# window's one merged state would be written on every shard, an empty one where the site's days are not.
+# It runs once here, and its row goes to the site's shard, before the reads that look for it (sync).
+_ONE_ROW_INSERT = {"insert_distributed_sync": 1, "parallel_distributed_insert_select": 0}
+
+
 async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
                          counted: CountedDays) -> str:
     """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):
@@ -125,7 +132,7 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
                 f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
                 f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
                 f"{store.table('site_days')} WHERE site_id = {site} AND day >= {first} AND day <= {last}",
-                q.params, settings={"insert_distributed_sync": 1} if store.cluster else None)
+                q.params, settings=_ONE_ROW_INSERT if store.cluster else None)
         cached = f"(SELECT visitors AS s FROM {window} ORDER BY computed DESC LIMIT 1) UNION ALL "
         rest = [d for d in whole if d > ended[-1]]
     return (f"({cached}SELECT visitors AS s FROM {store.table('site_days')} WHERE site_id = {q.bind(site_id)} "

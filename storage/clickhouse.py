@@ -98,6 +98,16 @@ class AnalyticsStore:
     # same time: an insert's rows must be visible within this time of its view's clock reading.
     settle_seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.cluster:
+            # Every table is sharded by its site (or workspace), and every read names one: only that shard
+            # is asked. Reads also put an IN (SELECT ... FROM <Distributed table>) inside a read of a
+            # Distributed table (the sessions matching a filter, entry/exit page filters), which ClickHouse
+            # refuses by default (distributed_product_mode = 'deny'); the rows such a subquery needs are on
+            # the shard that runs it, so 'local' runs it there on the local table.
+            self.query_settings.setdefault("optimize_skip_unused_shards", 1)
+            self.query_settings.setdefault("distributed_product_mode", "local")
+
     # --- blocking calls, run in a thread ------------------------------------------------------------
 
     async def query(self, sql: str, params: dict[str, Any] | None = None, *,
@@ -134,7 +144,9 @@ class AnalyticsStore:
 
     @property
     def on_cluster(self) -> str:
-        return f" ON CLUSTER {self.cluster}" if self.cluster else ""
+        # chDB has no distributed DDL: a cluster of its own config (the tests', whose shards are all this
+        # process) gets its tables created in place, which is all ON CLUSTER would do there.
+        return f" ON CLUSTER {self.cluster}" if self.cluster and not self.embedded else ""
 
     def ensure_schema(self) -> None:
         self.command_sync(f"CREATE DATABASE IF NOT EXISTS {self.database}{self.on_cluster}")
@@ -299,8 +311,9 @@ class AnalyticsStore:
 
 
 def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
-               max_threads: int = 2, max_memory_mb: int = 1024) -> AnalyticsStore:
-    """Open (blocking) the store and create its tables. url None: embedded chDB at `path`."""
+               max_threads: int = 2, max_memory_mb: int = 1024, chdb_config: Path | None = None) -> AnalyticsStore:
+    """Open (blocking) the store and create its tables. url None: embedded chDB at `path`, with the server
+    configuration file `chdb_config` if given (the tests define a cluster there); a cluster is a server's."""
     if not _NAME.match(database):
         raise ValueError(f"invalid analytics database name {database!r}")
     if cluster is not None and not _NAME.match(cluster):
@@ -317,7 +330,8 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
             lock_file.close()
             raise StoreBusy(f"the analytics store at {path} is open in another process (is tally serve "
                             "running?)") from None
-        client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}")
+        options = {"config-file": str(chdb_config)} if chdb_config else None
+        client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}", chdb_options=options)
     # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
                 "do_not_merge_across_partitions_select_final": 1}

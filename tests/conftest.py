@@ -102,10 +102,36 @@ def redis_url() -> str:
 def analytics_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnalyticsStore]:
     """One embedded ClickHouse (chDB) for the whole run: chDB opens one data directory per process. A
     database of its own per run; sites and workspaces are unique per test, so tests never see each other."""
+    config = tmp_path_factory.mktemp("analytics-config") / "config.xml"
+    config.write_text(TWO_SHARD_CLUSTER)
     store = open_store(url=None, path=tmp_path_factory.mktemp("analytics"),
-                       database=f"tally_test_{secrets.token_hex(4)}")
+                       database=f"tally_test_{secrets.token_hex(4)}", chdb_config=config)
     yield store
     store.close()
+
+
+# A cluster of two shards that are both this process (host and port its own, so no connection is made):
+# the store in cluster mode, Distributed tables over `_local` ones, on chDB. Both shards hold the same
+# local tables, so a read that went to both would count every row twice: exact results show that each
+# read goes to its site's (or workspace's) shard alone, and ClickHouse checks distributed subqueries as
+# it does on a real cluster of several shards.
+TEST_CLUSTER = "tally_test"
+SHARD = "<shard><replica><host>127.0.0.1</host><port>9000</port></replica></shard>"
+TWO_SHARD_CLUSTER = f"""<clickhouse>
+  <tcp_port>9000</tcp_port>
+  <remote_servers><{TEST_CLUSTER}>{SHARD}{SHARD}</{TEST_CLUSTER}></remote_servers>
+</clickhouse>
+"""
+
+
+@pytest.fixture(scope="session")
+def cluster_store(analytics_store: AnalyticsStore) -> AnalyticsStore:
+    """The run's chDB as the store of a ClickHouse cluster (TEST_CLUSTER), in a database of its own:
+    Distributed tables over `_local` ones, as a cluster's nodes hold them."""
+    store = AnalyticsStore(analytics_store.client, f"{analytics_store.database}_cluster", TEST_CLUSTER,
+                           query_settings=dict(analytics_store.query_settings))
+    store.ensure_schema()
+    return store
 
 
 @pytest.fixture

@@ -1,0 +1,66 @@
+"""Cluster mode (TALLY_ANALYTICS_CLUSTER): the analytics tests that compare every read with PostgreSQL, run
+again on a store of Distributed tables over local ones (tests/conftest.py's two-shard cluster of the run's
+chDB, on which a read sent to both shards counts twice). The tests are those of their own modules, collected
+here a second time, with `client` serving from the cluster's store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from app.appkeys import ANALYTICS
+from app.server import init_app
+from app.settings import Settings
+from storage.clickhouse import AnalyticsStore
+from storage.clickhouse_schema import CODECS
+from tests.test_analytics_breakdown import (  # noqa: F401 (collected here again)
+    site,
+    test_breakdown_by_entry_and_exit_page,
+    test_filters_on_the_overview,
+    test_goals_in_breakdowns_and_filters,
+)
+from tests.test_analytics_days import (  # noqa: F401
+    test_a_late_event_in_a_counted_day_is_counted,
+    test_unfiltered_overviews_match_the_events,
+    test_visits_across_midnight_come_from_the_day_rows_exactly,
+)
+from tests.test_analytics_engine import (  # noqa: F401
+    test_a_batch_written_twice_counts_once,
+    test_erasure_removes_the_user_from_every_analytics_read,
+    test_every_site_aggregate_matches_postgresql,
+    test_keyed_event_volume_matches_postgresql,
+)
+from tests.test_analytics_sessions import (  # noqa: F401
+    edge_sessions,
+    engine_stats,
+    test_matching_sessions_found_by_marked_rows_are_those_of_the_set,
+    test_sessions_crossing_midnight_and_the_window_edges_match_postgresql,
+)
+from tests.test_analytics_visits import test_entry_and_exit_pages_match_postgresql  # noqa: F401
+from tests.test_reports_engine import data, test_reports_match_a_direct_computation_and_ignore_copied_events  # noqa: F401
+
+
+@pytest.fixture
+async def client(aiohttp_client, settings: Settings, cluster_store: AnalyticsStore) -> TestClient:
+    return await aiohttp_client(init_app(settings, analytics=cluster_store))
+
+
+async def test_a_cluster_store_from_before_the_codecs_gets_them_on_both_tables(client, database_url, workspace):
+    """Codecs are ALTERed on each shard's table and on the Distributed one over it, whose columns must match."""
+    db = client.app[ANALYTICS]
+    _, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
+    codecs = ("SELECT table, name, compression_codec FROM system.columns WHERE database = {d:String} "
+              "AND compression_codec NOT IN ('', 'CODEC(Default)') ORDER BY table, name")
+    declared = sorted((t + suffix, c, codec) for t, columns in CODECS.items() for c, codec in columns.items()
+                      for suffix in ("", "_local"))
+    assert await db.query(codecs, {"d": db.database}) == declared
+    for table, columns in CODECS.items():  # as before them
+        for target in (db.local_table(table), db.table(table)):
+            await db.command(f"ALTER TABLE {target} " + ", ".join(f"MODIFY COLUMN {c} CODEC(Default)" for c in columns))
+    assert await db.query(codecs, {"d": db.database}) == []
+    before = await engine_stats(db, site_id, start, end)
+    await asyncio.to_thread(db.ensure_schema)
+    assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
+    assert await db.query(codecs, {"d": db.database}) == declared
