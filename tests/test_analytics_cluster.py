@@ -24,6 +24,7 @@ from tests.test_analytics_breakdown import (  # noqa: F401 (collected here again
 from tests.test_analytics_days import (  # noqa: F401
     test_a_late_event_in_a_counted_day_is_counted,
     test_day_tables_from_before_their_one_row_granules_are_made_again,
+    test_rebuild_since_a_day_keeps_the_day_rows_exact,
     test_unfiltered_overviews_match_the_events,
     test_visits_across_midnight_come_from_the_day_rows_exactly,
 )
@@ -37,6 +38,7 @@ from tests.test_analytics_sessions import (  # noqa: F401
     edge_sessions,
     engine_stats,
     test_matching_sessions_found_by_marked_rows_are_those_of_the_set,
+    test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact,
     test_sessions_crossing_midnight_and_the_window_edges_match_postgresql,
 )
 from tests.test_analytics_visits import test_entry_and_exit_pages_match_postgresql  # noqa: F401
