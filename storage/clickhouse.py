@@ -216,30 +216,36 @@ class AnalyticsStore:
         """A table from before its sorting key changed gets its rows copied, in blocks, into a table of the
         current layout, which then takes its name. The views that read or write it go by name, so they
         follow; the tables derived from it need nothing (the rows are the same). A copy cut short leaves
-        the old table in place and is started again at the next open. In cluster mode each shard's table
-        would need the copy on its own node: left as it is (correct, only slower), with a warning."""
+        the old table in place and is started again at the next open. In cluster mode every shard copies
+        its own rows, through a Distributed table over the shards' copies (below)."""
         table = self.local_table(name)
-        staging = f"{table}_resorted"
-        self.command_sync(f"DROP TABLE IF EXISTS {staging}{self.on_cluster}")
+        staging, spread = f"{table}_resorted", f"{table}_resorted_all"
+        for leftover in (spread, staging):
+            self.command_sync(f"DROP TABLE IF EXISTS {leftover}{self.on_cluster}")
         key = self._table_info(name).sorting_key
         if key in ("", order):  # no such table, or already sorted so
             return
-        if self.cluster:
-            log.warning("%s is sorted by (%s), not (%s): recreate it to make filtered reads faster",
-                        table, key, order)
-            return
         log.warning("re-sorting %s by (%s): a copy of its rows, once", table, order)
-        body, _, engine = TABLES[name]
-        self.command_sync(f"CREATE TABLE {staging} " + body.format(engine=engine))
+        body, shard_key, engine = TABLES[name]
+        self.command_sync(f"CREATE TABLE {staging}{self.on_cluster} " + body.format(engine=engine))
         # By name, not position: columns added to the old table by ALTER sit at its end. Stored ones only.
-        stored = {c for c, (_, _, kind) in self._columns(f"{name}_resorted").items() if kind not in COMPUTED}
+        stored = {c for c, (_, _, kind) in self._columns_of(staging).items() if kind not in COMPUTED}
         kept = ", ".join(c for c in self._columns(name) if c in stored)
         # In parts of 100,000 rows, each sorted and written before the next is read, within the query bound.
-        self.command_sync(f"INSERT INTO {staging} ({kept}) SELECT {kept} FROM {table}",
-                          settings={"max_block_size": 65_536, "min_insert_block_size_rows": 100_000,
-                                    "min_insert_block_size_bytes": 0, "max_insert_threads": 1})
-        self.command_sync(f"EXCHANGE TABLES {table} AND {staging}")
-        self.command_sync(f"DROP TABLE {staging}")
+        settings = {"max_block_size": 65_536, "min_insert_block_size_rows": 100_000,
+                    "min_insert_block_size_bytes": 0, "max_insert_threads": 1}
+        target, source = staging, table
+        if self.cluster:
+            # An INSERT into a Distributed table that SELECTs from another of the same cluster runs on every
+            # shard, from its local table into its local table: each shard's rows stay on it, copied there.
+            self.command_sync(f"CREATE TABLE {spread}{self.on_cluster} AS {staging} ENGINE = Distributed("
+                              f"{self.cluster}, {self.database}, {staging.split('.', 1)[1]}, {shard_key})")
+            target, source = spread, self.table(name)
+            settings |= {"parallel_distributed_insert_select": 2, "insert_distributed_sync": 1}
+        self.command_sync(f"INSERT INTO {target} ({kept}) SELECT {kept} FROM {source}", settings=settings)
+        self.command_sync(f"EXCHANGE TABLES {table} AND {staging}{self.on_cluster}")
+        for done in ([spread] if self.cluster else []) + [staging]:
+            self.command_sync(f"DROP TABLE {done}{self.on_cluster}")
 
     def _regranulate(self) -> None:
         """Tables of large states from before their one-row granules are dropped, to be made again: the
@@ -263,10 +269,12 @@ class AnalyticsStore:
 
     def _columns(self, name: str) -> dict[str, tuple[str, str, str]]:
         """The columns of the table holding the rows: name -> (type, compression codec, default kind)."""
-        table = self.local_table(name).split(".", 1)[1]
+        return self._columns_of(self.local_table(name))
+
+    def _columns_of(self, table: str) -> dict[str, tuple[str, str, str]]:
         return {n: (t, c, k) for n, t, c, k in self.query_sync(
             "SELECT name, type, compression_codec, default_kind FROM system.columns WHERE database = {d:String} "
-            "AND table = {t:String}", {"d": self.database, "t": table})}
+            "AND table = {t:String}", {"d": self.database, "t": table.split(".", 1)[1]})}
 
     def _alter(self, name: str, clause: str) -> None:
         """ALTER the table holding the rows and, in cluster mode, its Distributed table (whose columns

@@ -37,6 +37,7 @@ from tests.test_analytics_engine import (  # noqa: F401
 from tests.test_analytics_sessions import (  # noqa: F401
     edge_sessions,
     engine_stats,
+    test_a_store_sorted_the_old_way_is_re_sorted_with_the_same_rows_and_answers,
     test_matching_sessions_found_by_marked_rows_are_those_of_the_set,
     test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact,
     test_sessions_crossing_midnight_and_the_window_edges_match_postgresql,
