@@ -1,7 +1,8 @@
-"""Cluster mode (TALLY_ANALYTICS_CLUSTER): the analytics tests that compare every read with PostgreSQL, run
-again on a store of Distributed tables over local ones (tests/conftest.py's two-shard cluster of the run's
-chDB, on which a read sent to both shards counts twice). The tests are those of their own modules, collected
-here a second time, with `client` serving from the cluster's store."""
+"""Cluster mode (TALLY_ANALYTICS_CLUSTER): the analytics tests that compare the reads with PostgreSQL, and
+those of rebuilds and of stores converted as they open, run again on a store of Distributed tables over
+local ones (tests/conftest.py's two-shard cluster of the run's chDB, on which a read sent to both shards
+counts twice). The tests are those of their own modules, collected here a second time, with `client`
+serving from the cluster's store; the codecs test is this mode's own (both tables of each pair)."""
 
 from __future__ import annotations
 
