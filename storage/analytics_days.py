@@ -107,8 +107,8 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
 # In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default
 # (parallel_distributed_insert_select), each shard inserting what it selects into its own local table: the
 # window's one merged state would be written on every shard, an empty one where the site's days are not.
-# It runs once here, and its row goes to the site's shard, before the reads that look for it (sync).
-_ONE_ROW_INSERT = {"insert_distributed_sync": 1, "parallel_distributed_insert_select": 0}
+# It runs once here, and its row goes to the site's shard.
+_ONE_ROW_INSERT = {"parallel_distributed_insert_select": 0}
 
 
 async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
@@ -158,16 +158,14 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
         f"HAVING toDate(f) IN {chosen}) GROUP BY d) "
         "ARRAY JOIN [('visits', n), ('bounces', b), ('duration_us', us)] AS v")
     counts = store.table("site_day_counts")
-    # Through a Distributed table the rows must be on the shard before the marker is: synchronous inserts.
-    sync = {"insert_distributed_sync": 1} if store.cluster else None
+    # Through a Distributed table the rows must be on the shard before the marker is: inserts there are
+    # synchronous (the store's cluster settings).
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) "
-                        f"SELECT {site}, day, {stamp}, name, dim, key, c FROM ({' UNION ALL '.join(parts)})", q.params,
-                        settings=sync)
+                        f"SELECT {site}, day, {stamp}, name, dim, key, c FROM ({' UNION ALL '.join(parts)})", q.params)
     q = Params()
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
                         f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', "
-                        f"arrayJoin([{MARKER}, {VISITS_MARKER}]), '', 0", q.params,
-                        settings=sync)
+                        f"arrayJoin([{MARKER}, {VISITS_MARKER}]), '', 0", q.params)
     return at
 
 

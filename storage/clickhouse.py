@@ -107,6 +107,10 @@ class AnalyticsStore:
             # the shard that runs it, so 'local' runs it there on the local table.
             self.query_settings.setdefault("optimize_skip_unused_shards", 1)
             self.query_settings.setdefault("distributed_product_mode", "local")
+            # An insert through a Distributed table returns once every shard holds its rows, not once they
+            # are queued on this node: a read after the mirror's catch-up sees them, and a day's counts are
+            # on their shard before the marker that makes them usable.
+            self.query_settings.setdefault("distributed_foreground_insert", 1)
 
     # --- blocking calls, run in a thread ------------------------------------------------------------
 
@@ -241,7 +245,7 @@ class AnalyticsStore:
             self.command_sync(f"CREATE TABLE {spread}{self.on_cluster} AS {staging} ENGINE = Distributed("
                               f"{self.cluster}, {self.database}, {staging.split('.', 1)[1]}, {shard_key})")
             target, source = spread, self.table(name)
-            settings |= {"parallel_distributed_insert_select": 2, "insert_distributed_sync": 1}
+            settings |= {"parallel_distributed_insert_select": 2}
         self.command_sync(f"INSERT INTO {target} ({kept}) SELECT {kept} FROM {source}", settings=settings)
         self.command_sync(f"EXCHANGE TABLES {table} AND {staging}{self.on_cluster}")
         for done in ([spread] if self.cluster else []) + [staging]:

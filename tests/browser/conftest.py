@@ -104,7 +104,9 @@ class LiveServer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
-@pytest.fixture(scope="session")
+# The browser tests' package only: its app's mirror drains the run's whole outbox on a timer, and
+# left running it would take the events of later tests whose app feeds another store (cluster mode).
+@pytest.fixture(scope="package")
 def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory,
                 analytics_store) -> Iterator[LiveServer]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
