@@ -166,10 +166,7 @@ class AnalyticsStore:
             self.command_sync(f"CREATE TABLE IF NOT EXISTS {self.local_table(name)}{self.on_cluster} "
                               + body.format(engine=engine))
             if self.cluster:
-                self.command_sync(
-                    f"CREATE TABLE IF NOT EXISTS {self.table(name)}{self.on_cluster} AS {self.local_table(name)} "
-                    f"ENGINE = Distributed({self.cluster}, {self.database}, {name}_local, {shard_key})"
-                )
+                self._create_distributed(self.table(name), self.local_table(name), shard_key)
         self._resort("site_events", SITE_ORDER)
         columns = {name: self._columns(name) for name in ("site_events", "keyed_events", "site_sessions")}
         # Stores from before a column became LowCardinality get it converted (a mutation of that column).
@@ -242,14 +239,19 @@ class AnalyticsStore:
         if self.cluster:
             # An INSERT into a Distributed table that SELECTs from another of the same cluster runs on every
             # shard, from its local table into its local table: each shard's rows stay on it, copied there.
-            self.command_sync(f"CREATE TABLE {spread}{self.on_cluster} AS {staging} ENGINE = Distributed("
-                              f"{self.cluster}, {self.database}, {staging.split('.', 1)[1]}, {shard_key})")
+            self._create_distributed(spread, staging, shard_key)
             target, source = spread, self.table(name)
             settings |= {"parallel_distributed_insert_select": 2}
         self.command_sync(f"INSERT INTO {target} ({kept}) SELECT {kept} FROM {source}", settings=settings)
         self.command_sync(f"EXCHANGE TABLES {table} AND {staging}{self.on_cluster}")
         for done in ([spread] if self.cluster else []) + [staging]:
             self.command_sync(f"DROP TABLE {done}{self.on_cluster}")
+
+    def _create_distributed(self, table: str, over: str, shard_key: str) -> None:
+        """A Distributed table `table` over each shard's `over` (both database-qualified), rows placed by
+        `shard_key`."""
+        self.command_sync(f"CREATE TABLE IF NOT EXISTS {table}{self.on_cluster} AS {over} ENGINE = Distributed("
+                          f"{self.cluster}, {self.database}, {over.split('.', 1)[1]}, {shard_key})")
 
     def _regranulate(self) -> None:
         """Tables of large states from before their one-row granules are dropped, to be made again: the
