@@ -2,20 +2,16 @@
 those of rebuilds and of stores converted as they open, run again on a store of Distributed tables over
 local ones (tests/conftest.py's two-shard cluster of the run's chDB, on which a read sent to both shards
 counts twice). The tests are those of their own modules, collected here a second time, with `client`
-serving from the cluster's store; the codecs test is this mode's own (both tables of each pair)."""
+serving from the cluster's store."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 from aiohttp.test_utils import TestClient
 
-from app.appkeys import ANALYTICS
 from app.server import init_app
 from app.settings import Settings
 from storage.clickhouse import AnalyticsStore
-from storage.clickhouse_schema import CODECS
 from tests.test_analytics_breakdown import (  # noqa: F401 (collected here again)
     site,
     test_breakdown_by_entry_and_exit_page,
@@ -36,8 +32,7 @@ from tests.test_analytics_engine import (  # noqa: F401
     test_keyed_event_volume_matches_postgresql,
 )
 from tests.test_analytics_sessions import (  # noqa: F401
-    edge_sessions,
-    engine_stats,
+    test_a_store_from_before_the_codecs_gets_them_with_the_same_answers,
     test_a_store_sorted_the_old_way_is_re_sorted_with_the_same_rows_and_answers,
     test_matching_sessions_found_by_marked_rows_are_those_of_the_set,
     test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact,
@@ -51,21 +46,3 @@ from tests.test_reports_engine import data, test_reports_match_a_direct_computat
 async def client(aiohttp_client, settings: Settings, cluster_store: AnalyticsStore) -> TestClient:
     return await aiohttp_client(init_app(settings, analytics=cluster_store))
 
-
-async def test_a_cluster_store_from_before_the_codecs_gets_them_on_both_tables(client, database_url, workspace):
-    """Codecs are ALTERed on each shard's table and on the Distributed one over it, whose columns must match."""
-    db = client.app[ANALYTICS]
-    _, site_id, _, start, end = await edge_sessions(client, database_url, workspace)
-    codecs = ("SELECT table, name, compression_codec FROM system.columns WHERE database = {d:String} "
-              "AND compression_codec NOT IN ('', 'CODEC(Default)') ORDER BY table, name")
-    declared = sorted((t + suffix, c, codec) for t, columns in CODECS.items() for c, codec in columns.items()
-                      for suffix in ("", "_local"))
-    assert await db.query(codecs, {"d": db.database}) == declared
-    for table, columns in CODECS.items():  # as before them
-        for target in (db.local_table(table), db.table(table)):
-            await db.command(f"ALTER TABLE {target} " + ", ".join(f"MODIFY COLUMN {c} CODEC(Default)" for c in columns))
-    assert await db.query(codecs, {"d": db.database}) == []
-    before = await engine_stats(db, site_id, start, end)
-    await asyncio.to_thread(db.ensure_schema)
-    assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
-    assert await db.query(codecs, {"d": db.database}) == declared
