@@ -17,6 +17,11 @@ series of changes bought in one run. `--ref REV,NAME=VALUE,...` also sets enviro
 server alone (e.g. `--ref HEAD,TALLY_MIRROR_INTERVAL_MS=600000`: this code with the analytics mirror's
 rounds off, beside the same code with them on). While Tally's own rounds run, /readyz is polled for the analytics
 mirror's lag (how long committed events wait to reach the analytics store).
+
+Besides the rates, it prints where each request's CPU went: the server's event-loop thread, its other threads,
+its database's PostgreSQL backends, wrk itself and the whole machine, and how busy the loop and the machine were.
+A loop busy ~100 % of the round while the machine is not sets the rate: the share of hello-world is then about
+the ratio of the two servers' loop µs per request.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import secrets
 import subprocess
 import sys
@@ -137,10 +143,14 @@ class LagSampler(threading.Thread):
             time.sleep(0.2)
 
 
-def cpu_seconds(pid: int, database: str | None) -> dict[int, float]:
-    """User + system CPU of the server process (all its threads, chDB's included) and of the PostgreSQL
-    backends connected to its database (found by their process titles, "postgres: user database ...")."""
-    found = {}
+LOOP = "loop"  # cpu_seconds' key for the server's main thread, which runs its event loop
+
+
+def cpu_seconds(pid: int, database: str | None) -> dict[int | str, float]:
+    """User + system CPU of the server process (all its threads, chDB's included), of its main thread (the
+    event loop: at ~1 s per second it is what bounds the rate) and of the PostgreSQL backends connected to
+    its database (found by their process titles, "postgres: user database ...")."""
+    found: dict[int | str, float] = {}
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmd = proc.info["cmdline"] or []
@@ -148,9 +158,17 @@ def cpu_seconds(pid: int, database: str | None) -> dict[int, float]:
                                    and f" {database} " in cmd[0]):
                 t = proc.cpu_times()
                 found[proc.pid] = t.user + t.system
+            if proc.pid == pid:
+                found[LOOP] = next((t.user_time + t.system_time for t in proc.threads() if t.id == pid), 0.0)
         except psutil.Error:
             continue
     return found
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine spent outside idle and I/O wait, all cores together."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: LagSampler | None = None,
@@ -161,10 +179,13 @@ def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: L
     sampler.start()
     if lag is not None:
         lag.active = True
-    before = cpu_seconds(pid, database)
+    before, children, busy = cpu_seconds(pid, database), resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy()
+    started = time.monotonic()
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", f.name, url],
                          capture_output=True, text=True, check=True).stdout
-    after = cpu_seconds(pid, database)
+    wall = time.monotonic() - started
+    after, children_after, busy = cpu_seconds(pid, database), resource.getrusage(resource.RUSAGE_CHILDREN), \
+        machine_busy() - busy
     sampler.running = False
     if lag is not None:
         lag.active = False
@@ -181,9 +202,13 @@ def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: L
     # CPU per request is steadier than the rate on a shared machine: other load slows both servers down,
     # but hardly changes what each request costs.
     server_cpu = after.get(pid, 0.0) - before.get(pid, 0.0)
-    pg_cpu = sum(v - before.get(k, 0.0) for k, v in after.items() if k != pid)
+    loop_cpu = after.get(LOOP, 0.0) - before.get(LOOP, 0.0)
+    pg_cpu = sum(v - before.get(k, 0.0) for k, v in after.items() if k not in (pid, LOOP))
+    wrk_cpu = (children_after.ru_utime + children_after.ru_stime) - (children.ru_utime + children.ru_stime)
+    per = 1e6 / max(total, 1)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50": ms("50"), "p99": ms("99"),
-            "server_us": server_cpu / max(total, 1) * 1e6, "pg_us": pg_cpu / max(total, 1) * 1e6,
+            "server_us": server_cpu * per, "pg_us": pg_cpu * per, "loop_us": loop_cpu * per, "wrk_us": wrk_cpu * per,
+            "machine_us": busy * per, "loop_busy": loop_cpu / wall, "machine_busy": busy / wall / os.cpu_count(),
             "requests": total, "non2xx": int(non2xx.group(1)) if non2xx else 0,
             "socket_errors": errors.group(1) if errors else "", "rss_mb": sampler.peak / 2**20,
             "private_mb": sampler.peak_private / 2**20}
@@ -377,14 +402,22 @@ def main() -> None:
                 label = f"{rev} {label}" if rev else label
                 line += f" | {label} {r['rps']:6.0f} p99 {r['p99']:6.1f} ({r['rps'] / h['rps']:.0%})"
         print(line)
-    print("\nCPU per request, server process (chDB included) + its database's PostgreSQL backends, µs "
-          "(per round; median)")
-    for prefix, rev in zip(prefixes, ["", *args.ref], strict=True):
-        for kind, label in (("single", "/v1/events"), ("site", "site")):
-            runs_ = rounds[prefix + kind]
-            cells = ", ".join(f"{r['server_us']:.0f}+{r['pg_us']:.0f}" for r in runs_)
-            server, pg = _median([r["server_us"] for r in runs_]), _median([r["pg_us"] for r in runs_])
-            print(f"  {(rev + ' ' if rev else '') + label:24} {cells}; median server {server:.0f}, PostgreSQL {pg:.0f}")
+    # Where each request's CPU goes, whole machine: when a server's event loop runs ~1 s per second, its
+    # rate is 1 / (loop µs per request), and the share of hello-world is about the two loops' ratio.
+    print("\nCPU per request, µs, medians of the rounds: the server's event-loop thread, its other threads "
+          "(chDB, worker threads), its database's PostgreSQL backends, wrk, and the whole machine (2 cores: "
+          "the rest is other processes); and how busy the loop and the machine were")
+    print(f"  {'':26} {'loop':>6} {'threads':>8} {'PG':>6} {'wrk':>6} {'machine':>8} {'loop busy':>10} "
+          f"{'machine busy':>13}")
+    rows = [("hello-world", rounds["hello"])] + [
+        ((rev + " " if rev else "") + label, rounds[prefix + kind])
+        for prefix, rev in zip(prefixes, ["", *args.ref], strict=True)
+        for kind, label in (("single", "/v1/events"), ("site", "site"))]
+    for label, runs_ in rows:
+        m = {f: _median([r[f] for r in runs_]) for f in ("loop_us", "server_us", "pg_us", "wrk_us", "machine_us",
+                                                        "loop_busy", "machine_busy")}
+        print(f"  {label:26} {m['loop_us']:6.0f} {m['server_us'] - m['loop_us']:8.0f} {m['pg_us']:6.0f} "
+              f"{m['wrk_us']:6.0f} {m['machine_us']:8.0f} {m['loop_busy']:10.0%} {m['machine_busy']:13.0%}")
     median_share = {k: _median([r["rps"] / h["rps"] for r, h in zip(rounds[k], rounds["hello"], strict=True)])
                     for k in rounds if k != "hello" and rounds[k]}
     print(f"\nmedians of {args.rounds} rounds for the per-request rows; 'vs baseline' is the median per-round share\n")
