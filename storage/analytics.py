@@ -204,7 +204,8 @@ def sessions_of(q: Params, store: AnalyticsStore, site_id: str, start: datetime,
     UTC days, from the session rows of the days around them (a session lasts less than a day).
 
     Whole days come from the engine's session-day rows (site_sessions); the part of `end`'s own day before
-    `end` comes from the events, so events after `end` never count. min/max are idempotent: no FINAL."""
+    `end` from its rows too when the day holds no event at or after `end`, else from the events, so events
+    after `end` never count. min/max are idempotent: no FINAL."""
     return _sessions_sql(q, store.table("site_events"), site_id, start, end, started_in_window=started_in_window,
                          visit=visit, only=only, marked=marked, started_on=started_on)
 
@@ -222,7 +223,7 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
     site = q.bind(site_id)
     first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
-    tail = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
+    tail_start = datetime.combine(last_day, time(), UTC)  # the part of end's day in the window, if any
     conds = ([f"f >= {q.bind(start, TS)}"] if started_in_window else []) + ([only] if only else [])
     days_around = ""
     if started_on is not None:
@@ -241,13 +242,21 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
                  f"1 FROM {table} WHERE {marked} AND session != 0")
         conds += ["max(m) = 1", "l >= f"]
     having = f" HAVING {' AND '.join(conds)}" if conds else ""
+    rows = f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
+    ended, tail_rows, tail_events = "", "", ""
+    if tail_start < end:
+        # `end`'s own day from its session rows when none of its events is at or after `end` (a window that
+        # ends now), which costs less than grouping the day's events again (the visits of a 24-hour window at
+        # 10M events: 46-55 -> 38-43 ms); else from its events before `end`, so later ones never count.
+        day = q.bind(last_day, "Date")
+        ended = (f"WITH (SELECT max(last) FROM {days} WHERE site_id = {site} AND day = {day}) < {q.bind(end, TS)} "
+                 "AS ended ")
+        tail_rows, tail_events = f"UNION ALL {rows}AND day = {day} AND ended ", " AND NOT ended"
     return (
-        f"(SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} FROM ("
-        f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
-        f"AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} {days_around}UNION ALL "
-        f"SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
-        f"AND {in_window(q, tail, end)} "
-        f"AND session != 0{marks}) GROUP BY session{having})"
+        f"({ended}SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} "
+        f"FROM ({rows}AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} {days_around}"
+        f"{tail_rows}UNION ALL SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
+        f"AND {in_window(q, tail_start, end)}{tail_events} AND session != 0{marks}) GROUP BY session{having})"
     )
 
 

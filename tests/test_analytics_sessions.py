@@ -81,6 +81,10 @@ async def test_sessions_crossing_midnight_and_the_window_edges_match_postgresql(
     assert await engine_stats(db, site_id, start, end, de) == (3, 1, 500_000.0)  # b, d, h
     assert await engine_stats(db, site_id, start, end, de) == await postgres_stats(
         database_url, site_id, start, end, " AND country = 'DE'")
+    # An end after the last event of its day (f's): that day's part comes from its session rows, not its events.
+    later = end + 2 * H
+    assert await engine_stats(db, site_id, start, later) == (6, 2, 450_000.0)  # b, c, d, e, f, h
+    assert await engine_stats(db, site_id, start, later) == await postgres_stats(database_url, site_id, start, later)
 
 
 async def test_matching_sessions_found_by_marked_rows_are_those_of_the_set(client, database_url, workspace):
