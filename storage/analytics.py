@@ -223,7 +223,8 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
     site = q.bind(site_id)
     first_day = lookback_start(start).date()
     last_day = end.astimezone(UTC).date()  # whole days before it come from site_sessions
-    tail_start = datetime.combine(last_day, time(), UTC)  # the part of end's day in the window, if any
+    # The part of end's own day in the window, if any.
+    tail_start = max(datetime.combine(last_day, time(), UTC), datetime.combine(first_day, time(), UTC))
     conds = ([f"f >= {q.bind(start, TS)}"] if started_in_window else []) + ([only] if only else [])
     days_around = ""
     if started_on is not None:
