@@ -165,6 +165,12 @@ def cpu_seconds(pid: int, database: str | None) -> dict[int | str, float]:
     return found
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's finished children (each round's wrk)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def machine_busy() -> float:
     """CPU seconds the whole machine spent outside idle and I/O wait, all cores together."""
     t = psutil.cpu_times()
@@ -179,13 +185,12 @@ def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: L
     sampler.start()
     if lag is not None:
         lag.active = True
-    before, children, busy = cpu_seconds(pid, database), resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy()
+    before, wrk_before, busy_before = cpu_seconds(pid, database), children_cpu(), machine_busy()
     started = time.monotonic()
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "-s", f.name, url],
                          capture_output=True, text=True, check=True).stdout
     wall = time.monotonic() - started
-    after, children_after, busy = cpu_seconds(pid, database), resource.getrusage(resource.RUSAGE_CHILDREN), \
-        machine_busy() - busy
+    after, wrk_cpu, busy = cpu_seconds(pid, database), children_cpu() - wrk_before, machine_busy() - busy_before
     sampler.running = False
     if lag is not None:
         lag.active = False
@@ -204,7 +209,6 @@ def wrk(url: str, script: str, duration: int, connections: int, pid: int, lag: L
     server_cpu = after.get(pid, 0.0) - before.get(pid, 0.0)
     loop_cpu = after.get(LOOP, 0.0) - before.get(LOOP, 0.0)
     pg_cpu = sum(v - before.get(k, 0.0) for k, v in after.items() if k not in (pid, LOOP))
-    wrk_cpu = (children_after.ru_utime + children_after.ru_stime) - (children.ru_utime + children.ru_stime)
     per = 1e6 / max(total, 1)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50": ms("50"), "p99": ms("99"),
             "server_us": server_cpu * per, "pg_us": pg_cpu * per, "loop_us": loop_cpu * per, "wrk_us": wrk_cpu * per,
