@@ -123,21 +123,30 @@ async def _visit_breakdown(store: AnalyticsStore, site_id: str, start: datetime,
                            filters: Filters, limit: int, offset: int, metrics: Collection[str]) -> list[dict]:
     """The visits that started in the window (holding a matching event when filtered), grouped by their
     entry or exit page, from the engine's session rows. Their pageviews and events (counts, which need the
-    events read with FINAL) are only computed when `metrics` asks for them; otherwise they read 0."""
+    events read with FINAL), bounce rate and duration are only computed when `metrics` asks for them;
+    otherwise they read 0."""
     q, table = Params(), store.table("site_events")
     only = matching_sessions(q, store, site_id, start, end, filters)
     sessions = sessions_of(q, store, site_id, start, end, visit=True, only=only)
     cond = f"s.{SESSION_DIMENSIONS[prop]} != ''"
-    counted = bool({"pageviews", "events"} & set(metrics))
+    wanted = set(metrics)
     counts, pv, ev = "", "0", "0"
-    if counted:  # the events of each visit, from the look-back on (a visit that started in the window: its own)
+    if wanted & {"pageviews", "events"}:
+        # The events of each visit, from the look-back on (a visit that started in the window: its own); under
+        # filters only those of the matching visits (at 10M events under three filters: 215 -> 163 ms).
+        matching = f" AND {only}" if only else ""
         counts = (f" LEFT JOIN (SELECT session, countIf(name = 'pageview') AS pv, count() AS ev FROM {table} FINAL "
                   f"WHERE site_id = {q.bind(site_id)} AND ts >= {q.bind(lookback_start(start), TS)} "
-                  f"AND ts < {q.bind(end, TS)} AND session != 0 GROUP BY session) AS c ON c.session = s.session")
+                  f"AND ts < {q.bind(end, TS)} AND session != 0{matching} GROUP BY session) AS c "
+                  "ON c.session = s.session")
         pv, ev = "sum(c.pv)", "sum(c.ev)"
+    # Unasked, the visits' bounces and durations are not computed: the engine then skips their states
+    # (visitors alone at 10M events under three filters: 83 -> 70 ms).
+    stats = "countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l))" \
+        if wanted & {"bounce_rate", "visit_duration"} else "0, 0"
     rows = await store.query(
         f"SELECT s.{SESSION_DIMENSIONS[prop]} AS key, uniqExactIf(s.v, s.v != 0), count(), {pv}, {ev}, "
-        f"countIf(s.pf = s.pl), avg(dateDiff('microsecond', s.f, s.l)) FROM {sessions} AS s{counts} WHERE {cond} "
+        f"{stats} FROM {sessions} AS s{counts} WHERE {cond} "
         f"GROUP BY key ORDER BY 2 DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
         q.params)
     return [{"key": k, "visitors": v, "visits": n, "pageviews": p, "events": e,
