@@ -20,7 +20,7 @@ emptied here) when they need them.
 from __future__ import annotations
 
 import asyncio
-import tempfile
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -182,10 +182,69 @@ async def status(conn: asyncpg.Connection, store: AnalyticsStore) -> Status:
     return Status(pending, age, pg, site, keyed)
 
 
-async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None) -> int:
+# A rebuild inserts each month in pieces of about this much CSV, cut between rows as it streams out of
+# PostgreSQL, so no month is held whole. Spooled whole to a temporary file (which chDB's client then copies
+# into another), 10M events took 3.7 GB of temporary disk; in pieces, none beyond two pieces, at 1.13 GB
+# peak RSS instead of 1.33, in the same time (64-66 s against 63-67).
+REBUILD_PIECE_BYTES = 64 * 2**20
+
+
+def _whole_rows(csv: bytearray) -> int:
+    """The length of the whole rows at the start of `csv` (PostgreSQL's CSV, starting at a row): up to the
+    last newline with an even number of quotes before it, since a quote inside a quoted field is doubled
+    and a newline inside one is data."""
+    odd = csv.count(b'"') % 2  # of the quotes before `end`
+    end = len(csv)
+    newline = csv.rfind(b"\n")
+    while newline >= 0:
+        odd ^= csv.count(b'"', newline, end) % 2
+        if not odd:
+            return newline + 1
+        end, newline = newline, csv.rfind(b"\n", 0, newline)
+    return 0
+
+
+class _Pieces:
+    """A COPY's output, inserted into the store whenever `size` bytes or more of it are waiting. One piece is
+    inserted (in a worker thread) while the next streams in: at most two are held at once."""
+
+    def __init__(self, store: AnalyticsStore, size: int) -> None:
+        self.store, self.size = store, size
+        self.waiting = bytearray()
+        self.inserting: asyncio.Future | None = None
+
+    async def __call__(self, chunk: bytes) -> None:
+        self.waiting += chunk
+        if len(self.waiting) >= self.size:
+            await self._insert(_whole_rows(self.waiting))
+
+    async def finish(self) -> None:
+        await self._insert(len(self.waiting))
+        await self._insert(0)
+
+    async def abandon(self) -> None:
+        """After a failed COPY: let the insert in flight end (its rows are committed events, written again by
+        the next rebuild or not at all), so no thread outlives the rebuild and its error is the COPY's."""
+        with contextlib.suppress(Exception):
+            await self._insert(0)
+
+    async def _insert(self, length: int) -> None:
+        """Wait for the insert in flight (its failure is the COPY's), then start one of `length` bytes."""
+        if length or self.inserting is not None:
+            inserting, self.inserting = self.inserting, None
+            if inserting is not None:
+                await inserting
+            if length:
+                piece = bytes(self.waiting[:length])
+                del self.waiting[:length]
+                self.inserting = asyncio.ensure_future(asyncio.to_thread(self.store.insert_events_csv_sync, piece))
+
+
+async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None, *,
+                  piece_bytes: int = REBUILD_PIECE_BYTES) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
-    Goes a month at a time (the events partitions), each month's CSV spooled to a temporary file."""
+    Goes a month at a time (the events partitions), inserting each in pieces of about `piece_bytes`."""
     for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_events",
                  "keyed_events"):
         if since is None:
@@ -206,11 +265,14 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
         month = first and first.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         while month is not None and month <= last:
             following = (month + timedelta(days=32)).replace(day=1)
-            with tempfile.TemporaryFile() as spool:
+            pieces = _Pieces(store, piece_bytes)
+            try:
                 copied = await conn.copy_from_query(_EVENTS_BETWEEN, max(month, since or month), following,
-                                                    output=spool, format="csv")
-                spool.seek(0)
-                await asyncio.to_thread(store.insert_events_csv_sync, spool)
+                                                    output=pieces, format="csv")
+            except BaseException:
+                await pieces.abandon()
+                raise
+            await pieces.finish()
             written += int(copied.split()[-1])
             month = following
     if since is not None:  # the sessions and visitors of the day of `since` also hold events from before it

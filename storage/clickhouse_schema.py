@@ -49,15 +49,15 @@ KEYED_FROM_INPUT = (
 # Read as PostgreSQL's CSV is written: only double quotes quote, and spaces are data.
 CSV_INPUT_SETTINGS = {"format_csv_allow_single_quotes": 0, "input_format_csv_trim_whitespaces": 0,
                       "input_format_csv_empty_as_default": 1,
-                      # A rebuild inserts a month at once: in blocks of 100,000 rows, parsed one at a time, each
-                      # block goes through the views and is written before the next, so memory stays bounded
-                      # (1M-row blocks parsed in parallel passed the 1 GiB query bound at 2M events).
+                      # An insert (a rebuild's is 64 MB of CSV) goes in blocks of 100,000 rows, parsed one at
+                      # a time: each block goes through the views and is written before the next, so memory
+                      # stays bounded (1M-row blocks parsed in parallel passed the 1 GiB query bound).
                       "max_insert_block_size": 100_000, "min_insert_block_size_rows": 100_000,
                       "min_insert_block_size_bytes": 0, "input_format_parallel_parsing": 0,
                       # chDB's client spools an insert's data to a file and inserts FROM INFILE, which chDB
-                      # (as clickhouse-local) reads through a memory mapping by default: rebuilding 10M events
-                      # (a month of 1.9 GB of CSV) put the process at 3.2 GB RSS, 2 GB of it that file's
-                      # pages. Read with pread: 1.3 GB, in about the same time (65-73 s).
+                      # (as clickhouse-local) reads through a memory mapping by default, so the whole file
+                      # became resident in the process: a month of 1.9 GB of CSV inserted at once put it at
+                      # 3.2 GB RSS, 2 GB of them the file's pages. Read with pread: 1.3 GB, same time.
                       "storage_file_read_method": "pread"}
 
 LC = "LowCardinality(String)"

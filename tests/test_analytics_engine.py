@@ -338,3 +338,37 @@ async def test_an_insert_is_not_mapped_into_the_process(analytics_store: Analyti
     assert rows == [(16_384,)]
     assert len(data) > 64 * 2**20
     assert peak[0] - before < len(data) // 8, (peak[0] - before, len(data))
+
+
+async def test_a_copy_cut_anywhere_is_inserted_in_whole_rows(client, database_url, workspace):
+    """A rebuild streams each month out of PostgreSQL and inserts it in pieces cut between CSV rows: a newline
+    or a quote inside a field is data, and a row longer than a piece waits for its end. The rows come from
+    PostgreSQL's own CSV (their transaction rolled back, so only the pieces write them)."""
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        site_id, _, ws = await create_site(conn, workspace)
+        tricky = ['/a"b', "/line\nbreak", '/q"\n"q,', "/long/" + "x" * 1000, "/plain"]
+        at = datetime(2024, 2, 28, 23, tzinfo=UTC)
+        rows = [(f"evt_piece_{site_id}_{i:03d}", "pageview", tricky[i % 5], f'https://r.example/"{i}"\n', "DE",
+                 f"v{i % 7}", f"s{i % 11}", at + timedelta(minutes=7 * i), {"k": f'x"\n{i}'}) for i in range(60)]
+        uncommitted = conn.transaction()
+        await uncommitted.start()
+        try:
+            await insert_events(conn, site_id, ws, rows)
+            data = await analytics_mirror.site_events_csv(conn, site_id)
+            expected = [tuple(r) for r in await conn.fetch(
+                "SELECT id, path, referrer, properties::text FROM events WHERE site_id = $1 ORDER BY id", site_id)]
+        finally:
+            await uncommitted.rollback()
+    finally:
+        await conn.close()
+    assert b"\n\"" in data and data.count(b"\n") > len(rows)  # newlines inside quoted fields
+    db = client.app[ANALYTICS]
+    pieces = analytics_mirror._Pieces(db, 300)
+    for i in range(0, len(data), 97):  # chunks ending anywhere: mid-row, mid-field, between doubled quotes
+        await pieces(data[i:i + 97])
+    await pieces.finish()
+    got = await db.query(f"SELECT id, page, referrer, properties FROM {db.table('site_events')} "
+                         "WHERE site_id = {s:String} ORDER BY id", {"s": site_id})
+    assert got == expected
