@@ -21,6 +21,7 @@ import math
 import os
 import resource
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -168,14 +169,14 @@ async def main() -> None:
     dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
     now = datetime.now(UTC)
     db = None
+    store_dir = Path(tempfile.mkdtemp(prefix="tally-bench-ch-"))
     try:
         conn = await asyncpg.connect(dsn, server_settings={"plan_cache_mode": "force_custom_plan"})
         await init_connection(conn)
         await migrate(conn)
         await generate(conn, args.events, now)
         # The store's default bounds (1 GiB per query), for the rebuild as for the timed reads.
-        db = await asyncio.to_thread(open_store, url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-ch-")),
-                                     database="bench")
+        db = await asyncio.to_thread(open_store, url=None, path=store_dir, database="bench")
         started = time.perf_counter()
         written = await rebuild(conn, db)
         rebuild_s = time.perf_counter() - started
@@ -262,8 +263,11 @@ async def main() -> None:
     finally:
         if db is not None:
             db.close()
-        if not args.keep:
+        if args.keep:
+            print(f"kept: PostgreSQL database {name}, analytics store {store_dir} (database bench)")
+        else:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            shutil.rmtree(store_dir, ignore_errors=True)
         await admin.close()
 
 

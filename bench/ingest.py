@@ -32,6 +32,7 @@ import os
 import re
 import resource
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -309,6 +310,7 @@ def main() -> None:
     ref_dirs = [Path(tempfile.mkdtemp(prefix="tally-ref-")) / "tree" for _ in args.ref]
     ref_names = [f"{name}_ref{i + 1}" for i in range(len(args.ref))]
     data_dir = tempfile.mkdtemp(prefix="tally-bench-data-")
+    ref_datas = [tempfile.mkdtemp(prefix="tally-bench-ref-") for _ in args.ref]
     try:
         free_keys, batch_key, workspace_id = asyncio.run(setup(dsn))
         hello_port, tally_port = free_port(), free_port()
@@ -327,13 +329,14 @@ def main() -> None:
         single = SINGLE_LUA % ", ".join(f'"{k}"' for k in free_keys)
         # (prefix, port, process, single-event script, lag sampler, database)
         servers = [("", tally_port, tally, single, lag, name)]
-        for prefix, rev, ref_dir, ref_name in zip(prefixes[1:], args.ref, ref_dirs, ref_names, strict=True):
+        for prefix, rev, ref_dir, ref_name, ref_data in zip(prefixes[1:], args.ref, ref_dirs, ref_names, ref_datas,
+                                                             strict=True):
             rev, _, overrides = rev.partition(",")
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(ref_dir), rev], check=True,
                            capture_output=True)
             asyncio.run(_admin(f'CREATE DATABASE "{ref_name}"'))
             ref_dsn = urlparse(ADMIN)._replace(path=f"/{ref_name}").geturl()
-            ref_env = {**env, "DATABASE_URL": ref_dsn, "TALLY_DATA_DIR": tempfile.mkdtemp(prefix="tally-bench-ref-"),
+            ref_env = {**env, "DATABASE_URL": ref_dsn, "TALLY_DATA_DIR": ref_data,
                        **dict(kv.split("=", 1) for kv in overrides.split(",") if kv)}
             subprocess.run([sys.executable, "-m", "app", "migrate"], cwd=ref_dir, env={**os.environ, **ref_env},
                            check=True, capture_output=True)
@@ -392,6 +395,8 @@ def main() -> None:
         for ref_dir, ref_name in zip(ref_dirs, ref_names, strict=True):
             asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{ref_name}" WITH (FORCE)'))
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref_dir)], capture_output=True)
+        for made in (data_dir, *ref_datas, *(d.parent for d in ref_dirs)):
+            shutil.rmtree(made, ignore_errors=True)
 
     print(f"\nwrk -t2 -c{args.connections} -d{args.duration}s on loopback, {os.cpu_count()} cores; "
           f"single-event and site bodies ~100 B, batch body 500 events; "

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -69,6 +70,7 @@ async def main() -> None:
     name = f"tally_bench_mirror_{secrets.token_hex(3)}"
     admin = await asyncpg.connect(ADMIN)
     await admin.execute(f'CREATE DATABASE "{name}"')
+    store_dir = Path(tempfile.mkdtemp(prefix="tally-bench-mirror-"))
     try:
         conn = await asyncpg.connect(urlparse(ADMIN)._replace(path=f"/{name}").geturl())
         await init_connection(conn)
@@ -78,7 +80,7 @@ async def main() -> None:
                            SITE.id, ws, SITE.domain)
         now = datetime.now(UTC)
         await ensure_partitions(conn, {now - timedelta(days=d) for d in range(0, 35, 5)} | {now})
-        store = open_store(url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-mirror-")), database="tally")
+        store = open_store(url=None, path=store_dir, database="tally")
         meter = Meter(await conn.fetchval("SELECT pg_backend_pid()"))
         n = args.events
         for r in range(args.rounds):
@@ -101,6 +103,7 @@ async def main() -> None:
         await conn.close()
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(store_dir, ignore_errors=True)
     total = args.events * args.rounds
     print(f"\n{args.rounds} rounds of {args.events:,} site events; CPU microseconds per event\n")
     print(f"{'step':38} {'event loop':>11} {'process':>9} {'PostgreSQL':>11}")

@@ -26,6 +26,7 @@ import csv
 import io
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -93,7 +94,8 @@ def thread_cpu() -> dict[int, tuple[str, float]]:
 
 
 def run(variant: str, kind: str, batches: list[bytes], gap: float) -> dict[str, float]:
-    store = open_store(url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-insert-")), database="tally")
+    store_dir = Path(tempfile.mkdtemp(prefix="tally-bench-insert-"))
+    store = open_store(url=None, path=store_dir, database="tally")
     db = store.database
     if variant == "no-session-view":
         store.command_sync(f"DROP VIEW {db}.site_sessions_mv")
@@ -133,6 +135,7 @@ def run(variant: str, kind: str, batches: list[bytes], gap: float) -> dict[str, 
     total = time.process_time() - started
     after = thread_cpu()
     store.close()
+    shutil.rmtree(store_dir, ignore_errors=True)
     spent = collections.Counter()
     for tid, (name, cpu) in after.items():
         delta = cpu - before.get(tid, (name, 0.0))[1]

@@ -21,6 +21,7 @@ import importlib.util
 import os
 import resource
 import secrets
+import shutil
 import statistics
 import sys
 import tempfile
@@ -145,13 +146,13 @@ async def main() -> None:
     end = now.replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=30)
     db = None
+    store_dir = Path(tempfile.mkdtemp(prefix="tally-bench-ch-"))
     try:
         conn = await asyncpg.connect(dsn)
         await init_connection(conn)
         await migrate(conn)
         ws = await load(conn, args.events, args.users, start)
-        db = await asyncio.to_thread(open_store, url=None, path=Path(tempfile.mkdtemp(prefix="tally-bench-ch-")),
-                                     database="bench")
+        db = await asyncio.to_thread(open_store, url=None, path=store_dir, database="bench")
         t0 = time.perf_counter()
         written = await rebuild(conn, db)
         print(f"rebuild: {written:,} events in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -210,8 +211,11 @@ async def main() -> None:
     finally:
         if db is not None:
             db.close()
-        if not args.keep:
+        if args.keep:
+            print(f"kept: PostgreSQL database {name}, analytics store {store_dir} (database bench)")
+        else:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            shutil.rmtree(store_dir, ignore_errors=True)
         await admin.close()
 
 

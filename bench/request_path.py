@@ -19,6 +19,7 @@ import asyncio
 import gc
 import os
 import secrets
+import shutil
 import statistics
 import tempfile
 import time
@@ -102,10 +103,11 @@ async def main(batches: int, per_batch: int) -> None:
     await _admin(f'CREATE DATABASE "{name}"')
     dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
     runner = hello_runner = None
+    data_dir = tempfile.mkdtemp(prefix="tally-bench-path-")
     try:
         keys, _, _ = await setup(dsn)
         os.environ.update({"DATABASE_URL": dsn, "TALLY_ENV": "development", "TALLY_IP_EVENTS_PER_MIN": "0",
-                           "TALLY_SITE_EVENTS_PER_MIN": "0", "TALLY_DATA_DIR": tempfile.mkdtemp(),
+                           "TALLY_SITE_EVENTS_PER_MIN": "0", "TALLY_DATA_DIR": data_dir,
                            "TALLY_MIRROR_INTERVAL_MS": "600000"})
         app = init_app(Settings.from_env())
         runner = web.AppRunner(app, access_log=None)
@@ -149,6 +151,7 @@ async def main(batches: int, per_batch: int) -> None:
         if runner is not None:
             await runner.cleanup()
         await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
