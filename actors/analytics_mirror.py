@@ -20,6 +20,10 @@ from storage.clickhouse import AnalyticsStore
 
 log = logging.getLogger("tally.mirror")
 
+# How often a round also looks for an interrupted rebuild (one a killed CLI left behind, even while this
+# server runs beside it on a ClickHouse server); the first round of a process always does.
+RESUME_CHECK_SECONDS = 60.0
+
 
 class Mirror:
     def __init__(self, pool: asyncpg.Pool, store: AnalyticsStore, *, interval: float, batch: int,
@@ -31,6 +35,7 @@ class Mirror:
         self._timer = Timer("analytics-mirror", interval, self._round)
         self._running: asyncio.Future | None = None  # the timer's round (referenced: it may outlive a stop)
         self.last_error: str | None = None
+        self._next_resume_check = 0.0
 
     async def catch_up(self) -> int:
         """Mirror everything committed before this call (and apply queued erasures); returns rows moved."""
@@ -45,6 +50,15 @@ class Mirror:
                     self.metrics.mirror_round_seconds.observe(time.perf_counter() - started)
                 if n < self.batch:
                     return moved
+
+    async def resume_interrupted(self) -> int:
+        """Queue again what an interrupted rebuild took out of the store (storage's resume_interrupted)."""
+        async with self.pool.acquire() as conn:
+            queued = await mirror.resume_interrupted(conn)
+        if queued:
+            log.warning("an interrupted analytics rebuild left the store without %d events: queued to mirror "
+                        "again", queued)
+        return queued
 
     async def lag(self) -> tuple[int, float]:
         async with self.pool.acquire() as conn:
@@ -69,6 +83,9 @@ class Mirror:
 
     async def _logged_round(self) -> None:
         try:
+            if time.monotonic() >= self._next_resume_check:
+                self._next_resume_check = time.monotonic() + RESUME_CHECK_SECONDS
+                await self.resume_interrupted()
             await self.catch_up()
             self.last_error = None
         except Exception as exc:  # the outbox keeps the events; the next tick retries

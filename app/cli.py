@@ -226,6 +226,10 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
             written = await analytics_mirror.rebuild(conn, store, since=args.since)
             print(f"rebuilt: {written} events written to the analytics store")
             return 0
+        resumed = await analytics_mirror.resume_interrupted(conn)
+        if resumed:
+            print(f"an interrupted rebuild left the analytics store without {resumed} events: queued to mirror "
+                  "again (or run `tally analytics rebuild`)", file=sys.stderr)
         status = await analytics_mirror.status(conn, store)
         print(orjson.dumps(status.json(), option=orjson.OPT_INDENT_2).decode())
         return 0

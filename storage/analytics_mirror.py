@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
@@ -30,6 +30,7 @@ from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
 _OWNER = (7_264_003, 1)  # held for its lifetime by the process whose embedded store this database feeds
+_REBUILDING = (7_264_004, 1)  # held by a rebuild while its row in analytics_rebuilds stands (migration 0022)
 
 
 class StoreClaimed(RuntimeError):
@@ -70,7 +71,7 @@ _EVENTS_OF_WORKSPACE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.workspace_i
 _SPAN = "SELECT min(ts), max(ts) FROM events WHERE ts >= coalesce($1::timestamptz, '-infinity')"
 _REQUEUE = (
     "INSERT INTO analytics_outbox (workspace_id, env, stamps, ids, events) "
-    "SELECT workspace_id, env, ARRAY[ts], ARRAY[id], 1 FROM events"
+    "SELECT workspace_id, env, ARRAY[ts], ARRAY[id], 1 FROM events WHERE ts >= coalesce($1::timestamptz, '-infinity')"
 )
 
 
@@ -244,7 +245,23 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
                   piece_bytes: int = REBUILD_PIECE_BYTES) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
-    Goes a month at a time (the events partitions), inserting each in pieces of about `piece_bytes`."""
+    Goes a month at a time (the events partitions), inserting each in pieces of about `piece_bytes`. Stands
+    in analytics_rebuilds until done, so an interrupted rebuild is made good (resume_interrupted)."""
+    await conn.execute("SELECT pg_advisory_lock($1, $2)", *_REBUILDING)
+    try:
+        marker = await conn.fetchval("INSERT INTO analytics_rebuilds (since) VALUES ($1) RETURNING id", since)
+        written = await _rebuild(conn, store, since, piece_bytes)
+        # Done: its own row, and those of interrupted rebuilds this one covered.
+        await conn.execute("DELETE FROM analytics_rebuilds WHERE id = $1 OR $2::timestamptz IS NULL OR since >= $2",
+                           marker, since)
+        return written
+    finally:
+        # A connection broken by the failure has lost the lock already (the session ended with it).
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_REBUILDING)
+
+
+async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None, piece_bytes: int) -> int:
     for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_events",
                  "keyed_events"):
         if since is None:
@@ -286,4 +303,23 @@ async def refill(conn: asyncpg.Connection) -> int:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
         await conn.execute("DELETE FROM analytics_outbox")
-        return int((await conn.execute(_REQUEUE)).split()[-1])
+        return int((await conn.execute(_REQUEUE, None)).split()[-1])
+
+
+async def resume_interrupted(conn: asyncpg.Connection) -> int:
+    """Queue again, for the mirror, the events an interrupted rebuild had taken out of the store and not
+    written back: those from the start of the UTC day of its `since` (the day's session and visitor rows
+    went whole), or every event. Returns how many were queued (0 when no rebuild was interrupted, or one is
+    still running)."""
+    async with conn.transaction():
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, $2)", *_REBUILDING):
+            return 0  # a rebuild is running: its row is not an interrupted one
+        rows = await conn.fetch("DELETE FROM analytics_rebuilds RETURNING since")
+        if not rows:
+            return 0
+        starts = [r["since"] and datetime.combine(r["since"].astimezone(UTC).date(), time(), UTC) for r in rows]
+        start = None if None in starts else min(starts)
+        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
+        if start is None:
+            await conn.execute("DELETE FROM analytics_outbox")  # every event is queued below
+        return int((await conn.execute(_REQUEUE, start)).split()[-1])

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 import aiohttp
 import asyncpg
+import pytest
 
 from tests import server_process
 from tests.conftest import bearer
@@ -198,5 +199,79 @@ async def test_a_second_process_with_its_own_embedded_store_is_refused(pg_admin_
         proc, _ = await asyncio.to_thread(
             server_process.start, {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path / "second")})
         await asyncio.to_thread(server_process.stop, proc)
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
+@pytest.mark.parametrize("noticed_by", ["status", "server"])
+async def test_a_rebuild_killed_midway_is_made_good(pg_admin_dsn, tmp_path, noticed_by):
+    """`tally analytics rebuild` killed with SIGKILL after it emptied the store: the next `status` (or the
+    server's first mirror round) notices and queues the missing events, and the server mirrors them, each
+    once. The events were loaded straight into PostgreSQL (as a restore or an import would), so nothing but
+    the rebuild brings them."""
+    dsn = await fresh_database(pg_admin_dsn)
+    (tmp_path / "tmp").mkdir()  # where the killed rebuild's spooled insert is left behind
+    env = {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path), "TALLY_MIRROR_INTERVAL_MS": "20",
+           "TMPDIR": str(tmp_path / "tmp")}
+    total = 300_000
+    try:
+        made = await asyncio.to_thread(tally, env, "create-key", "--workspace", "restored", "--scopes", "read")
+        assert made.returncode == 0, made.stderr
+        conn = await asyncpg.connect(dsn)
+        try:
+            workspace_id = await conn.fetchval("SELECT id FROM workspaces WHERE name = 'restored'")
+            await conn.execute("INSERT INTO sites (id, workspace_id, domain, verification_token) "
+                               "VALUES ('restored-site', $1, 'restored.example', 't')", workspace_id)
+            await conn.execute("SELECT tally_ensure_event_partition(date_trunc('month', now() - interval '40 days'))"
+                               " UNION ALL SELECT tally_ensure_event_partition(date_trunc('month', now()))")
+            await conn.execute("ALTER TABLE events DISABLE TRIGGER USER")  # a restore: not in the outbox
+            await conn.execute(
+                "INSERT INTO events (id, workspace_id, env, site_id, name, session_id, ip_hash, path, ts, received_at) "
+                "SELECT 'evt_r' || g, $1, 'live', 'restored-site', 'pageview', 'ses_' || (g / 4), 'v' || (g / 40), "
+                "'/p/' || (g % 50), t, t FROM (SELECT g, now() - interval '40 days' * g / $2 AS t "
+                "FROM generate_series(1, $2) AS g) s", workspace_id, total)
+            await conn.execute("ALTER TABLE events ENABLE TRIGGER USER")
+        finally:
+            await conn.close()
+
+        rebuild = await asyncio.create_subprocess_exec(sys.executable, "-m", "app", "analytics", "rebuild",
+                                                       env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                                       stderr=subprocess.DEVNULL)
+        conn = await asyncpg.connect(dsn)
+        try:  # killed once it stands in analytics_rebuilds, so once it may have emptied the store
+            deadline = time.monotonic() + 60
+            while not await conn.fetchval("SELECT count(*) FROM analytics_rebuilds") and rebuild.returncode is None:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)
+            rebuild.kill()
+            assert await rebuild.wait() == -9
+        finally:
+            await conn.close()
+
+        if noticed_by == "status":
+            short = await asyncio.to_thread(tally, env, "analytics", "status")
+            assert short.returncode == 0, short.stderr
+            assert f"an interrupted rebuild left the analytics store without {total} events" in short.stderr
+            counts = json.loads(short.stdout)
+            assert counts["postgres_events"] == total
+            assert counts["analytics_events"] < total  # killed midway
+            assert counts["pending"] == total  # queued again
+
+        proc, base = await asyncio.to_thread(server_process.start, env)
+        try:
+            conn = await asyncpg.connect(dsn)
+            try:  # the interrupted rebuild's row goes in the transaction that queues its events again
+                deadline = time.monotonic() + 60
+                while await conn.fetchval("SELECT count(*) FROM analytics_rebuilds"):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+            finally:
+                await conn.close()
+            assert await pending_once_caught_up(base) == 0
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+        after = status(env)
+        assert (after["postgres_events"], after["analytics_site_events"], after["pending"]) == (total, total, 0)
     finally:
         await drop_database(pg_admin_dsn, dsn)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -102,6 +102,36 @@ async def test_a_refill_queues_every_stored_event_again(conn, store):
     assert (await mirror.lag(conn))[0] == 30
     assert await mirror.mirror_round(conn, store, 1000) == 30
     assert await keyed_in_store(store, ids) == 30  # written twice, counted once
+
+
+async def test_an_interrupted_rebuild_is_queued_again_from_its_day_and_a_running_one_is_left(conn, store, dsn):
+    """resume_interrupted queues what a dead rebuild's row says is missing (from the UTC day of its `since`),
+    leaves a running rebuild's row alone, and a completed rebuild removes the rows it covers."""
+    await migrate(conn)
+    ids: list[str] = []
+    await store_events(conn, 4, ids)  # now
+    assert await mirror.mirror_round(conn, store, 1000) == 4
+    since = datetime.now(UTC) - timedelta(days=2)
+    await conn.execute("INSERT INTO analytics_rebuilds (since) VALUES ($1)", since)
+
+    running = await asyncpg.connect(dsn)  # a rebuild in progress holds the lock
+    try:
+        await running.execute("SELECT pg_advisory_lock($1, $2)", *mirror._REBUILDING)
+        assert await mirror.resume_interrupted(conn) == 0
+        assert await conn.fetchval("SELECT count(*) FROM analytics_rebuilds") == 1
+    finally:
+        await running.close()  # ... until it dies: its session, and the lock, are gone
+    assert await mirror.resume_interrupted(conn) == 4
+    assert (await conn.fetchval("SELECT count(*) FROM analytics_rebuilds"), (await mirror.lag(conn))[0]) == (0, 4)
+    assert await mirror.resume_interrupted(conn) == 0  # done once
+
+    # A rebuild from a later day does not cover an interrupted one from an earlier day; a full one does.
+    await conn.execute("INSERT INTO analytics_rebuilds (since) VALUES ($1)", since)
+    assert await mirror.rebuild(conn, store, since=datetime.now(UTC) + timedelta(days=1)) == 0
+    assert await conn.fetchval("SELECT count(*) FROM analytics_rebuilds") == 1
+    assert await mirror.rebuild(conn, store) == 4
+    assert await conn.fetchval("SELECT count(*) FROM analytics_rebuilds") == 0
+    assert await keyed_in_store(store, ids) == 4
 
 
 async def test_stopping_the_mirror_in_the_middle_of_a_round_returns_and_loses_nothing(conn, store, dsn):
