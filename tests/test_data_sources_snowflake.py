@@ -10,11 +10,13 @@ import gzip
 import json
 import logging
 import secrets
+import shutil
 import socket
 import threading
 import time
 
 import fakesnow.server
+import fakesnow.transforms.stage
 import pytest
 import snowflake.connector
 import uvicorn
@@ -62,6 +64,8 @@ def snow_url():
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
+    # fakesnow makes a directory for its stages' files when imported; no test here uses a stage.
+    shutil.rmtree(fakesnow.transforms.stage.LOCAL_BUCKET_PATH, ignore_errors=True)
 
 
 def run_sql(url: str, database: str, *statements: str) -> None:
