@@ -19,6 +19,12 @@ def free_port() -> int:
 
 def start(env: dict[str, str], timeout: float = 60) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    if "TALLY_DATA_DIR" in env and "TMPDIR" not in env:
+        # Temporary files (the analytics store spools each insert to one) go with the test's data: a server
+        # killed mid-insert leaves its file there, not in /tmp.
+        tmp = os.path.join(env["TALLY_DATA_DIR"], "tmp")
+        os.makedirs(tmp, exist_ok=True)
+        env = {**env, "TMPDIR": tmp}
     # Logs go to a file: a pipe nobody reads would fill up and stall the server mid-test.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(

@@ -210,7 +210,7 @@ async def test_a_rebuild_killed_midway_is_made_good(pg_admin_dsn, tmp_path, noti
     once. The events were loaded straight into PostgreSQL (as a restore or an import would), so nothing but
     the rebuild brings them."""
     dsn = await fresh_database(pg_admin_dsn)
-    (tmp_path / "tmp").mkdir()  # where the killed rebuild's spooled insert is left behind
+    (tmp_path / "tmp").mkdir()  # where the killed rebuild's spooled insert is left (and the server's files)
     env = {"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path), "TALLY_MIRROR_INTERVAL_MS": "20",
            "TMPDIR": str(tmp_path / "tmp")}
     total = 300_000
