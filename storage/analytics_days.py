@@ -1,5 +1,5 @@
 """Day rows of the analytics store for unfiltered reads: the event counts of ended days (site_day_counts,
-per event name and per page, referrer host and country), the statistics of the visits that started on
+per event name and per page, referrer host, country and hour), the statistics of the visits that started on
 them, and the visitor sets of days (site_days).
 
 Counts cannot come from a view: a mirror batch written twice would count twice. They are computed here,
@@ -23,9 +23,13 @@ MARKER = 255  # the row that completes a computation of one day
 # Written beside the marker by computations that hold the visits (computations made before the visits
 # were kept lack it: their days' visits are read live until computed again).
 VISITS_MARKER = 254
-# The counted keys: dim -> site_events column (3: the name's total).
+# Written beside it by computations that hold the hourly counts (dim HOURS); days counted before those were
+# kept are counted again once.
+HOURS_MARKER = 253
+# The counted keys: dim -> site_events column (3: the name's total; 5: its count per UTC hour, key the hour).
 PAGES = 0
-_KEYS = {PAGES: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''"}
+HOURS = 5
+_KEYS = {PAGES: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''", HOURS: "toString(toHour(ts))"}
 # The visits that started on the day (of the rows of the day before to the day after): how many, how many
 # had exactly one pageview, and their summed duration in microseconds; one row each, name ''.
 VISITS = 4
@@ -51,6 +55,7 @@ def window_days(start: datetime, end: datetime) -> list[date]:
 class CountedDays:
     counts: list[date]  # whole days of the window whose event counts are up to date
     visits: list[date]  # whole days of the window whose visit statistics are up to date
+    hours: list[date] = field(default_factory=list)  # those of the counted days that hold hourly counts
     written: dict[date, datetime] = field(default_factory=dict)  # the last insert into each day, around them
     now: datetime | None = None  # the store's clock when they were read
     computed: dict[date, datetime] = field(default_factory=dict)  # the computation used, per counted day
@@ -69,21 +74,23 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     q = Params()
     site, lo, hi = q.bind(site_id), q.bind(days[0] - _ONE_DAY, "Date"), q.bind(days[-1] + _ONE_DAY, "Date")
     rows = await store.query(
-        "SELECT d.day, d.w, c.at, c.at = c.vat, now64(6, 'UTC') FROM (SELECT day, max(written) AS w FROM "
+        "SELECT d.day, d.w, c.at, c.at = c.vat, now64(6, 'UTC'), c.at = c.hat FROM (SELECT day, max(written) AS w FROM "
         f"{store.table('site_days')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} GROUP BY day) AS d "
-        f"LEFT JOIN (SELECT day, maxIf(computed, dim = {MARKER}) AS at, maxIf(computed, dim = {VISITS_MARKER}) AS vat "
-        f"FROM {store.table('site_day_counts')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} "
-        f"AND dim IN ({MARKER}, {VISITS_MARKER}) GROUP BY day) AS c ON c.day = d.day", q.params)
+        f"LEFT JOIN (SELECT day, maxIf(computed, dim = {MARKER}) AS at, maxIf(computed, dim = {VISITS_MARKER}) AS vat, "
+        f"maxIf(computed, dim = {HOURS_MARKER}) AS hat FROM {store.table('site_day_counts')} WHERE site_id = {site} "
+        f"AND day >= {lo} AND day <= {hi} AND dim IN ({MARKER}, {VISITS_MARKER}, {HOURS_MARKER}) GROUP BY day) AS c "
+        "ON c.day = d.day", q.params)
     settle = timedelta(seconds=store.settle_seconds)
-    written = {day: w for day, w, _, _, _ in rows}
-    computed = {day: at for day, _, at, _, _ in rows}
-    with_visits = {day for day, _, _, has, _ in rows if has}
+    written = {day: w for day, w, *_ in rows}
+    computed = {day: at for day, _, at, *_ in rows}
+    with_visits = {day for day, _, _, has, *_ in rows if has}
+    with_hours = {day for day, *_, has in rows if has}
     now = rows[0][4] if rows else None
 
     def last_write_around(day: date) -> datetime:
         return max(written[d] for d in (day - _ONE_DAY, day, day + _ONE_DAY) if d in written)
 
-    fresh, stale, visits = [], [], []
+    fresh, stale, visits, hours = [], [], [], []
     for day in days:
         if day not in written:
             continue
@@ -93,6 +100,10 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
                 visits.append(day)
             elif day + _ONE_DAY < now.date() and last_write_around(day) + settle < now:
                 stale.append(day)  # counted, but its visits changed since and have settled: computed again
+            if day in with_hours:
+                hours.append(day)
+            elif day not in stale:
+                stale.append(day)  # counted before the hourly counts were kept
         elif day < now.date() and written[day] + settle < now:
             stale.append(day)
     used = {day: computed[day] for day in fresh}
@@ -101,7 +112,8 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
         used |= dict.fromkeys(stale, at)
         fresh = sorted(set(fresh) | set(stale))
         visits = sorted(set(visits) | {d for d in stale if last_write_around(d) + settle < now})
-    return CountedDays(fresh, visits, written, now, used)
+        hours = sorted(set(hours) | set(stale))
+    return CountedDays(fresh, visits, hours, written, now, used)
 
 
 # In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default
@@ -165,7 +177,7 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
     q = Params()
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
                         f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', "
-                        f"arrayJoin([{MARKER}, {VISITS_MARKER}]), '', 0", q.params)
+                        f"arrayJoin([{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}]), '', 0", q.params)
     return at
 
 
@@ -185,7 +197,7 @@ def counts_of(q: Params, store: AnalyticsStore, site_id: str, counted: CountedDa
     stamps = q.bind([counted.computed[d] for d in days], f"Array({TS})")
     return (f"(SELECT day, name, dim, key, c FROM {store.table('site_day_counts')} WHERE site_id = {q.bind(site_id)} "
             f"AND day IN {chosen} AND computed = arrayElement({stamps}, indexOf({chosen}, day)) "
-            f"AND dim < {VISITS_MARKER})")
+            f"AND dim < {HOURS_MARKER})")
 
 
 def other_days(q: Params, start: datetime, end: datetime, days: list[date]) -> str:

@@ -42,7 +42,13 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
 
     q, table = Params(), store.table("site_events")
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
-    listed = days.counts if interval == "day" and len(lists) == 1 else []  # the day rows have daily buckets
+    # The day rows hold daily and hourly buckets (dim 3, dim HOURS), so a daily or hourly series of whole days
+    # comes from them with the lists (the 7-day overview, the dashboard's default, is hourly).
+    listed, series_dim, hour = [], 3, "0"
+    if len(lists) == 1 and interval in ("day", "hour"):
+        listed = days.counts if interval == "day" else days.hours
+        if interval == "hour":
+            series_dim, hour = analytics_days.HOURS, "toUInt32OrZero(key) * 3600"
     cond = where(q, table, site_id, start, end, lists) + analytics_days.other_days(q, start, end, listed)
     referrer, own = "referrer_host", "0"
     if domain:
@@ -51,9 +57,10 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
     counted = ""
     if listed:
-        counted = (f" UNION ALL SELECT dim, if(dim = 1 AND {own}, '', key), if(dim = 3, toUnixTimestamp("
-                   f"toDateTime(day, 'UTC')), 0), c FROM {analytics_days.counts_of(q, store, site_id, days, listed)} "
-                   f"WHERE name = {q.bind(name)}")
+        counted = (f" UNION ALL SELECT if(dim = {series_dim}, 3, dim), if(dim = {series_dim} OR (dim = 1 AND {own}), "
+                   f"'', key), if(dim = {series_dim}, toUnixTimestamp(toDateTime(day, 'UTC')) + {hour}, 0), c FROM "
+                   f"{analytics_days.counts_of(q, store, site_id, days, listed)} WHERE name = {q.bind(name)} "
+                   f"AND dim IN (0, 1, 2, {series_dim})")
     buckets = int((last - first) / STEP[interval]) + 1
     rows = await store.query(
         "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT k, key, b, sum(c) AS c FROM ("

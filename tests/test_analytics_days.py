@@ -14,7 +14,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, analytics_overview
-from storage.analytics_days import MARKER, whole_days
+from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, whole_days
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
 from tests.analytics_support import create_site, insert_events, write_site_events_again
@@ -79,6 +79,36 @@ async def test_unfiltered_overviews_match_the_events(client, database_url, works
     assert await cached_windows(db, site_id) == 3
 
 
+async def test_the_hourly_series_of_whole_days_comes_from_the_day_rows(client, database_url, workspace):
+    """The 7-day overview (hourly buckets, the dashboard's default) reads its whole days' lists and series from
+    the day rows: a count planted in a counted hour shows in the series, and counts made before the hourly
+    ones were kept (no hourly rows, no hours marker) are not read for hours, and are made again."""
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=600)
+    expected = await overview(db, site_id, domain, "7d")
+    assert expected == await from_events(db, site_id, domain, "7d")
+    counted = await computations(db, site_id)
+    assert await overview(db, site_id, domain, "7d") == expected
+    assert await computations(db, site_id) == counted  # read again, not counted again
+    w = window_for("7d")
+    day, computed = (await db.query(  # a counted whole day of the window, and its computation
+        f"SELECT day, max(computed) FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+        f"AND day IN {{d:Array(Date)}} AND dim = {MARKER} GROUP BY day ORDER BY day LIMIT 1",
+        {"s": site_id, "d": whole_days(w.start, w.end)}))[0]
+    await db.command(f"INSERT INTO {db.table('site_day_counts')} (site_id, day, computed, name, dim, key, c) VALUES "
+                     f"({{s:String}}, {{d:Date}}, {{c:DateTime64(6, 'UTC')}}, 'pageview', {HOURS}, '13', 1000)",
+                     {"s": site_id, "d": day, "c": computed})
+    planted = datetime(day.year, day.month, day.day, 13, tzinfo=UTC)
+    series = (await overview(db, site_id, domain, "7d"))[3]
+    assert dict(series)[planted] == dict(expected[3])[planted] + 1000
+    await db.command(f"DELETE FROM {db.local_table('site_day_counts')} WHERE site_id = {{s:String}} "
+                     f"AND dim IN ({HOURS}, {HOURS_MARKER})", {"s": site_id}, settings={"lightweight_deletes_sync": 2})
+    assert await overview(db, site_id, domain, "7d") == expected  # from the events, then counted again
+    marked = await db.query(f"SELECT count() FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+                            f"AND dim = {HOURS_MARKER}", {"s": site_id})
+    assert marked[0][0] > 0
+    assert await overview(db, site_id, domain, "7d") == expected == await from_events(db, site_id, domain, "7d")
+
+
 async def test_a_batch_written_twice_changes_no_day_row(client, database_url, workspace):
     db, site_id, domain = await mirrored_site(client, database_url, workspace, n=400)
     expected = await overview(db, site_id, domain)
@@ -110,6 +140,7 @@ async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, wo
     assert await computations(db, site_id) == counted + around[0][0]
     assert await cached_windows(db, site_id) == cached + 1  # the window's visitors merged again
     assert after == await from_events(db, site_id, domain)
+    assert await overview(db, site_id, domain, "7d") == await from_events(db, site_id, domain, "7d")
     assert (after[0].events, after[0].pageviews, after[0].visitors) == (
         before[0].events + 1, before[0].pageviews + 1, before[0].visitors + 1)
     assert (after[1].sessions, after[1].bounces) == (before[1].sessions + 1, before[1].bounces + 1)
@@ -186,9 +217,10 @@ async def test_an_interrupted_computation_is_not_read(client, database_url, work
     days = whole_days(*[getattr(window_for("30d"), a) for a in ("start", "end")])[:-1]
     await db.command(f"INSERT INTO {db.table('site_day_counts')} (site_id, day, computed, name, dim, key, c) "
                      "SELECT {s:String}, arrayJoin({d:Array(Date)}), now64(6, 'UTC') + 1000, 'pageview', t.1, t.2, "
-                     "1000 FROM (SELECT arrayJoin([(0, '/ghost'), (3, ''), (4, 'visits')]) AS t)",
+                     "1000 FROM (SELECT arrayJoin([(0, '/ghost'), (3, ''), (4, 'visits'), (5, '12')]) AS t)",
                      {"s": site_id, "d": days})
     assert await overview(db, site_id, domain) == expected
+    assert await overview(db, site_id, domain, "7d") == await from_events(db, site_id, domain, "7d")
 
 
 async def test_rebuild_since_a_day_keeps_the_day_rows_exact(client, database_url, workspace):
