@@ -89,8 +89,9 @@ CASES = {
 }
 
 
-async def pg_overview(conn: asyncpg.Connection, start: datetime, end: datetime, extra: str) -> list:
-    """The overview's numbers as plain SQL on events (what the engine replaces)."""
+async def pg_overview(conn: asyncpg.Connection, start: datetime, end: datetime, extra: str,
+                      unit: str = "day") -> list:
+    """The overview's numbers as plain SQL on events (what the engine replaces), the series by `unit`."""
     scope = "site_id = $1 AND ts >= $2 AND ts < $3" + extra
     args = (SITE.id, start, end)
     out = [await conn.fetchrow(f"SELECT count(*), count(*) FILTER (WHERE name = 'pageview'), "
@@ -104,7 +105,7 @@ async def pg_overview(conn: asyncpg.Connection, start: datetime, end: datetime, 
     for column in ("path", "referrer", "country"):
         out.append(await conn.fetch(f"SELECT {column}, count(*) AS c FROM events WHERE {scope} AND name = 'pageview' "
                                     f"AND {column} <> '' GROUP BY 1 ORDER BY c DESC LIMIT 20", *args))
-    out.append(await conn.fetch(f"SELECT date_trunc('day', ts, 'UTC'), count(*) FROM events WHERE {scope} "
+    out.append(await conn.fetch(f"SELECT date_trunc('{unit}', ts, 'UTC'), count(*) FROM events WHERE {scope} "
                                 "AND name = 'pageview' GROUP BY 1", *args))
     return out
 
@@ -193,6 +194,11 @@ async def main() -> None:
             results[f"overview, {label}"] = (
                 lambda f=filters: overview_body(db, SITE, w, f),
                 lambda e=pg_extra: pg_overview(conn, w.start, w.end, e))
+        # The dashboard's default range: 7 days by the hour, a window that starts inside its first day.
+        week = window_for("7d")
+        results["7-day overview (hourly), unfiltered"] = (
+            lambda: overview_body(db, SITE, week, store.Filters()),
+            lambda: pg_overview(conn, week.start, week.end, "", unit="hour"))
         de, blog = CASES["country = DE"], CASES["path contains /blog"]
         results["top pages, country = DE"] = (
             lambda: store.top(db, SITE.id, w.start, w.end, dim="p", name="pageview", domain=SITE.domain, limit=20,
