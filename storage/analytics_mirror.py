@@ -301,9 +301,16 @@ async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datet
 async def refill(conn: asyncpg.Connection) -> int:
     """Queue every stored event for the mirror again (after the store was emptied); returns how many."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
+        return await _requeue(conn, None)
+
+
+async def _requeue(conn: asyncpg.Connection, start: datetime | None) -> int:
+    """In the caller's transaction, under the mirror lock: queue the stored events from `start` again (every
+    event when None, into an emptied outbox, since each is queued here); returns how many."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
+    if start is None:
         await conn.execute("DELETE FROM analytics_outbox")
-        return int((await conn.execute(_REQUEUE, None)).split()[-1])
+    return int((await conn.execute(_REQUEUE, start)).split()[-1])
 
 
 async def resume_interrupted(conn: asyncpg.Connection) -> int:
@@ -318,8 +325,4 @@ async def resume_interrupted(conn: asyncpg.Connection) -> int:
         if not rows:
             return 0
         starts = [r["since"] and datetime.combine(r["since"].astimezone(UTC).date(), time(), UTC) for r in rows]
-        start = None if None in starts else min(starts)
-        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)
-        if start is None:
-            await conn.execute("DELETE FROM analytics_outbox")  # every event is queued below
-        return int((await conn.execute(_REQUEUE, start)).split()[-1])
+        return await _requeue(conn, None if None in starts else min(starts))
