@@ -305,22 +305,32 @@ STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timed
 
 async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
                  interval: str, first: datetime, last: datetime, filters: Filters) -> list[tuple[datetime, int]]:
-    """Counts of `name` per UTC bucket from first to last, zero buckets included. Daily and filtered on the
-    page alone, the ended days' counts are sums of their per-page day rows (storage/analytics_days.py):
-    exact for any page term, and a few thousand rows instead of every event of those days."""
+    """Counts of `name` per UTC bucket from first to last, zero buckets included. The ended days' counts come
+    from their day rows (storage/analytics_days.py) when they hold the series: unfiltered by day or hour in
+    windows longer than a week (at 10M events the 30-day series 37-40 -> 20-22 ms), and daily filtered on
+    the page alone, as sums of the per-page rows (exact for any page term). A few thousand rows instead of
+    every event of those days."""
     q, table = Params(), store.table("site_events")
     others = filters.without_name().terms()
     cond = where(q, table, site_id, start, end, [*others, Filter("event", "==", name)])
     by_page = interval == "day" and others and all(
         isinstance(f, Filter) and f.dimension == "page" and f.prop_key is None for f in others)
-    days = await analytics_days.counted_days(store, site_id, start, end) if by_page else analytics_days.NONE
+    # Unfiltered over a week or less, reading the events costs less than looking up the counted days (7 days
+    # by the hour at 10M events: 18 ms from the events, 24 through the day rows).
+    from_rows = interval in analytics_days.SERIES_ROWS and (by_page or (not others and end - start > SHORT_WINDOW))
+    days = await analytics_days.counted_days(store, site_id, start, end) if from_rows else analytics_days.NONE
+    listed = days.for_series(interval)
     counted = ""
-    if days.counts:
-        pages = " AND ".join(_term(q, "key", f, True) for f in others)
-        counted = (f" UNION ALL SELECT toUnixTimestamp(toDateTime(day, 'UTC')), c FROM "
-                   f"{analytics_days.counts_of(q, store, site_id, days, days.counts)} "
-                   f"WHERE dim = {analytics_days.PAGES} AND name = {q.bind(name)} AND {pages}")
-        cond += analytics_days.other_days(q, start, end, days.counts)
+    if listed:
+        day_rows = analytics_days.counts_of(q, store, site_id, days, listed)
+        if by_page:
+            pages = " AND ".join(_term(q, "key", f, True) for f in others)
+            counted = (f" UNION ALL SELECT toUnixTimestamp(toDateTime(day, 'UTC')), c FROM {day_rows} "
+                       f"WHERE dim = {analytics_days.PAGES} AND name = {q.bind(name)} AND {pages}")
+        else:
+            dim, bucket = analytics_days.SERIES_ROWS[interval]
+            counted = f" UNION ALL SELECT {bucket}, c FROM {day_rows} WHERE dim = {dim} AND name = {q.bind(name)}"
+        cond += analytics_days.other_days(q, start, end, listed)
     rows = await store.query(
         f"SELECT b, sum(c) FROM (SELECT toUnixTimestamp({BUCKET[interval]}) AS b, count() AS c FROM {table} FINAL "
         f"WHERE {cond} GROUP BY b{counted}) GROUP BY b", q.params)

@@ -26,10 +26,16 @@ VISITS_MARKER = 254
 # Written beside it by computations that hold the hourly counts (dim HOURS); days counted before those were
 # kept are counted again once.
 HOURS_MARKER = 253
-# The counted keys: dim -> site_events column (3: the name's total; 5: its count per UTC hour, key the hour).
+# The counted keys: dim -> site_events column (TOTAL: the name's total; HOURS: its count per UTC hour, key the
+# hour).
 PAGES = 0
+TOTAL = 3
 HOURS = 5
-_KEYS = {PAGES: "toString(page)", 1: "referrer_host", 2: "toString(country)", 3: "''", HOURS: "toString(toHour(ts))"}
+_KEYS = {PAGES: "toString(page)", 1: "referrer_host", 2: "toString(country)", TOTAL: "''",
+         HOURS: "toString(toHour(ts))"}
+# The day rows of a daily or hourly series: their dim, and the start of each row's bucket as a unix time.
+SERIES_ROWS = {"day": (TOTAL, "toUnixTimestamp(toDateTime(day, 'UTC'))"),
+               "hour": (HOURS, "toUnixTimestamp(toDateTime(day, 'UTC')) + toUInt32OrZero(key) * 3600")}
 # The visits that started on the day (of the rows of the day before to the day after): how many, how many
 # had exactly one pageview, and their summed duration in microseconds; one row each, name ''.
 VISITS = 4
@@ -59,6 +65,10 @@ class CountedDays:
     written: dict[date, datetime] = field(default_factory=dict)  # the last insert into each day, around them
     now: datetime | None = None  # the store's clock when they were read
     computed: dict[date, datetime] = field(default_factory=dict)  # the computation used, per counted day
+
+    def for_series(self, interval: str) -> list[date]:
+        """The counted days whose rows hold a series by `interval` (SERIES_ROWS; none for other intervals)."""
+        return {"day": self.counts, "hour": self.hours}.get(interval, [])
 
 
 NONE = CountedDays([], [])

@@ -42,13 +42,9 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
 
     q, table = Params(), store.table("site_events")
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
-    # The day rows hold daily and hourly buckets (dim 3, dim HOURS), so a daily or hourly series of whole days
+    # The day rows hold daily and hourly buckets (SERIES_ROWS), so a daily or hourly series of whole days
     # comes from them with the lists (the 7-day overview, the dashboard's default, is hourly).
-    listed, series_dim, hour = [], 3, "0"
-    if len(lists) == 1 and interval in ("day", "hour"):
-        listed = days.counts if interval == "day" else days.hours
-        if interval == "hour":
-            series_dim, hour = analytics_days.HOURS, "toUInt32OrZero(key) * 3600"
+    listed = days.for_series(interval) if len(lists) == 1 else []
     cond = where(q, table, site_id, start, end, lists) + analytics_days.other_days(q, start, end, listed)
     referrer, own = "referrer_host", "0"
     if domain:
@@ -56,9 +52,10 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
         referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
     counted = ""
-    if listed:
+    if listed:  # k 3 is the series
+        series_dim, bucket = analytics_days.SERIES_ROWS[interval]
         counted = (f" UNION ALL SELECT if(dim = {series_dim}, 3, dim), if(dim = {series_dim} OR (dim = 1 AND {own}), "
-                   f"'', key), if(dim = {series_dim}, toUnixTimestamp(toDateTime(day, 'UTC')) + {hour}, 0), c FROM "
+                   f"'', key), if(dim = {series_dim}, {bucket}, 0), c FROM "
                    f"{analytics_days.counts_of(q, store, site_id, days, listed)} WHERE name = {q.bind(name)} "
                    f"AND dim IN (0, 1, 2, {series_dim})")
     buckets = int((last - first) / STEP[interval]) + 1
@@ -128,7 +125,7 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
         uncounted = analytics_days.other_days(q, start, end, days.counts)
         counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
                    f"{analytics_days.counts_of(q, store, site_id, days, days.counts)} "
-                   "WHERE dim = 3") if days.counts else ""
+                   f"WHERE dim = {analytics_days.TOTAL}") if days.counts else ""
         totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
                   f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
                   f"FINAL WHERE {cond}{uncounted}{counted})) AS x CROSS JOIN (SELECT "

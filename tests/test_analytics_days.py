@@ -14,7 +14,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, analytics_overview
-from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, whole_days
+from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, whole_days
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
 from tests.analytics_support import create_site, insert_events, write_site_events_again
@@ -29,16 +29,32 @@ async def overview(db, site_id: str, domain: str, range_name: str = "30d"):
 
 
 async def from_events(db, site_id: str, domain: str, range_name: str = "30d"):
-    """The overview's numbers by the separate reads, which never use the day rows."""
+    """The overview's numbers by the separate reads that never use the day rows, and the series counted from
+    the events here (store.series reads the day rows too)."""
     w = window_for(range_name)
-    first, last = w.buckets(w.unit)
     f = store.Filters()
     tops = {dim: await store.top(db, site_id, w.start, w.end, dim=dim, name="pageview", domain=domain, limit=5,
                                  filters=f) for dim in store.TOP_DIMENSIONS}
-    points = await store.series(db, site_id, w.start, w.end, name="pageview", interval=w.unit, first=first,
-                                last=last, filters=f)
     return (await store.totals(db, site_id, w.start, w.end, f),
-            await store.session_stats(db, site_id, w.start, w.end, f), tops, points)
+            await store.session_stats(db, site_id, w.start, w.end, f), tops,
+            await series_from_events(db, site_id, range_name, w.unit))
+
+
+async def series_from_events(db, site_id: str, range_name: str, interval: str) -> list:
+    w = window_for(range_name)
+    first, last = w.buckets(interval)
+    rows = await db.query(f"SELECT toUnixTimestamp({store.BUCKET[interval]}) AS b, count() FROM "
+                          f"{db.table('site_events')} FINAL WHERE site_id = {{s:String}} AND name = 'pageview' "
+                          "AND ts >= {a:DateTime64(6, 'UTC')} AND ts < {z:DateTime64(6, 'UTC')} GROUP BY b",
+                          {"s": site_id, "a": w.start, "z": w.end})
+    return store.filled(dict(rows), interval=interval, first=first, last=last)
+
+
+async def series(db, site_id: str, range_name: str, interval: str) -> list:
+    w = window_for(range_name)
+    first, last = w.buckets(interval)
+    return await store.series(db, site_id, w.start, w.end, name="pageview", interval=interval, first=first,
+                              last=last, filters=store.Filters())
 
 
 async def mirrored_site(client, database_url: str, workspace: str, **generated) -> tuple:
@@ -107,6 +123,30 @@ async def test_the_hourly_series_of_whole_days_comes_from_the_day_rows(client, d
                             f"AND dim = {HOURS_MARKER}", {"s": site_id})
     assert marked[0][0] > 0
     assert await overview(db, site_id, domain, "7d") == expected == await from_events(db, site_id, domain, "7d")
+
+
+async def test_unfiltered_series_of_long_windows_take_whole_days_from_the_day_rows(client, database_url, workspace):
+    """The time series of a window longer than a week, by day or by hour, sums its counted days' rows: a count
+    planted in a counted day and hour shows in both, and not in a week's series, which reads the events."""
+    db, site_id, _ = await mirrored_site(client, database_url, workspace, n=600)
+    cases = (("30d", "day"), ("30d", "hour"), ("90d", "day"), ("7d", "day"), ("7d", "hour"))
+    expected = {case: await series_from_events(db, site_id, *case) for case in cases}
+    for case in cases:
+        assert await series(db, site_id, *case) == expected[case]  # counts the ended days on the way
+    day, computed = (await db.query(  # a counted whole day of every window, and its computation
+        f"SELECT day, max(computed) FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+        f"AND day IN {{d:Array(Date)}} AND dim = {MARKER} GROUP BY day ORDER BY day DESC LIMIT 1",
+        {"s": site_id, "d": whole_days(window_for("7d").start, window_for("7d").end)}))[0]
+    await db.command(f"INSERT INTO {db.table('site_day_counts')} (site_id, day, computed, name, dim, key, c) VALUES "
+                     f"({{s:String}}, {{d:Date}}, {{c:DateTime64(6, 'UTC')}}, 'pageview', {TOTAL}, '', 1000), "
+                     f"({{s:String}}, {{d:Date}}, {{c:DateTime64(6, 'UTC')}}, 'pageview', {HOURS}, '13', 1000)",
+                     {"s": site_id, "d": day, "c": computed})
+    midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    for case in cases:
+        planted = midnight + timedelta(hours=13 if case[1] == "hour" else 0)
+        got, want = dict(await series(db, site_id, *case)), dict(expected[case])
+        assert got[planted] == want[planted] + (1000 if case[0] != "7d" else 0), case
+        assert {b: n for b, n in got.items() if b != planted} == {b: n for b, n in want.items() if b != planted}
 
 
 async def test_a_batch_written_twice_changes_no_day_row(client, database_url, workspace):
