@@ -4,7 +4,8 @@ storage/analytics_days.py."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+from datetime import date, datetime
 
 from storage import analytics_days
 from storage.analytics import (
@@ -30,16 +31,30 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
                    interval: str, first: datetime, last: datetime, domain: str | None, limit: int,
                    filters: Filters) -> tuple[Totals, SessionStats, dict[str, tuple[list[tuple[str, int]], int]],
                                               list[tuple[datetime, int]]]:
-    """The whole overview in two or three queries instead of six (chDB runs one query at a time): the totals
-    and the session statistics (in one query unfiltered, two under filters), the three top lists and the
-    series in one scan (GROUPING SETS). Unfiltered, the counts of ended days, the visits that started on them
-    and the visitors of whole days come from the day rows (plus, once a day, the query that counts an ended
-    day). The same numbers as totals(), session_stats(), top() and series()."""
+    """The whole overview in two or three queries instead of six: the totals and the session statistics (in
+    one query unfiltered, two under filters), and beside them (storage.clickhouse.READERS) the three top
+    lists and the series in one scan (GROUPING SETS). Unfiltered, the counts of ended days, the visits that
+    started on them and the visitors of whole days come from the day rows (plus, once a day, the query that
+    counts an ended day). The same numbers as totals(), session_stats(), top() and series()."""
     if filters.terms():
-        head, days = await _filtered_head(store, site_id, start, end, filters), analytics_days.NONE
+        days = analytics_days.NONE
+        head = _filtered_head(store, site_id, start, end, filters)
     else:
-        head, days = await _unfiltered_head(store, site_id, start, end)
+        whole = analytics_days.whole_days(start, end)
+        days = await analytics_days.counted_days(store, site_id, start, end) if whole else analytics_days.NONE
+        head = _unfiltered_head(store, site_id, start, end, whole, days)
+    (events, pageviews, visitors, *visits), (tops, counts) = await asyncio.gather(
+        head, _lists(store, site_id, start, end, name=name, interval=interval, first=first, last=last,
+                     domain=domain, limit=limit, filters=filters, days=days))
+    return (Totals(events, pageviews, visitors), SessionStats.of(*visits), tops,
+            filled(counts, interval=interval, first=first, last=last))
 
+
+async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str, interval: str,
+                 first: datetime, last: datetime, domain: str | None, limit: int, filters: Filters,
+                 days: analytics_days.CountedDays) -> tuple[dict[str, tuple[list[tuple[str, int]], int]],
+                                                            dict[int, int]]:
+    """The three top lists and the series counts (by bucket start), the counted `days` from their rows."""
     q, table = Params(), store.table("site_events")
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
     # The day rows hold daily and hourly buckets (SERIES_ROWS), so a daily or hourly series of whole days
@@ -72,12 +87,11 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         if k == 3:
             counts[b] = c
         else:
-            listed, _ = tops[TOP_DIMENSIONS[k]]
-            if len(listed) < limit:
-                listed.append((key, c))
-            tops[TOP_DIMENSIONS[k]] = (listed, total)
-    return (Totals(*head[:3]), SessionStats.of(*head[3:]), tops,
-            filled(counts, interval=interval, first=first, last=last))
+            top, _ = tops[TOP_DIMENSIONS[k]]
+            if len(top) < limit:
+                top.append((key, c))
+            tops[TOP_DIMENSIONS[k]] = (top, total)
+    return tops, counts
 
 
 async def _filtered_head(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
@@ -102,14 +116,12 @@ async def _filtered_head(store: AnalyticsStore, site_id: str, start: datetime, e
     return (events, pageviews, visitors, *(await store.query(VISIT_SUMS + visits, q.params))[0])
 
 
-async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
-                           end: datetime) -> tuple[tuple, analytics_days.CountedDays]:
-    """Totals and visit statistics without filters in one query: the ended days' counts and visits and every
-    whole day's visitors come from the day rows, the rest of the window from the events and session rows
-    (storage/analytics_days.py). Also returns the counted days, which the lists use too."""
+async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                           whole: list[date], days: analytics_days.CountedDays) -> tuple:
+    """Totals and visit statistics without filters in one query: the ended (counted) days' counts and visits
+    and every `whole` day's visitors come from the day rows, the rest of the window from the events and
+    session rows (storage/analytics_days.py)."""
     q, table = Params(), store.table("site_events")
-    whole = analytics_days.whole_days(start, end)
-    days = await analytics_days.counted_days(store, site_id, start, end) if whole else analytics_days.NONE
     if days.visits:
         stored = set(days.visits)
         live = [d for d in analytics_days.window_days(start, end) if d not in stored]
@@ -135,6 +147,5 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
                   f"{analytics_days.other_days(q, start, end, whole)})) AS v")
     else:
         totals = f"SELECT {TOTALS} FROM {table} FINAL WHERE {cond}"
-    head = (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
+    return (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
                               f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
-    return head, days

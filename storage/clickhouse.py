@@ -3,8 +3,10 @@ in-process ClickHouse registered as clickhouse-connect's `chdb` backend) or a Cl
 
 Blocking client calls run in a worker thread so the event loop keeps answering. Every query carries
 bounded `max_threads` and `max_memory_usage`, so one report cannot take the machine. chDB allows one
-open data directory per process: `open_store` is called once per process (the tests share one store),
-and its client serializes calls on that connection.
+open data directory per process: `open_store` is called once per process (the tests share one store).
+Each client serializes the calls on its connection: writes (inserts, commands, deletes) go through one
+client, one at a time, and reads through a few clients of their own (`READERS`), so that reads run beside
+each other and beside the writes instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import queue
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -83,9 +86,15 @@ class StoreBusy(RuntimeError):
     """The embedded store's directory is open in another process (a running server)."""
 
 
+# Clients reading at the same time: with 2 threads per query on this project's 2-core machine, the overview's
+# two main queries side by side (storage/analytics_overview.py) take about the longer one's time instead of
+# the sum. Each query keeps its own memory bound, so reads and a write at once may hold (READERS + 1) times it.
+READERS = 2
+
+
 @dataclass
 class AnalyticsStore:
-    client: Any  # clickhouse_connect Client (HTTP or chDB)
+    client: Any  # clickhouse_connect Client (HTTP or chDB): writes and schema changes, one call at a time
     database: str
     cluster: str | None = None
     embedded: bool = True
@@ -93,12 +102,15 @@ class AnalyticsStore:
     lock_file: Any = None  # embedded: the open file whose flock marks the directory as in use
     refill_needed: bool = False  # set by ensure_schema: the store was emptied and must be refilled
     # How long after its last insert a day's counts may be computed, and by how much a computation must
-    # postdate that insert to be used. Embedded: 0, the client runs one call at a time, so an insert is
-    # complete and visible before any later computation starts. A server takes inserts and reads at the
-    # same time: an insert's rows must be visible within this time of its view's clock reading.
+    # postdate that insert to be used. Embedded: 0, writes go through one client, one call at a time, so an
+    # insert is complete and visible before any later computation (an INSERT ... SELECT, a write too)
+    # starts. A server takes inserts from every process at the same time: an insert's rows must be visible
+    # within this time of its view's clock reading.
     settle_seconds: float = 0.0
+    readers: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # idle read clients (else `client`)
 
     def __post_init__(self) -> None:
+        self._reader_count = self.readers.qsize()
         if self.cluster:
             # Every table is sharded by its site (or workspace), and every read names one: only that shard
             # is asked. Reads also put an IN (SELECT ... FROM <Distributed table>) inside a read of a
@@ -120,7 +132,12 @@ class AnalyticsStore:
 
     def query_sync(self, sql: str, params: dict[str, Any] | None = None,
                    settings: dict[str, Any] | None = None) -> list[tuple]:
-        result = self.client.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
+        reader = self.readers.get() if self._reader_count else self.client
+        try:
+            result = reader.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
+        finally:
+            if reader is not self.client:
+                self.readers.put(reader)
         return result.result_rows
 
     async def command(self, sql: str, params: dict[str, Any] | None = None, *,
@@ -317,6 +334,8 @@ class AnalyticsStore:
         )
 
     def close(self) -> None:
+        for _ in range(self._reader_count):
+            self.readers.get().close()
         self.client.close()
         if self.lock_file is not None:
             self.lock_file.close()  # releases the flock
@@ -332,7 +351,8 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
         raise ValueError(f"invalid analytics cluster name {cluster!r}")
     lock_file = None
     if url:
-        client = clickhouse_connect.get_client(dsn=url)
+        def connect() -> Any:  # each client its own HTTP session: a server runs one query at a time per session
+            return clickhouse_connect.get_client(dsn=url)
     else:
         path.mkdir(parents=True, exist_ok=True)
         lock_file = (path / "tally.lock").open("a")
@@ -343,11 +363,17 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
             raise StoreBusy(f"the analytics store at {path} is open in another process (is tally serve "
                             "running?)") from None
         options = {"config-file": str(chdb_config)} if chdb_config else None
-        client = clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}", chdb_options=options)
+
+        def connect() -> Any:  # each client its own connection to the process's one engine
+            return clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}", chdb_options=options)
+    client = connect()
+    readers: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(READERS):
+        readers.put(connect())
     # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
                 "do_not_merge_across_partitions_select_final": 1}
     store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
-                           settle_seconds=0.0 if url is None else 60.0)
+                           settle_seconds=0.0 if url is None else 60.0, readers=readers)
     store.ensure_schema()
     return store

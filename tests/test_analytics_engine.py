@@ -19,7 +19,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, analytics_overview, report_queries
-from storage.clickhouse import AnalyticsStore
+from storage.clickhouse import READERS, AnalyticsStore
 from storage.clickhouse_schema import INPUT_COLUMNS
 from storage.db import init_connection
 from storage.site_filters import Filter
@@ -291,6 +291,24 @@ async def test_the_event_loop_answers_while_the_store_works(client):
     assert resp.status == 200
     assert not running.done()
     assert await running == [(0,)]
+
+
+async def test_reads_run_beside_each_other_and_writes_one_at_a_time(analytics_store: AnalyticsStore):
+    """Reads go through the store's read clients: one answers while another is still running. Writes go
+    through one client, one after the other (what lets an embedded day's counts trust their clock)."""
+    db = analytics_store
+    assert READERS >= 2
+    slow = asyncio.create_task(db.query("SELECT sleep(2)"))
+    await asyncio.sleep(0.1)  # started in its thread, on one read client
+    assert await db.query("SELECT 1") == [(1,)]
+    assert not slow.done()
+    assert await slow == [(0,)]
+    first = asyncio.create_task(db.command("SELECT sleep(1)"))
+    await asyncio.sleep(0.1)
+    second = asyncio.create_task(db.command("SELECT 1"))
+    done, _ = await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
+    assert done == {first}  # the second write waited for the first
+    await second
 
 
 def _resident_file_bytes() -> int:

@@ -7,6 +7,7 @@ caller's workspace (404), and only then queries.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from aiohttp import web
@@ -67,11 +68,12 @@ def headline(totals: store.Totals, sessions: store.SessionStats) -> dict:
 
 
 async def _headline(db: AnalyticsStore, site: Site, start: datetime, end: datetime, filters: store.Filters) -> dict:
-    try:
-        totals = await store.totals(db, site.id, start, end, filters)
+    try:  # side by side on the store's read clients
+        totals, sessions = await asyncio.gather(store.totals(db, site.id, start, end, filters),
+                                                store.session_stats(db, site.id, start, end, filters))
     except store.UnsupportedFilter as exc:
         raise SiteError(400, str(exc)) from None
-    return headline(totals, await store.session_stats(db, site.id, start, end, filters))
+    return headline(totals, sessions)
 
 
 async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters) -> dict:
@@ -212,13 +214,17 @@ async def breakdown(request: web.Request) -> web.Response:
     db = await analytics_store(request)
     w = base.window
     try:
-        rows = await analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                                   limit=limit, offset=offset, metrics=metrics)
+        reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
+                                               limit=limit, offset=offset, metrics=metrics)]
         if "conversion_rate" in metrics and prop != "goal":
-            # Converting visitors of each key over all its visitors (the same filters but the goal's).
-            everyone = {r["key"]: r["visitors"] for r in await analytics_breakdown.breakdown(
+            # Converting visitors of each key over all its visitors (the same filters but the goal's), read
+            # beside the rows on the store's read clients.
+            reads.append(analytics_breakdown.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
-                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",))}
+                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",)))
+        rows, *base = await asyncio.gather(*reads)
+        if base:
+            everyone = {r["key"]: r["visitors"] for r in base[0]}
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
