@@ -118,9 +118,9 @@ async def _filtered_head(store: AnalyticsStore, site_id: str, start: datetime, e
 
 async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                            whole: list[date], days: analytics_days.CountedDays) -> tuple:
-    """Totals and visit statistics without filters in one query: the ended (counted) days' counts and visits
-    and every `whole` day's visitors come from the day rows, the rest of the window from the events and
-    session rows (storage/analytics_days.py)."""
+    """Totals and visit statistics without filters, in two queries side by side: the ended (counted) days'
+    counts and visits and every `whole` day's visitors come from the day rows, the rest of the window from
+    the events and session rows (storage/analytics_days.py)."""
     q, table = Params(), store.table("site_events")
     if days.visits:
         stored = set(days.visits)
@@ -147,5 +147,8 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
                   f"{analytics_days.other_days(q, start, end, whole)})) AS v")
     else:
         totals = f"SELECT {TOTALS} FROM {table} FINAL WHERE {cond}"
-    return (await store.query(f"SELECT t.events, t.pageviews, t.visitors, s.visits, s.bounces, s.us FROM ({totals}) "
-                              f"AS t CROSS JOIN ({sessions}) AS s", q.params))[0]
+    # Apart, beside the lists (three reads at once), rather than cross-joined in one query: at 10M events the
+    # unfiltered 30-day overview 83-95 -> 73-81 ms, the 7-day one 120-142 -> 106-131.
+    totals_row, sessions_row = await asyncio.gather(store.query(f"SELECT * FROM ({totals})", q.params),
+                                                    store.query(f"SELECT * FROM ({sessions})", q.params))
+    return (*totals_row[0], *sessions_row[0])

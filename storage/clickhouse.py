@@ -86,10 +86,13 @@ class StoreBusy(RuntimeError):
     """The embedded store's directory is open in another process (a running server)."""
 
 
-# Clients reading at the same time: with 2 threads per query on this project's 2-core machine, the overview's
-# two main queries side by side (storage/analytics_overview.py) take about the longer one's time instead of
-# the sum. Each query keeps its own memory bound, so reads and a write at once may hold (READERS + 1) times it.
-READERS = 2
+# Clients reading at the same time: the unfiltered overview's three queries side by side
+# (storage/analytics_overview.py) take about the longest one's time instead of the sum. Each query keeps its
+# own memory bound, so reads and a write at once may hold (READERS + 1) times it.
+READERS = 3
+# Embedded, reads run their threads at this nice value: on a machine shared with the event loop, ingestion
+# keeps its CPU while dashboards read (the mirror's inserts keep the normal priority, and the lag its bound).
+READ_NICE = 10
 
 
 @dataclass
@@ -108,6 +111,7 @@ class AnalyticsStore:
     # within this time of its view's clock reading.
     settle_seconds: float = 0.0
     readers: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # idle read clients (else `client`)
+    read_settings: dict[str, Any] = field(default_factory=dict)  # on top of query_settings, for reads
 
     def __post_init__(self) -> None:
         self._reader_count = self.readers.qsize()
@@ -134,7 +138,8 @@ class AnalyticsStore:
                    settings: dict[str, Any] | None = None) -> list[tuple]:
         reader = self.readers.get() if self._reader_count else self.client
         try:
-            result = reader.query(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
+            result = reader.query(sql, parameters=params or {},
+                                  settings={**self.query_settings, **self.read_settings, **(settings or {})})
         finally:
             if reader is not self.client:
                 self.readers.put(reader)
@@ -374,6 +379,7 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
     settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
                 "do_not_merge_across_partitions_select_final": 1}
     store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
-                           settle_seconds=0.0 if url is None else 60.0, readers=readers)
+                           settle_seconds=0.0 if url is None else 60.0, readers=readers,
+                           read_settings={} if url else {"os_thread_priority": READ_NICE})
     store.ensure_schema()
     return store

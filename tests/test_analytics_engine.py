@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import os
 import random
 import secrets
 import threading
@@ -19,7 +20,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, analytics_overview, report_queries
-from storage.clickhouse import READERS, AnalyticsStore
+from storage.clickhouse import READ_NICE, READERS, AnalyticsStore
 from storage.clickhouse_schema import INPUT_COLUMNS
 from storage.db import init_connection
 from storage.site_filters import Filter
@@ -309,6 +310,39 @@ async def test_reads_run_beside_each_other_and_writes_one_at_a_time(analytics_st
     done, _ = await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
     assert done == {first}  # the second write waited for the first
     await second
+
+
+def _query_thread_nices(done: threading.Event, seen: set[int]) -> None:
+    """Until `done`: the nice values of this process's running ClickHouse query threads (QueryPipelineEx,
+    QueryPullPipeEx)."""
+    while not done.is_set():
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    stat = f.read()
+            except FileNotFoundError:  # the thread ended
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if stat[stat.index("(") + 1:stat.rindex(")")].startswith("Query") and fields[0] == "R":
+                seen.add(int(fields[16]))
+        done.wait(0.005)
+
+
+async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics_store: AnalyticsStore):
+    """Embedded, a read's threads run at nice READ_NICE, so ingestion's event loop keeps its CPU while a
+    dashboard reads; writes (the mirror's inserts, whose lag has a bound) keep the normal priority."""
+    busy = "SELECT sum(cityHash64(number) % 7) FROM numbers_mt(300000000)"
+    for call, expected in ((analytics_store.query, {READ_NICE}), (analytics_store.command, {0})):
+        seen: set[int] = set()
+        done = threading.Event()
+        sampler = threading.Thread(target=_query_thread_nices, args=(done, seen))
+        sampler.start()
+        try:
+            await call(busy)
+        finally:
+            done.set()
+            sampler.join()
+        assert seen == expected
 
 
 def _resident_file_bytes() -> int:
