@@ -26,6 +26,9 @@ VISITS_MARKER = 254
 # Written beside it by computations that hold the hourly counts (dim HOURS); days counted before those were
 # kept are counted again once.
 HOURS_MARKER = 253
+# Written beside it by computations whose visit rows are per start hour (VISITS); days counted before are
+# counted again once too.
+VISIT_HOURS_MARKER = 252  # the lowest marker: counted rows have dims below it
 # The counted keys: dim -> site_events column (TOTAL: the name's total; HOURS: its count per UTC hour, key the
 # hour).
 PAGES = 0
@@ -37,7 +40,8 @@ _KEYS = {PAGES: "toString(page)", 1: "referrer_host", 2: "toString(country)", TO
 SERIES_ROWS = {"day": (TOTAL, "toUnixTimestamp(toDateTime(day, 'UTC'))"),
                "hour": (HOURS, "toUnixTimestamp(toDateTime(day, 'UTC')) + toUInt32OrZero(key) * 3600")}
 # The visits that started on the day (of the rows of the day before to the day after): how many, how many
-# had exactly one pageview, and their summed duration in microseconds; one row each, name ''.
+# had exactly one pageview, and their summed duration in microseconds (key 'visits', 'bounces',
+# 'duration_us'), per UTC hour they started in (name; '' in computations from before VISIT_HOURS_MARKER).
 VISITS = 4
 _ONE_DAY = timedelta(days=1)
 
@@ -65,6 +69,9 @@ class CountedDays:
     written: dict[date, datetime] = field(default_factory=dict)  # the last insert into each day, around them
     now: datetime | None = None  # the store's clock when they were read
     computed: dict[date, datetime] = field(default_factory=dict)  # the computation used, per counted day
+    # The ended day the window starts inside, at an hour (7 days by the hour), when its counts and visits
+    # are up to date: its hours from the window's start on come from its hourly rows. Not in the lists above.
+    partial: date | None = None
 
     def for_series(self, interval: str) -> list[date]:
         """The counted days whose rows hold a series by `interval` (SERIES_ROWS; none for other intervals)."""
@@ -76,32 +83,39 @@ NONE = CountedDays([], [])
 
 async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end: datetime) -> CountedDays:
     """The whole days of the window whose counts (and visit statistics) site_day_counts holds up to date,
-    after computing those of the ended, settled days that lack them. Days without events are left out (the
-    events have none)."""
+    and the day the window starts inside (`partial`) if so, after computing those of the ended, settled days
+    that lack them. Days without events are left out (the events have none)."""
     days = whole_days(start, end)
     if not days:
         return NONE
+    moment = start.astimezone(UTC)
+    head = moment.date() if moment.time() != time() and moment == moment.replace(minute=0, second=0,
+                                                                                  microsecond=0) else None
+    candidates = [head, *days] if head else days
     q = Params()
-    site, lo, hi = q.bind(site_id), q.bind(days[0] - _ONE_DAY, "Date"), q.bind(days[-1] + _ONE_DAY, "Date")
+    site = q.bind(site_id)
+    lo, hi = q.bind(candidates[0] - _ONE_DAY, "Date"), q.bind(days[-1] + _ONE_DAY, "Date")
     rows = await store.query(
-        "SELECT d.day, d.w, c.at, c.at = c.vat, now64(6, 'UTC'), c.at = c.hat FROM (SELECT day, max(written) AS w FROM "
-        f"{store.table('site_days')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} GROUP BY day) AS d "
-        f"LEFT JOIN (SELECT day, maxIf(computed, dim = {MARKER}) AS at, maxIf(computed, dim = {VISITS_MARKER}) AS vat, "
-        f"maxIf(computed, dim = {HOURS_MARKER}) AS hat FROM {store.table('site_day_counts')} WHERE site_id = {site} "
-        f"AND day >= {lo} AND day <= {hi} AND dim IN ({MARKER}, {VISITS_MARKER}, {HOURS_MARKER}) GROUP BY day) AS c "
+        "SELECT d.day, d.w, c.at, c.at = c.vat, now64(6, 'UTC'), c.at = c.hat AND c.at = c.vhat FROM (SELECT day, "
+        f"max(written) AS w FROM {store.table('site_days')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} "
+        f"GROUP BY day) AS d LEFT JOIN (SELECT day, maxIf(computed, dim = {MARKER}) AS at, "
+        f"maxIf(computed, dim = {VISITS_MARKER}) AS vat, maxIf(computed, dim = {HOURS_MARKER}) AS hat, "
+        f"maxIf(computed, dim = {VISIT_HOURS_MARKER}) AS vhat FROM {store.table('site_day_counts')} "
+        f"WHERE site_id = {site} AND day >= {lo} AND day <= {hi} "
+        f"AND dim IN ({MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}) GROUP BY day) AS c "
         "ON c.day = d.day", q.params)
     settle = timedelta(seconds=store.settle_seconds)
     written = {day: w for day, w, *_ in rows}
     computed = {day: at for day, _, at, *_ in rows}
     with_visits = {day for day, _, _, has, *_ in rows if has}
-    with_hours = {day for day, *_, has in rows if has}
+    with_hours = {day for day, *_, has in rows if has}  # the hourly counts and the visits per start hour
     now = rows[0][4] if rows else None
 
     def last_write_around(day: date) -> datetime:
         return max(written[d] for d in (day - _ONE_DAY, day, day + _ONE_DAY) if d in written)
 
     fresh, stale, visits, hours = [], [], [], []
-    for day in days:
+    for day in candidates:
         if day not in written:
             continue
         if computed[day] > written[day] + settle:
@@ -113,7 +127,7 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
             if day in with_hours:
                 hours.append(day)
             elif day not in stale:
-                stale.append(day)  # counted before the hourly counts were kept
+                stale.append(day)  # counted before the hourly rows were kept
         elif day < now.date() and written[day] + settle < now:
             stale.append(day)
     used = {day: computed[day] for day in fresh}
@@ -123,7 +137,9 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
         fresh = sorted(set(fresh) | set(stale))
         visits = sorted(set(visits) | {d for d in stale if last_write_around(d) + settle < now})
         hours = sorted(set(hours) | set(stale))
-    return CountedDays(fresh, visits, hours, written, now, used)
+    partial = head if head in visits and head in hours else None
+    return CountedDays([d for d in fresh if d != head], [d for d in visits if d != head],
+                       [d for d in hours if d != head], written, now, used, partial)
 
 
 # In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default
@@ -173,11 +189,11 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
              f"WHERE site_id = {site} AND toDate(ts) IN {chosen} GROUP BY day, name, key" for dim, key in _KEYS.items()]
     around = q.bind(sorted({d + i * _ONE_DAY for d in days for i in (-1, 0, 1)}), "Array(Date)")
     parts.append(
-        f"SELECT d AS day, '' AS name, {VISITS} AS dim, v.1 AS key, v.2 AS c FROM (SELECT toDate(f) AS d, "
-        "count() AS n, countIf(pf = pl) AS b, toUInt64(sum(dateDiff('microsecond', f, l))) AS us FROM ("
-        f"SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM "
+        f"SELECT d AS day, toString(h) AS name, {VISITS} AS dim, v.1 AS key, v.2 AS c FROM (SELECT toDate(f) AS d, "
+        "toHour(f) AS h, count() AS n, countIf(pf = pl) AS b, toUInt64(sum(dateDiff('microsecond', f, l))) AS us "
+        f"FROM (SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl FROM "
         f"{store.table('site_sessions')} WHERE site_id = {site} AND day IN {around} GROUP BY session "
-        f"HAVING toDate(f) IN {chosen}) GROUP BY d) "
+        f"HAVING toDate(f) IN {chosen}) GROUP BY d, h) "
         "ARRAY JOIN [('visits', n), ('bounces', b), ('duration_us', us)] AS v")
     counts = store.table("site_day_counts")
     # Through a Distributed table the rows must be on the shard before the marker is: inserts there are
@@ -187,7 +203,8 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
     q = Params()
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
                         f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', "
-                        f"arrayJoin([{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}]), '', 0", q.params)
+                        f"arrayJoin([{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}]), '', 0",
+                        q.params)
     return at
 
 
@@ -207,7 +224,7 @@ def counts_of(q: Params, store: AnalyticsStore, site_id: str, counted: CountedDa
     stamps = q.bind([counted.computed[d] for d in days], f"Array({TS})")
     return (f"(SELECT day, name, dim, key, c FROM {store.table('site_day_counts')} WHERE site_id = {q.bind(site_id)} "
             f"AND day IN {chosen} AND computed = arrayElement({stamps}, indexOf({chosen}, day)) "
-            f"AND dim < {HOURS_MARKER})")
+            f"AND dim < {VISIT_HOURS_MARKER})")
 
 
 def other_days(q: Params, start: datetime, end: datetime, days: list[date]) -> str:

@@ -5,7 +5,7 @@ storage/analytics_days.py."""
 from __future__ import annotations
 
 import asyncio
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 
 from storage import analytics_days
 from storage.analytics import (
@@ -122,22 +122,33 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
     counts and visits and every `whole` day's visitors come from the day rows, the rest of the window from
     the events and session rows (storage/analytics_days.py)."""
     q, table = Params(), store.table("site_events")
-    if days.visits:
-        stored = set(days.visits)
+    # The day the window starts inside (7 days by the hour), when counted: its hours from the start on.
+    partial = [days.partial] if days.partial else []
+    from_hour = q.bind(start.astimezone(UTC).hour, "UInt8")
+    if days.visits or partial:
+        stored = set(days.visits + partial)
         live = [d for d in analytics_days.window_days(start, end) if d not in stored]
+        parts = [VISIT_SUMS + sessions_of(q, store, site_id, start, end, started_on=live)]
+        for counted_days, hours in ((days.visits, ""), (partial, f" AND toUInt8OrZero(name) >= {from_hour}")):
+            if counted_days:  # the visit rows of each hour they started in (key: visits, bounces, duration_us)
+                parts.append("SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), "
+                             f"sumIf(c, key = 'duration_us') FROM "
+                             f"{analytics_days.counts_of(q, store, site_id, days, counted_days)} "
+                             f"WHERE dim = {analytics_days.VISITS}{hours}")
         sessions = (f"SELECT sum(visits) AS visits, sum(bounces) AS bounces, sum(us) AS us FROM ("
-                    f"{VISIT_SUMS}{sessions_of(q, store, site_id, start, end, started_on=live)} UNION ALL "
-                    "SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), sumIf(c, key = 'duration_us') FROM "
-                    f"{analytics_days.counts_of(q, store, site_id, days, days.visits)} "
-                    f"WHERE dim = {analytics_days.VISITS})")
+                    f"{' UNION ALL '.join(parts)})")
     else:
         sessions = VISIT_SUMS + sessions_of(q, store, site_id, start, end)
     cond = where(q, table, site_id, start, end, [])
     if whole:
-        uncounted = analytics_days.other_days(q, start, end, days.counts)
+        uncounted = analytics_days.other_days(q, start, end, days.counts + partial)
         counted = (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
                    f"{analytics_days.counts_of(q, store, site_id, days, days.counts)} "
                    f"WHERE dim = {analytics_days.TOTAL}") if days.counts else ""
+        if partial:
+            counted += (f" UNION ALL SELECT sum(c), sumIf(c, name = 'pageview') FROM "
+                        f"{analytics_days.counts_of(q, store, site_id, days, partial)} "
+                        f"WHERE dim = {analytics_days.HOURS} AND toUInt8OrZero(key) >= {from_hour}")
         totals = (f"SELECT events, pageviews, visitors FROM (SELECT sum(e) AS events, sum(p) AS pageviews FROM ("
                   f"SELECT count() AS e, countIf(name = 'pageview') AS p FROM {table} "
                   f"FINAL WHERE {cond}{uncounted}{counted})) AS x CROSS JOIN (SELECT "

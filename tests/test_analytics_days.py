@@ -14,7 +14,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_mirror, analytics_overview
-from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, whole_days
+from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOURS_MARKER, VISITS, whole_days
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
 from tests.analytics_support import create_site, insert_events, write_site_events_again
@@ -147,6 +147,51 @@ async def test_unfiltered_series_of_long_windows_take_whole_days_from_the_day_ro
         got, want = dict(await series(db, site_id, *case)), dict(expected[case])
         assert got[planted] == want[planted] + (1000 if case[0] != "7d" else 0), case
         assert {b: n for b, n in got.items() if b != planted} == {b: n for b, n in want.items() if b != planted}
+
+
+async def test_a_window_starting_inside_an_ended_day_takes_its_hours_from_the_day_rows(client, database_url,
+                                                                                       workspace):
+    """The 7-day window starts inside an ended day, at an hour: that day's counts and visits from that hour
+    on come from its hourly rows (counts per hour, visits per hour they started in), not from its events and
+    session rows. Rows planted in later hours show, in earlier ones do not; days counted before the visits
+    were kept per hour are counted again, and the numbers stay those of the events."""
+    db, site_id, domain = await mirrored_site(client, database_url, workspace, n=600)
+    end = window_for("7d").end
+    first_day = (end - timedelta(days=8)).date()
+    start = datetime(first_day.year, first_day.month, first_day.day, 5, tzinfo=UTC)
+
+    async def read():
+        first, last = start, end - timedelta(hours=1)
+        totals, visits, _, _ = await analytics_overview.overview(
+            db, site_id, start, end, name="pageview", interval="hour", first=first, last=last, domain=domain,
+            limit=5, filters=store.Filters())
+        return totals, visits
+
+    f = store.Filters()
+    from_events_only = (await store.totals(db, site_id, start, end, f), await store.session_stats(db, site_id, start,
+                                                                                                  end, f))
+    assert await read() == from_events_only
+    computed = (await db.query(f"SELECT max(computed) FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+                               f"AND day = {{d:Date}} AND dim = {MARKER}", {"s": site_id, "d": first_day}))[0][0]
+    planted = [("5", VISITS, "visits", 1000), ("4", VISITS, "visits", 100), ("pageview", HOURS, "6", 500),
+               ("pageview", HOURS, "3", 50)]
+    for name, dim, key, c in planted:
+        await db.command(f"INSERT INTO {db.table('site_day_counts')} (site_id, day, computed, name, dim, key, c) "
+                         "VALUES ({s:String}, {d:Date}, {c:DateTime64(6, 'UTC')}, {n:String}, {m:UInt8}, {k:String}, "
+                         "{v:UInt64})", {"s": site_id, "d": first_day, "c": computed, "n": name, "m": dim, "k": key,
+                                         "v": c})
+    totals, visits = await read()
+    expected_totals, expected_visits = from_events_only
+    assert visits.sessions == expected_visits.sessions + 1000  # hour 5 on: the window's; hour 4: before it
+    assert (totals.events, totals.pageviews) == (expected_totals.events + 500, expected_totals.pageviews + 500)
+    # A computation from before the visits were kept per hour (no such marker): counted again, then exact.
+    await db.command(f"DELETE FROM {db.local_table('site_day_counts')} WHERE site_id = {{s:String}} "
+                     f"AND dim = {VISIT_HOURS_MARKER}", {"s": site_id}, settings={"lightweight_deletes_sync": 2})
+    assert await read() == from_events_only
+    again = await db.query(f"SELECT count() FROM {db.table('site_day_counts')} WHERE site_id = {{s:String}} "
+                           f"AND day = {{d:Date}} AND dim = {VISIT_HOURS_MARKER}", {"s": site_id, "d": first_day})
+    assert again[0][0] == 1
+    assert await read() == from_events_only
 
 
 async def test_a_batch_written_twice_changes_no_day_row(client, database_url, workspace):
