@@ -67,6 +67,10 @@ class Params:
         self.params[name] = bind_value(value)
         return "{" + name + ":" + kind + "}"
 
+    def used_in(self, sql: str) -> dict:
+        """The parameters `sql` names, for one of several statements assembled with these parameters."""
+        return {name: value for name, value in self.params.items() if "{" + name + ":" in sql}
+
     __call__ = bind
 
 
