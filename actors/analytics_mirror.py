@@ -32,15 +32,26 @@ class Mirror:
         self.interval, self.batch = interval, batch
         self.metrics = metrics or Metrics()
         self._lock = asyncio.Lock()
+        self._next: asyncio.Future | None = None  # the catch-up that callers arriving now share (not yet started)
         self._timer = Timer("analytics-mirror", interval, self._round)
         self._running: asyncio.Future | None = None  # the timer's round (referenced: it may outlive a stop)
         self.last_error: str | None = None
         self._next_resume_check = 0.0
 
     async def catch_up(self) -> int:
-        """Mirror everything committed before this call (and apply queued erasures); returns rows moved."""
+        """Mirror everything committed before this call (and apply queued erasures); returns rows moved.
+        Callers that arrive while one runs share the next, which starts after all of them called: a dashboard
+        opening with seven requests makes two catch-ups, not seven in a row."""
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._catch_up())
+            # Its failure is each waiting caller's; retrieved here too, for when every caller has gone away.
+            self._next.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return await asyncio.shield(self._next)  # one caller going away does not cancel the others' catch-up
+
+    async def _catch_up(self) -> int:
         moved = 0
         async with self._lock, self.pool.acquire() as conn:
+            self._next = None  # started: a caller from now on may have committed after its snapshot
             while True:
                 started = time.perf_counter()
                 n = await mirror.mirror_round(conn, self.store, self.batch)

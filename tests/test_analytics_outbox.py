@@ -162,3 +162,30 @@ async def test_stopping_the_mirror_in_the_middle_of_a_round_returns_and_loses_no
     finally:
         await blocker.close()
         await pool.close()
+
+
+async def test_callers_that_arrive_while_a_catch_up_waits_share_the_next_one(conn, store, dsn):
+    """A catch-up covers everything committed before it was asked for. Callers that arrive while one still
+    waits for the mirror (a round in flight) share it: it starts after all of them, so it covers each one's
+    commits, and seven readers at once make one catch-up, not seven in a row."""
+    ids: list[str] = []
+    await migrate(conn)
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    try:
+        mirror_actor = Mirror(pool, store, interval=60, batch=1000)
+        async with mirror_actor._lock:  # a round in flight
+            callers = []
+            for i in range(7):
+                if i:
+                    await store_events(conn, 5, ids, user=f"c{i}")  # committed before this caller asks
+                callers.append(asyncio.create_task(mirror_actor.catch_up()))
+                await asyncio.sleep(0)
+            assert (await mirror.lag(conn))[0] == 30
+        assert await asyncio.gather(*callers) == [30] * 7  # one catch-up, shared: it moved them all
+        assert (await keyed_in_store(store, ids), (await mirror.lag(conn))[0]) == (30, 0)
+        await store_events(conn, 5, ids, user="late")
+        assert await mirror_actor.catch_up() == 5  # a caller after it gets one of its own
+        assert await keyed_in_store(store, ids) == 35
+    finally:
+        await pool.close()
+
