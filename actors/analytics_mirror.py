@@ -41,7 +41,7 @@ class Mirror:
     async def catch_up(self) -> int:
         """Mirror everything committed before this call (and apply queued erasures); returns rows moved.
         Callers that arrive while one runs share the next, which starts after all of them called: a dashboard
-        opening with seven requests makes two catch-ups, not seven in a row."""
+        opening with seven requests makes one or two catch-ups, not seven in a row."""
         if self._next is None:
             self._next = asyncio.ensure_future(self._catch_up())
             # Its failure is each waiting caller's; retrieved here too, for when every caller has gone away.

@@ -197,13 +197,14 @@ DAY_STATES = ("SELECT site_id, toDate(ts) AS day, max(now64(6, 'UTC')) AS writte
               "uniqExactStateIf(visitor, visitor != 0) AS visitors FROM {source} GROUP BY site_id, day")
 # Event counts of ended days, per event name and per page, referrer host and country (dim 0, 1, 2; dim 3
 # is the name's total, key ''; dim 5 per UTC hour, key the hour), and the visits that started on the day
-# (dim 4, name '', keys visits, bounces, duration_us), computed from site_events read with FINAL (and from
-# site_sessions) by the first read that needs a day (storage/analytics_days.py), never by a view: counts are
-# not idempotent under a batch written twice, a FINAL read is. Each computation is stamped `computed` and
-# completed by a marker row (dim 255, with 254 and 253 beside it for the visits and the hours); a day's
-# counts are used only while its last complete computation is newer than its `written` (plus the store's
-# settle time), its visits only while it is newer than the `written` of the day and of the days before and
-# after, so an insert into a day, late events or a rebuild included, makes it computed again.
+# (dim 4, name the UTC hour they started in, keys visits, bounces, duration_us), computed from site_events
+# read with FINAL (and from site_sessions) by the first read that needs a day (storage/analytics_days.py),
+# never by a view: counts are not idempotent under a batch written twice, a FINAL read is. Each computation
+# is stamped `computed` and completed by a marker row (dim 255, with 254, 253 and 252 beside it for the
+# visits, the hourly counts and the visits per hour); a day's counts are used only while its last complete
+# computation is newer than its `written` (plus the store's settle time), its visits only while it is newer
+# than the `written` of the day and of the days before and after, so an insert into a day, late events or a
+# rebuild included, makes it computed again.
 COUNTS_TABLE = """
 (
     site_id LowCardinality(String),
