@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from tests.analytics_support import load_fixture
+from storage import events as events_store
+from storage.events import EventRow
+from storage.ids import new_id
+from tests.analytics_support import D, load_fixture
 
 
 @pytest.fixture
@@ -147,6 +150,43 @@ async def test_compare_with_the_previous_period(client, site):
     assert quiet["comparison"]["totalEvents"] == 0 and quiet["change"]["totalEvents"] is None
     status, bad = await get(client, "overview", [("siteId", site.site_id), ("compare", "nope")])
     assert (status, bad["error"]) == (400, "invalid compare")
+
+
+async def test_has_values_answers_whether_each_breakdown_has_rows(client, site, database_url):
+    # One event with a region and a city (a GeoIP City database fills them at ingestion), five days ago in DE.
+    conn = await asyncpg.connect(database_url)
+    try:
+        at = site.now - 5 * D
+        await events_store.copy_events(conn, [EventRow(
+            new_id("evt"), site.workspace_id, "live", "pageview", at, at, site_id=site.site_id, session_id="s9",
+            path="/de", country="DE", ip_hash="v9", region="Bavaria", city="Munich")])
+    finally:
+        await conn.close()
+    props = ["region", "city", "country", "page", "referrer", "utm_source", "browser"]
+    base = [("siteId", site.site_id), ("properties", ",".join(props))]
+    status, day = await get(client, "has-values", [*base, ("range", "24h")])
+    assert status == 200, day
+    assert day == {"data": {"region": False, "city": False, "country": True, "page": True, "referrer": True,
+                            "utm_source": False, "browser": False}}
+    _, week = await get(client, "has-values", [*base, ("range", "7d")])
+    assert (week["data"]["region"], week["data"]["city"]) == (True, True)
+    # Filters narrow it as they narrow a breakdown.
+    _, us = await get(client, "has-values", [*base, ("range", "7d"), ("filter", "country==US")])
+    assert (us["data"]["region"], us["data"]["country"]) == (False, True)
+    # The same answer as "the breakdown has a row", for every property it takes.
+    every = [("siteId", site.site_id), ("range", "7d"), ("properties", "referrer,region,city,country,page,source,"
+                                                                     "channel,utm_medium,os,device")]
+    _, some = await get(client, "has-values", every)
+    for prop, has in some["data"].items():
+        _, rows = await get(client, "breakdown", [("siteId", site.site_id), ("range", "7d"), ("property", prop)])
+        assert has == bool(rows["data"]), prop
+    for bad in ("", "event", "entry_page", "goal", "region,nope", "props:plan"):
+        status, body = await get(client, "has-values", [("siteId", site.site_id), ("range", "7d"),
+                                                        ("properties", bad)])
+        assert (status, body["error"]) == (400, "invalid properties"), bad
+        assert "region" in body["allowed"] and "event" not in body["allowed"]
+    status, body = await get(client, "has-values", [*base, ("range", "7d"), ("filter", "nope==1")])
+    assert (status, body["error"]) == (400, "invalid filter")
 
 
 async def test_property_keys_list_what_props_breakdowns_can_name(client, site, database_url):

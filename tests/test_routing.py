@@ -69,6 +69,7 @@ API = {
     ("GET", "/api/analytics/overview"): "session",
     ("GET", "/api/analytics/timeseries"): "session",
     ("GET", "/api/analytics/breakdown"): "session",
+    ("GET", "/api/analytics/has-values"): "session",
     ("GET", "/api/analytics/property-keys"): "session",
     ("GET", "/api/analytics/top-pages"): "session",
     ("GET", "/api/analytics/top-referrers"): "session",

@@ -64,6 +64,14 @@ PATHS = {
             "metrics": {"type": "array", "items": {"type": "string"}}, "limit": {"type": "integer"},
             "offset": {"type": "integer"}}}),
     ),
+    "/api/analytics/has-values": _get(
+        "Whether a breakdown by each property would have rows in the range, without computing it",
+        [query("properties", {"type": "string"}, True,
+               "comma list of source, channel, utm_*, page, referrer, country, region, city, browser, "
+               "browser_version, os, os_version, device"), _FILTER],
+        json_body({"type": "object", "required": ["data"], "properties": {
+            "data": {"type": "object", "additionalProperties": {"type": "boolean"}}}}),
+    ),
     "/api/analytics/property-keys": _get(
         "Custom property keys of the matching events, most used first (what props:<key> breakdowns can name)",
         [_limit(20, 100), _FILTER],

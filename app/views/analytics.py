@@ -1,4 +1,5 @@
-"""GET /api/analytics/overview, /timeseries, /top-*, /breakdown and /property-keys: dashboard reads of one site, with
+"""GET /api/analytics/overview, /timeseries, /top-*, /breakdown, /has-values and /property-keys: dashboard reads of
+one site, with
 `filter=` terms on every one and `compare=` on the overview and the time series.
 
 Every handler checks the session (401), then its parameters (400), then that the site belongs to the
@@ -234,6 +235,30 @@ async def breakdown(request: web.Request) -> web.Response:
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
 
+# Event dimensions (the breakdown's properties a visit does not define; `event` is no breakdown property).
+HAS_VALUES_PROPERTIES = [d for d in store.EVENT_DIMENSION_COLUMNS if d != "event"]
+
+
+async def has_values(request: web.Request) -> web.Response:
+    """GET /api/analytics/has-values?siteId&range&properties=region,city&filter=…: {"data": {property: bool}},
+    whether a breakdown by each property would have rows, without computing it: the dashboard shows its
+    Regions and Cities tabs by it (they have values only with a GeoIP City database)."""
+    base = await base_params(request)
+    props = list(dict.fromkeys(p for p in (request.query.get("properties") or "").split(",") if p))
+    if not props or any(p not in HAS_VALUES_PROPERTIES for p in props):
+        raise SiteError(400, "invalid properties", allowed=HAS_VALUES_PROPERTIES)
+    filters = filters_param(request)
+    site = await resolve_site(request, base)
+    filters, _ = await with_goals(request, site, filters)
+    w = base.window
+    try:
+        found = await analytics_breakdown.have_values(await analytics_store(request), site.id, w.start, w.end,
+                                                      props=props, filters=filters)
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
+    return json_response({"data": found})
+
+
 PROPERTY_KEYS_DEFAULT, PROPERTY_KEYS_MAX = 20, 100
 
 
@@ -258,6 +283,7 @@ def setup_analytics_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/analytics/overview", overview)
     router.add_get("/analytics/timeseries", timeseries)
     router.add_get("/analytics/breakdown", breakdown)
+    router.add_get("/analytics/has-values", has_values)
     router.add_get("/analytics/property-keys", property_keys)
     for path, dim in _DIMS.items():
         router.add_get(f"/analytics/{path}", _top_handler(dim))

@@ -64,12 +64,12 @@ function breakdownPanel(spec, ctx) {
   async function load() {
     const mine = ++generation
     if (spec.optional && probed !== ctx.state.range) {
-      // Regions and cities exist only with a GeoIP City database: their tabs show when the range has
-      // such data (asked once per range, not again for every filter).
-      const probe = await api('/api/analytics/breakdown?' + qs({ siteId: ctx.siteId, range: ctx.state.range, property: spec.optional[0], limit: 1 })).catch(() => ({ data: [] }))
+      // Regions and cities exist only with a GeoIP City database: each tab shows when the range has values
+      // of it (asked once per range, not again for every filter; an existence check, not a breakdown).
+      const probe = await api('/api/analytics/has-values?' + qs({ siteId: ctx.siteId, range: ctx.state.range, properties: spec.optional.join(',') })).catch(() => ({ data: {} }))
       if (mine !== generation) return
       probed = ctx.state.range
-      hidden = new Set(probe.data.length ? [] : spec.optional)
+      hidden = new Set(spec.optional.filter((k) => !probe.data[k]))
       if (hidden.has(active)) active = spec.tabs[0][0]
     }
     drawHead()
