@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Collection
 from datetime import datetime
 
+from storage import analytics_overview
 from storage.analytics import (
     EVENT_DIMENSION_COLUMNS,
     SESSION_DIMENSIONS,
@@ -125,18 +126,28 @@ async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, 
     if not goals:
         return []
     q, table = Params(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, filters.without_goals().terms())
+    base = filters.without_goals().terms()
+    cond = where(q, table, site_id, start, end, base)
     goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
     chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"
     parts = []
     for g in goals:
         c = f"({goal_condition(q, g)}) AND {chosen}"
         parts.append(f"uniqExactIf(visitor, visitor != 0 AND {c}), countIf({c})")
-    row = (await store.query(f"SELECT uniqExactIf(visitor, visitor != 0), {', '.join(parts)} FROM {table} FINAL "
-                             f"WHERE {cond}", q.params))[0]
-    total, out = row[0], []
+    if base:  # the base: every visitor matching the other filters
+        parts.insert(0, "uniqExactIf(visitor, visitor != 0)")
+    conversions = store.query(f"SELECT {', '.join(parts)} FROM {table} FINAL WHERE {cond}", q.params)
+    if base:
+        total, *row = (await conversions)[0]
+    else:
+        # Every visitor of the window, as the unfiltered overview counts them, beside the conversions: whole
+        # days from their visitor sets rather than hashed again from every event (at 10M events and 30 days
+        # the goals took 466 ms, of which 190 for this base).
+        rows, total = await asyncio.gather(conversions, analytics_overview.visitors(store, site_id, start, end))
+        row = rows[0]
+    out = []
     for i, g in enumerate(goals):
-        uniques, events = row[1 + 2 * i], row[2 + 2 * i]
+        uniques, events = row[2 * i], row[1 + 2 * i]
         out.append({"key": g.name, "visitors": uniques, "events": events,
                     "conversion_rate": round(100 * uniques / total, 2) if total else 0.0})
     return sorted(out, key=lambda r: (-r["visitors"], r["key"]))

@@ -149,6 +149,17 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
 _ONE_ROW_INSERT = {"parallel_distributed_insert_select": 0}
 
 
+async def written_days(store: AnalyticsStore, site_id: str, days: list[date]) -> CountedDays:
+    """The last insert into each of the (consecutive) `days` and the store's clock, with no day counted: what
+    visitor_states needs, for a read beside an overview that may be counting the same days."""
+    q = Params()
+    rows = await store.query(
+        f"SELECT day, max(written), now64(6, 'UTC') FROM {store.table('site_days')} WHERE site_id = "
+        f"{q.bind(site_id)} AND day >= {q.bind(days[0], 'Date')} AND day <= {q.bind(days[-1], 'Date')} "
+        "GROUP BY day", q.params)
+    return CountedDays([], [], written={day: w for day, w, _ in rows}, now=rows[0][2] if rows else None)
+
+
 async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
                          counted: CountedDays) -> str:
     """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):

@@ -124,6 +124,16 @@ async def test_goals_in_breakdowns_and_filters(client, site, database_url):
     _, pages = await get(client, "breakdown", [*base, ("property", "page"), ("filter", "goal==signup"),
                                                ("metrics", "visitors,conversion_rate")])
     assert pages["data"] == [{"key": "/pricing", "visitors": 1, "conversion_rate": 100.0}]
+    # Over 30 days the base (v1, v2, v3, v5) takes whole days from the day rows and the rest from the events;
+    # under a filter, from the matching events.
+    month = [("siteId", site.site_id), ("range", "30d")]
+    _, overview = await get(client, "overview", month)
+    assert overview["uniqueVisitors"] == 4
+    for terms, rate in (([], 25.0), ([("filter", "country==US")], 25.0), ([("filter", "country==FR")], 0.0)):
+        _, goals = await get(client, "breakdown", [*month, *terms, ("property", "goal"),
+                                                   ("metrics", "visitors,conversion_rate")])
+        assert [(g["key"], g["conversion_rate"]) for g in goals["data"]] == [("Visit /pricing", rate),
+                                                                             ("signup", rate)], terms
     _, overview = await get(client, "overview", [*base, ("filter", "goal!=signup")])
     assert overview["totalEvents"] == 5
     _, unknown = await get(client, "overview", [*base, ("filter", "goal==No such goal")])
