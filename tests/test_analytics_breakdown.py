@@ -197,6 +197,9 @@ async def test_has_values_answers_whether_each_breakdown_has_rows(client, site, 
         assert "region" in body["allowed"] and "event" not in body["allowed"]
     status, body = await get(client, "has-values", [*base, ("range", "7d"), ("filter", "nope==1")])
     assert (status, body["error"]) == (400, "invalid filter")
+    status, _ = await get(client, "has-values", [("siteId", "site-of-nobody"), ("range", "7d"),
+                                                 ("properties", "region")])
+    assert status == 404
 
 
 async def test_property_keys_list_what_props_breakdowns_can_name(client, site, database_url):

@@ -1,6 +1,5 @@
 """GET /api/analytics/overview, /timeseries, /top-*, /breakdown, /has-values and /property-keys: dashboard reads of
-one site, with
-`filter=` terms on every one and `compare=` on the overview and the time series.
+one site, with `filter=` terms on every one and `compare=` on the overview and the time series.
 
 Every handler checks the session (401), then its parameters (400), then that the site belongs to the
 caller's workspace (404), and only then queries.
