@@ -20,10 +20,12 @@ from app.views.analytics_params import (
     analytics_store,
     base_params,
     count_param,
+    filter_errors,
     filters_param,
     interval_param,
     offset_param,
     resolve_site,
+    site_and_filters,
     with_goals,
 )
 from storage import analytics as store
@@ -48,11 +50,9 @@ def top_rows(rows: list[tuple[str, int]], total: int) -> list[dict]:
 async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: str, name: str,
                   filters: store.Filters) -> list[dict]:
     first, last = window.buckets(interval)
-    try:
+    with filter_errors():
         points = await store.series(db, site_id, window.start, window.end, name=name, interval=interval,
                                     first=first, last=last, filters=filters)
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     return [point(bucket, value, interval) for bucket, value in points]
 
 
@@ -68,23 +68,19 @@ def headline(totals: store.Totals, sessions: store.SessionStats) -> dict:
 
 
 async def _headline(db: AnalyticsStore, site: Site, start: datetime, end: datetime, filters: store.Filters) -> dict:
-    try:  # side by side on the store's read clients
+    with filter_errors():  # side by side on the store's read clients
         totals, sessions = await asyncio.gather(store.totals(db, site.id, start, end, filters),
                                                 store.session_stats(db, site.id, start, end, filters))
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     return headline(totals, sessions)
 
 
 async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters) -> dict:
     """The overview of a site."""
     first, last = w.buckets(w.unit)
-    try:
+    with filter_errors():
         totals, sessions, tops, points = await analytics_overview.overview(
             db, site.id, w.start, w.end, name=filters.name or "pageview", interval=w.unit, first=first, last=last,
             domain=site.domain, limit=TOP_DEFAULT, filters=filters)
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     return {
         **headline(totals, sessions),
         "topPages": top_rows(*tops["p"]),
@@ -133,10 +129,8 @@ def change(current: float, previous: float, *, points: bool = False) -> float | 
 
 async def overview(request: web.Request) -> web.Response:
     base = await base_params(request)
-    filters = filters_param(request)
     mode = compare_param(request)
-    site = await resolve_site(request, base)
-    filters, _ = await with_goals(request, site, filters)
+    site, filters = await site_and_filters(request, base)
     db = await analytics_store(request)
     body = await overview_body(db, site, base.window, filters)
     if mode:
@@ -151,10 +145,8 @@ async def timeseries(request: web.Request) -> web.Response:
     base = await base_params(request)
     interval = interval_param(request, base.window)
     name = request.query.get("eventName") or "pageview"
-    filters = filters_param(request)
     mode = compare_param(request)
-    site = await resolve_site(request, base)
-    filters, _ = await with_goals(request, site, filters)
+    site, filters = await site_and_filters(request, base)
     db = await analytics_store(request)
     data = await _series(db, site.id, base.window, interval, name, filters)
     body: dict = {"data": data, "interval": interval, "eventName": name}
@@ -170,15 +162,11 @@ async def _top_list(request: web.Request, dim: str) -> web.Response:
     base = await base_params(request)
     limit = count_param(request, "limit", TOP_DEFAULT, TOP_MAX)
     name = request.query.get("eventName") or "pageview"
-    filters = filters_param(request)
-    site = await resolve_site(request, base)
-    filters, _ = await with_goals(request, site, filters)
+    site, filters = await site_and_filters(request, base)
     w = base.window
-    try:
+    with filter_errors():
         rows, total = await store.top(await analytics_store(request), site.id, w.start, w.end, dim=dim, name=name,
                                       domain=site.domain, limit=limit, filters=filters)
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     return json_response({"data": top_rows(rows, total), "total": total})
 
 
@@ -213,7 +201,7 @@ async def breakdown(request: web.Request) -> web.Response:
     filters, goals = await with_goals(request, site, filters, needed=prop == "goal")
     db = await analytics_store(request)
     w = base.window
-    try:
+    with filter_errors():
         reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
                                                limit=limit, offset=offset, metrics=metrics)]
         if "conversion_rate" in metrics and prop != "goal":
@@ -228,8 +216,6 @@ async def breakdown(request: web.Request) -> web.Response:
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
@@ -246,15 +232,11 @@ async def has_values(request: web.Request) -> web.Response:
     props = list(dict.fromkeys(p for p in (request.query.get("properties") or "").split(",") if p))
     if not props or any(p not in HAS_VALUES_PROPERTIES for p in props):
         raise SiteError(400, "invalid properties", allowed=HAS_VALUES_PROPERTIES)
-    filters = filters_param(request)
-    site = await resolve_site(request, base)
-    filters, _ = await with_goals(request, site, filters)
+    site, filters = await site_and_filters(request, base)
     w = base.window
-    try:
+    with filter_errors():
         found = await analytics_breakdown.have_values(await analytics_store(request), site.id, w.start, w.end,
                                                       props=props, filters=filters)
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     return json_response({"data": found})
 
 
@@ -266,15 +248,11 @@ async def property_keys(request: web.Request) -> web.Response:
     events, most used first, so that a dashboard can offer the `props:<key>` breakdowns that have data."""
     base = await base_params(request)
     limit = count_param(request, "limit", PROPERTY_KEYS_DEFAULT, PROPERTY_KEYS_MAX)
-    filters = filters_param(request)
-    site = await resolve_site(request, base)
-    filters, _ = await with_goals(request, site, filters)
+    site, filters = await site_and_filters(request, base)
     w = base.window
-    try:
+    with filter_errors():
         rows = await analytics_breakdown.property_keys(await analytics_store(request), site.id, w.start, w.end,
                                                        filters=filters, limit=limit)
-    except store.UnsupportedFilter as exc:
-        raise SiteError(400, str(exc)) from None
     return json_response({"data": [{"key": k, "events": n} for k, n in rows], "limit": limit})
 
 

@@ -8,6 +8,8 @@ therefore start on a bucket boundary, so the totals equal the sum of the time-se
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -166,3 +168,21 @@ async def with_goals(request: web.Request, site: Site, filters: store.Filters,
     async with request.config_dict[POOL].acquire() as conn:
         goals = await store.site_goals(conn, site.id)
     return dataclasses.replace(filters, goals=tuple(goals)), goals
+
+
+async def site_and_filters(request: web.Request, query: BaseQuery) -> tuple[Site, store.Filters]:
+    """The filters (400 when invalid), then the site (404), then the goals the filters name: a read's last
+    parameter steps, once its own parameters are checked."""
+    filters = filters_param(request)
+    site = await resolve_site(request, query)
+    filters, _ = await with_goals(request, site, filters)
+    return site, filters
+
+
+@contextmanager
+def filter_errors() -> Iterator[None]:
+    """A filter the engine cannot apply (store.UnsupportedFilter) is the caller's 400."""
+    try:
+        yield
+    except store.UnsupportedFilter as exc:
+        raise SiteError(400, str(exc)) from None
