@@ -132,7 +132,9 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
             stale.append(day)
     used = {day: computed[day] for day in fresh}
     if stale:
-        at = await _compute(store, site_id, stale)
+        # Reads sent at once (the dashboard's) share one computation when they saw the same inserts.
+        seen = max(last_write_around(d) for d in stale)
+        at = await store.once(("day counts", site_id, tuple(stale), seen), lambda: _compute(store, site_id, stale))
         used |= dict.fromkeys(stale, at)
         fresh = sorted(set(fresh) | set(stale))
         visits = sorted(set(visits) | {d for d in stale if last_write_around(d) + settle < now})
@@ -175,13 +177,19 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
         since = q.bind(_utc(last_write) + settle, TS)
         window = (f"{store.table('site_window_visitors')} WHERE site_id = {site} AND first = {first} "
                   f"AND last = {last} AND computed > {since}")
-        if not (await store.query(f"SELECT count() FROM {window}", q.params))[0][0]:
-            at = await _now(store)
-            await store.command(
-                f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
-                f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
-                f"{store.table('site_days')} WHERE site_id = {site} AND day >= {first} AND day <= {last}",
-                q.params, settings=_ONE_ROW_INSERT if store.cluster else None)
+
+        async def make() -> None:
+            if not (await store.query(f"SELECT count() FROM {window}", q.params))[0][0]:
+                at = await _now(store)
+                await store.command(
+                    f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
+                    f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
+                    f"{store.table('site_days')} WHERE site_id = {site} AND day >= {first} AND day <= {last}",
+                    q.params, settings=_ONE_ROW_INSERT if store.cluster else None)
+
+        # The overview and the goals ask for it at once when the dashboard opens: one of them makes it (callers
+        # that saw the same last insert; a state made before a later one would not do for a reader of it).
+        await store.once(("window visitors", site_id, ended[0], ended[-1], last_write), make)
         cached = f"(SELECT visitors AS s FROM {window} ORDER BY computed DESC LIMIT 1) UNION ALL "
         rest = [d for d in whole if d > ended[-1]]
     return (f"({cached}SELECT visitors AS s FROM {store.table('site_days')} WHERE site_id = {q.bind(site_id)} "

@@ -16,10 +16,11 @@ import fcntl
 import logging
 import queue
 import re
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import clickhouse_connect
 
@@ -43,6 +44,7 @@ from storage.clickhouse_schema import (
 )
 
 log = logging.getLogger("tally.analytics")
+T = TypeVar("T")
 
 # DateTime64's range; bounds beyond it (a chart "from the beginning of time") are clamped to it.
 TS_MIN = datetime(1900, 1, 1, tzinfo=UTC)
@@ -116,6 +118,7 @@ class AnalyticsStore:
     settle_seconds: float = 0.0
     readers: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # idle read clients (else `client`)
     read_settings: dict[str, Any] = field(default_factory=dict)  # on top of query_settings, for reads
+    _making: dict[Hashable, asyncio.Future] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._reader_count = self.readers.qsize()
@@ -131,6 +134,23 @@ class AnalyticsStore:
             # are queued on this node: a read after the mirror's catch-up sees them, and a day's counts are
             # on their shard before the marker that makes them usable.
             self.query_settings.setdefault("distributed_foreground_insert", 1)
+
+    async def once(self, key: Hashable, make: Callable[[], Awaitable[T]]) -> T:
+        """Run `make()` unless a run for the same key is in flight in this process, whose result is then
+        shared. For the derived rows the first read that lacks them writes (a day's counts, a window's
+        visitors): the dashboard sends its reads at once, and each would otherwise write its own copy."""
+        running = self._making.get(key)
+        if running is None:
+            running = self._making[key] = asyncio.ensure_future(make())
+
+            def done(future: asyncio.Future) -> None:
+                if self._making.get(key) is future:
+                    del self._making[key]
+                if not future.cancelled():
+                    future.exception()  # retrieved here too, for when every caller has gone away
+
+            running.add_done_callback(done)
+        return await asyncio.shield(running)  # one caller going away does not cancel the others' run
 
     # --- blocking calls, run in a thread ------------------------------------------------------------
 

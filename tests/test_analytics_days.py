@@ -95,6 +95,28 @@ async def test_unfiltered_overviews_match_the_events(client, database_url, works
     assert await cached_windows(db, site_id) == 3
 
 
+async def test_reads_sent_at_once_count_each_day_and_merge_each_window_once(client, database_url, workspace):
+    """The dashboard sends its reads at once: the overviews, the series and the goals' base each find the
+    ended days uncounted and the window's visitors unmerged. One computation of each serves them all, and
+    every answer is the one the same read gives alone afterwards."""
+    db, site_id, domain = await mirrored_site(client, database_url, workspace)
+    w = window_for("30d")
+    together = await asyncio.gather(overview(db, site_id, domain), overview(db, site_id, domain),
+                                    series(db, site_id, "30d", "day"),
+                                    analytics_overview.visitors(db, site_id, w.start, w.end))
+    ended = (await db.query(f"SELECT uniqExact(day) FROM {db.table('site_days')} WHERE site_id = {{s:String}} "
+                            "AND day IN {d:Array(Date)} AND day < today()",
+                            {"s": site_id, "d": whole_days(w.start, w.end)}))[0][0]
+    assert ended > 20
+    assert await computations(db, site_id) == ended  # a marker per day: each day counted once
+    assert await cached_windows(db, site_id) == 1
+    alone = [await overview(db, site_id, domain), await series(db, site_id, "30d", "day"),
+             await analytics_overview.visitors(db, site_id, w.start, w.end)]
+    assert together == [alone[0], *alone] == [alone[0], alone[0], await series_from_events(db, site_id, "30d", "day"),
+                                              alone[0][0].visitors]
+    assert await computations(db, site_id) == ended
+
+
 async def test_the_hourly_series_of_whole_days_comes_from_the_day_rows(client, database_url, workspace):
     """The 7-day overview (hourly buckets, the dashboard's default) reads its whole days' lists and series from
     the day rows: a count planted in a counted hour shows in the series, and counts made before the hourly
