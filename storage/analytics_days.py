@@ -145,10 +145,10 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
 
 
 # In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default
-# (parallel_distributed_insert_select), each shard inserting what it selects into its own local table: the
-# window's one merged state would be written on every shard, an empty one where the site's days are not.
-# It runs once here, and its row goes to the site's shard.
-_ONE_ROW_INSERT = {"parallel_distributed_insert_select": 0}
+# (parallel_distributed_insert_select), each shard inserting what it selects into its own local table: a
+# window's merged states would be written on every shard, empty ones where the site's days are not. They
+# are selected once here, and their rows go to the site's shard.
+_INSERT_HERE = {"parallel_distributed_insert_select": 0}
 
 
 async def written_days(store: AnalyticsStore, site_id: str, days: list[date]) -> CountedDays:
@@ -162,19 +162,27 @@ async def written_days(store: AnalyticsStore, site_id: str, days: list[date]) ->
     return CountedDays([], [], written={day: w for day, w, _ in rows}, now=rows[0][2] if rows else None)
 
 
+def _settled_run(store: AnalyticsStore, whole: list[date], counted: CountedDays) -> tuple[list[date], datetime]:
+    """The ended days of `whole` and their last insert, when a cached state may stand for them: more than
+    one day, and that insert settled. ([], epoch) otherwise."""
+    ended = [d for d in whole if counted.now is not None and d < counted.now.date()]
+    last_write = max((counted.written[d] for d in ended if d in counted.written), default=None)
+    if len(ended) > 1 and last_write is not None and last_write + timedelta(seconds=store.settle_seconds) < counted.now:
+        return ended, _utc(last_write)
+    return [], _EPOCH
+
+
 async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
                          counted: CountedDays) -> str:
     """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):
     the cached state of the window's ended days when up to date (made by the first read that lacks it, once
     their last insert has settled) and the day rows of the other days."""
-    settle = timedelta(seconds=store.settle_seconds)
-    ended = [d for d in whole if counted.now is not None and d < counted.now.date()]
-    last_write = max((counted.written[d] for d in ended if d in counted.written), default=None)
+    ended, last_write = _settled_run(store, whole, counted)
     rest = whole
     cached = ""
-    if len(ended) > 1 and last_write is not None and last_write + settle < counted.now:
+    if ended:
         site, first, last = q.bind(site_id), q.bind(ended[0], "Date"), q.bind(ended[-1], "Date")
-        since = q.bind(_utc(last_write) + settle, TS)
+        since = q.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
         window = (f"{store.table('site_window_visitors')} WHERE site_id = {site} AND first = {first} "
                   f"AND last = {last} AND computed > {since}")
 
@@ -185,7 +193,7 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
                     f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
                     f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
                     f"{store.table('site_days')} WHERE site_id = {site} AND day >= {first} AND day <= {last}",
-                    q.params, settings=_ONE_ROW_INSERT if store.cluster else None)
+                    q.params, settings=_INSERT_HERE if store.cluster else None)
 
         # The overview and the goals ask for it at once when the dashboard opens: one of them makes it (callers
         # that saw the same last insert; a state made before a later one would not do for a reader of it).
@@ -194,6 +202,45 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
         rest = [d for d in whole if d > ended[-1]]
     return (f"({cached}SELECT visitors AS s FROM {store.table('site_days')} WHERE site_id = {q.bind(site_id)} "
             f"AND day IN {q.bind(rest, 'Array(Date)')})")
+
+
+async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
+                             counted: CountedDays, dim: str, column: str) -> tuple[str, list[date]]:
+    """Per value of the event dimension `dim` (its site_events expression `column`, a constant): a subquery
+    of (key, s) rows whose states are the visitors of the window's ended days, and those days; ('', []) when
+    no cached state may stand for them. The states are cached in site_window_keys, made by the first read
+    that lacks them once the days' last insert has settled, and used while no insert has touched the days."""
+    ended, last_write = _settled_run(store, whole, counted)
+    if not ended:
+        return "", []
+    table = store.table("site_window_keys")
+    w = Params()
+    site, first, last, named = w.bind(site_id), w.bind(ended[0], "Date"), w.bind(ended[-1], "Date"), w.bind(dim)
+    run = f"site_id = {site} AND first = {first} AND last = {last} AND dim = {named}"
+
+    async def make() -> datetime:
+        since = w.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
+        made = await store.query(f"SELECT computed FROM {table} WHERE {run} AND key = '' AND computed > {since} "
+                                 "ORDER BY computed DESC LIMIT 1", w.params)
+        if made:
+            return _utc(made[0][0])
+        at = await _now(store)
+        stamp = w.bind(at, TS)
+        # The rows, then the marker that completes them: an insert cut short is never read.
+        await store.command(
+            f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors) SELECT {site}, {first}, "
+            f"{last}, {named}, {stamp}, {column} AS key, uniqExactStateIf(visitor, visitor != 0) FROM "
+            f"{store.table('site_events')} WHERE site_id = {site} AND toDate(ts) >= {first} AND toDate(ts) <= {last} "
+            "AND key != '' GROUP BY key", w.params, settings=_INSERT_HERE if store.cluster else None)
+        await store.command(
+            f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors) SELECT {site}, {first}, "
+            f"{last}, {named}, {stamp}, '', uniqExactStateIf(toUInt64(0), false)", w.params)
+        return at
+
+    made = await store.once(("window keys", site_id, ended[0], ended[-1], dim, last_write), make)
+    return (f"(SELECT key, visitors AS s FROM {table} WHERE site_id = {q.bind(site_id)} AND first = "
+            f"{q.bind(ended[0], 'Date')} AND last = {q.bind(ended[-1], 'Date')} AND dim = {q.bind(dim)} "
+            f"AND computed = {q.bind(made, TS)} AND key != '')"), ended
 
 
 async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> datetime:
@@ -225,6 +272,9 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
                         f"arrayJoin([{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}]), '', 0",
                         q.params)
     return at
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _utc(moment: datetime) -> datetime:

@@ -262,11 +262,11 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
 
 
 async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None, piece_bytes: int) -> int:
-    for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_events",
-                 "keyed_events"):
+    for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_window_keys",
+                 "site_events", "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
-        elif name == "site_window_visitors":
+        elif name in ("site_window_visitors", "site_window_keys"):
             await store.delete_where(name, "last >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         elif name in ("site_sessions", "site_days", "site_day_counts"):  # whole days: derived again below
             await store.delete_where(name, "day >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})

@@ -214,7 +214,7 @@ class AnalyticsStore:
             if self.cluster:
                 self._create_distributed(self.table(name), self.local_table(name), shard_key)
         self._resort("site_events", SITE_ORDER)
-        columns = {name: self._columns(name) for name in ("site_events", "keyed_events", "site_sessions")}
+        columns = {name: self._columns(name) for name in CODECS}
         # Stores from before a column became LowCardinality get it converted (a mutation of that column).
         strings = [c for c in LC_SITE_COLUMNS if columns["site_events"][c][0] == "String"]
         if strings:

@@ -236,13 +236,35 @@ ORDER BY (site_id, first, last, computed)
 TTL toDateTime(computed) + INTERVAL 2 DAY
 {ROW_GRANULES}
 """
+# The visitors per value of one event dimension (dim: the breakdown's name of it) over a run of ended days,
+# cached by the first unfiltered visitors breakdown that needs them, as the window's visitors are above: the
+# rows of one computation (`computed`), completed by a marker row (key ''); a breakdown merges them with the
+# states of the window's other days instead of hashing every event's visitor (storage/analytics_breakdown.py).
+# The states hold random hashes: stored raw, as the event columns of hashes are.
+WINDOW_KEYS_TABLE = f"""
+(
+    site_id LowCardinality(String),
+    first Date,
+    last Date,
+    dim LowCardinality(String),
+    computed DateTime64(6, 'UTC'),
+    key String,
+    visitors AggregateFunction(uniqExact, UInt64) {RAW}
+)
+ENGINE = {{engine}}
+ORDER BY (site_id, first, last, dim, computed, key)
+TTL toDateTime(computed) + INTERVAL 2 DAY
+{ROW_GRANULES}
+"""
 # The codecs other than the default, per table and column: stores from before get them when opened.
 CODECS = {"site_events": {"ts": TS_CODEC, "session": RAW, "visitor": RAW},
           "keyed_events": {"ts": TS_CODEC},
-          "site_sessions": dict.fromkeys(("session", "first", "last", "pv_min", "pv_max", *VISIT_COLUMNS), RAW)}
+          "site_sessions": dict.fromkeys(("session", "first", "last", "pv_min", "pv_max", *VISIT_COLUMNS), RAW),
+          "site_window_keys": {"visitors": RAW}}
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
           "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
           "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
           "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
           "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree"),
-          "site_window_visitors": (WINDOW_VISITORS_TABLE, "cityHash64(site_id)", "MergeTree")}
+          "site_window_visitors": (WINDOW_VISITORS_TABLE, "cityHash64(site_id)", "MergeTree"),
+          "site_window_keys": (WINDOW_KEYS_TABLE, "cityHash64(site_id)", "MergeTree")}

@@ -13,10 +13,11 @@ import asyncpg
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_mirror, analytics_overview
+from storage import analytics_breakdown, analytics_mirror, analytics_overview
 from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOURS_MARKER, VISITS, whole_days
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
+from storage.site_filters import METRICS
 from tests.analytics_support import create_site, insert_events, write_site_events_again
 from tests.test_analytics_engine import generated_site
 
@@ -115,6 +116,61 @@ async def test_reads_sent_at_once_count_each_day_and_merge_each_window_once(clie
     assert together == [alone[0], *alone] == [alone[0], alone[0], await series_from_events(db, site_id, "30d", "day"),
                                               alone[0][0].visitors]
     assert await computations(db, site_id) == ended
+
+
+async def visitors_by(db, site_id: str, prop: str, range_name: str, metrics, limit: int = 10, offset: int = 0):
+    w = window_for(range_name)
+    rows = await analytics_breakdown.breakdown(db, site_id, w.start, w.end, prop=prop, filters=store.Filters(),
+                                               goals=[], limit=limit, offset=offset, metrics=metrics)
+    return [(r["key"], r["visitors"]) for r in rows]
+
+
+async def window_key_runs(db, site_id: str) -> dict[str, int]:
+    """Per dimension, how many computations of cached per-value visitor states the site has (their markers)."""
+    return dict(await db.query(f"SELECT dim, count() FROM {db.table('site_window_keys')} WHERE site_id = {{s:String}} "
+                               "AND key = '' GROUP BY dim", {"s": site_id}))
+
+
+async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(client, database_url, workspace):
+    """The dashboard's panels ask for the visitors of each value, unfiltered: the window's ended days come from
+    per-value visitor states made once per window and dimension, and the rows are those counted from the
+    events, pages of them included. A late event in one of the days makes the states again."""
+    db, site_id, _ = await mirrored_site(client, database_url, workspace)
+    for range_name in ("7d", "30d"):
+        for prop in store.EVENT_DIMENSION_COLUMNS:
+            assert await visitors_by(db, site_id, prop, range_name, {"visitors"}) == \
+                await visitors_by(db, site_id, prop, range_name, METRICS), (prop, range_name)
+    pages = await visitors_by(db, site_id, "page", "30d", METRICS)
+    assert len(pages) > 4 and pages[0][1] > 1
+    assert await visitors_by(db, site_id, "page", "30d", {"visitors"}, limit=3, offset=2) == pages[2:5]
+    runs = dict.fromkeys(store.EVENT_DIMENSION_COLUMNS, 2)  # one per window (7d, 30d) and dimension
+    assert await window_key_runs(db, site_id) == runs
+    assert await visitors_by(db, site_id, "page", "30d", {"visitors"}) == pages
+    assert await window_key_runs(db, site_id) == runs  # read again, not made again
+    # The rows are read from the states: one planted in the 30-day window's computation shows.
+    (first, last, computed), = await db.query(
+        f"SELECT first, last, max(computed) FROM {db.table('site_window_keys')} WHERE site_id = {{s:String}} "
+        "AND dim = 'page' AND key = '' GROUP BY first, last ORDER BY first LIMIT 1", {"s": site_id})
+    await db.command(f"INSERT INTO {db.table('site_window_keys')} (site_id, first, last, dim, computed, key, visitors) "
+                     "SELECT {s:String}, {f:Date}, {l:Date}, 'page', {c:DateTime64(6, 'UTC')}, '/planted', "
+                     "uniqExactState(toUInt64(number + 1)) FROM numbers(1000)",
+                     {"s": site_id, "f": first, "l": last, "c": computed})
+    assert (await visitors_by(db, site_id, "page", "30d", {"visitors"}))[0] == ("/planted", 1000)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=3)
+        await insert_events(conn, site_id, ws, [(f"evt_late_{site_id}", "pageview", "/late", "", "NZ",
+                                                 f"late-{site_id}", f"late-{site_id}", at, None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    for range_name in ("7d", "30d"):
+        late = await visitors_by(db, site_id, "page", range_name, {"visitors"}, limit=1000)
+        assert late == await visitors_by(db, site_id, "page", range_name, METRICS, limit=1000)
+        assert ("/late", 1) in late and "/planted" not in dict(late)
+    assert await window_key_runs(db, site_id) == {**runs, "page": 4}
 
 
 async def test_the_hourly_series_of_whole_days_comes_from_the_day_rows(client, database_url, workspace):
