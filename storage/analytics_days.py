@@ -13,6 +13,7 @@ from the events and the session rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -204,12 +205,15 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
             f"AND day IN {q.bind(rest, 'Array(Date)')})")
 
 
-async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
-                             counted: CountedDays, dim: str, column: str) -> tuple[str, list[date]]:
-    """Per value of the event dimension `dim` (its site_events expression `column`, a constant): a subquery
-    of (key, s) rows whose states are the visitors of the window's ended days, and those days; ('', []) when
-    no cached state may stand for them. The states are cached in site_window_keys, made by the first read
-    that lacks them once the days' last insert has settled, and used while no insert has touched the days."""
+async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date], counted: CountedDays,
+                             dim: str, key_of: Callable[[Params], str], *,
+                             counts: bool = False) -> tuple[str, list[date]]:
+    """Per key of the window's ended days: a subquery of (key, s, e) rows, s a uniqExact state of the visitors
+    of the days' events with that key and e (when `counts`) how many events (read with FINAL), and those days;
+    ('', []) when no cached state may stand for them. `key_of(params)` is the key of an event, as a
+    site_events expression ('' for none; it binds its own values). The rows are cached in site_window_keys
+    under `dim`, made by the first read that lacks them once the days' last insert has settled, and used
+    while no insert has touched the days."""
     ended, last_write = _settled_run(store, whole, counted)
     if not ended:
         return "", []
@@ -217,6 +221,7 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, who
     w = Params()
     site, first, last, named = w.bind(site_id), w.bind(ended[0], "Date"), w.bind(ended[-1], "Date"), w.bind(dim)
     run = f"site_id = {site} AND first = {first} AND last = {last} AND dim = {named}"
+    final, events = (" FINAL", "count()") if counts else ("", "0")
 
     async def make() -> datetime:
         since = w.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
@@ -228,17 +233,18 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, who
         stamp = w.bind(at, TS)
         # The rows, then the marker that completes them: an insert cut short is never read.
         await store.command(
-            f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors) SELECT {site}, {first}, "
-            f"{last}, {named}, {stamp}, {column} AS key, uniqExactStateIf(visitor, visitor != 0) FROM "
-            f"{store.table('site_events')} WHERE site_id = {site} AND toDate(ts) >= {first} AND toDate(ts) <= {last} "
-            "AND key != '' GROUP BY key", w.params, settings=_INSERT_HERE if store.cluster else None)
+            f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors, events) SELECT {site}, "
+            f"{first}, {last}, {named}, {stamp}, {key_of(w)} AS key, uniqExactStateIf(visitor, visitor != 0), "
+            f"{events} FROM {store.table('site_events')}{final} WHERE site_id = {site} AND toDate(ts) >= {first} "
+            f"AND toDate(ts) <= {last} AND key != '' GROUP BY key",
+            w.params, settings=_INSERT_HERE if store.cluster else None)
         await store.command(
             f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors) SELECT {site}, {first}, "
             f"{last}, {named}, {stamp}, '', uniqExactStateIf(toUInt64(0), false)", w.params)
         return at
 
     made = await store.once(("window keys", site_id, ended[0], ended[-1], dim, last_write), make)
-    return (f"(SELECT key, visitors AS s FROM {table} WHERE site_id = {q.bind(site_id)} AND first = "
+    return (f"(SELECT key, visitors AS s, events AS e FROM {table} WHERE site_id = {q.bind(site_id)} AND first = "
             f"{q.bind(ended[0], 'Date')} AND last = {q.bind(ended[-1], 'Date')} AND dim = {q.bind(dim)} "
             f"AND computed = {q.bind(made, TS)} AND key != '')"), ended
 

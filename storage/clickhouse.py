@@ -233,6 +233,10 @@ class AnalyticsStore:
         missing = [c for c in VISIT_COLUMNS if c not in columns["site_sessions"]]
         if missing:
             self._alter("site_sessions", ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {VISIT_COLUMNS[c]}" for c in missing))
+        # Cached states from before they held goals gain their event counts (a cache: rows without one are
+        # never read for goals, whose dim is new).
+        if "events" not in columns["site_window_keys"]:
+            self._alter("site_window_keys", "ADD COLUMN IF NOT EXISTS events UInt64")
         # Stores from before a column's codec get it: parts written or merged from then on use it
         # (`tally analytics rebuild` rewrites every part). Columns added just above have theirs.
         for name, codecs in CODECS.items():

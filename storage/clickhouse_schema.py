@@ -236,11 +236,13 @@ ORDER BY (site_id, first, last, computed)
 TTL toDateTime(computed) + INTERVAL 2 DAY
 {ROW_GRANULES}
 """
-# The visitors per value of one event dimension (dim: the breakdown's name of it) over a run of ended days,
-# cached by the first unfiltered visitors breakdown that needs them, as the window's visitors are above: the
-# rows of one computation (`computed`), completed by a marker row (key ''); a breakdown merges them with the
-# states of the window's other days instead of hashing every event's visitor (storage/analytics_breakdown.py).
-# The states hold random hashes: stored raw, as the event columns of hashes are.
+# The visitors (and for goals the events) per key over a run of ended days, cached by the first unfiltered
+# read that needs them, as the window's visitors are above: per value of an event dimension (dim: the
+# breakdown's name of it) or per goal of the site's goals (dim: "goals " and a digest of their conditions).
+# The rows of one computation (`computed`) are completed by a marker row (key ''); a read merges them with
+# the states of the window's other days instead of hashing every event's visitor
+# (storage/analytics_breakdown.py). The states hold random hashes: stored raw, as the event columns of hashes
+# are.
 WINDOW_KEYS_TABLE = f"""
 (
     site_id LowCardinality(String),
@@ -249,7 +251,8 @@ WINDOW_KEYS_TABLE = f"""
     dim LowCardinality(String),
     computed DateTime64(6, 'UTC'),
     key String,
-    visitors AggregateFunction(uniqExact, UInt64) {RAW}
+    visitors AggregateFunction(uniqExact, UInt64) {RAW},
+    events UInt64
 )
 ENGINE = {{engine}}
 ORDER BY (site_id, first, last, dim, computed, key)

@@ -173,6 +173,48 @@ async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(c
     assert await window_key_runs(db, site_id) == {**runs, "page": 4}
 
 
+async def goal_rows(db, site_id: str, range_name: str, goals: list) -> list[tuple]:
+    w = window_for(range_name)
+    rows = await analytics_breakdown.breakdown(db, site_id, w.start, w.end, prop="goal", filters=store.Filters(),
+                                               goals=goals, limit=100, offset=0)
+    return sorted((r["key"], r["visitors"], r["events"]) for r in rows)
+
+
+async def goals_from_events(db, site_id: str, range_name: str, goals: list) -> list[tuple]:
+    """Each goal's visitors and events counted from the window's events alone."""
+    w = window_for(range_name)
+    out = []
+    for g in goals:
+        q = store.Params()
+        cond = store.goal_condition(q, g)
+        (visitors, events), = await db.query(
+            f"SELECT uniqExactIf(visitor, visitor != 0), count() FROM {db.table('site_events')} FINAL WHERE "
+            f"site_id = {q.bind(site_id)} AND ts >= {q.bind(w.start, store.TS)} AND ts < {q.bind(w.end, store.TS)} "
+            f"AND {cond}", q.params)
+        out.append((g.name, visitors, events))
+    return sorted(out)
+
+
+async def test_unfiltered_goals_merge_cached_states_of_ended_days(client, database_url, workspace):
+    """The goals panel, unfiltered: each goal's visitors and events over the window's ended days come from
+    states made once per window for the site's goals, and equal those counted from the events; a new goal
+    makes them again."""
+    db, site_id, _ = await mirrored_site(client, database_url, workspace)
+    goals = [store.Goal("signup", "signup", None), store.Goal("Visit /blog/**", None, "/blog/**"),
+             store.Goal("Visit /nowhere", None, "/nowhere")]
+    for range_name in ("7d", "30d"):
+        got = await goal_rows(db, site_id, range_name, goals)
+        assert got == await goals_from_events(db, site_id, range_name, goals)
+        assert dict((k, e) for k, _, e in got)["signup"] > 10 and dict((k, e) for k, _, e in got)["Visit /nowhere"] == 0
+    goal_runs = {dim: n for dim, n in (await window_key_runs(db, site_id)).items() if dim.startswith("goals ")}
+    assert list(goal_runs.values()) == [2]  # one per window
+    assert await goal_rows(db, site_id, "30d", goals) == await goals_from_events(db, site_id, "30d", goals)
+    more = [*goals, store.Goal("outbound", "outbound", None)]
+    assert await goal_rows(db, site_id, "30d", more) == await goals_from_events(db, site_id, "30d", more)
+    goal_runs = {dim: n for dim, n in (await window_key_runs(db, site_id)).items() if dim.startswith("goals ")}
+    assert sorted(goal_runs.values()) == [1, 2]  # the new set of goals made its own
+
+
 async def test_the_hourly_series_of_whole_days_comes_from_the_day_rows(client, database_url, workspace):
     """The 7-day overview (hourly buckets, the dashboard's default) reads its whole days' lists and series from
     the day rows: a count planted in a counted hour shows in the series, and counts made before the hourly
