@@ -1,6 +1,7 @@
 """Day rows of the analytics store for unfiltered reads: the event counts of ended days (site_day_counts,
 per event name and per page, referrer host, country and hour), the statistics of the visits that started on
-them, and the visitor sets of days (site_days).
+them, the visitor sets of days (site_days), and the visitor states of a window's ended days, cached whole
+(site_window_visitors) and per value of a dimension or per goal (site_window_keys).
 
 Counts cannot come from a view: a mirror batch written twice would count twice. They are computed here,
 from site_events read with FINAL, by the first read that needs a day once the day has ended and its last
