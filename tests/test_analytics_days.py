@@ -77,6 +77,22 @@ async def cached_windows(db, site_id: str) -> int:
                            {"s": site_id}))[0][0]
 
 
+async def add_late_pageview(client, database_url: str, site_id: str) -> datetime:
+    """A pageview of /late by a new visitor at noon three days ago (an ended, counted day), committed and
+    mirrored; returns its time."""
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=3)
+        await insert_events(conn, site_id, ws, [(f"evt_late_{site_id}", "pageview", "/late", "", "NZ",
+                                                 f"late-{site_id}", f"late-{site_id}", at, None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    return at
+
+
 async def test_whole_days_of_a_window():
     day = datetime(2026, 3, 1, tzinfo=UTC)
     assert whole_days(day, day + timedelta(days=2)) == [day.date(), (day + timedelta(days=1)).date()]
@@ -156,16 +172,7 @@ async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(c
                      "uniqExactState(toUInt64(number + 1)) FROM numbers(1000)",
                      {"s": site_id, "f": first, "l": last, "c": computed})
     assert (await visitors_by(db, site_id, "page", "30d", {"visitors"}))[0] == ("/planted", 1000)
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
-        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=3)
-        await insert_events(conn, site_id, ws, [(f"evt_late_{site_id}", "pageview", "/late", "", "NZ",
-                                                 f"late-{site_id}", f"late-{site_id}", at, None)])
-    finally:
-        await conn.close()
-    await client.app[MIRROR].catch_up()
+    await add_late_pageview(client, database_url, site_id)
     for range_name in ("7d", "30d"):
         late = await visitors_by(db, site_id, "page", range_name, {"visitors"}, limit=1000)
         assert late == await visitors_by(db, site_id, "page", range_name, METRICS, limit=1000)
@@ -327,16 +334,7 @@ async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, wo
     db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300)
     before = await overview(db, site_id, domain)
     counted, cached = await computations(db, site_id), await cached_windows(db, site_id)
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
-        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=3)
-        await insert_events(conn, site_id, ws, [(f"evt_late_{site_id}", "pageview", "/late", "", "NZ",
-                                                 f"late-{site_id}", f"late-{site_id}", at, None)])
-    finally:
-        await conn.close()
-    await client.app[MIRROR].catch_up()
+    at = await add_late_pageview(client, database_url, site_id)
     after = await overview(db, site_id, domain)
     # That day counted again, and the days before and after it (those with events), whose visits depend on it.
     around = await db.query(f"SELECT count(DISTINCT day) FROM {db.table('site_days')} WHERE site_id = {{s:String}} "
