@@ -137,8 +137,8 @@ class AnalyticsStore:
 
     async def once(self, key: Hashable, make: Callable[[], Awaitable[T]]) -> T:
         """Run `make()` unless a run for the same key is in flight in this process, whose result is then
-        shared. For the derived rows the first read that lacks them writes (a day's counts, a window's
-        visitors): the dashboard sends its reads at once, and each would otherwise write its own copy."""
+        shared. For the derived rows the first read that lacks them writes (a day's counts, a window's cached
+        visitor states): the dashboard sends its reads at once, and each would otherwise write its own copy."""
         running = self._making.get(key)
         if running is None:
             running = self._making[key] = asyncio.ensure_future(make())
