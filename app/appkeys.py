@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from actors.analytics_mirror import Mirror
     from actors.supervisor import Supervisor
     from actors.workspace import PartitionCache
+    from app.dashboard_warmer import DashboardWarmer
     from app.keys import KeyCache
     from app.ratelimit import MemoryLimiter, RedisLimiter
     from app.scheduler import Scheduler
@@ -40,6 +41,7 @@ SITE_RUNTIME: web.AppKey[SiteRuntime] = web.AppKey("site_runtime")
 PARTITION_CACHE: web.AppKey[PartitionCache] = web.AppKey("partitions")
 ANALYTICS: web.AppKey[AnalyticsStore] = web.AppKey("analytics")
 MIRROR: web.AppKey[Mirror] = web.AppKey("mirror")
+WARMER: web.AppKey[DashboardWarmer] = web.AppKey("warmer")
 
 
 def root_app(request: web.Request) -> web.Application:

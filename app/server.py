@@ -35,10 +35,12 @@ from app.appkeys import (
     SETTINGS,
     SITE_RUNTIME,
     SUPERVISOR,
+    WARMER,
     WRITE_POOL,
 )
 from app.auth import keyed_middleware, refuse_undeclared
 from app.crypto import CredentialBox
+from app.dashboard_warmer import DashboardWarmer
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
 from app.middlewares import nosniff, root_middleware, site_api_middleware
@@ -66,6 +68,7 @@ log = logging.getLogger("tally.server")
 
 MAX_BODY = 8 * 1024 * 1024
 PARTITIONS_AHEAD_SECONDS = 6 * 3600
+WARM_CHECK_SECONDS = 300  # how often the dashboard warmer looks whether a day has begun
 
 
 async def database_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -139,9 +142,13 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
                         metrics=app[METRICS])
         app[MIRROR] = mirror
         mirror.start()
+        warmer = app[WARMER] = DashboardWarmer(store, app[POOL], mirror)
+        warming = Timer("dashboard-warmer", WARM_CHECK_SECONDS, warmer.warm, delay_first=True)
+        warming.start()
         try:
             yield
         finally:
+            await warming.stop()
             await mirror.stop()
             with contextlib.suppress(Exception):  # best effort: what stays in the outbox goes next start
                 await mirror.catch_up()

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from aiohttp import web
 
+from app.appkeys import WARMER
 from app.responses import SiteError, iso_ms, json_response
 from app.views import analytics_events
 from app.views.analytics_params import (
@@ -133,6 +134,8 @@ async def overview(request: web.Request) -> web.Response:
     site, filters = await site_and_filters(request, base)
     db = await analytics_store(request)
     body = await overview_body(db, site, base.window, filters)
+    if not filters.terms():
+        request.config_dict[WARMER].seen(site.id, base.window.range)
     if mode:
         prev = shifted(base.window, mode)
         before = await _headline(db, site, prev.start, prev.end, filters)
@@ -216,6 +219,8 @@ async def breakdown(request: web.Request) -> web.Response:
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
+    if not filters.terms() and (prop == "goal" or (prop in store.EVENT_DIMENSION_COLUMNS and metrics == ["visitors"])):
+        request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
