@@ -52,15 +52,15 @@ class DashboardWarmer:
         return list(self._reads)
 
     async def warm(self, now: datetime | None = None) -> int:
-        """Once a day, after midnight: make the rows of each remembered read. Returns how many it made."""
+        """Once a day, after midnight: make the rows of each remembered read. Returns how many reads it warmed."""
         now = now or datetime.now(UTC)
         settle = timedelta(seconds=self.analytics.settle_seconds)
         if now.date() == self.warmed or now - now.replace(hour=0, minute=0, second=0, microsecond=0) < \
                 AFTER_MIDNIGHT + settle:
             return 0
-        self.warmed = now.date()
         self._reads = {k: day for k, day in self._reads.items() if day >= now.date() - KEEP}
-        await self.mirror.catch_up()
+        await self.mirror.catch_up()  # failing (PostgreSQL away), the next tick tries again
+        self.warmed = now.date()
         made = 0
         for site_id, range_name, prop in list(self._reads):
             try:

@@ -73,6 +73,16 @@ async def insert_events(conn: asyncpg.Connection, site_id: str, workspace_id: in
     await events_store.copy_events(conn, records)
 
 
+async def add_signup_goal(database_url: str, site_id: str) -> None:
+    """The site's goal: the `signup` event."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
+                           f"g1-{site_id}", site_id)
+    finally:
+        await conn.close()
+
+
 async def load_fixture(database_url: str, workspace: str) -> SiteFixture:
     conn = await asyncpg.connect(database_url)
     try:

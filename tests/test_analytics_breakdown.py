@@ -10,7 +10,7 @@ import pytest
 from storage import events as events_store
 from storage.events import EventRow
 from storage.ids import new_id
-from tests.analytics_support import D, load_fixture
+from tests.analytics_support import D, add_signup_goal, load_fixture
 
 
 @pytest.fixture
@@ -203,12 +203,7 @@ async def test_has_values_answers_whether_each_breakdown_has_rows(client, site, 
 
 
 async def test_property_keys_list_what_props_breakdowns_can_name(client, site, database_url):
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
-                           f"g1-{site.site_id}", site.site_id)
-    finally:
-        await conn.close()
+    await add_signup_goal(database_url, site.site_id)
     base = [("siteId", site.site_id), ("range", "24h")]
     status, body = await get(client, "property-keys", base)
     assert status == 200, body

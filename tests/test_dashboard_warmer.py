@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from app.appkeys import ANALYTICS, WARMER
-from tests.analytics_support import load_fixture
+from tests.analytics_support import add_signup_goal, load_fixture
 from tests.test_analytics_days import cached_windows, computations, window_key_runs
 
 
@@ -16,12 +14,7 @@ async def test_unfiltered_reads_are_remembered_and_their_rows_made_after_midnigh
                                                                                   login):
     await login()
     site = await load_fixture(database_url, workspace)
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
-                           f"g-{site.site_id}", site.site_id)
-    finally:
-        await conn.close()
+    await add_signup_goal(database_url, site.site_id)
     month = [("siteId", site.site_id), ("range", "30d")]
     reads = [("overview", month), ("breakdown", [*month, ("property", "page")]),
              ("breakdown", [*month, ("property", "goal"), ("metrics", "visitors,events,conversion_rate")])]
