@@ -33,6 +33,15 @@ COUNTED = frozenset({"pageviews", "events"})
 VISIT_STATS = frozenset({"bounce_rate", "visit_duration"})
 
 
+def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) -> bool:
+    """Whether a breakdown reads the window's ended days from cached states (analytics_days.key_visitor_states),
+    made by its first read of the day or by the dashboard warmer: unfiltered, and either the goals or the
+    visitors alone of an event dimension (the dashboard's panels)."""
+    if filters.terms():
+        return False
+    return prop == "goal" or (prop in EVENT_DIMENSION_COLUMNS and set(metrics) <= {"visitors"})
+
+
 def _key_expr(q: Params, prop: str) -> str:
     if prop.startswith("props:"):
         return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
@@ -54,8 +63,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     if prop in SESSION_DIMENSIONS:
         return await _visit_breakdown(store, site_id, start, end, prop=prop, filters=filters, limit=limit,
                                       offset=offset, metrics=metrics)
-    wanted = set(metrics)
-    if prop in EVENT_DIMENSION_COLUMNS and wanted <= {"visitors"} and not filters.terms():
+    if from_window_states(prop, filters, metrics):
         rows = await _visitors_from_window_states(store, site_id, start, end, prop, limit, offset)
         if rows is not None:
             return rows
@@ -63,6 +71,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     cond = where(q, table, site_id, start, end, filters.terms())
     # Only what `metrics` needs: distinct visitors and visits are insensitive to a batch's copies, so without
     # the counts the events are read without FINAL (and without the session column, without visits).
+    wanted = set(metrics)
     visits = "uniqExactIf(session, session != 0)" if wanted & {"visits", *VISIT_STATS} else "0"
     counts, final = ("countIf(name = 'pageview'), count()", " FINAL") if wanted & COUNTED \
         else ("0, 0", "")
@@ -171,7 +180,7 @@ async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, 
                                          f"{table} FINAL WHERE {cond}", q.params))[0]
     else:
         async def conversions() -> list[int]:
-            if not goal_terms:  # unfiltered: the ended days from cached states
+            if from_window_states("goal", filters, ()):  # unfiltered: the ended days from cached states
                 cached = await _conversions_from_window_states(store, site_id, start, end, goals)
                 if cached is not None:
                     return cached

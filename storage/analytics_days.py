@@ -164,14 +164,15 @@ async def written_days(store: AnalyticsStore, site_id: str, days: list[date]) ->
     return CountedDays([], [], written={day: w for day, w, _ in rows}, now=rows[0][2] if rows else None)
 
 
-def _settled_run(store: AnalyticsStore, whole: list[date], counted: CountedDays) -> tuple[list[date], datetime]:
+def _settled_run(store: AnalyticsStore, whole: list[date],
+                 counted: CountedDays) -> tuple[list[date], datetime] | None:
     """The ended days of `whole` and their last insert, when a cached state may stand for them: more than
-    one day, and that insert settled. ([], epoch) otherwise."""
+    one day, and that insert settled. None otherwise."""
     ended = [d for d in whole if counted.now is not None and d < counted.now.date()]
     last_write = max((counted.written[d] for d in ended if d in counted.written), default=None)
     if len(ended) > 1 and last_write is not None and last_write + timedelta(seconds=store.settle_seconds) < counted.now:
         return ended, _utc(last_write)
-    return [], _EPOCH
+    return None
 
 
 async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
@@ -179,10 +180,11 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
     """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):
     the cached state of the window's ended days when up to date (made by the first read that lacks it, once
     their last insert has settled) and the day rows of the other days."""
-    ended, last_write = _settled_run(store, whole, counted)
+    settled = _settled_run(store, whole, counted)
     rest = whole
     cached = ""
-    if ended:
+    if settled:
+        ended, last_write = settled
         site, first, last = q.bind(site_id), q.bind(ended[0], "Date"), q.bind(ended[-1], "Date")
         since = q.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
         window = (f"{store.table('site_window_visitors')} WHERE site_id = {site} AND first = {first} "
@@ -215,9 +217,10 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, who
     site_events expression ('' for none; it binds its own values). The rows are cached in site_window_keys
     under `dim`, made by the first read that lacks them once the days' last insert has settled, and used
     while no insert has touched the days."""
-    ended, last_write = _settled_run(store, whole, counted)
-    if not ended:
+    settled = _settled_run(store, whole, counted)
+    if not settled:
         return "", []
+    ended, last_write = settled
     table = store.table("site_window_keys")
     w = Params()
     site, first, last, named = w.bind(site_id), w.bind(ended[0], "Date"), w.bind(ended[-1], "Date"), w.bind(dim)
@@ -279,9 +282,6 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
                         f"arrayJoin([{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}]), '', 0",
                         q.params)
     return at
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _utc(moment: datetime) -> datetime:

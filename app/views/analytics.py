@@ -219,7 +219,7 @@ async def breakdown(request: web.Request) -> web.Response:
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
-    if not filters.terms() and (prop == "goal" or (prop in store.EVENT_DIMENSION_COLUMNS and metrics == ["visitors"])):
+    if analytics_breakdown.from_window_states(prop, filters, metrics):
         request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
