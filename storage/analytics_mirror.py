@@ -26,6 +26,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
+from storage import clickhouse_layout
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
@@ -293,8 +294,8 @@ async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datet
             written += int(copied.split()[-1])
             month = following
     if since is not None:  # the sessions and visitors of the day of `since` also hold events from before it
-        await asyncio.to_thread(store.backfill_sessions_sync, since)
-        await asyncio.to_thread(store.backfill_days_sync, since)
+        await asyncio.to_thread(clickhouse_layout.backfill_sessions, store, since)
+        await asyncio.to_thread(clickhouse_layout.backfill_days, store, since)
     return written
 
 

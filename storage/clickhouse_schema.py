@@ -1,6 +1,6 @@
 """The analytics store's schema, as SQL text: the tables, the `events_in` table every insert goes through
 and the views that derive the stored columns and the per-session and per-day rows from it. The store
-(storage/clickhouse.py) creates them; the reads (storage/analytics*.py, report_queries.py) use the
+(storage/clickhouse_layout.py creates them); the reads (storage/analytics*.py, report_queries.py) use the
 derived expressions by name.
 """
 
@@ -81,7 +81,7 @@ LC_SITE_COLUMNS = ("page", "referrer_host", "utm_source", "utm_campaign", "utm_t
 # (a third of the time of a 3-filter breakdown at 10M events; filters on other columns scan the day). A
 # ReplacingMergeTree whose sorting key ends in the event id collapses the copies a retried mirror batch
 # may insert (a copy has the same values, so the same key); queries read with FINAL so they never count a
-# copy twice. Stores from before this key are re-sorted when opened (storage/clickhouse.py).
+# copy twice. Stores from before this key are re-sorted when opened (storage/clickhouse_layout.py).
 SITE_ORDER = "site_id, toDate(ts), name, country, browser, ts, id"
 SITE_TABLE = f"""
 (
@@ -175,7 +175,7 @@ SESSION_STATES = (
 )
 # Tables whose rows each hold a large state (a day's or a window's visitor set): one row per granule, so a
 # read of one day deserializes that day's state, not those of the 8,192 rows sharing its granule (today's
-# visitors at 10M events: 29 -> 5 ms). Stores from before get these tables made again (storage/clickhouse.py).
+# visitors at 10M events: 29 -> 5 ms). Stores from before get these tables made again (storage/clickhouse_layout.py).
 ROW_GRANULES = "SETTINGS index_granularity = 1"
 STATE_TABLES = ("site_days", "site_window_visitors")
 # Per site and UTC day: when an insert last touched the day (`written`, the server's clock) and the day's

@@ -20,6 +20,7 @@ from app.keys import create_key
 from app.server import init_app
 from app.settings import Settings
 from storage.clickhouse import AnalyticsStore, open_store
+from storage.clickhouse_layout import ensure_schema
 from storage.db import close_pool, create_pool
 
 
@@ -130,7 +131,7 @@ def cluster_store(analytics_store: AnalyticsStore) -> AnalyticsStore:
     Distributed tables over `_local` ones, as a cluster's nodes hold them."""
     store = AnalyticsStore(analytics_store.client, f"{analytics_store.database}_cluster", TEST_CLUSTER,
                            query_settings=dict(analytics_store.query_settings))
-    store.ensure_schema()
+    ensure_schema(store)
     return store
 
 

@@ -15,6 +15,7 @@ from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_mirror, analytics_overview
 from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOURS_MARKER, VISITS, whole_days
+from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
 from storage.site_filters import METRICS
@@ -453,7 +454,7 @@ async def test_a_store_without_the_day_tables_derives_them(client, database_url,
     await db.command(f"DROP VIEW {db.database}.site_days_mv")
     for name in ("site_days", "site_day_counts"):
         await db.command(f"DROP TABLE {db.local_table(name)}")
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await overview(db, site_id, domain) == await from_events(db, site_id, domain)
     # The view is back: a later site's events reach the day rows too.
     other, other_domain = await generated_site(database_url, workspace, n=200, seed_=6)
@@ -476,7 +477,7 @@ async def test_day_tables_from_before_their_one_row_granules_are_made_again(clie
         await db.command(f"EXCHANGE TABLES {table} AND {table}_old")
         await db.command(f"DROP TABLE {table}_old")
     assert await db.query(granules, {"d": db.database, "t": held}) == [(0,), (0,)]
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await db.query(granules, {"d": db.database, "t": held}) == [(1,), (1,)]
     # site_days derived again from the events, the window's visitors cached again: the same overview.
     assert await overview(db, site_id, domain) == expected == await from_events(db, site_id, domain)
@@ -504,5 +505,5 @@ async def test_a_backfill_cut_short_is_done_again(client, database_url, workspac
     db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300, seed_=8)
     await db.command(f"TRUNCATE TABLE {db.local_table('site_days')}")
     await db.command(f"ALTER TABLE {db.local_table('site_days')} MODIFY COMMENT ''")
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await overview(db, site_id, domain) == await from_events(db, site_id, domain)

@@ -15,6 +15,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from storage import analytics as store
 from storage import analytics_mirror
 from storage.clickhouse import Params
+from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import CODECS, SITE_ORDER, TABLES
 from storage.db import init_connection
 from storage.site_filters import Filter
@@ -123,7 +124,7 @@ async def test_a_store_without_the_sessions_table_derives_it_from_its_events(cli
         await engine_stats(db, site_id, start, end)
     await db.command(f"ALTER TABLE {db.local_table('site_events')} MODIFY COLUMN page String, "  # as at first
                      "MODIFY COLUMN referrer_host String, MODIFY COLUMN city String")
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await engine_stats(db, site_id, start, end) == (5, 2, 300_000.0)
     assert await db.query("SELECT DISTINCT type FROM system.columns WHERE database = {d:String} "
                           "AND table = 'site_events' AND name IN ('page', 'referrer_host', 'city')",
@@ -144,7 +145,7 @@ async def test_a_store_from_before_the_codecs_gets_them_with_the_same_answers(cl
             await db.command(f"ALTER TABLE {held} " + ", ".join(f"MODIFY COLUMN {c} CODEC(Default)" for c in columns))
     assert await db.query(codecs, {"d": db.database}) == []
     before = await engine_stats(db, site_id, start, end)
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await engine_stats(db, site_id, start, end) == before == (5, 2, 300_000.0)
     assert await db.query(codecs, {"d": db.database}) == declared
     assert ("site_sessions", "entry", "CODEC(NONE)") in declared
@@ -169,7 +170,7 @@ async def test_a_store_sorted_the_old_way_is_re_sorted_with_the_same_rows_and_an
     before, stats = await db.query(rows, {"s": site_id}), await engine_stats(db, site_id, start, end)
     assert before[0][0] == 14 and stats == (5, 2, 300_000.0)
 
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await db.query(key, names) == [(SITE_ORDER,)]
     assert await db.query(rows, {"s": site_id}) == before
     assert await engine_stats(db, site_id, start, end) == stats

@@ -13,6 +13,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_breakdown
+from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import PV_MAX, PV_MIN
 from storage.site_filters import METRICS, Filter
 from tests.analytics_support import write_site_events_again
@@ -127,7 +128,7 @@ async def test_a_sessions_table_without_the_visit_columns_gains_them(client, dat
         "GROUP BY site_id, day, session")
     site_id, _ = await generated_site(database_url, workspace, n=300, seed_=11)
     await client.app[MIRROR].catch_up()
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     w = window_for("30d")
     for which in ("entry_page", "exit_page"):
         same(await engine_visits(db, site_id, w, which, []),

@@ -17,6 +17,7 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from storage import analytics_mirror, report_queries
 from storage import events as event_store
+from storage.clickhouse_layout import ensure_schema
 from storage.events import EventRow
 from tests.reports_support import seed, seed_traits, workspace_id
 
@@ -181,7 +182,7 @@ async def test_a_store_without_the_actor_key_gets_it_with_the_same_answers(clien
     await db.command(f"ALTER TABLE {db.local_table('keyed_events')} DROP COLUMN actor_key")  # as before it
     with pytest.raises(Exception, match="actor_key"):
         await reports(client, pool, ws)
-    await asyncio.to_thread(db.ensure_schema)
+    await asyncio.to_thread(ensure_schema, db)
     assert await reports(client, pool, ws) == before
     check(before, events)
     kind = await db.query("SELECT default_kind FROM system.columns WHERE database = {d:String} "
