@@ -208,18 +208,20 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
             f"AND day IN {q.bind(rest, 'Array(Date)')})")
 
 
-async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date], counted: CountedDays,
+async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                              dim: str, key_of: Callable[[Params], str], *,
-                             counts: bool = False) -> tuple[str, list[date]]:
+                             counts: bool = False) -> tuple[str, str] | None:
     """Per key of the window's ended days: a subquery of (key, s, e) rows, s a uniqExact state of the visitors
-    of the days' events with that key and e (when `counts`) how many events (read with FINAL), and those days;
-    ('', []) when no cached state may stand for them. `key_of(params)` is the key of an event, as a
-    site_events expression ('' for none; it binds its own values). The rows are cached in site_window_keys
-    under `dim`, made by the first read that lacks them once the days' last insert has settled, and used
-    while no insert has touched the days."""
-    settled = _settled_run(store, whole, counted)
+    of the days' events with that key and e (when `counts`) how many events (read with FINAL), and the
+    condition on site_events rows of the window that leaves those days out (other_days); None when no
+    cached state may stand for them. `key_of(params)` is the key of an event, as a site_events expression
+    ('' for none; it binds its own values). The rows are cached in site_window_keys under `dim`, made by the
+    first read that lacks them once the days' last insert has settled, and used while no insert has
+    touched the days. It counts no day (written_days), so it runs beside an overview that may."""
+    whole = whole_days(start, end)
+    settled = _settled_run(store, whole, await written_days(store, site_id, whole)) if whole else None
     if not settled:
-        return "", []
+        return None
     ended, last_write = settled
     table = store.table("site_window_keys")
     w = Params()
@@ -250,7 +252,7 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, who
     made = await store.once(("window keys", site_id, ended[0], ended[-1], dim, last_write), make)
     return (f"(SELECT key, visitors AS s, events AS e FROM {table} WHERE site_id = {q.bind(site_id)} AND first = "
             f"{q.bind(ended[0], 'Date')} AND last = {q.bind(ended[-1], 'Date')} AND dim = {q.bind(dim)} "
-            f"AND computed = {q.bind(made, TS)} AND key != '')"), ended
+            f"AND computed = {q.bind(made, TS)} AND key != '')"), other_days(q, start, end, ended)
 
 
 async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> datetime:
