@@ -149,6 +149,8 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
             yield
         finally:
             await warming.stop()
+            with contextlib.suppress(Exception):  # best effort: a process killed instead loses a tick's reads
+                await warmer.save()
             await mirror.stop()
             with contextlib.suppress(Exception):  # best effort: what stays in the outbox goes next start
                 await mirror.catch_up()

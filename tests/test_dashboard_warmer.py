@@ -5,14 +5,37 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
+
 from app.appkeys import ANALYTICS, WARMER
 from tests.analytics_support import add_signup_goal, load_fixture
 from tests.test_analytics_days import cached_windows, computations, window_key_runs
 
 
+async def forget_warmings(database_url: str) -> None:
+    """Earlier tests' apps stored their reads, and may have claimed a day: start from none."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("DELETE FROM dashboard_reads; DELETE FROM dashboard_warmings")
+    finally:
+        await conn.close()
+
+
+async def made_rows(db, site_id: str) -> tuple:
+    return (await computations(db, site_id), await cached_windows(db, site_id), await window_key_runs(db, site_id))
+
+
+async def forget_rows(db, site_id: str) -> None:
+    """What a new day finds: none of the rows its first reads need."""
+    for table in ("site_window_keys", "site_window_visitors", "site_day_counts"):
+        await db.delete_where(table, "site_id = {s:String}", {"s": site_id})
+    assert await made_rows(db, site_id) == (0, 0, {})
+
+
 async def test_unfiltered_reads_are_remembered_and_their_rows_made_after_midnight(client, database_url, workspace,
                                                                                   login):
     await login()
+    await forget_warmings(database_url)
     site = await load_fixture(database_url, workspace)
     await add_signup_goal(database_url, site.site_id)
     month = [("siteId", site.site_id), ("range", "30d")]
@@ -31,23 +54,53 @@ async def test_unfiltered_reads_are_remembered_and_their_rows_made_after_midnigh
                                                 (site.site_id, "30d", "goal")])
     noon = datetime.now(UTC).replace(hour=12)
     assert await warmer.warm(noon) == 0  # the day it started: today's reads made today's rows
-    # A new day: none of the rows its first reads need is there yet.
     db = client.app[ANALYTICS]
-    for table in ("site_window_keys", "site_window_visitors", "site_day_counts"):
-        await db.delete_where(table, "site_id = {s:String}", {"s": site.site_id})
-    assert (await computations(db, site.site_id), await cached_windows(db, site.site_id),
-            await window_key_runs(db, site.site_id)) == (0, 0, {})
+    await forget_rows(db, site.site_id)
     warmer.warmed -= timedelta(days=1)
     assert await warmer.warm(noon.replace(hour=0, minute=0, second=30)) == 0  # too soon after midnight
     assert await warmer.warm(noon) == 3
-    made = (await computations(db, site.site_id), await cached_windows(db, site.site_id),
-            await window_key_runs(db, site.site_id))
+    made = await made_rows(db, site.site_id)
     assert made[0] > 0 and made[1] == 1
     assert sorted(made[2].values()) == [1, 1] and "page" in made[2]  # the page's states and the goals'
     # The morning's reads find them made, and answer as before.
     for (route, params), before in zip(reads, answers, strict=False):
         resp = await client.get(f"/api/analytics/{route}", params=params)
         assert (resp.status, await resp.json()) == (200, before)
-    assert (await computations(db, site.site_id), await cached_windows(db, site.site_id),
-            await window_key_runs(db, site.site_id)) == made
+    assert await made_rows(db, site.site_id) == made
     assert await warmer.warm(noon) == 0  # once a day
+
+
+async def test_reads_outlive_a_restart_and_one_process_warms_a_day(client, make_client, settings, database_url,
+                                                                    workspace, login):
+    await login()
+    await forget_warmings(database_url)
+    site = await load_fixture(database_url, workspace)
+    month = [("siteId", site.site_id), ("range", "30d")]
+    reads = [("overview", month), ("breakdown", [*month, ("property", "country")])]
+    answers = []
+    for route, params in reads:
+        resp = await client.get(f"/api/analytics/{route}", params=params)
+        assert resp.status == 200
+        answers.append(await resp.json())
+    assert len(client.app[WARMER].remembered) == 2
+    await client.close()  # a restart: the stopping process stores the reads it noted
+    restarted = await make_client(settings)
+    warmer = restarted.app[WARMER]
+    assert warmer.remembered == []
+    db = restarted.app[ANALYTICS]
+    await forget_rows(db, site.site_id)
+    noon = datetime.now(UTC).replace(hour=12)
+    warmer.warmed -= timedelta(days=1)
+    assert await warmer.warm(noon) == 2
+    made = await made_rows(db, site.site_id)
+    assert made[0] > 0 and made[1] == 1 and list(made[2]) == ["country"]
+    # A second process finds the day claimed: it makes nothing again.
+    other = await make_client(settings)
+    other.app[WARMER].warmed -= timedelta(days=1)
+    assert await other.app[WARMER].warm(noon) == 0
+    assert await made_rows(db, site.site_id) == made
+    await login(the_client=restarted)
+    for (route, params), before in zip(reads, answers, strict=True):
+        resp = await restarted.get(f"/api/analytics/{route}", params=params)
+        assert (resp.status, await resp.json()) == (200, before)
+    assert await made_rows(db, site.site_id) == made
