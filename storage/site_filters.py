@@ -40,6 +40,10 @@ DIMENSIONS: dict[str, str] = {
     "goal": "goal",
 }
 PAGE_DIMENSIONS = frozenset({"page", "entry_page", "exit_page"})
+# The properties a breakdown takes besides props:<key>, and those of them every event has a value of (what
+# has-values checks): a visit defines the entry and exit pages, the site's goals define goal.
+BREAKDOWN_PROPERTIES = tuple(d for d in DIMENSIONS if d != "event")
+EVENT_PROPERTIES = tuple(d for d in BREAKDOWN_PROPERTIES if d not in ("entry_page", "exit_page", "goal"))
 PROPS_PREFIX = "props:"
 
 METRICS = ("visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration", "conversion_rate")

@@ -4,6 +4,8 @@ tests/analytics_support.py (within 24h: events 1, 2, 3, 4, 8, 9 of sessions s1, 
 
 from __future__ import annotations
 
+import re
+
 import asyncpg
 import pytest
 
@@ -217,3 +219,15 @@ async def test_property_keys_list_what_props_breakdowns_can_name(client, site, d
     assert old["data"] == []
     status, bad = await get(client, "property-keys", [*base, ("filter", "nope==1")])
     assert (status, bad["error"]) == (400, "invalid filter")
+
+
+async def test_the_api_document_names_exactly_the_properties_accepted(client, site):
+    """/openapi.json lists the properties a breakdown and has-values take, as their 400 answers do."""
+    doc = await (await client.get("/openapi.json")).json()
+    for route, param in (("breakdown", "property"), ("has-values", "properties")):
+        status, body = await get(client, route, [("siteId", site.site_id), (param, "nope")])
+        assert status == 400
+        parameters = doc["paths"][f"/api/analytics/{route}"]["get"]["parameters"]
+        described = next(p["description"] for p in parameters if p["name"] == param)
+        named = set(re.findall(r"[a-z_]+(?::<key>)?", described)) - {"comma", "list", "of", "or"}
+        assert named == set(body["allowed"]), route

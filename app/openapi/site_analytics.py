@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.openapi.common import SESSION, json_body, query, ref, site_errors
+from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
 _RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d"], "default": "7d"},
@@ -52,12 +53,9 @@ PATHS = {
     ),
     "/api/analytics/breakdown": _get(
         "Visitors, visits, pageviews, events, bounce rate, visit duration or conversion rate per value of a property",
-        [query("property", {"type": "string"}, True,
-               "source, channel, utm_*, page, entry_page, exit_page, referrer, country, region, city, browser, "
-               "browser_version, os, os_version, device, goal or props:<key>"),
+        [query("property", {"type": "string"}, True, f"{', '.join(BREAKDOWN_PROPERTIES)} or props:<key>"),
          query("metrics", {"type": "string", "default": "visitors"},
-               description="comma list of visitors, visits, pageviews, events, bounce_rate, visit_duration, "
-                           "conversion_rate"),
+               description=f"comma list of {', '.join(METRICS)}"),
          _limit(20, 1000), query("offset", {"type": "integer", "minimum": 0, "default": 0}), _FILTER],
         json_body({"type": "object", "required": ["data", "property", "metrics"], "properties": {
             "data": {"type": "array", "items": {"type": "object"}}, "property": {"type": "string"},
@@ -66,9 +64,7 @@ PATHS = {
     ),
     "/api/analytics/has-values": _get(
         "Whether a breakdown by each property would have rows in the range, without computing it",
-        [query("properties", {"type": "string"}, True,
-               "comma list of source, channel, utm_*, page, referrer, country, region, city, browser, "
-               "browser_version, os, os_version, device"), _FILTER],
+        [query("properties", {"type": "string"}, True, f"comma list of {', '.join(EVENT_PROPERTIES)}"), _FILTER],
         json_body({"type": "object", "required": ["data"], "properties": {
             "data": {"type": "object", "additionalProperties": {"type": "boolean"}}}}),
     ),

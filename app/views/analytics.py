@@ -32,7 +32,7 @@ from app.views.analytics_params import (
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_overview
 from storage.clickhouse import AnalyticsStore
-from storage.site_filters import DIMENSIONS, METRICS, PROPS_PREFIX
+from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS, PROPS_PREFIX
 
 TOP_DEFAULT, TOP_MAX = 20, 100
 _LABELS = {"minute": "%H:%M", "hour": "%b %d %H:00", "day": "%b %d"}
@@ -189,8 +189,8 @@ async def breakdown(request: web.Request) -> web.Response:
     """GET /api/analytics/breakdown?siteId&range&property&metrics&limit&offset&filter=…"""
     base = await base_params(request)
     prop = request.query.get("property") or ""
-    if not (prop in DIMENSIONS and prop != "event") and not (prop.startswith(PROPS_PREFIX) and len(prop) > 6):
-        raise SiteError(400, "invalid property", allowed=[d for d in DIMENSIONS if d != "event"] + ["props:<key>"])
+    if prop not in BREAKDOWN_PROPERTIES and not (prop.startswith(PROPS_PREFIX) and len(prop) > 6):
+        raise SiteError(400, "invalid property", allowed=[*BREAKDOWN_PROPERTIES, "props:<key>"])
     metrics = [m for m in (request.query.get("metrics") or "visitors").split(",") if m]
     if not metrics or any(m not in METRICS for m in metrics):
         raise SiteError(400, "invalid metrics", allowed=list(METRICS))
@@ -225,18 +225,14 @@ async def breakdown(request: web.Request) -> web.Response:
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
 
-# Event dimensions (the breakdown's properties a visit does not define; `event` is no breakdown property).
-HAS_VALUES_PROPERTIES = [d for d in store.EVENT_DIMENSION_COLUMNS if d != "event"]
-
-
 async def has_values(request: web.Request) -> web.Response:
     """GET /api/analytics/has-values?siteId&range&properties=region,city&filter=…: {"data": {property: bool}},
     whether a breakdown by each property would have rows, without computing it: the dashboard shows its
     Regions and Cities tabs by it (they have values only with a GeoIP City database)."""
     base = await base_params(request)
     props = list(dict.fromkeys(p for p in (request.query.get("properties") or "").split(",") if p))
-    if not props or any(p not in HAS_VALUES_PROPERTIES for p in props):
-        raise SiteError(400, "invalid properties", allowed=HAS_VALUES_PROPERTIES)
+    if not props or any(p not in EVENT_PROPERTIES for p in props):
+        raise SiteError(400, "invalid properties", allowed=list(EVENT_PROPERTIES))
     site, filters = await site_and_filters(request, base)
     w = base.window
     with filter_errors():
