@@ -21,13 +21,12 @@ import asyncpg
 from storage import analytics_days, goals
 from storage.clickhouse import TS_MAX, TS_MIN, AnalyticsStore, Params
 from storage.clickhouse_schema import ENTRY, ENTRY_NONE, EXIT, EXIT_NONE, PV_MAX, PV_MIN
-from storage.site_filters import DIMENSIONS, PAGE_DIMENSIONS, Filter
+from storage.site_filters import DIMENSIONS, EVENT_PROPERTIES, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
 _TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
 # Columns of site_events behind each filterable dimension (entry/exit pages and goals are handled apart).
-EVENT_DIMENSION_COLUMNS = {d: c for d, c in DIMENSIONS.items()
-                           if d not in ("entry_page", "exit_page", "goal")} | {"page": "page"}
+EVENT_DIMENSION_COLUMNS = {d: DIMENSIONS[d] for d in ("event", *EVENT_PROPERTIES)} | {"page": "page"}
 # Per-visit dimensions: the column of sessions_of(..., visit=True) that holds a visit's value.
 SESSION_DIMENSIONS = {"entry_page": "entry_page", "exit_page": "exit_page"}
 TS = "DateTime64(6, 'UTC')"
