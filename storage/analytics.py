@@ -228,8 +228,16 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
     days_around = ""
     if started_on is not None:
         conds.append(f"toDate(f) IN {q.bind(started_on, 'Array(Date)')}")
-        around = sorted({d + timedelta(days=i) for d in started_on for i in (-1, 0, 1)})
-        days_around = f"AND day IN {q.bind(around, 'Array(Date)')} "
+        one = timedelta(days=1)
+        starts, nexts = set(started_on), {d + one for d in started_on}
+        # The day before a start day (unless a start day or the day after one itself) only tells which
+        # sessions began earlier: they are left out by a set of its sessions rather than grouped with the
+        # rest (today's visits at 10M events: 39-53 -> 26-35 ms).
+        before = sorted({d - one for d in started_on} - starts - nexts)
+        days_around = f"AND day IN {q.bind(sorted(starts | nexts), 'Array(Date)')} "
+        if before:
+            conds.append(f"session NOT IN (SELECT session FROM {days} WHERE site_id = {site} "
+                         f"AND day IN {q.bind(before, 'Array(Date)')})")
     states, raw, merged, neutral, marks = "", "", "", "", ""
     if visit:
         states, raw = ", visitor, entry, exit", f", visitor, {ENTRY}, {EXIT}"
@@ -243,7 +251,7 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
         conds += ["max(m) = 1", "l >= f"]
     having = f" HAVING {' AND '.join(conds)}" if conds else ""
     rows = f"SELECT session, first, last, pv_min, pv_max{states} FROM {days} WHERE site_id = {site} "
-    ended, tail_rows, tail_events = "", "", ""
+    ended, tail_rows, events = "", "", ""
     if tail_start < end:
         # `end`'s own day from its session rows when none of its events is at or after `end` (a window that
         # ends now), which costs less than grouping the day's events again (the visits of a 24-hour window at
@@ -251,12 +259,14 @@ def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: dat
         day = q.bind(last_day, "Date")
         ended = (f"WITH (SELECT max(last) FROM {days} WHERE site_id = {site} AND day = {day}) < {q.bind(end, TS)} "
                  "AS ended ")
-        tail_rows, tail_events = f"UNION ALL {rows}AND day = {day} AND ended ", " AND NOT ended"
+        tail_rows = f"UNION ALL {rows}AND day = {day} AND ended "
+        # A window that ends at midnight has no tail: an empty union part still cost today's visits ~20 ms.
+        events = (f"UNION ALL SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
+                  f"AND {in_window(q, tail_start, end)} AND NOT ended AND session != 0")
     return (
         f"({ended}SELECT session, min(first) AS f, max(last) AS l, min(pv_min) AS pf, max(pv_max) AS pl{merged} "
         f"FROM ({rows}AND day >= {q.bind(first_day, 'Date')} AND day < {q.bind(last_day, 'Date')} {days_around}"
-        f"{tail_rows}UNION ALL SELECT session, ts, ts, {PV_MIN}, {PV_MAX}{raw} FROM {table} WHERE site_id = {site} "
-        f"AND {in_window(q, tail_start, end)}{tail_events} AND session != 0{marks}) GROUP BY session{having})"
+        f"{tail_rows}{events}{marks}) GROUP BY session{having})"
     )
 
 

@@ -180,5 +180,7 @@ async def _visitors_sql(q: Params, store: AnalyticsStore, site_id: str, start: d
     if not whole:
         return f"SELECT uniqExactIf(visitor, visitor != 0) AS visitors FROM {table} WHERE {cond}"
     states = await analytics_days.visitor_states(q, store, site_id, whole, days)
+    if set(analytics_days.window_days(start, end)) == set(whole):  # no part day: no empty read of the events
+        return f"SELECT uniqExactMerge(s) AS visitors FROM {states}"
     return (f"SELECT uniqExactMerge(s) AS visitors FROM ({states} UNION ALL SELECT uniqExactStateIf(visitor, "
             f"visitor != 0) FROM {table} WHERE {cond}{analytics_days.other_days(q, start, end, whole)})")
