@@ -32,7 +32,7 @@ HOURS_MARKER = 253
 # counted again once too.
 VISIT_HOURS_MARKER = 252  # the lowest marker: counted rows have dims below it
 # counted_days's other row kinds, below every marker.
-WRITTEN, CLOCK, WINDOWS = 0, 1, 2
+WRITTEN, CLOCK, WINDOWS, TAIL = 0, 1, 2, 3
 # The counted keys: dim -> site_events column (TOTAL: the name's total; HOURS: its count per UTC hour, key the
 # hour).
 PAGES = 0
@@ -79,6 +79,9 @@ class CountedDays:
     # The latest cached visitor state per (first, last) day, of those read with them: site_window_visitors's
     # (counted_days), or the complete per-key states of site_window_keys under one dim (written_days).
     windows: dict[tuple[date, date], datetime] = field(default_factory=dict)
+    # The window ends inside a day none of whose events is at or after its end (a window that ends now): the
+    # day's session rows and visitor set hold only events of the window.
+    tail_ended: bool = False
 
     def for_series(self, interval: str) -> list[date]:
         """The counted days whose rows hold a series by `interval` (SERIES_ROWS; none for other intervals)."""
@@ -105,19 +108,27 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     # Row kinds in one union (a join of the two tables cost ~6 ms more, and visitor_states's own look for its
     # window state another query): each day's last insert (kind WRITTEN), each marker's latest computation
     # per day (kind: the marker), the latest cached visitor state of the window's days from its first whole
-    # day to each last (kind WINDOWS), and the store's clock.
+    # day to each last (kind WINDOWS), the last event of the day the window ends inside (kind TAIL), and the
+    # store's clock.
+    tail_day = end.astimezone(UTC).date()
+    # (Of every event, those without a session too: the day's visitor set holds them.)
+    tail = (f"UNION ALL SELECT {TAIL}, toDate(ts) AS day, max(ts) FROM {store.table('site_events')} WHERE "
+            f"site_id = {site} AND day = {q.bind(tail_day, 'Date')} GROUP BY day "
+            if end.astimezone(UTC).time() != time() else "")
     rows = await store.query(
         f"SELECT {WRITTEN}, day, max(written) FROM {store.table('site_days')} WHERE site_id = {site} "
         f"AND day >= {lo} AND day <= {hi} GROUP BY day UNION ALL SELECT dim, day, max(computed) FROM "
         f"{store.table('site_day_counts')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} "
         f"AND dim IN ({MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}) GROUP BY dim, day "
         f"UNION ALL SELECT {WINDOWS}, last, max(computed) FROM {store.table('site_window_visitors')} "
-        f"WHERE site_id = {site} AND first = {q.bind(days[0], 'Date')} GROUP BY last "
+        f"WHERE site_id = {site} AND first = {q.bind(days[0], 'Date')} GROUP BY last {tail}"
         f"UNION ALL SELECT {CLOCK}, today(), now64(6, 'UTC')", q.params)
     settle = timedelta(seconds=store.settle_seconds)
     written = {day: at for kind, day, at in rows if kind == WRITTEN}
     marks = {(kind, day): at for kind, day, at in rows if kind >= VISIT_HOURS_MARKER}
     windows = {last: at for kind, last, at in rows if kind == WINDOWS}
+    last_event = next((_utc(at) for kind, _, at in rows if kind == TAIL), None)
+    tail_ended = bool(tail) and (last_event is None or last_event < end)
     now = next(at for kind, _, at in rows if kind == CLOCK)
     never = datetime.min.replace(tzinfo=now.tzinfo)  # a marker not written (as aware as the store's values)
     computed = {day: marks.get((MARKER, day), never) for day in written}
@@ -156,8 +167,8 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
         hours = sorted(set(hours) | set(stale))
     partial = head if head in visits and head in hours else None
     return CountedDays([d for d in fresh if d != head], [d for d in visits if d != head],
-                       [d for d in hours if d != head], written, now, used, partial, {(days[0], last): at
-                                                                                    for last, at in windows.items()})
+                       [d for d in hours if d != head], written, now, used, partial,
+                       {(days[0], last): at for last, at in windows.items()}, tail_ended)
 
 
 # In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default

@@ -129,7 +129,7 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
     if days.visits or partial:
         stored = set(days.visits + partial)
         live = [d for d in analytics_days.window_days(start, end) if d not in stored]
-        parts = [VISIT_SUMS + sessions_of(q, store, site_id, start, end, started_on=live)]
+        parts = [VISIT_SUMS + sessions_of(q, store, site_id, start, end, started_on=live, tail_ended=days.tail_ended)]
         for visit_days, hours in ((days.visits, ""), (partial, f" AND toUInt8OrZero(name) >= {from_hour}")):
             if visit_days:  # the visit rows of each hour they started in (key: visits, bounces, duration_us)
                 parts.append("SELECT sumIf(c, key = 'visits'), sumIf(c, key = 'bounces'), "
@@ -139,7 +139,7 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
         sessions = (f"SELECT sum(visits) AS visits, sum(bounces) AS bounces, sum(us) AS us FROM ("
                     f"{' UNION ALL '.join(parts)})")
     else:
-        sessions = VISIT_SUMS + sessions_of(q, store, site_id, start, end)
+        sessions = VISIT_SUMS + sessions_of(q, store, site_id, start, end, tail_ended=days.tail_ended)
     cond = where(q, table, site_id, start, end, [])
     if whole:
         uncounted = analytics_days.other_days(q, start, end, days.counts + partial)
@@ -174,13 +174,16 @@ async def visitors(store: AnalyticsStore, site_id: str, start: datetime, end: da
 async def _visitors_sql(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                         whole: list[date], days: analytics_days.CountedDays) -> str:
     """A one-row query (column visitors): the window's unique visitors, every `whole` day's from the day rows
-    (analytics_days.visitor_states), the rest of the window's from its events."""
+    (analytics_days.visitor_states), and the day the window ends inside too when none of its events is at or
+    after the end (CountedDays.tail_ended: today's visitors of the 7-day overview); the rest of the window's
+    from its events."""
     table = store.table("site_events")
     cond = where(q, table, site_id, start, end, [])
     if not whole:
         return f"SELECT uniqExactIf(visitor, visitor != 0) AS visitors FROM {table} WHERE {cond}"
-    states = await analytics_days.visitor_states(q, store, site_id, whole, days)
-    if set(analytics_days.window_days(start, end)) == set(whole):  # no part day: no empty read of the events
+    stated = [*whole, end.astimezone(UTC).date()] if days.tail_ended else whole  # consecutive days
+    states = await analytics_days.visitor_states(q, store, site_id, stated, days)
+    if set(analytics_days.window_days(start, end)) == set(stated):  # no part day: no empty read of the events
         return f"SELECT uniqExactMerge(s) AS visitors FROM {states}"
     return (f"SELECT uniqExactMerge(s) AS visitors FROM ({states} UNION ALL SELECT uniqExactStateIf(visitor, "
-            f"visitor != 0) FROM {table} WHERE {cond}{analytics_days.other_days(q, start, end, whole)})")
+            f"visitor != 0) FROM {table} WHERE {cond}{analytics_days.other_days(q, start, end, stated)})")

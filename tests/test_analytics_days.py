@@ -322,6 +322,40 @@ async def test_a_window_starting_inside_an_ended_day_takes_its_hours_from_the_da
     assert await read() == from_events_only
 
 
+async def test_a_window_ending_inside_a_day_holds_none_of_its_later_events(client, database_url, workspace):
+    """A window that ends inside a day reads that day's session rows and visitor set only while none of its
+    events is at or after the end (a window ending now); else its events before the end. A visitor seen only
+    after the end, and the part of a visit after it, are left out."""
+    site_id, domain = await generated_site(database_url, workspace, n=300)
+    end = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
+    if end.hour == 0:  # a window ending at midnight has no such day
+        end -= timedelta(hours=1)
+    start = end - timedelta(days=7)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        await insert_events(conn, site_id, ws, [
+            (f"evt_in_{site_id}", "pageview", "/", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
+             end - timedelta(minutes=10), None),
+            (f"evt_on_{site_id}", "pageview", "/on", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
+             end + timedelta(minutes=10), None),
+            (f"evt_after_{site_id}", "pageview", "/", "", "NZ", f"later-{site_id}", f"later-{site_id}",
+             end + timedelta(minutes=5), None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    f = store.Filters()
+    totals, visits, _, _ = await analytics_overview.overview(
+        db, site_id, start, end, name="pageview", interval="hour", first=start, last=end - timedelta(hours=1),
+        domain=domain, limit=5, filters=f)
+    assert (totals, visits) == (await store.totals(db, site_id, start, end, f),
+                                await store.session_stats(db, site_id, start, end, f))
+    later = await store.totals(db, site_id, end, end + timedelta(minutes=15), f)
+    assert later.visitors >= 2  # both visitors have events after the end, in the day's rows and set
+
+
 async def test_a_batch_written_twice_changes_no_day_row(client, database_url, workspace):
     db, site_id, domain = await mirrored_site(client, database_url, workspace, n=400)
     expected = await overview(db, site_id, domain)
