@@ -21,6 +21,7 @@ from storage.analytics import (
     matching_sessions,
     session_rows,
     sessions_of,
+    tail_ended_sql,
     where,
 )
 from storage.clickhouse import AnalyticsStore, Params
@@ -104,16 +105,16 @@ async def _filtered_head(store: AnalyticsStore, site_id: str, start: datetime, e
     against 296 ms for `page contains /blog`, which matches every visit)."""
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
-    events, pageviews, visitors, rows = (await store.query(
-        f"SELECT {TOTALS}, ({session_rows(q, store, site_id, start, end)}) FROM {table} FINAL WHERE {cond}",
-        q.params))[0]
+    events, pageviews, visitors, rows, tail_ended = (await store.query(
+        f"SELECT {TOTALS}, ({session_rows(q, store, site_id, start, end)}), {tail_ended_sql(q, store, site_id, end)} "
+        f"FROM {table} FINAL WHERE {cond}", q.params))[0]
     q = Params()
     if events > rows:  # more matching events than session rows: a set would hold most of the window's visits
-        visits = sessions_of(q, store, site_id, start, end, marked=where(q, table, site_id, start, end,
-                                                                          filters.terms()))
+        visits = sessions_of(q, store, site_id, start, end, tail_ended=tail_ended,
+                             marked=where(q, table, site_id, start, end, filters.terms()))
     else:
-        visits = sessions_of(q, store, site_id, start, end, only=matching_sessions(q, store, site_id, start, end,
-                                                                                    filters))
+        visits = sessions_of(q, store, site_id, start, end, tail_ended=tail_ended,
+                             only=matching_sessions(q, store, site_id, start, end, filters))
     return (events, pageviews, visitors, *(await store.query(VISIT_SUMS + visits, q.params))[0])
 
 

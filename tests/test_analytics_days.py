@@ -18,7 +18,7 @@ from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOU
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
-from storage.site_filters import METRICS
+from storage.site_filters import METRICS, Filter
 from tests.analytics_support import create_site, insert_events, write_site_events_again
 from tests.test_analytics_engine import generated_site
 
@@ -346,13 +346,14 @@ async def test_a_window_ending_inside_a_day_holds_none_of_its_later_events(clien
         await conn.close()
     await client.app[MIRROR].catch_up()
     db = client.app[ANALYTICS]
-    f = store.Filters()
-    totals, visits, _, _ = await analytics_overview.overview(
-        db, site_id, start, end, name="pageview", interval="hour", first=start, last=end - timedelta(hours=1),
-        domain=domain, limit=5, filters=f)
-    assert (totals, visits) == (await store.totals(db, site_id, start, end, f),
-                                await store.session_stats(db, site_id, start, end, f))
-    later = await store.totals(db, site_id, end, end + timedelta(minutes=15), f)
+    for f in (store.Filters(), store.Filters(extra=(Filter("country", "==", "NZ"),))):  # filtered: one query
+        totals, visits, _, _ = await analytics_overview.overview(
+            db, site_id, start, end, name="pageview", interval="hour", first=start, last=end - timedelta(hours=1),
+            domain=domain, limit=5, filters=f)
+        assert (totals, visits) == (await store.totals(db, site_id, start, end, f),
+                                    await store.session_stats(db, site_id, start, end, f))
+        assert visits.sessions > 0
+    later = await store.totals(db, site_id, end, end + timedelta(minutes=15), store.Filters())
     assert later.visitors >= 2  # both visitors have events after the end, in the day's rows and set
 
 
