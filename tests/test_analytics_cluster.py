@@ -20,6 +20,7 @@ from tests.test_analytics_breakdown import (  # noqa: F401 (collected here again
 )
 from tests.test_analytics_days import (  # noqa: F401
     test_a_late_event_in_a_counted_day_is_counted,
+    test_a_window_ending_inside_a_day_holds_none_of_its_later_events,
     test_day_tables_from_before_their_one_row_granules_are_made_again,
     test_rebuild_since_a_day_keeps_the_day_rows_exact,
     test_unfiltered_overviews_match_the_events,
