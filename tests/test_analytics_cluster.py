@@ -39,7 +39,10 @@ from tests.test_analytics_sessions import (  # noqa: F401
     test_rebuild_since_the_middle_of_a_day_keeps_sessions_exact,
     test_sessions_crossing_midnight_and_the_window_edges_match_postgresql,
 )
-from tests.test_analytics_visits import test_entry_and_exit_pages_match_postgresql  # noqa: F401
+from tests.test_analytics_visits import (  # noqa: F401
+    test_a_window_ending_inside_a_day_leaves_out_its_later_events,
+    test_entry_and_exit_pages_match_postgresql,
+)
 from tests.test_reports_engine import data, test_reports_match_a_direct_computation_and_ignore_copied_events  # noqa: F401
 
 

@@ -5,6 +5,7 @@ same when a mirror batch is written twice, and a store from before those columns
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -15,8 +16,9 @@ from storage import analytics as store
 from storage import analytics_breakdown
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import PV_MAX, PV_MIN
+from storage.db import init_connection
 from storage.site_filters import METRICS, Filter
-from tests.analytics_support import write_site_events_again
+from tests.analytics_support import insert_events, write_site_events_again
 from tests.test_analytics_engine import generated_site
 
 PAGE = "split_part(split_part(coalesce(path, ''), '#', 1), '?', 1)"
@@ -98,6 +100,40 @@ async def test_entry_and_exit_pages_match_postgresql(client, database_url, works
     totals = await store.totals(db, site_id, w.start, w.end, store.Filters(extra=(
         *terms, Filter("exit_page", "==", page))))
     assert (totals.events, totals.visitors) == (row["n"], row["v"]) != (0, 0)
+
+
+async def test_a_window_ending_inside_a_day_leaves_out_its_later_events(client, database_url, workspace):
+    """Entry and exit pages, and a breakdown's bounce rate and duration, over a window that ends inside a day
+    with events after the end (a visit going on past it, a visit after it): those events never count, and
+    the answers are PostgreSQL's."""
+    site_id, _ = await generated_site(database_url, workspace, n=300)
+    w = window_for("7d", datetime.now(UTC) - timedelta(hours=3))
+    if w.end.hour == 0:  # a window ending at midnight has no such day
+        w = window_for("7d", datetime.now(UTC) - timedelta(hours=4))
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        await insert_events(conn, site_id, ws, [
+            (f"evt_in_{site_id}", "pageview", "/", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
+             w.end - timedelta(minutes=10), None),
+            (f"evt_on_{site_id}", "pageview", "/on", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
+             w.end + timedelta(minutes=10), None),
+            (f"evt_after_{site_id}", "pageview", "/", "", "NZ", f"later-{site_id}", f"later-{site_id}",
+             w.end + timedelta(minutes=5), None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
+    db = client.app[ANALYTICS]
+    for which in ("entry_page", "exit_page"):
+        expected = await postgres_visits(database_url, site_id, w, which, "")
+        assert expected.get("/", {}).get("visits", 0) > 0, which
+        same(await engine_visits(db, site_id, w, which, []), expected)
+    # The visit going on past the end: one pageview in the window, a bounce of no duration.
+    pages = await analytics_breakdown.breakdown(db, site_id, w.start, w.end, prop="page", goals=[], limit=10,
+                                                offset=0, filters=store.Filters(extra=(Filter("country", "==", "NZ"),)))
+    assert [(r["key"], r["visitors"], r["visits"], r["bounce_rate"], r["visit_duration"]) for r in pages] == \
+        [("/", 1, 1, 100.0, 0)]
 
 
 async def test_a_batch_written_twice_keeps_entry_and_exit_pages(client, database_url, workspace):
