@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from app.views.analytics import overview_body  # noqa: E402
 from app.views.analytics_params import Site, window_for  # noqa: E402
 from storage import analytics as store  # noqa: E402
-from storage import analytics_breakdown  # noqa: E402
+from storage import analytics_breakdown, analytics_lists  # noqa: E402
 from storage.analytics_mirror import rebuild  # noqa: E402
 from storage.clickhouse import open_store  # noqa: E402
 from storage.db import init_connection  # noqa: E402
@@ -213,13 +213,13 @@ async def main() -> None:
             lambda: pg_overview(conn, week.start, week.end, "", unit="hour"))
         de, blog = CASES["country = DE"], CASES["path contains /blog"]
         results["top pages, country = DE"] = (
-            lambda: store.top(db, SITE.id, w.start, w.end, dim="p", name="pageview", domain=SITE.domain, limit=20,
-                              filters=store.Filters(extra=de[0])),
+            lambda: analytics_lists.top(db, SITE.id, w.start, w.end, dim="p", name="pageview", domain=SITE.domain,
+                                        limit=20, filters=store.Filters(extra=de[0])),
             lambda: conn.fetch("SELECT path, count(*) AS c FROM events WHERE site_id = $1 AND ts >= $2 AND ts < $3"
                                f"{de[1]} AND name = 'pageview' GROUP BY 1 ORDER BY c DESC LIMIT 20",
                                SITE.id, w.start, w.end))
         results["daily series, path contains /blog"] = (
-            lambda: store.series(db, SITE.id, w.start, w.end, name="pageview", interval="day", first=first,
+            lambda: analytics_lists.series(db, SITE.id, w.start, w.end, name="pageview", interval="day", first=first,
                                  last=last, filters=store.Filters(extra=blog[0])),
             lambda: conn.fetch("SELECT date_trunc('day', ts, 'UTC'), count(*) FROM events WHERE site_id = $1 "
                                f"AND ts >= $2 AND ts < $3{blog[1]} AND name = 'pageview' GROUP BY 1",

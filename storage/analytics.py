@@ -1,6 +1,6 @@
-"""Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors, sessions,
-time series and top lists, under any combination of filters from storage/site_filters.py (the overview,
-which combines them, is storage/analytics_overview.py).
+"""Aggregates of the site analytics API on the analytics store (ClickHouse): totals, visitors and sessions,
+and the filters (from storage/site_filters.py) every read shares; time series and top lists are
+storage/analytics_lists.py, the overview, which combines them, storage/analytics_overview.py.
 
 Every count reads site_events with FINAL, so a mirror batch written twice still counts once; distinct
 counts (visitors, visits) and `IN` sets are insensitive to copies and read without it. Visits, bounces,
@@ -18,13 +18,12 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import asyncpg
 
-from storage import analytics_days, goals
+from storage import goals
 from storage.clickhouse import TS_MAX, TS_MIN, AnalyticsStore, Params
 from storage.clickhouse_schema import ENTRY, ENTRY_NONE, EXIT, EXIT_NONE, PV_MAX, PV_MIN
 from storage.site_filters import DIMENSIONS, EVENT_PROPERTIES, PAGE_DIMENSIONS, Filter
 
 TOP_DIMENSIONS = ("p", "r", "c")  # page, referrer host, country
-_TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}
 # Columns of site_events behind each filterable dimension (entry/exit pages and goals are handled apart).
 EVENT_DIMENSION_COLUMNS = {d: DIMENSIONS[d] for d in ("event", *EVENT_PROPERTIES)} | {"page": "page"}
 # Per-visit dimensions: the column of sessions_of(..., visit=True) that holds a visit's value.
@@ -101,7 +100,7 @@ def page_pattern(value: str) -> str:
     return "^" + "".join(parts) + "$"
 
 
-def _term(q: Params, column: str, f: Filter, page: bool) -> str:
+def term(q: Params, column: str, f: Filter, page: bool) -> str:
     if f.op == "~=":
         return f"positionCaseInsensitiveUTF8({column}, {q.bind(f.value)}) > 0"
     if page and "*" in f.value:
@@ -133,7 +132,7 @@ def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
             cond = " OR ".join(goal_condition(q, g) for g in named) or "0"
             out.append(f"({cond})" if f.term.op == "==" else f"NOT ({cond})")
             continue
-        out.append(_term(q, _column(q, f), f, f.dimension in PAGE_DIMENSIONS))
+        out.append(term(q, _column(q, f), f, f.dimension in PAGE_DIMENSIONS))
     return out
 
 
@@ -156,7 +155,7 @@ def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, f
     visit = [f for f in filters if f.dimension in SESSION_DIMENSIONS]
     if visit:  # a session-level dimension: events of the sessions whose entry/exit page matches
         sessions = _sessions_sql(q, table, site_id, start, end, started_in_window=False, visit=True)
-        matching = " AND ".join(_term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
+        matching = " AND ".join(term(q, SESSION_DIMENSIONS[f.dimension], f, True) for f in visit)
         sql.append(f"session IN (SELECT session FROM {sessions} WHERE {matching})")
     return " AND ".join(sql)
 
@@ -322,82 +321,6 @@ async def session_stats(store: AnalyticsStore, site_id: str, start: datetime, en
     return SessionStats.of(*(await store.query(sql, q.params))[0])
 
 
-# --- time series ------------------------------------------------------------------------------------
-
-STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
-
-
-async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
-                 interval: str, first: datetime, last: datetime, filters: Filters) -> list[tuple[datetime, int]]:
-    """Counts of `name` per UTC bucket from first to last, zero buckets included. The ended days' counts come
-    from their day rows (storage/analytics_days.py) when they hold the series: unfiltered by day or hour in
-    windows longer than a week (at 10M events the 30-day series 37-40 -> 20-22 ms), and daily filtered on
-    the page alone, as sums of the per-page rows (exact for any page term). A few thousand rows instead of
-    every event of those days."""
-    q, table = Params(), store.table("site_events")
-    others = filters.without_name().terms()
-    cond = where(q, table, site_id, start, end, [*others, Filter("event", "==", name)])
-    by_page = interval == "day" and others and all(
-        isinstance(f, Filter) and f.dimension == "page" and f.prop_key is None for f in others)
-    # Unfiltered over a week or less, reading the events costs less than looking up the counted days (7 days
-    # by the hour at 10M events: 18 ms from the events, 24 through the day rows).
-    from_rows = interval in analytics_days.SERIES_ROWS and (by_page or (not others and end - start > SHORT_WINDOW))
-    days = await analytics_days.counted_days(store, site_id, start, end) if from_rows else analytics_days.NONE
-    listed = days.for_series(interval)
-    counted = ""
-    if listed:
-        day_rows = analytics_days.counts_of(q, store, site_id, days, listed)
-        if by_page:
-            pages = " AND ".join(_term(q, "key", f, True) for f in others)
-            counted = (f" UNION ALL SELECT toUnixTimestamp(toDateTime(day, 'UTC')), c FROM {day_rows} "
-                       f"WHERE dim = {analytics_days.PAGES} AND name = {q.bind(name)} AND {pages}")
-        else:
-            dim, bucket = analytics_days.SERIES_ROWS[interval]
-            counted = f" UNION ALL SELECT {bucket}, c FROM {day_rows} WHERE dim = {dim} AND name = {q.bind(name)}"
-        cond += analytics_days.other_days(q, start, end, listed)
-    rows = await store.query(
-        f"SELECT b, sum(c) FROM (SELECT toUnixTimestamp({BUCKET[interval]}) AS b, count() AS c FROM {table} FINAL "
-        f"WHERE {cond} GROUP BY b{counted}) GROUP BY b", q.params)
-    return filled({b: n for b, n in rows}, interval=interval, first=first, last=last)
-
-
-def filled(counts: dict[int, int], *, interval: str, first: datetime, last: datetime) -> list[tuple[datetime, int]]:
-    """Every bucket from first to last with its count (by unix start), zero where `counts` has none."""
-    out, at = [], first
-    while at <= last:
-        out.append((at, counts.get(int(at.timestamp()), 0)))
-        at += STEP[interval]
-    return out
-
-
-# --- top lists --------------------------------------------------------------------------------------
-
-async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, dim: str, name: str,
-              domain: str | None, limit: int, filters: Filters) -> tuple[list[tuple[str, int]], int]:
-    """The `limit` most frequent non-empty keys of a dimension among events called `name`, and the total
-    over all non-empty keys (the base of the percentages). Referrers from the site itself are left out."""
-    q, table = Params(), store.table("site_events")
-    terms = [*filters.without_name().terms(), Filter("event", "==", name)]
-    cond = where(q, table, site_id, start, end, terms)
-    key = _TOP_KEY[dim]
-    cond += f" AND {key} != ''"
-    if dim == "r" and domain:
-        d = q.bind(domain.lower())
-        cond += f" AND referrer_host != {d} AND NOT endsWith(referrer_host, concat('.', {d}))"
-    rows = await store.query(
-        f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
-        f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}", q.params)
-    return [(k, c) for k, c, _ in rows], (rows[0][2] if rows else 0)
-
-
-async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
-                       name: str | None) -> int:
-    """Events of a window (the event log's total)."""
-    q, table = Params(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
-    return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
-
-
 # --- goals ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -415,4 +338,4 @@ async def site_goals(conn: asyncpg.Connection, site_id: str) -> list[Goal]:
 def goal_condition(q: Params, goal: Goal) -> str:
     if goal.event_name is not None:
         return f"name = {q.bind(goal.event_name)}"
-    return f"(name = 'pageview' AND {_term(q, 'page', Filter('page', '==', goal.page_path or ''), True)})"
+    return f"(name = 'pageview' AND {term(q, 'page', Filter('page', '==', goal.page_path or ''), True)})"

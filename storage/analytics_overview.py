@@ -10,20 +10,19 @@ from datetime import UTC, date, datetime
 from storage import analytics_days
 from storage.analytics import (
     BUCKET,
-    STEP,
     TOP_DIMENSIONS,
     TOTALS,
     VISIT_SUMS,
     Filters,
     SessionStats,
     Totals,
-    filled,
     matching_sessions,
     session_rows,
     sessions_of,
     tail_ended_sql,
     where,
 )
+from storage.analytics_lists import STEP, filled
 from storage.clickhouse import AnalyticsStore, Params
 from storage.site_filters import Filter
 
@@ -37,7 +36,7 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
     matching visits), and the three top lists and the series in one scan (GROUPING SETS). Unfiltered, the
     counts of ended days, the visits that started on them and the visitors of whole days come from the day
     rows (plus the query that finds them, and once a day the one that counts an ended day). The same numbers
-    as totals(), session_stats(), top() and series()."""
+    as totals(), session_stats() and analytics_lists's top() and series()."""
     if filters.terms():
         days = analytics_days.NONE
         head = _filtered_head(store, site_id, start, end, filters)

@@ -13,7 +13,7 @@ import asyncpg
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_breakdown, analytics_mirror, analytics_overview
+from storage import analytics_breakdown, analytics_lists, analytics_mirror, analytics_overview
 from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOURS_MARKER, VISITS, whole_days
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
@@ -32,11 +32,11 @@ async def overview(db, site_id: str, domain: str, range_name: str = "30d"):
 
 async def from_events(db, site_id: str, domain: str, range_name: str = "30d"):
     """The overview's numbers by the separate reads that never use the day rows, and the series counted from
-    the events here (store.series reads the day rows too)."""
+    the events here (analytics_lists.series reads the day rows too)."""
     w = window_for(range_name)
     f = store.Filters()
-    tops = {dim: await store.top(db, site_id, w.start, w.end, dim=dim, name="pageview", domain=domain, limit=5,
-                                 filters=f) for dim in store.TOP_DIMENSIONS}
+    tops = {dim: await analytics_lists.top(db, site_id, w.start, w.end, dim=dim, name="pageview", domain=domain,
+                                           limit=5, filters=f) for dim in store.TOP_DIMENSIONS}
     return (await store.totals(db, site_id, w.start, w.end, f),
             await store.session_stats(db, site_id, w.start, w.end, f), tops,
             await series_from_events(db, site_id, range_name, w.unit))
@@ -49,13 +49,13 @@ async def series_from_events(db, site_id: str, range_name: str, interval: str) -
                           f"{db.table('site_events')} FINAL WHERE site_id = {{s:String}} AND name = 'pageview' "
                           "AND ts >= {a:DateTime64(6, 'UTC')} AND ts < {z:DateTime64(6, 'UTC')} GROUP BY b",
                           {"s": site_id, "a": w.start, "z": w.end})
-    return store.filled(dict(rows), interval=interval, first=first, last=last)
+    return analytics_lists.filled(dict(rows), interval=interval, first=first, last=last)
 
 
 async def series(db, site_id: str, range_name: str, interval: str) -> list:
     w = window_for(range_name)
     first, last = w.buckets(interval)
-    return await store.series(db, site_id, w.start, w.end, name="pageview", interval=interval, first=first,
+    return await analytics_lists.series(db, site_id, w.start, w.end, name="pageview", interval=interval, first=first,
                               last=last, filters=store.Filters())
 
 

@@ -19,7 +19,7 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_mirror, analytics_overview, report_queries
+from storage import analytics_lists, analytics_mirror, analytics_overview, report_queries
 from storage.clickhouse import READ_NICE, READERS, AnalyticsStore
 from storage.clickhouse_schema import INPUT_COLUMNS
 from storage.db import init_connection
@@ -131,7 +131,7 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
         expected = {r["b"]: r["n"] for r in await conn.fetch(
             f"SELECT date_trunc('{w.unit}', ts, 'UTC') AS b, count(*) AS n FROM events "
             f"WHERE {scope} AND name = $4 GROUP BY 1", *args, name)}
-        points = await store.series(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
+        points = await analytics_lists.series(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
                                     last=last, filters=filters)
         assert sum(v for _, v in points) == sum(expected.values())
         assert {b: v for b, v in points if v} == expected
@@ -148,7 +148,7 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
                     continue
                 counts[k] = counts.get(k, 0) + 1
             ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
-            got_rows, total = await store.top(db, site_id, w.start, w.end, dim=dim, name=name,
+            got_rows, total = await analytics_lists.top(db, site_id, w.start, w.end, dim=dim, name=name,
                                               domain=domain, limit=5, filters=filters)
             assert (got_rows, total) == (ranked, sum(counts.values())), dim
             tops[dim] = (got_rows, total)

@@ -30,7 +30,7 @@ from app.views.analytics_params import (
     with_goals,
 )
 from storage import analytics as store
-from storage import analytics_breakdown, analytics_overview
+from storage import analytics_breakdown, analytics_lists, analytics_overview
 from storage.clickhouse import AnalyticsStore
 from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS, PROPS_PREFIX
 
@@ -52,7 +52,7 @@ async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: st
                   filters: store.Filters) -> list[dict]:
     first, last = window.buckets(interval)
     with filter_errors():
-        points = await store.series(db, site_id, window.start, window.end, name=name, interval=interval,
+        points = await analytics_lists.series(db, site_id, window.start, window.end, name=name, interval=interval,
                                     first=first, last=last, filters=filters)
     return [point(bucket, value, interval) for bucket, value in points]
 
@@ -168,8 +168,8 @@ async def _top_list(request: web.Request, dim: str) -> web.Response:
     site, filters = await site_and_filters(request, base)
     w = base.window
     with filter_errors():
-        rows, total = await store.top(await analytics_store(request), site.id, w.start, w.end, dim=dim, name=name,
-                                      domain=site.domain, limit=limit, filters=filters)
+        rows, total = await analytics_lists.top(await analytics_store(request), site.id, w.start, w.end, dim=dim,
+                                                name=name, domain=site.domain, limit=limit, filters=filters)
     return json_response({"data": top_rows(rows, total), "total": total})
 
 

@@ -14,8 +14,8 @@ from app.appkeys import POOL, SETTINGS
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
 from app.views.analytics_params import analytics_store, base_params, count_param, offset_param, resolve_site
-from storage import analytics
 from storage import analytics_events as store
+from storage import analytics_lists
 
 LOG_DEFAULT, LOG_MAX = 50, 500
 EXPORT_DEFAULT, EXPORT_MAX = 10_000, 50_000
@@ -50,7 +50,7 @@ async def events(request: web.Request) -> web.Response:
     site = await resolve_site(request, base)
     w = base.window
     db = await analytics_store(request)
-    total = await analytics.count_events(db, site.id, w.start, w.end, name)
+    total = await analytics_lists.count_events(db, site.id, w.start, w.end, name)
     async with request.config_dict[POOL].acquire() as conn:
         rows = await store.list_events(conn, site.id, w.start, w.end, name, limit, offset) if offset < total else []
     return json_response({"events": [stored_event(r) for r in rows], "total": total, "limit": limit,

@@ -1,0 +1,89 @@
+"""Time series and top lists of the site analytics API on the analytics store, under the filters of
+storage/analytics.py (whose rules on FINAL and bound parameters hold here too), and the event log's count."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from storage import analytics_days
+from storage.analytics import BUCKET, SHORT_WINDOW, Filters, term, where
+from storage.clickhouse import AnalyticsStore, Params
+from storage.site_filters import Filter
+
+_TOP_KEY = {"p": "page", "r": "referrer_host", "c": "country"}  # storage.analytics.TOP_DIMENSIONS' columns
+
+
+# --- time series ------------------------------------------------------------------------------------
+
+STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
+
+
+async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
+                 interval: str, first: datetime, last: datetime, filters: Filters) -> list[tuple[datetime, int]]:
+    """Counts of `name` per UTC bucket from first to last, zero buckets included. The ended days' counts come
+    from their day rows (storage/analytics_days.py) when they hold the series: unfiltered by day or hour in
+    windows longer than a week (at 10M events the 30-day series 37-40 -> 20-22 ms), and daily filtered on
+    the page alone, as sums of the per-page rows (exact for any page term). A few thousand rows instead of
+    every event of those days."""
+    q, table = Params(), store.table("site_events")
+    others = filters.without_name().terms()
+    cond = where(q, table, site_id, start, end, [*others, Filter("event", "==", name)])
+    by_page = interval == "day" and others and all(
+        isinstance(f, Filter) and f.dimension == "page" and f.prop_key is None for f in others)
+    # Unfiltered over a week or less, reading the events costs less than looking up the counted days (7 days
+    # by the hour at 10M events: 18 ms from the events, 24 through the day rows).
+    from_rows = interval in analytics_days.SERIES_ROWS and (by_page or (not others and end - start > SHORT_WINDOW))
+    days = await analytics_days.counted_days(store, site_id, start, end) if from_rows else analytics_days.NONE
+    listed = days.for_series(interval)
+    counted = ""
+    if listed:
+        day_rows = analytics_days.counts_of(q, store, site_id, days, listed)
+        if by_page:
+            pages = " AND ".join(term(q, "key", f, True) for f in others)
+            counted = (f" UNION ALL SELECT toUnixTimestamp(toDateTime(day, 'UTC')), c FROM {day_rows} "
+                       f"WHERE dim = {analytics_days.PAGES} AND name = {q.bind(name)} AND {pages}")
+        else:
+            dim, bucket = analytics_days.SERIES_ROWS[interval]
+            counted = f" UNION ALL SELECT {bucket}, c FROM {day_rows} WHERE dim = {dim} AND name = {q.bind(name)}"
+        cond += analytics_days.other_days(q, start, end, listed)
+    rows = await store.query(
+        f"SELECT b, sum(c) FROM (SELECT toUnixTimestamp({BUCKET[interval]}) AS b, count() AS c FROM {table} FINAL "
+        f"WHERE {cond} GROUP BY b{counted}) GROUP BY b", q.params)
+    return filled({b: n for b, n in rows}, interval=interval, first=first, last=last)
+
+
+def filled(counts: dict[int, int], *, interval: str, first: datetime, last: datetime) -> list[tuple[datetime, int]]:
+    """Every bucket from first to last with its count (by unix start), zero where `counts` has none."""
+    out, at = [], first
+    while at <= last:
+        out.append((at, counts.get(int(at.timestamp()), 0)))
+        at += STEP[interval]
+    return out
+
+
+# --- top lists --------------------------------------------------------------------------------------
+
+async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, dim: str, name: str,
+              domain: str | None, limit: int, filters: Filters) -> tuple[list[tuple[str, int]], int]:
+    """The `limit` most frequent non-empty keys of a dimension among events called `name`, and the total
+    over all non-empty keys (the base of the percentages). Referrers from the site itself are left out."""
+    q, table = Params(), store.table("site_events")
+    terms = [*filters.without_name().terms(), Filter("event", "==", name)]
+    cond = where(q, table, site_id, start, end, terms)
+    key = _TOP_KEY[dim]
+    cond += f" AND {key} != ''"
+    if dim == "r" and domain:
+        d = q.bind(domain.lower())
+        cond += f" AND referrer_host != {d} AND NOT endsWith(referrer_host, concat('.', {d}))"
+    rows = await store.query(
+        f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
+        f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    return [(k, c) for k, c, _ in rows], (rows[0][2] if rows else 0)
+
+
+async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                       name: str | None) -> int:
+    """Events of a window (the event log's total)."""
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
+    return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
