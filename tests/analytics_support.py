@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from app.views.analytics_params import Window, window_for
 from storage import analytics_mirror
 from storage import events as events_store
+from storage.db import init_connection
 from storage.events import EventRow
 from storage.ids import new_id
 from storage.workspaces import ensure_workspace
@@ -71,6 +73,30 @@ async def insert_events(conn: asyncpg.Connection, site_id: str, workspace_id: in
         for eid, name, path, ref, country, ip, sid, ts, props in rows
     ]
     await events_store.copy_events(conn, records)
+
+
+def window_ending_inside_a_day() -> Window:
+    """The 7-day window of three hours ago: it ends on the hour, inside a day (never at midnight), with time
+    left after its end for add_visits_around_end."""
+    w = window_for("7d", datetime.now(UTC) - 3 * H)
+    return w if w.end.hour else window_for("7d", datetime.now(UTC) - 4 * H)
+
+
+async def add_visits_around_end(database_url: str, site_id: str, end: datetime) -> None:
+    """Two visits from NZ around `end`: one with a pageview of / ten minutes before it and one of /on ten
+    minutes after, and one whose only pageview (of /) is five minutes after it."""
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        await insert_events(conn, site_id, ws, [
+            (f"evt_in_{site_id}", "pageview", "/", "", "NZ", f"stay-{site_id}", f"stay-{site_id}", end - 10 * M, None),
+            (f"evt_on_{site_id}", "pageview", "/on", "", "NZ", f"stay-{site_id}", f"stay-{site_id}", end + 10 * M,
+             None),
+            (f"evt_after_{site_id}", "pageview", "/", "", "NZ", f"later-{site_id}", f"later-{site_id}", end + 5 * M,
+             None)])
+    finally:
+        await conn.close()
 
 
 async def add_signup_goal(database_url: str, site_id: str) -> None:

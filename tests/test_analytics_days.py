@@ -19,7 +19,13 @@ from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
 from storage.site_filters import METRICS, Filter
-from tests.analytics_support import create_site, insert_events, write_site_events_again
+from tests.analytics_support import (
+    add_visits_around_end,
+    create_site,
+    insert_events,
+    window_ending_inside_a_day,
+    write_site_events_again,
+)
 from tests.test_analytics_engine import generated_site
 
 
@@ -327,23 +333,9 @@ async def test_a_window_ending_inside_a_day_holds_none_of_its_later_events(clien
     events is at or after the end (a window ending now); else its events before the end. A visitor seen only
     after the end, and the part of a visit after it, are left out."""
     site_id, domain = await generated_site(database_url, workspace, n=300)
-    end = (datetime.now(UTC) - timedelta(hours=2)).replace(minute=0, second=0, microsecond=0)
-    if end.hour == 0:  # a window ending at midnight has no such day
-        end -= timedelta(hours=1)
-    start = end - timedelta(days=7)
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
-        await insert_events(conn, site_id, ws, [
-            (f"evt_in_{site_id}", "pageview", "/", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
-             end - timedelta(minutes=10), None),
-            (f"evt_on_{site_id}", "pageview", "/on", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
-             end + timedelta(minutes=10), None),
-            (f"evt_after_{site_id}", "pageview", "/", "", "NZ", f"later-{site_id}", f"later-{site_id}",
-             end + timedelta(minutes=5), None)])
-    finally:
-        await conn.close()
+    w = window_ending_inside_a_day()
+    start, end = w.start, w.end
+    await add_visits_around_end(database_url, site_id, end)
     await client.app[MIRROR].catch_up()
     db = client.app[ANALYTICS]
     # Unfiltered, the check is in counted_days; filtered, in the totals query before the visits.

@@ -5,7 +5,6 @@ same when a mirror batch is written twice, and a store from before those columns
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -16,9 +15,8 @@ from storage import analytics as store
 from storage import analytics_breakdown
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import PV_MAX, PV_MIN
-from storage.db import init_connection
 from storage.site_filters import METRICS, Filter
-from tests.analytics_support import insert_events, write_site_events_again
+from tests.analytics_support import add_visits_around_end, window_ending_inside_a_day, write_site_events_again
 from tests.test_analytics_engine import generated_site
 
 PAGE = "split_part(split_part(coalesce(path, ''), '#', 1), '?', 1)"
@@ -107,22 +105,8 @@ async def test_a_window_ending_inside_a_day_leaves_out_its_later_events(client, 
     with events after the end (a visit going on past it, a visit after it): those events never count, and
     the answers are PostgreSQL's."""
     site_id, _ = await generated_site(database_url, workspace, n=300)
-    w = window_for("7d", datetime.now(UTC) - timedelta(hours=3))
-    if w.end.hour == 0:  # a window ending at midnight has no such day
-        w = window_for("7d", datetime.now(UTC) - timedelta(hours=4))
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
-        await insert_events(conn, site_id, ws, [
-            (f"evt_in_{site_id}", "pageview", "/", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
-             w.end - timedelta(minutes=10), None),
-            (f"evt_on_{site_id}", "pageview", "/on", "", "NZ", f"stay-{site_id}", f"stay-{site_id}",
-             w.end + timedelta(minutes=10), None),
-            (f"evt_after_{site_id}", "pageview", "/", "", "NZ", f"later-{site_id}", f"later-{site_id}",
-             w.end + timedelta(minutes=5), None)])
-    finally:
-        await conn.close()
+    w = window_ending_inside_a_day()
+    await add_visits_around_end(database_url, site_id, w.end)
     await client.app[MIRROR].catch_up()
     db = client.app[ANALYTICS]
     for which in ("entry_page", "exit_page"):
