@@ -211,6 +211,16 @@ def _settled_run(store: AnalyticsStore, whole: list[date],
     return None
 
 
+def _read_state(store: AnalyticsStore, counted: CountedDays, ended: list[date],
+                last_write: datetime) -> datetime | None:
+    """The cached state of the `ended` days that the lookup read with `counted` (CountedDays.windows), when
+    newer than their last insert plus the settle time: usable without looking again. None otherwise."""
+    known = counted.windows.get((ended[0], ended[-1]))
+    if known is not None and _utc(known) > last_write + timedelta(seconds=store.settle_seconds):
+        return _utc(known)
+    return None
+
+
 async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
                          counted: CountedDays) -> str:
     """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):
@@ -227,8 +237,7 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
                   f"AND last = {last} AND computed > {since}")
 
         async def make() -> None:
-            known = counted.windows.get((ended[0], ended[-1]))
-            if known is not None and _utc(known) > last_write + timedelta(seconds=store.settle_seconds):
+            if _read_state(store, counted, ended, last_write) is not None:
                 return  # made: counted_days read it
             if not (await store.query(f"SELECT count() FROM {window}", q.params))[0][0]:
                 at = await _now(store)
@@ -270,9 +279,8 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, sta
     final, events = (" FINAL", "count()") if counts else ("", "0")
 
     async def make() -> datetime:
-        known = written.windows.get((ended[0], ended[-1]))
-        if known is not None and _utc(known) > last_write + timedelta(seconds=store.settle_seconds):
-            return _utc(known)  # complete: written_days read its marker
+        if (known := _read_state(store, written, ended, last_write)) is not None:
+            return known  # complete: written_days read its marker
         since = w.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
         made = await store.query(f"SELECT computed FROM {table} WHERE {run} AND key = '' AND computed > {since} "
                                  "ORDER BY computed DESC LIMIT 1", w.params)

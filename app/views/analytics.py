@@ -53,7 +53,7 @@ async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: st
     first, last = window.buckets(interval)
     with filter_errors():
         points = await analytics_lists.series(db, site_id, window.start, window.end, name=name, interval=interval,
-                                    first=first, last=last, filters=filters)
+                                              first=first, last=last, filters=filters)
     return [point(bucket, value, interval) for bucket, value in points]
 
 
