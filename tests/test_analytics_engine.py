@@ -11,6 +11,7 @@ import os
 import random
 import secrets
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -312,20 +313,38 @@ async def test_reads_run_beside_each_other_and_writes_one_at_a_time(analytics_st
     await second
 
 
+def _running_query_thread_nices() -> set[int]:
+    """The nice values of this process's running ClickHouse query threads (QueryPipelineEx, QueryPullPipeEx)."""
+    nices = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread ended
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if stat[stat.index("(") + 1:stat.rindex(")")].startswith("Query") and fields[0] == "R":
+            nices.add(int(fields[16]))
+    return nices
+
+
 def _query_thread_nices(done: threading.Event, seen: set[int]) -> None:
-    """Until `done`: the nice values of this process's running ClickHouse query threads (QueryPipelineEx,
-    QueryPullPipeEx)."""
+    """Until `done`: the nice values of the running query threads."""
     while not done.is_set():
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/stat") as f:
-                    stat = f.read()
-            except FileNotFoundError:  # the thread ended
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if stat[stat.index("(") + 1:stat.rindex(")")].startswith("Query") and fields[0] == "R":
-                seen.add(int(fields[16]))
+        seen.update(_running_query_thread_nices())
         done.wait(0.005)
+
+
+def _wait_until_no_query_runs(quiet: float = 0.5, timeout: float = 60.0) -> None:
+    """Until no query thread has run for `quiet` seconds. The store is shared by the whole run, and a query an
+    earlier test started in a worker thread runs to its end after that test's event loop has gone."""
+    deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < quiet:
+        assert time.monotonic() < deadline, "a query of an earlier test is still running"
+        if _running_query_thread_nices():
+            quiet_since = time.monotonic()
+        time.sleep(0.005)
 
 
 async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics_store: AnalyticsStore):
@@ -333,6 +352,7 @@ async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics
     dashboard reads; writes (the mirror's inserts, whose lag has a bound) keep the normal priority."""
     busy = "SELECT sum(cityHash64(number) % 7) FROM numbers_mt(300000000)"
     for call, expected in ((analytics_store.query, {READ_NICE}), (analytics_store.command, {0})):
+        await asyncio.to_thread(_wait_until_no_query_runs)
         seen: set[int] = set()
         done = threading.Event()
         sampler = threading.Thread(target=_query_thread_nices, args=(done, seen))
