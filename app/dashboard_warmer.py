@@ -13,6 +13,7 @@ process's reads.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -30,6 +31,9 @@ KEEP = timedelta(days=2)
 # How long after midnight the day's rows are made: the last events of the day have reached the store (the
 # mirror lags ~1 s) and its settle time has passed.
 AFTER_MIDNIGHT = timedelta(minutes=1)
+# How long a night's warming may run: up to MAX_READS reads of a second or more each would otherwise keep the
+# store busy for hours. Reads are made most recently asked first; those left make their rows on first read.
+BUDGET = timedelta(minutes=20)
 OVERVIEW = ""
 
 
@@ -41,6 +45,7 @@ class DashboardWarmer:
         # (site, range, property) -> [the day last asked, whether PostgreSQL has that day]
         self._reads: dict[tuple[str, str, str], list] = {}
         self.warmed = datetime.now(UTC).date()  # today's rows are made by today's reads
+        self.budget = BUDGET
 
     def seen(self, site_id: str, range_name: str, prop: str = OVERVIEW) -> None:
         """An unfiltered read of the overview (prop "") or of a visitors breakdown by `prop`."""
@@ -72,7 +77,8 @@ class DashboardWarmer:
 
     async def warm(self, now: datetime | None = None) -> int:
         """Store the reads noted since the last tick; once a day, after midnight, the process that claims the
-        day makes the rows of every stored read. Returns how many reads it warmed."""
+        day makes the rows of the stored reads, as many as its budget allows (at least one). Returns how many
+        reads it warmed."""
         now = now or datetime.now(UTC)
         await self.save()
         settle = timedelta(seconds=self.analytics.settle_seconds)
@@ -85,8 +91,12 @@ class DashboardWarmer:
             claimed = await dashboard_reads.claim_day(conn, now.date())
             reads = await dashboard_reads.recent(conn, now.date() - KEEP, MAX_READS) if claimed else []
         self.warmed = now.date()
-        made = 0
-        for site_id, range_name, prop in reads:
+        made, deadline = 0, time.monotonic() + self.budget.total_seconds()
+        for i, (site_id, range_name, prop) in enumerate(reads):
+            if i and time.monotonic() >= deadline:
+                log.warning("made the rows of %d of %d dashboard reads in %s; the others make them when first read",
+                            i, len(reads), self.budget)
+                break
             try:
                 await self._make(site_id, range_name, prop)
                 made += 1

@@ -104,3 +104,22 @@ async def test_reads_outlive_a_restart_and_one_process_warms_a_day(client, make_
         resp = await restarted.get(f"/api/analytics/{route}", params=params)
         assert (resp.status, await resp.json()) == (200, before)
     assert await made_rows(db, site.site_id) == made
+
+
+async def test_a_nights_warming_stops_at_its_budget(client, database_url, workspace, login):
+    """Reads are warmed most recently asked first, and the night's work ends once its time is spent; the reads
+    left make their rows when first asked for."""
+    await login()
+    await forget_warmings(database_url)
+    site = await load_fixture(database_url, workspace)
+    month = [("siteId", site.site_id), ("range", "30d")]
+    for route, params in (("overview", month), ("breakdown", [*month, ("property", "country")])):
+        assert (await client.get(f"/api/analytics/{route}", params=params)).status == 200
+    warmer, db = client.app[WARMER], client.app[ANALYTICS]
+    await forget_rows(db, site.site_id)
+    warmer.warmed -= timedelta(days=1)
+    warmer.budget = timedelta(0)
+    assert await warmer.warm(datetime.now(UTC).replace(hour=12)) == 1
+    made = await made_rows(db, site.site_id)
+    # The overview's rows (first of the day's reads), not the country's.
+    assert made[0] > 0 and made[1] == 1 and made[2] == {}
