@@ -107,8 +107,8 @@ async def test_reads_outlive_a_restart_and_one_process_warms_a_day(client, make_
 
 
 async def test_a_nights_warming_stops_at_its_budget(client, database_url, workspace, login):
-    """Reads are warmed most recently asked first, and the night's work ends once its time is spent; the reads
-    left make their rows when first asked for."""
+    """A night's warming ends once its time is spent, after at least one read (the first in its order: the most
+    recently asked); the reads left make their rows when first asked for."""
     await login()
     await forget_warmings(database_url)
     site = await load_fixture(database_url, workspace)
