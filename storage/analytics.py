@@ -217,15 +217,6 @@ def session_rows(q: Params, store: AnalyticsStore, site_id: str, start: datetime
             f"AND day < {q.bind(end.astimezone(UTC).date(), 'Date')}")
 
 
-def tail_ended_sql(q: Params, store: AnalyticsStore, site_id: str, end: datetime) -> str:
-    """A scalar subquery for sessions_of's `tail_ended`: no event of the day `end` falls inside is at or after
-    `end` (0 when `end` is a midnight: there is no such day)."""
-    if end.astimezone(UTC).time() == time():
-        return "0"
-    return (f"(SELECT max(ts) FROM {store.table('site_events')} WHERE site_id = {q.bind(site_id)} AND toDate(ts) = "
-            f"{q.bind(end.astimezone(UTC).date(), 'Date')}) < {q.bind(end, TS)}")
-
-
 def _sessions_sql(q: Params, table: str, site_id: str, start: datetime, end: datetime, *, started_in_window: bool,
                   visit: bool, only: str = "", marked: str = "", started_on: list[date] | None = None,
                   tail_ended: bool = False) -> str:

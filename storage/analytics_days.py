@@ -110,11 +110,8 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     # per day (kind: the marker), the latest cached visitor state of the window's days from its first whole
     # day to each last (kind WINDOWS), the last event of the day the window ends inside (kind TAIL), and the
     # store's clock.
-    tail_day = end.astimezone(UTC).date()
-    # (Of every event, those without a session too: the day's visitor set holds them.)
-    tail = (f"UNION ALL SELECT {TAIL}, toDate(ts) AS day, max(ts) FROM {store.table('site_events')} WHERE "
-            f"site_id = {site} AND day = {q.bind(tail_day, 'Date')} GROUP BY day "
-            if end.astimezone(UTC).time() != time() else "")
+    last_event = _end_day_last_event(q, store, site_id, end)
+    tail = f"UNION ALL SELECT {TAIL}, today(), {last_event} " if last_event else ""
     rows = await store.query(
         f"SELECT {WRITTEN}, day, max(written) FROM {store.table('site_days')} WHERE site_id = {site} "
         f"AND day >= {lo} AND day <= {hi} GROUP BY day UNION ALL SELECT dim, day, max(computed) FROM "
@@ -127,8 +124,7 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     written = {day: at for kind, day, at in rows if kind == WRITTEN}
     marks = {(kind, day): at for kind, day, at in rows if kind >= VISIT_HOURS_MARKER}
     windows = {last: at for kind, last, at in rows if kind == WINDOWS}
-    last_event = next((_utc(at) for kind, _, at in rows if kind == TAIL), None)
-    tail_ended = bool(tail) and (last_event is None or last_event < end)
+    tail_ended = any(kind == TAIL and _utc(at) < end for kind, _, at in rows)
     now = next(at for kind, _, at in rows if kind == CLOCK)
     never = datetime.min.replace(tzinfo=now.tzinfo)  # a marker not written (as aware as the store's values)
     computed = {day: marks.get((MARKER, day), never) for day in written}
@@ -169,6 +165,24 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     return CountedDays([d for d in fresh if d != head], [d for d in visits if d != head],
                        [d for d in hours if d != head], written, now, used, partial,
                        {(days[0], last): at for last, at in windows.items()}, tail_ended)
+
+
+def _end_day_last_event(q: Params, store: AnalyticsStore, site_id: str, end: datetime) -> str | None:
+    """A scalar subquery: the time of the last event of the day `end` falls inside (1970 when it has none), of
+    every event, those without a session too (the day's visitor set holds them). None when `end` is a midnight:
+    there is no such day."""
+    if end.astimezone(UTC).time() == time():
+        return None
+    return (f"(SELECT max(ts) FROM {store.table('site_events')} WHERE site_id = {q.bind(site_id)} "
+            f"AND toDate(ts) = {q.bind(end.astimezone(UTC).date(), 'Date')})")
+
+
+def tail_ended_sql(q: Params, store: AnalyticsStore, site_id: str, end: datetime) -> str:
+    """CountedDays.tail_ended as a scalar expression, for a read that looks up no counted days (the filtered
+    overview's totals): no event of the day `end` falls inside is at or after `end` (0 when `end` is a
+    midnight)."""
+    last_event = _end_day_last_event(q, store, site_id, end)
+    return f"{last_event} < {q.bind(end, TS)}" if last_event else "0"
 
 
 # In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default

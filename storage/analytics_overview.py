@@ -19,7 +19,6 @@ from storage.analytics import (
     matching_sessions,
     session_rows,
     sessions_of,
-    tail_ended_sql,
     where,
 )
 from storage.analytics_lists import STEP, filled
@@ -105,9 +104,10 @@ async def _filtered_head(store: AnalyticsStore, site_id: str, start: datetime, e
     against 296 ms for `page contains /blog`, which matches every visit)."""
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
+    rows_sql = session_rows(q, store, site_id, start, end)
+    tail_sql = analytics_days.tail_ended_sql(q, store, site_id, end)
     events, pageviews, visitors, rows, tail_ended = (await store.query(
-        f"SELECT {TOTALS}, ({session_rows(q, store, site_id, start, end)}), {tail_ended_sql(q, store, site_id, end)} "
-        f"FROM {table} FINAL WHERE {cond}", q.params))[0]
+        f"SELECT {TOTALS}, ({rows_sql}), {tail_sql} FROM {table} FINAL WHERE {cond}", q.params))[0]
     q, tail_ended = Params(), bool(tail_ended)
     if events > rows:  # more matching events than session rows: a set would hold most of the window's visits
         visits = sessions_of(q, store, site_id, start, end, tail_ended=tail_ended,
