@@ -219,8 +219,8 @@ async def main() -> None:
                                f"{de[1]} AND name = 'pageview' GROUP BY 1 ORDER BY c DESC LIMIT 20",
                                SITE.id, w.start, w.end))
         results["daily series, path contains /blog"] = (
-            lambda: analytics_lists.series(db, SITE.id, w.start, w.end, name="pageview", interval="day", first=first,
-                                 last=last, filters=store.Filters(extra=blog[0])),
+            lambda: analytics_lists.series(db, SITE.id, w.start, w.end, name="pageview", interval="day",
+                                           first=first, last=last, filters=store.Filters(extra=blog[0])),
             lambda: conn.fetch("SELECT date_trunc('day', ts, 'UTC'), count(*) FROM events WHERE site_id = $1 "
                                f"AND ts >= $2 AND ts < $3{blog[1]} AND name = 'pageview' GROUP BY 1",
                                SITE.id, w.start, w.end))

@@ -61,8 +61,8 @@ async def series_from_events(db, site_id: str, range_name: str, interval: str) -
 async def series(db, site_id: str, range_name: str, interval: str) -> list:
     w = window_for(range_name)
     first, last = w.buckets(interval)
-    return await analytics_lists.series(db, site_id, w.start, w.end, name="pageview", interval=interval, first=first,
-                              last=last, filters=store.Filters())
+    return await analytics_lists.series(db, site_id, w.start, w.end, name="pageview", interval=interval,
+                                        first=first, last=last, filters=store.Filters())
 
 
 async def mirrored_site(client, database_url: str, workspace: str, **generated) -> tuple:
