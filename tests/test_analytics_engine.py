@@ -132,8 +132,8 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
         expected = {r["b"]: r["n"] for r in await conn.fetch(
             f"SELECT date_trunc('{w.unit}', ts, 'UTC') AS b, count(*) AS n FROM events "
             f"WHERE {scope} AND name = $4 GROUP BY 1", *args, name)}
-        points = await analytics_lists.series(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
-                                    last=last, filters=filters)
+        points = await analytics_lists.series(db, site_id, w.start, w.end, name=name, interval=w.unit,
+                                              first=first, last=last, filters=filters)
         assert sum(v for _, v in points) == sum(expected.values())
         assert {b: v for b, v in points if v} == expected
 
@@ -150,7 +150,7 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
                 counts[k] = counts.get(k, 0) + 1
             ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
             got_rows, total = await analytics_lists.top(db, site_id, w.start, w.end, dim=dim, name=name,
-                                              domain=domain, limit=5, filters=filters)
+                                                        domain=domain, limit=5, filters=filters)
             assert (got_rows, total) == (ranked, sum(counts.values())), dim
             tops[dim] = (got_rows, total)
 
