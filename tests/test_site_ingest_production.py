@@ -20,11 +20,28 @@ async def test_unknown_site_is_404(prod):
     assert await resp.json() == {"error": "unknown site"}
 
 
-async def test_unverified_site_is_403(prod, database_url, workspace):
+async def test_unverified_site_is_403_and_the_page_may_read_it(prod, database_url, workspace):
     site, domain = await register_site(database_url, workspace, verified=False)
     resp = await post_event(prod, {"s": site, "n": "pageview"}, {"Origin": f"https://{domain}"})
     assert resp.status == 403
     assert await resp.json() == {"error": "site not verified"}
+    # The preflight admitted this page, so the browser must be let to show it the reason.
+    assert resp.headers["Access-Control-Allow-Origin"] == f"https://{domain}"
+    assert resp.headers["Vary"] == "Origin"
+    assert await stored_events(database_url, site) == []
+
+
+async def test_errors_before_the_site_is_known_are_readable_by_registered_pages_only(prod, database_url,
+                                                                                     workspace):
+    site, domain = await register_site(database_url, workspace)
+    origin = f"https://www.{domain}"
+    for body, error in (({"s": site}, "invalid payload"), ({"s": "no-such-site", "n": "pageview"}, "unknown site")):
+        resp = await post_event(prod, body, {"Origin": origin})
+        assert (await resp.json())["error"] == error
+        assert resp.headers["Access-Control-Allow-Origin"] == origin
+        foreign = await post_event(prod, body, {"Origin": "https://evil.example"})
+        assert (await foreign.json())["error"] == error
+        assert "Access-Control-Allow-Origin" not in foreign.headers
     assert await stored_events(database_url, site) == []
 
 

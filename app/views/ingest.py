@@ -181,12 +181,19 @@ def _rejected(status: int, message: str, reason: str, **extra: object) -> SiteEr
     return error
 
 
-def _check_access(site: SiteInfo, page: cors.PageOrigin) -> None:
-    """Production rules: the page must be on the site's domain, and the domain verified."""
+def _check_origin(site: SiteInfo, page: cors.PageOrigin) -> None:
+    """Production: the page must be on the site's domain (a sender with no page is a server)."""
     if page.present and not cors.host_matches(page.host, site.domain):
         raise _rejected(403, "origin not allowed", "origin")
-    if not site.verified:
-        raise _rejected(403, "site not verified", "unverified")
+
+
+async def _registered_origin(request: web.Request, page: cors.PageOrigin) -> bool:
+    """Production, before the site is known (a preflight, a body that names none): whether the page's
+    host is, or is a subdomain of, some registered site's domain."""
+    if not page.host:
+        return False
+    async with root_app(request)[POOL].acquire() as conn:
+        return await site_store.any_domain_registered(conn, cors.candidate_domains(page.host))
 
 
 async def _within_limits(request: web.Request, site_id: str, ip: str) -> bool:
@@ -267,14 +274,18 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
     page = cors.page_origin(request)
     # Development answers any page; production only pages the site's domain admitted.
     allow = {} if production else cors.mirror(page.origin)
+    site = None
     try:
         event = parse(await _read_body(request))
         site = await resolve(request, runtime, event.s)
         if site is None:
             raise _rejected(404, "unknown site", "unknown_site")
         if production:
-            _check_access(site, page)
+            _check_origin(site, page)
+            # From here on the page may read the answer, "site not verified" included.
             allow = cors.mirror(page.origin)
+            if not site.verified:
+                raise _rejected(403, "site not verified", "unverified")
         accepted = web.Response(status=202, headers=allow, text=accepted_text)
         user_agent = request.headers.get("User-Agent", "")
         if bots.is_bot(user_agent, from_page=page.present):
@@ -293,6 +304,10 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
     except SiteError as exc:
         if exc.rejected:
             root_app(request)[METRICS].events_rejected.labels(exc.rejected).inc()
+        if production and site is None and page.origin:
+            # Refused before a site was known (body, unknown id): readable by the pages a preflight admits.
+            if await _registered_origin(request, page):
+                allow = cors.mirror(page.origin)
         exc.headers.update(allow)
         raise
 
@@ -309,13 +324,8 @@ async def preflight(request: web.Request) -> web.Response:
     page = cors.page_origin(request)
     if page.origin is None:
         return web.Response(status=204, headers={"Allow": cors.ALLOW_METHODS})
-    if root_app(request)[SETTINGS].production:
-        allowed = False
-        if page.host:
-            async with root_app(request)[POOL].acquire() as conn:
-                allowed = await site_store.any_domain_registered(conn, cors.candidate_domains(page.host))
-        if not allowed:
-            raise SiteError(403, "origin not allowed")
+    if root_app(request)[SETTINGS].production and not await _registered_origin(request, page):
+        raise SiteError(403, "origin not allowed")
     return web.Response(status=204, headers=cors.preflight_headers(page.origin))
 
 
