@@ -1,68 +1,128 @@
-"""Open visitor sessions: visitor key -> (session id, last event time).
+"""Open visits: which visit each site event belongs to, and how that visit arrived.
 
-A session ends after 30 minutes without events; the next event of that visitor opens a new one. The
-state lives in process memory, or in Redis when configured so that every process continues the same
-sessions. Times come from the events (server receive times), so tests move a clock, not the wall.
+A visit ends after 30 minutes without events. An event finds its visit two ways:
+- by its client session id (`sid`), once a visit has taken that id: a server-side sender reusing a page's
+  id joins that page's visit;
+- by its visitor key (daily salt, site, IP, User-Agent), as Plausible does: events without `sid`, and the
+  tracker's page-load ids (`visit: "join"`), continue the visitor's open visit. A multi-page site's
+  tracker makes a new in-memory id on every page load; without this each page would be a visit of one
+  pageview (100% bounces).
+A new visit takes the event's `sid` as its id (else a new `ses_` id) and the event's acquisition (UTM fields,
+source, channel); every later event of the visit is stored with the visit's id and acquisition, so each
+visit counts once under the one source it came from, as Plausible's sessions do.
 
-While Redis is unreachable, sessions are assigned in process memory (counted as fallbacks): a visit
-then may start a new session where Redis would have continued one, but no event is refused.
+`sid` without `visit` (server-side senders, older trackers) is exactly the session id and leaves the
+visitor's open visit alone: a backend sending several users' ids from one address merges none of them.
+`visit: "new"` (the tracker's id after reset()) starts its own visit and makes it the visitor's open one,
+so the next page load continues it.
+
+The state lives in process memory, or in Redis when configured so that every process continues the same
+visits. Times come from the events (server receive times), so tests move a clock, not the wall. While
+Redis is unreachable, visits are assigned in process memory (counted as fallbacks): a visit then may start
+anew where Redis would have continued one, but no event is refused.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import orjson
 from redis.asyncio import Redis
 
 from common.outages import REDIS, REDIS_UNREACHABLE, Outages
-from common.redis_scripts import SESSION_ASSIGN
+from common.redis_scripts import VISIT_ASSIGN
 from storage.ids import new_id
 
 SESSION_TIMEOUT_MS = 30 * 60 * 1000
 
+# utm_source, utm_medium, utm_campaign, utm_term, utm_content, source, channel (app/acquisition.py)
+Acquisition = tuple[str | None, ...]
+# How an event's sid relates to visits: "exact" a server-side sender's id, "join" a tracker's page-load id,
+# "new" a tracker's id after reset(); None: no sid.
+SidMode = Literal["exact", "join", "new"] | None
+
+
+class VisitIn(NamedTuple):
+    visitor: str  # daily visitor key (a hash)
+    at: int  # event time, ms
+    sid: str | None = None
+    mode: SidMode = None
+    acquisition: Acquisition = ()
+
+
+class Assigned(NamedTuple):
+    session_id: str
+    acquisition: Acquisition
 
 
 def new_session_id() -> str:
     return new_id("ses")
 
 
+@dataclass(slots=True)
+class _Visit:
+    id: str
+    last: int
+    acquisition: Acquisition
+
+
 class MemorySessions:
     def __init__(self, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         self.timeout_ms = timeout_ms
-        self._open: dict[tuple[str, str], list] = {}  # (site, visitor) -> [session id, last ms]
+        # One _Visit object is shared by its visitor's entry and by every sid that joined it.
+        self._by_visitor: dict[tuple[str, str], _Visit] = {}
+        self._by_sid: dict[tuple[str, str], _Visit] = {}
         self._last_sweep = 0
 
-    async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
-        """Session ids for (visitor key, event time ms) pairs, in order."""
+    def _fresh(self, table: dict[tuple[str, str], _Visit], key: tuple[str, str], at: int) -> _Visit | None:
+        visit = table.get(key)
+        return visit if visit is not None and at - visit.last <= self.timeout_ms else None
+
+    async def assign(self, site_id: str, visits: list[VisitIn]) -> list[Assigned]:
+        """The visit of each event, in order: a later event of the batch sees the earlier ones."""
         out = []
-        for visitor, at in visits:
-            entry = self._open.get((site_id, visitor))
-            if entry is None or at - entry[1] > self.timeout_ms:
-                entry = self._open[(site_id, visitor)] = [new_session_id(), at]
+        for v in visits:
+            visit = self._fresh(self._by_sid, (site_id, v.sid), v.at) if v.sid is not None else None
+            if visit is None and v.mode in (None, "join"):
+                visit = self._fresh(self._by_visitor, (site_id, v.visitor), v.at)
+            if visit is None:
+                visit = _Visit(v.sid or new_session_id(), v.at, v.acquisition)
             else:
-                entry[1] = max(entry[1], at)
-            out.append(entry[0])
+                visit.last = max(visit.last, v.at)
+            if v.sid is not None:
+                self._by_sid[(site_id, v.sid)] = visit
+            if v.mode != "exact":
+                self._by_visitor[(site_id, v.visitor)] = visit
+            out.append(Assigned(visit.id, visit.acquisition))
         if visits:
-            self._sweep(max(at for _, at in visits))
+            self._sweep(max(v.at for v in visits))
         return out
 
     def _sweep(self, now_ms: int) -> None:
-        """Forget ended sessions once a minute, so memory follows the number of live visitors."""
+        """Forget ended visits once a minute, so memory follows the number of live visitors."""
         if now_ms - self._last_sweep < 60_000:
             return
         self._last_sweep = now_ms
-        ended = [k for k, (_, last) in self._open.items() if now_ms - last > self.timeout_ms]
-        for key in ended:
-            del self._open[key]
+        for table in (self._by_visitor, self._by_sid):
+            ended = [k for k, visit in table.items() if now_ms - visit.last > self.timeout_ms]
+            for key in ended:
+                del table[key]
+
+
+# The script's one-letter modes (common/redis_scripts.py VISIT_ASSIGN).
+_MODE_LETTER = {None: "v", "join": "j", "new": "n", "exact": "x"}
 
 
 class RedisSessions:
     def __init__(self, redis: Redis, outages: Outages, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         self.timeout_ms = timeout_ms
         self._redis = redis
-        self._script = redis.register_script(SESSION_ASSIGN)
+        self._script = redis.register_script(VISIT_ASSIGN)
         self._outages = outages
         self._fallback = MemorySessions(timeout_ms)
 
-    async def assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
+    async def assign(self, site_id: str, visits: list[VisitIn]) -> list[Assigned]:
         if not visits:
             return []
         try:
@@ -73,15 +133,20 @@ class RedisSessions:
         self._outages.up(REDIS)
         return assigned
 
-    async def _assign(self, site_id: str, visits: list[tuple[str, int]]) -> list[str]:
+    async def _assign(self, site_id: str, visits: list[VisitIn]) -> list[Assigned]:
         # Keys outlive the timeout a little; the script compares times itself, so an injected clock works.
         ttl = self.timeout_ms + 5 * 60 * 1000
-        keys = [f"tally:visit:{site_id}:{visitor}" for visitor, _ in visits]
+        keys: list[str] = []
         args: list[int | str] = [self.timeout_ms, ttl]
-        for _, at in visits:
-            args += [at, new_session_id()]
+        for v in visits:
+            visitor_key = f"tally:visitor:{site_id}:{v.visitor}"
+            # Without a sid the second key is never read or written; the visitor's stands in for it.
+            keys += [visitor_key, f"tally:sid:{site_id}:{v.sid}" if v.sid is not None else visitor_key]
+            args += [v.at, v.sid or new_session_id(), _MODE_LETTER[v.mode],
+                     orjson.dumps(v.acquisition).decode()]
         replies = await self._script(keys=keys, args=args)
-        return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
+        text = [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
+        return [Assigned(text[i], tuple(orjson.loads(text[i + 1]))) for i in range(0, len(text), 2)]
 
 
 def make_sessions(redis: Redis | None, outages: Outages) -> MemorySessions | RedisSessions:

@@ -15,7 +15,7 @@ import asyncpg
 
 from actors.base import Actor, Message
 from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
-from actors.sessions import MemorySessions, RedisSessions
+from actors.sessions import MemorySessions, RedisSessions, SidMode, VisitIn
 from actors.workspace import PartitionCache
 from storage import events as event_store
 from storage.events import EventRow
@@ -27,8 +27,14 @@ SITE_EVENTS = "site_events"
 
 @dataclass(slots=True)
 class SiteItem:
-    record: EventRow  # session_id None when the actor is to assign one
-    visitor: str  # daily visitor key (a hash), used only when the record has no session id
+    record: EventRow  # session_id: the client's sid, or None; the actor stores the visit's
+    visitor: str  # daily visitor key (a hash)
+    sid_mode: SidMode = None  # how the sid relates to visits (actors/sessions.py); None without one
+
+
+# How a visit arrived: EventRow's utm_source .. channel (app/acquisition.py), one block of fields.
+ACQUISITION = slice(EventRow._fields.index("utm_source"), EventRow._fields.index("channel") + 1)
+ACQUISITION_FIELDS = EventRow._fields[ACQUISITION]
 
 
 def _ms(ts: datetime) -> int:
@@ -53,23 +59,21 @@ class SiteActor(Actor):
         records = await self._with_sessions(items)
         await self.partitions.ensure(self.pool, {r.ts for r in records})
         async with self.connection() as conn:
-            # One statement: the events triggers keep rollups and sessions (migrations 0004 and 0010).
+            # One statement: its trigger lists the rows for the analytics mirror (migrations 0017, 0021).
             await event_store.copy_events(conn, records)
         # Committed: only now may the realtime window show these events.
         await self._publish(records)
 
     async def _with_sessions(self, items: list[SiteItem]) -> list[EventRow]:
-        missing = [i for i, item in enumerate(items) if item.record.session_id is None]
-        records = [item.record for item in items]
-        if not missing:
-            return records
+        """Each event with its visit's id and acquisition (UTM fields, source, channel)."""
         # Unreachable Redis falls back to memory inside assign(); another Redis error is a store error
         # for the actor (actors.base.STORE_ERRORS): the submitters get "store failed", the actor lives on.
-        assigned = await self.sessions.assign(
-            self.site_id, [(items[i].visitor, _ms(items[i].record.ts)) for i in missing])
-        for i, session_id in zip(missing, assigned, strict=True):
-            records[i] = records[i]._replace(session_id=session_id)
-        return records
+        assigned = await self.sessions.assign(self.site_id, [
+            VisitIn(item.visitor, _ms(item.record.ts), item.record.session_id, item.sid_mode,
+                    item.record[ACQUISITION]) for item in items])
+        return [item.record._replace(session_id=visit.session_id,
+                                     **dict(zip(ACQUISITION_FIELDS, visit.acquisition, strict=True)))
+                for item, visit in zip(items, assigned, strict=True)]
 
     async def _publish(self, records: list[EventRow]) -> None:
         live = [LiveEvent(r.id, r.name, r.path, r.country, r.session_id, _ms(r.ts)) for r in records]

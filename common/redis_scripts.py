@@ -34,30 +34,41 @@ end
 return out
 """
 
-# Open visitor sessions (actors/sessions.py), for a whole batch of visits in one call.
-# KEYS: the visitor key of each visit, in order. ARGV: timeout ms, key TTL ms, then per visit: event time
-# ms, candidate id. Continues each visitor's open session (moving its last-seen time forward) or opens the
-# candidate one; a later visit of the same visitor sees the earlier ones. Returns the session ids in order.
-SESSION_ASSIGN = """
+# Open visits (actors/sessions.py), for a whole batch of site events in one call.
+# KEYS: per event, the visitor's key, then its sid's key (the visitor's again when there is no sid).
+# ARGV: timeout ms, key TTL ms, then per event: event time ms, candidate visit id, mode, acquisition (text
+# the script only stores and returns). Mode: v no sid, j page-load sid, n sid after reset, x exact sid.
+# A value is the JSON array [visit id, last ms, acquisition]. An event continues the open visit its sid has
+# joined (modes j, n, x); else, in modes v and j, the visitor's open visit; else it opens the candidate with
+# its own acquisition. The visit is then stored under the sid (if any) and, except in mode x, under the
+# visitor; a later event of the batch sees the earlier ones. Returns visit id, acquisition per event.
+VISIT_ASSIGN = """
 local timeout, ttl = tonumber(ARGV[1]), ARGV[2]
+local function open(key, now)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local visit = cjson.decode(v)
+  if now - visit[2] <= timeout then return visit end
+  return nil
+end
 local out = {}
-for i = 1, #KEYS do
-  local now = tonumber(ARGV[1 + i * 2])
-  local sid = nil
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local sep = string.find(v, '|', 1, true)
-    local last = tonumber(string.sub(v, sep + 1))
-    if now - last <= timeout then
-      sid = string.sub(v, 1, sep - 1)
-      if now > last then redis.call('SET', KEYS[i], sid .. '|' .. now, 'PX', ttl) end
-    end
+for i = 1, #KEYS / 2 do
+  local visitor_key, sid_key = KEYS[i * 2 - 1], KEYS[i * 2]
+  local at = (i - 1) * 4 + 3
+  local now, mode = tonumber(ARGV[at]), ARGV[at + 2]
+  local visit = nil
+  if mode ~= 'v' then visit = open(sid_key, now) end
+  if not visit and (mode == 'v' or mode == 'j') then visit = open(visitor_key, now) end
+  if visit then
+    if now > visit[2] then visit[2] = now end
+  else
+    visit = {ARGV[at + 1], now, ARGV[at + 3]}
   end
-  if not sid then
-    sid = ARGV[2 + i * 2]
-    redis.call('SET', KEYS[i], sid .. '|' .. now, 'PX', ttl)
-  end
-  out[i] = sid
+  local value = cjson.encode(visit)
+  if mode ~= 'v' then redis.call('SET', sid_key, value, 'PX', ttl) end
+  if mode ~= 'x' then redis.call('SET', visitor_key, value, 'PX', ttl) end
+  out[#out + 1] = visit[1]
+  out[#out + 1] = visit[3]
 end
 return out
 """

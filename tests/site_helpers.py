@@ -54,19 +54,24 @@ async def stored_events(database_url: str, site_id: str) -> list[dict]:
         await conn.close()
 
 
-async def visits(app, site_id: str, rows: list[dict], by: str) -> dict[str, tuple]:
-    """The site's visits as the dashboard reads them (the analytics store, once the mirror has caught up),
-    broken down by entry or exit page: {page: (visits, pageviews, events, visit duration in ms)}. The
-    window runs from the first stored event to just after the last."""
+async def breakdown_rows(app, site_id: str, rows: list[dict], by: str) -> list[dict]:
+    """The site's breakdown by a property as the dashboard reads it (the analytics store, once the mirror
+    has caught up), every metric. The window runs from the first stored event to just after the last."""
     from app.appkeys import ANALYTICS, MIRROR
     from storage.analytics import Filters
     from storage.analytics_breakdown import breakdown
 
     await app[MIRROR].catch_up()
     start, end = min(r["ts"] for r in rows), max(r["ts"] for r in rows) + timedelta(seconds=1)
-    got = await breakdown(app[ANALYTICS], site_id, start, end, prop=by, filters=Filters(), goals=[], limit=100,
-                          offset=0)
-    return {r["key"]: (r["visits"], r["pageviews"], r["events"], r["visit_duration"]) for r in got}
+    return await breakdown(app[ANALYTICS], site_id, start, end, prop=by, filters=Filters(), goals=[], limit=100,
+                           offset=0)
+
+
+async def visits(app, site_id: str, rows: list[dict], by: str) -> dict[str, tuple]:
+    """The site's visits broken down by entry or exit page: {page: (visits, pageviews, events, visit
+    duration in ms)}."""
+    return {r["key"]: (r["visits"], r["pageviews"], r["events"], r["visit_duration"])
+            for r in await breakdown_rows(app, site_id, rows, by)}
 
 
 def ms(delta: timedelta) -> int:

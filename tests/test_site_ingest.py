@@ -89,7 +89,7 @@ async def test_string_limits(client, database_url, field, limit):
 
 @pytest.mark.parametrize(("field", "value"), [
     ("s", 5), ("n", None), ("n", ""), ("u", 1), ("p", ["/"]), ("r", {}), ("t", True), ("w", "wide"),
-    ("w", True), ("sid", 7), ("sid", ""), ("v", 1), ("ts", "yesterday"),
+    ("w", True), ("sid", 7), ("sid", ""), ("visit", "later"), ("visit", 1), ("v", 1), ("ts", "yesterday"),
 ])
 async def test_wrong_types(client, field, value):
     resp = await post_event(client, {"s": dev_site(), "n": "pageview", field: value})

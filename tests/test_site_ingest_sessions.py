@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from redis.asyncio import Redis
 
-from actors.sessions import make_sessions
+from actors.sessions import MemorySessions, VisitIn, make_sessions
 from app.appkeys import MIRROR, SITE_RUNTIME
 from common.outages import Outages
 from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events
 from tests.conftest import connect
-from tests.site_helpers import FakeClock, ms, post_event, stored_events, visits
+from tests.site_helpers import FakeClock, breakdown_rows, ms, post_event, stored_events, visits
 
 UA_A = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
         "Version/17.0 Safari/605.1.15")
@@ -89,9 +89,12 @@ async def test_visitor_key_is_not_the_ip(session_client, database_url):
     await post_event(client, {"s": site, "n": "pageview"}, visitor("203.0.113.77"))
     [row] = await stored_events(database_url, site)
     assert "203.0.113.77" not in str(row.values())
-    runtime = client.app[SITE_RUNTIME]
-    state = getattr(runtime.sessions, "_open", {})
-    assert all("203.0.113.77" not in key for pair in state for key in pair)
+    sessions = client.app[SITE_RUNTIME].sessions
+    if isinstance(sessions, MemorySessions):
+        keys = [key for pair in sessions._by_visitor for key in pair]
+    else:
+        keys = [k.decode() async for k in sessions._redis.scan_iter(match=f"tally:visitor:{site}:*")]
+    assert len(keys) >= 1 and all("203.0.113.77" not in key for key in keys)
 
 
 async def test_new_utc_day_starts_a_new_visit(session_client, database_url):
@@ -146,16 +149,94 @@ async def test_batches_mirrored_out_of_order_make_the_same_visit(client, databas
     assert await visits(client.app, site_id, rows, "exit_page") == {"/pricing": visit}
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
-async def test_one_batch_with_repeat_visits_assigns_as_visit_by_visit(kind, redis_url):
-    redis = Redis.from_url(redis_url) if kind == "redis" else None
-    sessions = make_sessions(redis, Outages())
-    site, t, idle = f"site_{secrets.token_hex(4)}", 1_700_000_000_000, 30 * 60 * 1000
-    try:
-        ids = await sessions.assign(site, [("a", t), ("a", t + 1000), ("b", t + 2000), ("a", t + 1000 + idle + 1)])
-        assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
-        # The next batch continues the session the last one left open.
-        assert await sessions.assign(site, [("a", t + 1000 + idle + 2), ("b", t + 3000)]) == [ids[3], ids[2]]
-    finally:
-        if redis is not None:
-            await redis.aclose()
+@pytest.fixture(params=["memory", "redis"])
+async def sessions(request, redis_url):
+    redis = Redis.from_url(redis_url) if request.param == "redis" else None
+    yield make_sessions(redis, Outages())
+    if redis is not None:
+        await redis.aclose()
+
+
+T0, IDLE = 1_700_000_000_000, 30 * 60 * 1000
+GOOGLE = (None, None, None, None, None, "Google", "Organic Search")
+NEWS = (None, None, None, None, None, "news.example", "Referral")
+DIRECT = (None,) * 7
+
+
+def _site() -> str:
+    return f"site_{secrets.token_hex(4)}"
+
+
+async def test_one_batch_with_repeat_visits_assigns_as_visit_by_visit(sessions):
+    site = _site()
+    visits_in = [VisitIn("a", T0), VisitIn("a", T0 + 1000), VisitIn("b", T0 + 2000), VisitIn("a", T0 + 1000 + IDLE + 1)]
+    ids = [v.session_id for v in await sessions.assign(site, visits_in)]
+    assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
+    # The next batch continues the session the last one left open.
+    again = await sessions.assign(site, [VisitIn("a", T0 + 1000 + IDLE + 2), VisitIn("b", T0 + 3000)])
+    assert [v.session_id for v in again] == [ids[3], ids[2]]
+
+
+async def test_page_loads_of_one_visitor_are_one_visit_with_its_first_acquisition(sessions):
+    """A multi-page site: each page load's tracker makes a new sid, marked "join"."""
+    site = _site()
+    assigned = await sessions.assign(site, [VisitIn("a", T0, "page-1", "join", GOOGLE),
+                                            VisitIn("a", T0 + 60_000, "page-2", "join", DIRECT),
+                                            VisitIn("b", T0 + 60_000, "page-3", "join", NEWS)])
+    assert assigned == [("page-1", GOOGLE), ("page-1", GOOGLE), ("page-3", NEWS)]
+    # A later batch: another page load, and a server-side sender reusing the second page's id.
+    later = await sessions.assign(site, [VisitIn("a", T0 + 120_000, "page-4", "join", NEWS),
+                                         VisitIn("server", T0 + 130_000, "page-2", "exact", DIRECT)])
+    assert later == [("page-1", GOOGLE), ("page-1", GOOGLE)]
+    # 30 idle minutes end the visit: a new page load starts one under its own id and acquisition.
+    [fresh] = await sessions.assign(site, [VisitIn("a", T0 + 130_000 + IDLE + 1, "page-5", "join", DIRECT)])
+    assert fresh == ("page-5", DIRECT)
+
+
+async def test_exact_sids_never_join_and_leave_the_visitors_visit_alone(sessions):
+    """Server-side senders: several users' ids from one address stay apart, as before "join" existed."""
+    site = _site()
+    assigned = await sessions.assign(site, [VisitIn("backend", T0, "user-1", "exact", GOOGLE),
+                                            VisitIn("backend", T0 + 1, "user-2", "exact", NEWS),
+                                            VisitIn("backend", T0 + 2, None, None, DIRECT),
+                                            VisitIn("backend", T0 + 3, "user-1", "exact", DIRECT)])
+    assert [a.session_id for a in assigned[:2]] == ["user-1", "user-2"]
+    assert assigned[2].session_id.startswith("ses_")
+    assert assigned[3] == ("user-1", GOOGLE)
+
+
+async def test_a_reset_starts_a_visit_that_the_next_page_load_continues(sessions):
+    site = _site()
+    assigned = await sessions.assign(site, [VisitIn("a", T0, "page-1", "join", GOOGLE),
+                                            VisitIn("a", T0 + 1, "after-reset", "new", DIRECT),
+                                            VisitIn("a", T0 + 2, "page-2", "join", NEWS),
+                                            VisitIn("a", T0 + 3, "page-1", "join", DIRECT)])
+    assert assigned == [("page-1", GOOGLE), ("after-reset", DIRECT), ("after-reset", DIRECT),
+                        ("page-1", GOOGLE)]
+
+
+async def test_a_multi_page_visit_through_the_tracker_is_one_visit_from_where_it_came(session_client,
+                                                                                     database_url):
+    """Each page load of a tracker makes a new sid; one person clicking from Google's result to a second
+    page is still one visit, one bounce-free Organic Search visit, not an Organic Search bounce plus a
+    Direct one."""
+    client, clock = session_client
+    site = f"dev-{secrets.token_hex(6)}"
+    home, pricing = "https://shop.example/", "https://shop.example/pricing"
+    await post_event(client, {"s": site, "n": "pageview", "u": home, "p": "/", "r": "https://www.google.com/",
+                              "sid": "load-1", "visit": "join"}, visitor("203.0.113.30"))
+    clock.advance(timedelta(seconds=40))
+    await post_event(client, {"s": site, "n": "pageview", "u": pricing, "p": "/pricing", "r": home,
+                              "sid": "load-2", "visit": "join"}, visitor("203.0.113.30"))
+    # Someone else's page load from the same network but another browser is their own visit.
+    await post_event(client, {"s": site, "n": "pageview", "u": pricing, "p": "/pricing", "r": home,
+                              "sid": "load-3", "visit": "join"}, visitor("203.0.113.30", UA_B))
+    rows = await stored_events(database_url, site)
+    assert [(r["session_id"], r["source"], r["channel"]) for r in rows] == [
+        ("load-1", "Google", "Organic Search"), ("load-1", "Google", "Organic Search"), ("load-3", None, "Direct")]
+    assert [r["referrer"] for r in rows] == ["https://www.google.com/", home, home]  # as sent
+    assert await visits(client.app, site, rows, "entry_page") == {
+        "/": (1, 2, 2, ms(timedelta(seconds=40))), "/pricing": (1, 1, 1, 0)}
+    channels = await breakdown_rows(client.app, site, rows, "channel")
+    assert {r["key"]: (r["visitors"], r["visits"], r["pageviews"], r["bounce_rate"]) for r in channels} == {
+        "Organic Search": (1, 1, 2, 0), "Direct": (1, 1, 1, 100)}

@@ -100,6 +100,10 @@ SCHEMAS = {
             "props": {"description": "custom properties, any JSON"},
             "sid": {"type": ["string", "null"], "minLength": 1, "maxLength": 64,
                     "description": "session id; assigned server-side if omitted"},
+            "visit": {"type": ["string", "null"], "enum": ["join", "new", None],
+                      "description": "how sid relates to visits: join (a tracker's page-load id: continues the "
+                                     "visitor's open visit), new (an id made by reset()); omitted: sid is "
+                                     "exactly the session id"},
             "v": {"type": ["string", "null"], "description": "tracker version (not stored)"},
             "ts": {"type": ["number", "null"], "description": "client time in ms (not stored)"},
         },

@@ -14,7 +14,7 @@ import math
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from aiohttp import web
@@ -56,6 +56,9 @@ class SiteEventIn(msgspec.Struct):
     w: int | float | None = None
     props: Any = None
     sid: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+    # The tracker's word on its sid (actors/sessions.py): "join" a page-load id, which may continue the
+    # visitor's open visit; "new" an id made by reset(). Absent: the sid is exactly the session id.
+    visit: Literal["join", "new"] | None = None
     v: str | None = None
     ts: int | float | None = None
 
@@ -219,8 +222,8 @@ def _viewport(w: float | None) -> int | None:
 
 def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | None, str | None],
             hashed_ip: str, client: Client, received: datetime) -> EventRow:
-    # ts is the server's receive time; session_id stays None unless the tracker sent one (the actor
-    # assigns it).
+    # ts is the server's receive time; session_id is the client's sid or None, and the actor stores the
+    # visit's id and acquisition instead (actors/sessions.py).
     country, region, city = place
     width = _viewport(event.w)
     utm_source, utm_medium, utm_campaign, utm_term, utm_content, source, channel = acquisition(event.u or event.p,
@@ -295,11 +298,11 @@ async def ingest(request: web.Request, parse: Callable[[bytes], SiteEventIn], re
         if not await _within_limits(request, site.id, ip):
             return accepted
         received = runtime.clock()
-        visitor = "" if event.sid else visitor_key(
-            await runtime.salt.get(received.astimezone(UTC).date()), site.id, ip, user_agent)
+        visitor = visitor_key(await runtime.salt.get(received.astimezone(UTC).date()), site.id, ip, user_agent)
         record = _record(site, event, _place(request, runtime, ip), ip_hash(runtime.ip_salt, ip),
                          parse_client(user_agent), received)
-        await _commit(request, site.id, SiteItem(record, visitor))
+        sid_mode = (event.visit or "exact") if event.sid else None
+        await _commit(request, site.id, SiteItem(record, visitor, sid_mode))
         return accepted
     except SiteError as exc:
         if exc.rejected:

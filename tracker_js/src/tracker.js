@@ -19,6 +19,9 @@ const LOCAL_HOST = /^(localhost|127\.0\.0\.1|\[::1\])$/
 
 const path = (loc) => loc.pathname + loc.search
 
+// A visit ends after this long without events (as on the server).
+const IDLE_MS = 30 * 60 * 1000
+
 // Random in-memory session id: 16 random bytes as 32 hex characters.
 const newSid = (w) =>
   Array.from(w.crypto.getRandomValues(new Uint8Array(16)), (b) => (b + 256).toString(16).slice(1)).join('')
@@ -34,7 +37,10 @@ export function createTracker(o, w = window) {
   const nav = w.navigator
   const url = (o.api || '').replace(/\/+$/, '') + '/api/service/event'
   const defaults = Object.assign({}, o.defaultProps)
-  let sid
+  // The id lives in memory only (no cookie, no storage), so each page load makes one. It goes out with
+  // visit 'join': the server continues the visitor's open visit, so a multi-page site's visit is one
+  // visit. After reset() it goes out with visit 'new': the server starts a visit of its own.
+  let sid, last = 0, visit = 'join'
 
   // Opt-outs are looked up at send time, so setting the flag later works.
   const ignored = () => {
@@ -51,6 +57,13 @@ export function createTracker(o, w = window) {
 
   const send = (name, props) => {
     if (!o.site || ignored()) return
+    const now = Date.now()
+    if (!sid || now - last > IDLE_MS) {
+      // A tab idle past the server's timeout starts a new visit too, under an id of its own.
+      if (sid) visit = 'join'
+      sid = newSid(w)
+    }
+    last = now
     let e = {
       s: o.site,
       n: '' + name,
@@ -60,9 +73,10 @@ export function createTracker(o, w = window) {
       t: doc.title,
       w: w.innerWidth,
       props: Object.assign({}, defaults, props),
-      sid: sid || (sid = newSid(w)),
+      sid,
+      visit,
       v: VERSION,
-      ts: Date.now(),
+      ts: now,
     }
     if (o.beforeSend) {
       // The hook gets a copy: if it throws half-way, the original is sent.
@@ -94,6 +108,7 @@ export function createTracker(o, w = window) {
     identify: (traits) => send('identify', traits),
     reset: () => {
       sid = 0
+      visit = 'new'
     },
     setDefaultProps: (props) => {
       Object.assign(defaults, props)

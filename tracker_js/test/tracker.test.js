@@ -30,7 +30,7 @@ describe('payload', () => {
     assert.equal(init.keepalive, true)
     assert.deepEqual(init.headers, { 'Content-Type': 'text/plain' })
     assert.equal(typeof init.body, 'string')
-    assert.deepEqual(Object.keys(body).sort(), ['n', 'p', 'props', 'r', 's', 'sid', 't', 'ts', 'u', 'v', 'w'])
+    assert.deepEqual(Object.keys(body).sort(), ['n', 'p', 'props', 'r', 's', 'sid', 't', 'ts', 'u', 'v', 'visit', 'w'])
     assert.equal(body.s, 'site-1')
     assert.equal(body.n, 'pageview')
     assert.equal(body.u, 'https://shop.example.com/products?page=2#top')
@@ -40,6 +40,7 @@ describe('payload', () => {
     assert.equal(body.w, 1280)
     assert.deepEqual(body.props, {})
     assert.match(body.sid, /^[0-9a-f]{32}$/)
+    assert.equal(body.visit, 'join', "a page load's id may continue the visitor's visit")
     assert.equal(body.v, pkg.version)
     assert.ok(body.ts >= before && body.ts <= after, 'ts is Date.now() at send time')
   })
@@ -136,9 +137,29 @@ describe('session id', () => {
     assert.equal(sids[1], sids[0])
     assert.equal(sids[2], '02'.repeat(16))
     assert.equal(sids[3], sids[2])
+    assert.deepEqual(bodies(w).map((b) => b.visit), ['join', 'join', 'new', 'new'])
     assert.equal(counter, 2, 'crypto.getRandomValues called once per session')
     assert.deepEqual(stored, [])
     assert.equal(w.document.cookie, '')
+  })
+
+  test('a new id after 30 idle minutes, which may join a visit again', (ctx) => {
+    let counter = 0
+    let now = 1_800_000_000_000
+    ctx.mock.method(Date, 'now', () => now)
+    const w = fakeWindow({ randomBytes: (arr) => arr.fill(++counter) })
+    const t = manual(w)
+    t.track('a')
+    now += 30 * 60 * 1000
+    t.track('b') // exactly 30 minutes: the same visit
+    t.reset()
+    t.track('c')
+    now += 30 * 60 * 1000 + 1
+    t.track('d')
+    assert.deepEqual(
+      bodies(w).map((b) => [b.sid, b.visit]),
+      [['01'.repeat(16), 'join'], ['01'.repeat(16), 'join'], ['02'.repeat(16), 'new'], ['03'.repeat(16), 'join']],
+    )
   })
 
   test('two trackers get different real random ids', () => {
