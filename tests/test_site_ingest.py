@@ -63,7 +63,8 @@ async def test_application_json_and_json_props_of_any_type(client, database_url)
     assert sorted(map(repr, (r["properties"] for r in rows))) == sorted(map(repr, ([1, "a"], "text", 3.5, None)))
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b"not json", b"{'s': 1}", b'{"s":"a",}'])
+@pytest.mark.parametrize("body", [b"", b"{", b"not json", b"{'s': 1}", b'{"s":"a",}',
+                                  b'{"s":"a","n":"pageview","t":"caf\xe9"}'])  # Latin-1, not UTF-8
 async def test_invalid_json(client, body):
     resp = await post_event(client, body)
     assert resp.status == 400

@@ -108,7 +108,7 @@ def decode_json_object(body: bytes) -> dict:
     """The body as a JSON object, or the spec's 400s."""
     try:
         data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # not JSON, or not UTF-8
         raise SiteError(400, "invalid json") from None
     except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
         raise invalid_payload([issue("props", f"nests deeper than {MAX_DEPTH} levels")]) from None
