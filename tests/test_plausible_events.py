@@ -146,6 +146,9 @@ async def test_events_of_one_visitor_share_a_session(client, database_url, works
      [{"field": "n", "message": "must not contain NUL characters"}]),
     ({"name": "e", "u": "https://a.example/", "d": "a.example", "props": {"k": "\u0000"}},
      [{"field": "props", "message": "must not contain NUL characters"}]),
+    # JSON text deeper than the decoder goes, inside the string the npm tracker sends
+    ({"n": "e", "u": "https://a.example/", "d": "a.example", "p": "[" * 10_000 + "]" * 10_000},
+     [{"field": "p", "message": "must be an object or a JSON-encoded object"}]),
 ])
 async def test_invalid_payloads_are_400_in_the_site_shape(client, body, issues):
     resp = await send(client, body, content_type="application/json")

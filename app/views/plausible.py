@@ -64,7 +64,7 @@ def _json_text(value: Any) -> Any:
         return value
     try:
         return msgspec.json.decode(value)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # deeper than the decoder goes
         return None
 
 
