@@ -1,14 +1,15 @@
 """Edges of the dashboard's site views in a real headless Chromium: event names at the spec's 64 characters
-in the event log and the realtime feed."""
+in the event log and the realtime feed, and a workspace with more sites than GET /api/sites lists at once."""
 
 from __future__ import annotations
 
+import re
 import secrets
 
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import LiveServer, wait_for
-from tests.browser.test_dashboard_browser import add_site, sign_in
+from tests.browser.test_dashboard_browser import DASH, add_site, sign_in
 
 DESKTOP = {"width": 1366, "height": 800}
 LONG_NAMES = ("a" * 64, "\U0001f600" * 64)
@@ -49,3 +50,38 @@ def test_long_event_names_are_cut_like_paths(page: Page, live_server: LiveServer
     # The path beside each name still shows.
     widths = page.eval_on_selector_all(".feed li .path", "els => els.map(e => e.getBoundingClientRect().width)")
     assert len(widths) == 2 and min(widths) > 40, widths
+
+
+def test_sites_past_the_first_50_are_counted_and_reachable(page: Page, live_server: LiveServer, account):
+    sign_in(page, live_server, account)
+    token = secrets.token_hex(3)
+    domains = [f"s{i}-{token}.example.com" for i in range(53)]  # s0 oldest
+    for domain in domains:
+        assert page.request.post(f"{live_server.base_url}/api/sites", form={"domain": domain}).ok
+    page.goto(f"{live_server.base_url}/app")
+    cards = page.locator("li.site")
+    expect(cards).to_have_count(50)
+    expect(page.locator(".sites-count")).to_have_text(f"Sites 1{DASH}50 of 53, newest first")
+    expect(cards.first).to_contain_text(domains[-1])
+    expect(page.locator(".pager button", has_text="Newer")).to_be_disabled()
+
+    page.locator(".pager button", has_text="Older").click()
+    expect(page).to_have_url(re.compile(r"/app\?offset=50$"))
+    expect(cards).to_have_count(3)
+    expect(page.locator(".sites-count")).to_have_text(f"Sites 51{DASH}53 of 53, newest first")
+    expect(cards.locator(".site-domain")).to_have_text([domains[2], domains[1], domains[0]])
+    expect(page.locator(".pager button", has_text="Older")).to_be_disabled()
+    page.reload()  # the page is in the URL
+    expect(cards).to_have_count(3)
+
+    # The oldest site opens like any other, its domain in the header.
+    oldest = cards.filter(has_text=domains[0])
+    oldest.locator("a.site-domain").click()
+    expect(page.locator(".page-head h1")).to_have_text(domains[0])
+    expect(page.locator(".page-head .badge")).to_have_text("pending verification")
+    expect(page.locator("select.range")).to_be_visible()
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"/app\?offset=50$"))
+    expect(cards).to_have_count(3)
+    page.go_back()
+    expect(cards).to_have_count(50)
