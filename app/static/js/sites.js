@@ -165,6 +165,30 @@ export function renderSites(container) {
   renderInto(container)
 }
 
+// A site's pages open once the site is known: for an unknown id, or another workspace's, they say so and
+// offer nothing (no range, filters or exports, and no reads that could only answer 404).
+export function knownSite(render) {
+  return (container, siteId) => {
+    let alive = true
+    let cleanup = null
+    findSite(siteId).then((site) => {
+      if (!alive) return
+      if (site) {
+        cleanup = render(container, siteId) || null
+        return
+      }
+      container.replaceChildren(
+        h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('a', { href: '/app', class: 'muted', text: 'Sites /' }),
+          h('h1', { class: 'ellipsis', text: 'Site not found' }))),
+        errorBox({ status: 404 }))
+    }, (e) => { if (alive) container.replaceChildren(errorBox(e)) })
+    return () => {
+      alive = false
+      if (cleanup) cleanup()
+    }
+  }
+}
+
 // Header of a site's pages: domain, verification mark and the page tabs.
 export function siteHeader(siteId, active) {
   const title = h('h1', { class: 'ellipsis', text: siteId })
