@@ -1,6 +1,6 @@
 """Sliding-window realtime state per site, fed by the site actor after each commit.
 
-Per-second buckets (events, pageviews, pageviews per path) over the last hour, the last event time
+Per-second buckets (events, pageviews, pageviews per page key) over the last hour, the last event time
 of each session, and the 20 newest events. In memory by default; in Redis when configured, so that
 every process answers with the whole service's traffic. GET /api/analytics/realtime reads only this;
 snapshots are plain data (RealtimeSnapshot), which app/views/realtime.py renders as JSON.
@@ -8,6 +8,7 @@ snapshots are plain data (RealtimeSnapshot), which app/views/realtime.py renders
 
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -21,6 +22,13 @@ MAX_WINDOW = 3600
 RECENT = 20
 TOP_PAGES = 10
 PAGEVIEW = "pageview"
+_QUERY_OR_FRAGMENT = re.compile(r"[?#]")
+
+
+def page_key(path: str) -> str:
+    """The page a path counts under in every page list: without query string or fragment, as
+    storage.clickhouse_schema.PAGE_KEY derives it ('' when nothing is left: no page)."""
+    return _QUERY_OR_FRAGMENT.split(path, maxsplit=1)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +46,14 @@ class RealtimeSnapshot:
     active_visitors: int
     pageviews_per_minute: float
     events_per_minute: float
-    top_pages: list[tuple[str, int]]  # (path, pageviews), most first
+    top_pages: list[tuple[str, int]]  # (page key, pageviews), most first
     recent: list[LiveEvent]  # newest first
 
 
 def summary(events: int, pageviews: int, pages: Counter, visitors: int, recent: list[LiveEvent],
             window: int) -> RealtimeSnapshot:
     per_minute = 60 / window
-    # Ties by path, so memory and Redis (whose hashes have no order) answer alike.
+    # Ties by page, so memory and Redis (whose hashes have no order) answer alike.
     top = sorted(pages.items(), key=lambda kc: (-kc[1], kc[0]))[:TOP_PAGES]
     return RealtimeSnapshot(visitors, round(pageviews * per_minute, 2), round(events * per_minute, 2), top,
                             recent)
@@ -56,7 +64,7 @@ class _SiteWindow:
 
     def __init__(self) -> None:
         self.last_trim = 0
-        self.buckets: dict[int, list] = {}  # second -> [events, pageviews, Counter(path)]
+        self.buckets: dict[int, list] = {}  # second -> [events, pageviews, Counter(page key)]
         self.sessions: dict[str, int] = {}  # session id -> last event ms
         self.recent: deque[LiveEvent] = deque(maxlen=RECENT)
 
@@ -73,8 +81,8 @@ class MemoryRealtime:
             bucket[0] += 1
             if e.name == PAGEVIEW:
                 bucket[1] += 1
-                if e.path:
-                    bucket[2][e.path] += 1
+                if page := page_key(e.path or ""):
+                    bucket[2][page] += 1
             win.sessions[e.session_id] = max(win.sessions.get(e.session_id, 0), e.at_ms)
             win.recent.append(e)
             newest = max(newest, e.at_ms)
@@ -139,8 +147,8 @@ class RedisRealtime:
             counts[bucket, "e"] += 1
             if e.name == PAGEVIEW:
                 counts[bucket, "pv"] += 1
-                if e.path:
-                    counts[bucket, "p:" + e.path] += 1
+                if page := page_key(e.path or ""):
+                    counts[bucket, "p:" + page] += 1
             last_seen[e.session_id] = max(e.at_ms, last_seen.get(e.session_id, 0))
         newest = max(last_seen.values())
         sessions, recent = _key(site_id, "sessions"), _key(site_id, "recent")
@@ -170,8 +178,9 @@ class RedisRealtime:
         pages: Counter = Counter()
         for field, value in zip(totals[2::2], totals[3::2], strict=True):
             name = field.decode()
-            if name.startswith("p:"):
-                pages[name[2:]] += int(value)
+            # Keyed again: a process from before this rule may have counted full paths in the hour's buckets.
+            if name.startswith("p:") and (page := page_key(name[2:])):
+                pages[page] += int(value)
         visitors = int(visitors)
         recent = [LiveEvent(*orjson.loads(raw)) for raw in raw_recent]
         recent = sorted((e for e in recent if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)

@@ -31,6 +31,22 @@ from storage.site_filters import METRICS
 # duration (its session rows): a breakdown computes each group only when asked for one of its metrics.
 COUNTED = frozenset({"pageviews", "events"})
 VISIT_STATS = frozenset({"bounce_rate", "visit_duration"})
+PAGEVIEWS = "name = 'pageview'"
+# The page panel's cached states count pageviews: named apart from those of the page key of every event,
+# which stores from before may still hold for two days (site_window_keys's TTL), so none is read for them.
+STATES_DIM = {"page": "page:pageviews"}
+
+
+def counted_events(prop: str, filters: Filters) -> str:
+    """The condition on site_events rows a breakdown by `prop` adds ('' for none). By page it counts pageviews,
+    as top-pages and Plausible's Top Pages do, so a page that only had custom events is no row; unless a
+    filter chooses the events (`event==` or `goal==`): then the chosen events, by the page they happened on
+    (top-pages' eventName, Plausible's conversions by page)."""
+    if prop != "page":
+        return ""
+    chosen = any(f.dimension in ("event", "goal") and (f.term if isinstance(f, GoalFilter) else f).op == "=="
+                 for f in filters.terms())
+    return "" if chosen else PAGEVIEWS
 
 
 def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) -> bool:
@@ -68,7 +84,8 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         if rows is not None:
             return rows
     key = _key_expr(q, prop)
-    cond = where(q, table, site_id, start, end, filters.terms())
+    only = counted_events(prop, filters)
+    cond = where(q, table, site_id, start, end, filters.terms()) + (f" AND {only}" if only else "")
     # Only what `metrics` needs: distinct visitors and visits are insensitive to a batch's copies, so without
     # the counts the events are read without FINAL (and without the session column, without visits).
     wanted = set(metrics)
@@ -90,7 +107,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         q2 = Params()
         visits_sql = sessions_of(q2, store, site_id, start, end, started_in_window=False)
         key2 = _key_expr(q2, prop)
-        cond2 = where(q2, table, site_id, start, end, filters.terms())
+        cond2 = where(q2, table, site_id, start, end, filters.terms()) + (f" AND {only}" if only else "")
         keys = list(out)
         listed = q2.bind(keys, "Array(String)")
         for i, n, b, d in await store.query(
@@ -113,11 +130,13 @@ async def _visitors_from_window_states(store: AnalyticsStore, site_id: str, star
     twice to three times the read they replace (page: 1.4 s)."""
     q, table = Params(), store.table("site_events")
     column = EVENT_DIMENSION_COLUMNS[prop]
-    cached = await analytics_days.key_visitor_states(q, store, site_id, start, end, prop, lambda _: column)
+    only = counted_events(prop, Filters())
+    cached = await analytics_days.key_visitor_states(q, store, site_id, start, end, STATES_DIM.get(prop, prop),
+                                                     lambda _: column, only=only)
     if cached is None:
         return None
     states, other_days = cached
-    cond = where(q, table, site_id, start, end, []) + other_days
+    cond = where(q, table, site_id, start, end, []) + other_days + (f" AND {only}" if only else "")
     rows = await store.query(
         f"SELECT key, uniqExactMerge(s) AS v FROM (SELECT key, s FROM {states} UNION ALL SELECT {column} AS key, "
         f"uniqExactStateIf(visitor, visitor != 0) AS s FROM {table} WHERE {cond} AND key != '' GROUP BY key) "
@@ -138,8 +157,9 @@ async def have_values(store: AnalyticsStore, site_id: str, start: datetime, end:
     async def has(prop: str) -> bool:
         q, table = Params(), store.table("site_events")
         cond = where(q, table, site_id, start, end, filters.terms())
-        return bool(await store.query(f"SELECT 1 FROM {table} WHERE {cond} AND {_key_expr(q, prop)} != '' LIMIT 1",
-                                      q.params))
+        only = counted_events(prop, filters)
+        return bool(await store.query(f"SELECT 1 FROM {table} WHERE {cond}{f' AND {only}' if only else ''} "
+                                      f"AND {_key_expr(q, prop)} != '' LIMIT 1", q.params))
 
     return dict(zip(props, await asyncio.gather(*(has(p) for p in props)), strict=True))
 

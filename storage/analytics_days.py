@@ -271,15 +271,16 @@ async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: 
 
 
 async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
-                             dim: str, key_of: Callable[[Params], str], *,
-                             counts: bool = False) -> tuple[str, str] | None:
+                             dim: str, key_of: Callable[[Params], str], *, counts: bool = False,
+                             only: str = "") -> tuple[str, str] | None:
     """Per key of the window's ended days: a subquery of (key, s, e) rows, s a uniqExact state of the visitors
     of the days' events with that key and e (when `counts`) how many events (read with FINAL), and the
     condition on site_events rows of the window that leaves those days out (other_days); None when no
     cached state may stand for them. `key_of(params)` is the key of an event, as a site_events expression
-    ('' for none; it binds its own values). The rows are cached in site_window_keys under `dim`, made by the
-    first read that lacks them once the days' last insert has settled, and used while no insert has
-    touched the days. It counts no day (written_days), so it runs beside an overview that may."""
+    ('' for none; it binds its own values); `only`, a constant condition on the site_events rows the states
+    count (the page panel's pageviews), which `dim` must name apart. The rows are cached in site_window_keys
+    under `dim`, made by the first read that lacks them once the days' last insert has settled, and used
+    while no insert has touched the days. It counts no day (written_days), so it runs beside an overview that may."""
     whole = whole_days(start, end)
     written = await written_days(store, site_id, whole, keys_dim=dim) if whole else NONE
     settled = _settled_run(store, whole, written) if whole else None
@@ -307,7 +308,7 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, sta
             f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors, events) SELECT {site}, "
             f"{first}, {last}, {named}, {stamp}, {key_of(w)} AS key, uniqExactStateIf(visitor, visitor != 0), "
             f"{events} FROM {store.table('site_events')}{final} WHERE site_id = {site} AND toDate(ts) >= {first} "
-            f"AND toDate(ts) <= {last} AND key != '' GROUP BY key",
+            f"AND toDate(ts) <= {last}{f' AND {only}' if only else ''} AND key != '' GROUP BY key",
             w.params, settings=_INSERT_HERE if store.cluster else None)
         await store.command(
             f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors) SELECT {site}, {first}, "

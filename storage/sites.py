@@ -13,11 +13,16 @@ async def site_by_id(conn: asyncpg.Connection, site_id: str) -> asyncpg.Record |
     return await conn.fetchrow(f"SELECT {_COLUMNS} FROM sites WHERE id = $1", site_id)
 
 
-async def list_sites(conn: asyncpg.Connection, workspace_id: int, limit: int) -> list[asyncpg.Record]:
+async def list_sites(conn: asyncpg.Connection, workspace_id: int, limit: int,
+                     offset: int = 0) -> list[asyncpg.Record]:
     return await conn.fetch(
-        f"SELECT {_COLUMNS} FROM sites WHERE workspace_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2",
-        workspace_id, limit,
+        f"SELECT {_COLUMNS} FROM sites WHERE workspace_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3",
+        workspace_id, limit, offset,
     )
+
+
+async def count_sites(conn: asyncpg.Connection, workspace_id: int) -> int:
+    return await conn.fetchval("SELECT count(*) FROM sites WHERE workspace_id = $1", workspace_id)
 
 
 async def create_site(

@@ -71,6 +71,9 @@ async def test_overview_90d_top_lists(client, site):
     ({"country": "DE"}, (1, 1, 1, 100.0, 30_000)),
     ({"country": "de"}, (1, 1, 1, 100.0, 30_000)),
     ({"path": "PRICING"}, (2, 1, 1, 0.0, 120_000)),
+    # The page key, not the stored path: "/pricing?utm=1" is the page "/pricing" (docs/decisions.md).
+    ({"path": "utm=1"}, (0, 0, 0, 0.0, 0)),
+    ({"path": "/pricing?utm"}, (0, 0, 0, 0.0, 0)),
     ({"referrer": "google"}, (2, 2, 2, 0.0, 90_000)),
     ({"eventName": "signup"}, (1, 0, 1, 0.0, 120_000)),
     ({"eventName": "pageview", "country": "US"}, (4, 4, 3, 33.33, 60_000)),

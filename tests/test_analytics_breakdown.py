@@ -34,16 +34,39 @@ async def test_breakdown_by_page_with_every_visit_metric(client, site):
                                                    ("property", "page"), ("metrics", ALL)])
     assert status == 200, body
     assert body["data"] == [
-        {"key": "/", "visitors": 2, "visits": 2, "pageviews": 2, "events": 3, "bounce_rate": 50.0,
+        {"key": "/", "visitors": 2, "visits": 2, "pageviews": 2, "events": 2, "bounce_rate": 50.0,
          "visit_duration": 75_000},
         {"key": "/live", "visitors": 1, "visits": 1, "pageviews": 1, "events": 1, "bounce_rate": 100.0,
          "visit_duration": 0},
-        {"key": "/pricing", "visitors": 1, "visits": 1, "pageviews": 1, "events": 2, "bounce_rate": 0.0,
+        {"key": "/pricing", "visitors": 1, "visits": 1, "pageviews": 1, "events": 1, "bounce_rate": 0.0,
          "visit_duration": 120_000},
-    ]
+    ]  # pageviews only: the outbound click on / and the signup on /pricing are not counted
     status, body = await get(client, "breakdown", [("siteId", site.site_id), ("range", "24h"),
                                                    ("property", "page"), ("limit", "1"), ("offset", "1")])
     assert body["data"] == [{"key": "/live", "visitors": 1}]
+
+
+async def test_breakdown_by_page_counts_pageviews_like_top_pages(client, site, database_url):
+    """The dashboard's Top pages (property=page) lists what /top-pages lists: pages with a pageview. A page
+    that only had custom events is no row, unless a filter chooses those events."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        now = site.now
+        await events_store.copy_events(conn, [EventRow(
+            new_id("evt"), site.workspace_id, "live", "video_play", now, now, site_id=site.site_id,
+            session_id="s9", path="/only-custom?t=1", ip_hash="v9")])
+    finally:
+        await conn.close()
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, top = await get(client, "top-pages", base)
+    _, pages = await get(client, "breakdown", [*base, ("property", "page"), ("metrics", "visitors,pageviews")])
+    assert [r["key"] for r in pages["data"]] == [r["key"] for r in top["data"]] == ["/", "/live", "/pricing"]
+    _, chosen = await get(client, "breakdown", [*base, ("property", "page"), ("filter", "event==video_play"),
+                                                ("metrics", "visitors,events")])
+    assert chosen["data"] == [{"key": "/only-custom", "visitors": 1, "events": 1}]
+    # Excluding an event chooses none: the pageviews still count.
+    _, others = await get(client, "breakdown", [*base, ("property", "page"), ("filter", "event!=signup")])
+    assert [r["key"] for r in others["data"]] == ["/", "/live", "/pricing"]
 
 
 async def test_breakdown_by_entry_and_exit_page(client, site):

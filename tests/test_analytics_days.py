@@ -14,6 +14,7 @@ from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_lists, analytics_mirror, analytics_overview
+from storage.analytics_breakdown import STATES_DIM
 from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOURS_MARKER, VISITS, whole_days
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
@@ -157,25 +158,38 @@ async def window_key_runs(db, site_id: str) -> dict[str, int]:
 async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(client, database_url, workspace):
     """The dashboard's panels ask for the visitors of each value, unfiltered: the window's ended days come from
     per-value visitor states made once per window and dimension, and the rows are those counted from the
-    events, pages of them included. A late event in one of the days makes the states again."""
+    events, pages of them included. The page's states count pageviews: a page that only had a custom event
+    in an ended day is no row. A late event in one of the days makes the states again."""
     db, site_id, _ = await mirrored_site(client, database_url, workspace)
+    conn = await asyncpg.connect(database_url)
+    await init_connection(conn)
+    try:
+        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
+        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=4)
+        await insert_events(conn, site_id, ws, [(f"evt_custom_{site_id}", "video_play", "/custom-only", "", "NZ",
+                                                 f"custom-{site_id}", f"custom-{site_id}", at, None)])
+    finally:
+        await conn.close()
+    await client.app[MIRROR].catch_up()
     for range_name in ("7d", "30d"):
         for prop in store.EVENT_DIMENSION_COLUMNS:
             assert await visitors_by(db, site_id, prop, range_name, {"visitors"}) == \
                 await visitors_by(db, site_id, prop, range_name, METRICS), (prop, range_name)
     pages = await visitors_by(db, site_id, "page", "30d", METRICS)
     assert len(pages) > 4 and pages[0][1] > 1
+    assert "/custom-only" not in dict(await visitors_by(db, site_id, "page", "30d", {"visitors"}, limit=1000))
     assert await visitors_by(db, site_id, "page", "30d", {"visitors"}, limit=3, offset=2) == pages[2:5]
-    runs = dict.fromkeys(store.EVENT_DIMENSION_COLUMNS, 2)  # one per window (7d, 30d) and dimension
+    # One per window (7d, 30d) and dimension; the page's under a name of its own (pageviews only).
+    runs = {STATES_DIM.get(prop, prop): 2 for prop in store.EVENT_DIMENSION_COLUMNS}
     assert await window_key_runs(db, site_id) == runs
     assert await visitors_by(db, site_id, "page", "30d", {"visitors"}) == pages
     assert await window_key_runs(db, site_id) == runs  # read again, not made again
     # The rows are read from the states: one planted in the 30-day window's computation shows.
     (first, last, computed), = await db.query(
         f"SELECT first, last, max(computed) FROM {db.table('site_window_keys')} WHERE site_id = {{s:String}} "
-        "AND dim = 'page' AND key = '' GROUP BY first, last ORDER BY first LIMIT 1", {"s": site_id})
+        "AND dim = 'page:pageviews' AND key = '' GROUP BY first, last ORDER BY first LIMIT 1", {"s": site_id})
     await db.command(f"INSERT INTO {db.table('site_window_keys')} (site_id, first, last, dim, computed, key, visitors) "
-                     "SELECT {s:String}, {f:Date}, {l:Date}, 'page', {c:DateTime64(6, 'UTC')}, '/planted', "
+                     "SELECT {s:String}, {f:Date}, {l:Date}, 'page:pageviews', {c:DateTime64(6, 'UTC')}, '/planted', "
                      "uniqExactState(toUInt64(number + 1)) FROM numbers(1000)",
                      {"s": site_id, "f": first, "l": last, "c": computed})
     assert (await visitors_by(db, site_id, "page", "30d", {"visitors"}))[0] == ("/planted", 1000)
@@ -184,7 +198,7 @@ async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(c
         late = await visitors_by(db, site_id, "page", range_name, {"visitors"}, limit=1000)
         assert late == await visitors_by(db, site_id, "page", range_name, METRICS, limit=1000)
         assert ("/late", 1) in late and "/planted" not in dict(late)
-    assert await window_key_runs(db, site_id) == {**runs, "page": 4}
+    assert await window_key_runs(db, site_id) == {**runs, "page:pageviews": 4}
 
 
 async def goal_rows(db, site_id: str, range_name: str, goals: list) -> list[tuple]:

@@ -61,7 +61,7 @@ async def test_unfiltered_reads_are_remembered_and_their_rows_made_after_midnigh
     assert await warmer.warm(noon) == 3
     made = await made_rows(db, site.site_id)
     assert made[0] > 0 and made[1] == 1
-    assert sorted(made[2].values()) == [1, 1] and "page" in made[2]  # the page's states and the goals'
+    assert sorted(made[2].values()) == [1, 1] and "page:pageviews" in made[2]  # the page's states and the goals'
     # The morning's reads find them made, and answer as before.
     for (route, params), before in zip(reads, answers, strict=False):
         resp = await client.get(f"/api/analytics/{route}", params=params)

@@ -146,3 +146,30 @@ async def test_redis_window_reads_the_same_as_the_memory_window_for_one_batch(re
         assert expected.active_visitors == 7 and len(expected.recent) == 20
     finally:
         await redis.aclose()
+
+
+async def test_active_pages_are_keyed_like_every_page_list(rt):
+    """Query string and fragment are cut as in top-pages (`/pricing?plan=a` counts as `/pricing`); a path
+    that is nothing else has no page and is left out; recent events keep the stored path."""
+    client, _, site = rt
+    for sid, path in (("v1", "/pricing"), ("v2", "/pricing?plan=a"), ("v3", "/h#sec"), ("v4", "/h"),
+                      ("v5", "?only=query")):
+        await post_event(client, {"s": site, "n": "pageview", "p": path, "sid": sid})
+    live = await realtime(client, site)
+    assert live["topActivePages"] == [{"key": "/h", "count": 2}, {"key": "/pricing", "count": 2}]
+    assert [e["path"] for e in live["recentEvents"]] == ["?only=query", "/h", "/h#sec", "/pricing?plan=a",
+                                                         "/pricing"]
+
+
+async def test_redis_merges_buckets_an_older_process_wrote_by_full_path(redis_url):
+    """During a rolling deploy a process from before counts `p:<full path>` fields; they join their page."""
+    redis = Redis.from_url(redis_url)
+    site, t = f"site_{secrets.token_hex(4)}", 1_700_000_000_000
+    try:
+        shared = RedisRealtime(redis, Outages())
+        await shared.record(site, [LiveEvent("evt_1", "pageview", "/a", None, "ses_1", t)])
+        await redis.hincrby(f"tally:rt:{site}:b:{t // 1000}", "p:/a?x=1", 2)
+        snap = await shared.snapshot(site, t + 1000, 60)
+        assert snap.top_pages == [("/a", 3)]
+    finally:
+        await redis.aclose()

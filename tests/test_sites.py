@@ -89,9 +89,22 @@ async def test_list_is_newest_first_capped_at_50_and_per_workspace(client, login
         )
     finally:
         await conn.close()
-    listed = await (await client.get("/api/sites")).json()
+    resp = await client.get("/api/sites")
+    listed = await resp.json()
     assert len(listed) == 50
     assert [s["domain"].split("-")[0] for s in listed] == [f"d{i}" for i in range(50)]
+    # Beyond the spec, the dashboard reaches the others: how many there are, and the next 50 by offset.
+    assert resp.headers["X-Total-Count"] == "55"
+    resp = await client.get("/api/sites?offset=50")
+    older = await resp.json()
+    assert resp.status == 200 and resp.headers["X-Total-Count"] == "55"
+    assert [s["domain"].split("-")[0] for s in older] == [f"d{i}" for i in range(50, 55)]
+    assert set(older[0]) == {"id", "domain", "status", "verified", "verifiedAt", "createdAt"}
+    assert await (await client.get("/api/sites?offset=")).json() == listed
+    assert await (await client.get(f"/api/sites?offset={10**30}")).json() == []
+    for bad in ("-1", "x", "1.5"):
+        resp = await client.get(f"/api/sites?offset={bad}")
+        assert (resp.status, await resp.json()) == (400, {"error": "invalid offset"})
 
 
 async def test_domain_of_another_workspace_is_409(client, login, database_url, workspace):

@@ -38,7 +38,8 @@ def _top(summary: str) -> dict:
 PATHS = {
     "/api/analytics/overview": _get(
         "Totals, visitors, bounce rate, session duration, top lists and a time series",
-        [_EVENT, query("path", {"type": "string"}, description="case-insensitive substring"),
+        [_EVENT, query("path", {"type": "string"},
+                        description="case-insensitive substring of the page (path without query or fragment)"),
          query("referrer", {"type": "string"}, description="case-insensitive substring"),
          query("country", {"type": "string"}, description="exact two-letter code")],
         json_body(ref("Overview")),

@@ -60,8 +60,12 @@ PATHS = {
     "/api/sites": {
         "get": {"summary": "Sites of your workspace, newest first (at most 50)", "tags": ["sites"],
                 "security": SESSION,
-                "responses": {"200": json_body({"type": "array", "maxItems": 50, "items": ref("Site")}),
-                              **site_errors(401)}},
+                "parameters": [query("offset", {"type": "integer", "minimum": 0, "default": 0},
+                                     description="skip this many (the next 50); beyond the spec")],
+                "responses": {"200": json_body({"type": "array", "maxItems": 50, "items": ref("Site")}, headers={
+                    "X-Total-Count": {"schema": {"type": "string"},
+                                      "description": "how many sites the workspace has"}}),
+                              **site_errors(400, 401)}},
         "post": {
             "summary": "Register a domain (normalized; the same domain again returns the same site)",
             "tags": ["sites"], "security": SESSION,

@@ -11,7 +11,12 @@ function signIn() {
   location.assign('/login?next=' + encodeURIComponent(location.pathname + location.search))
 }
 
-export async function api(path, { method = 'GET', json, form, signal } = {}) {
+export async function api(path, options = {}) {
+  return (await apiResponse(path, options)).body
+}
+
+// The body and the response's headers (a list's X-Total-Count).
+export async function apiResponse(path, { method = 'GET', json, form, signal } = {}) {
   const init = { method, headers: { Accept: 'application/json' }, signal, credentials: 'same-origin' }
   if (json !== undefined) {
     init.headers['Content-Type'] = 'application/json'
@@ -32,7 +37,7 @@ export async function api(path, { method = 'GET', json, form, signal } = {}) {
     body = { error: text }
   }
   if (!resp.ok) throw new ApiError(resp.status, body)
-  return body
+  return { body, headers: resp.headers }
 }
 
 // A query string from an object, skipping empty values; an array value repeats its parameter.

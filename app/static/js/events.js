@@ -54,7 +54,8 @@ export function renderEvents(container, siteId) {
       }
       const rows = events.map((e) => h('tr', { dataset: { event: e.id } },
         h('td', { class: 'nowrap', title: e.createdAt, text: when(e.createdAt) }),
-        h('td', {}, h('span', { class: 'badge', text: e.name })),
+        // Names run to 64 characters: cut like paths, the whole name in the title.
+        h('td', {}, h('span', { class: 'badge ellipsis', title: e.name, text: e.name })),
         h('td', { class: 'ellipsis', title: e.url || '', text: e.path || '' }),
         h('td', { class: 'ellipsis', title: e.referrer || '', text: e.referrer || '' }),
         h('td', { text: e.country || '' }),

@@ -16,21 +16,21 @@ export function goalManager(siteId, onChange) {
   async function refresh() {
     try {
       const { goals } = await api(base)
-      list.replaceChildren(...(goals.length ? [] : [h('li', { class: 'muted small', text: 'No goals yet.' })]),
-        ...goals.map((g) => h('li', { class: 'row', dataset: { goal: g.id } },
-          h('span', { class: 'badge', text: g.goal_type === 'page' ? 'page' : 'event' }),
-          h('span', { class: 'ellipsis', text: g.goal_type === 'page' ? g.page_path : g.event_name }),
-          h('span', { class: 'spacer' }),
-          h('button', { type: 'button', class: 'link danger small', text: 'Remove', 'aria-label': `Remove goal ${g.display_name}`,
-            onclick: async () => {
-              try {
-                await api(`${base}/${encodeURIComponent(g.id)}`, { method: 'DELETE' })
-                await refresh()
-                onChange()
-              } catch (e) {
-                show(e)
-              }
-            } }))))
+      // With none, the panel under this box already says so (and what a goal is): no second message here.
+      list.replaceChildren(...goals.map((g) => h('li', { class: 'row', dataset: { goal: g.id } },
+        h('span', { class: 'badge', text: g.goal_type === 'page' ? 'page' : 'event' }),
+        h('span', { class: 'ellipsis', text: g.goal_type === 'page' ? g.page_path : g.event_name }),
+        h('span', { class: 'spacer' }),
+        h('button', { type: 'button', class: 'link danger small', text: 'Remove', 'aria-label': `Remove goal ${g.display_name}`,
+          onclick: async () => {
+            try {
+              await api(`${base}/${encodeURIComponent(g.id)}`, { method: 'DELETE' })
+              await refresh()
+              onChange()
+            } catch (e) {
+              show(e)
+            }
+          } }))))
     } catch (e) {
       list.replaceChildren(errorBox(e))
     }

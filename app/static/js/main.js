@@ -5,15 +5,15 @@ import { renderEvents } from './events.js'
 import { renderKeys } from './keys.js'
 import { renderOverview } from './overview.js'
 import { renderRealtime } from './realtime.js'
-import { renderSites } from './sites.js'
+import { knownSite, renderSites } from './sites.js'
 
 const view = document.getElementById('view')
 const routes = [
   [/^\/app\/?$/, renderSites, 'sites'],
   [/^\/app\/keys\/?$/, renderKeys, 'keys'],
-  [/^\/app\/sites\/([^/]+)\/?$/, renderOverview, 'sites'],
-  [/^\/app\/sites\/([^/]+)\/realtime\/?$/, renderRealtime, 'sites'],
-  [/^\/app\/sites\/([^/]+)\/events\/?$/, renderEvents, 'sites'],
+  [/^\/app\/sites\/([^/]+)\/?$/, knownSite(renderOverview), 'sites'],
+  [/^\/app\/sites\/([^/]+)\/realtime\/?$/, knownSite(renderRealtime), 'sites'],
+  [/^\/app\/sites\/([^/]+)\/events\/?$/, knownSite(renderEvents), 'sites'],
 ]
 let cleanup = null
 

@@ -31,7 +31,7 @@ export function renderRealtime(container, siteId) {
       const feed = h('ul', { class: 'feed' })
       for (const e of rt.recentEvents || []) {
         feed.append(h('li', { dataset: { event: e.id } },
-          h('span', { class: 'badge', text: e.name }), h('span', { class: 'ellipsis path', text: e.path || '' }),
+          h('span', { class: 'badge ellipsis', title: e.name, text: e.name }), h('span', { class: 'ellipsis path', text: e.path || '' }),
           h('span', { class: 'muted small', text: e.country || '' }), h('time', { class: 'muted small', datetime: e.timestamp, text: ago(e.timestamp) })))
       }
       const idle = !(rt.recentEvents || []).length

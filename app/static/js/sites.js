@@ -1,12 +1,40 @@
 // Site list: add a site, publish its DNS TXT record and verify it; the shared header of per-site pages.
-import { api, qs } from './api.js'
+import { api, apiResponse, qs } from './api.js'
 import { codeBlock, errorBox, h, snippet } from './dom.js'
 
-let sitesCache = null
+export const PAGE_SIZE = 50 // what GET /api/sites answers at most (the spec's cap), newest first
+let firstPage = null // {sites, total} of the 50 newest
+const beyond = new Map() // site id -> promise of a site not among them (or null: no such site)
+
+// One page of the workspace's sites and how many it has (X-Total-Count).
+async function sitesPage(offset = 0) {
+  const { body, headers } = await apiResponse('/api/sites' + (offset ? '?' + qs({ offset }) : ''))
+  return { sites: body, total: Number(headers.get('X-Total-Count')) || body.length }
+}
 
 export async function loadSites(force = false) {
-  if (!sitesCache || force) sitesCache = api('/api/sites').catch((e) => { sitesCache = null; throw e })
-  return sitesCache
+  if (!firstPage || force) {
+    beyond.clear()
+    firstPage = sitesPage().catch((e) => { firstPage = null; throw e })
+  }
+  return firstPage
+}
+
+// A site of the workspace by id: among the 50 newest, else from its verification status (which names its
+// domain); null when there is no such site, or it belongs to another workspace.
+export async function findSite(siteId) {
+  const listed = (await loadSites()).sites.find((s) => s.id === siteId)
+  if (listed) return listed
+  if (!beyond.has(siteId)) {
+    beyond.set(siteId, api('/api/verify?' + qs({ site: siteId })).then(
+      (v) => (v.status === 'not_found' ? null : { id: siteId, domain: v.domain, status: v.status, verified: v.status === 'verified' }),
+      (e) => {
+        beyond.delete(siteId)
+        if (e.status === 404) return null
+        throw e
+      }))
+  }
+  return beyond.get(siteId)
 }
 
 export function isVerified(site) {
@@ -51,13 +79,13 @@ function verifyPanel(site, onVerified) {
   return out
 }
 
-function siteCard(site, openSetup) {
+function siteCard(site, openSetup, onVerified) {
   const verified = isVerified(site)
   const setup = h('div', { class: 'setup', hidden: !openSetup })
   const fill = () => setup.replaceChildren(
     h('h4', { text: 'Install the tracker' }),
     codeBlock(snippet(site.id)),
-    ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, () => renderInto(document.getElementById('view'), site.id))]),
+    ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
   )
   if (openSetup) fill()
   const toggle = h('button', {
@@ -76,18 +104,32 @@ function siteCard(site, openSetup) {
   )
 }
 
-async function renderInto(container, openId = null) {
+function offsetOf(search) {
+  const n = parseInt(new URLSearchParams(search).get('offset'), 10)
+  return n > 0 ? n : 0
+}
+
+// The list shows 50 sites at a time; past that it says how many there are and pages through them
+// (?offset= in the URL, as GET /api/sites takes it).
+async function renderInto(container, { openId = null, offset = offsetOf(location.search) } = {}) {
   const list = h('ul', { class: 'cards' })
   const error = h('p', { class: 'error', role: 'alert', hidden: true })
   const input = h('input', { name: 'domain', placeholder: 'example.com', required: true, autocomplete: 'off', 'aria-label': 'Domain' })
   const form = h('form', { class: 'add-site row' }, input, h('button', { type: 'submit', class: 'primary', text: 'Add site' }))
+  const count = h('p', { class: 'muted small sites-count', hidden: true })
+  const pager = h('div', { class: 'row pager', hidden: true })
+  const go = (to, openSite = null) => {
+    const url = location.pathname + (to ? '?' + qs({ offset: to }) : '')
+    if (url !== location.pathname + location.search) history.pushState(null, '', url) // Back returns
+    renderInto(container, { openId: openSite, offset: to })
+  }
   form.addEventListener('submit', async (event) => {
     event.preventDefault()
     error.hidden = true
     try {
       const site = await api('/api/sites', { method: 'POST', form: { domain: input.value.trim() } })
       await loadSites(true)
-      renderInto(container, site.id)
+      go(0, site.id) // the newest site is first
     } catch (e) {
       error.textContent = e.status === 400 ? 'That is not a valid domain. Enter it like example.com.' : `Could not add the site: ${e.message}`
       error.hidden = false
@@ -96,16 +138,24 @@ async function renderInto(container, openId = null) {
   container.replaceChildren(
     h('div', { class: 'page-head' }, h('h1', { text: 'Sites' })),
     h('section', { class: 'card' }, h('h3', { text: 'Add a site' }), form, error),
-    list,
+    count, list, pager,
   )
   try {
-    const sites = await loadSites(openId !== null)
-    if (!sites.length) {
+    const { sites, total } = offset ? await sitesPage(offset) : await loadSites(openId !== null)
+    if (!sites.length && !offset) {
       list.append(h('li', { class: 'empty' },
         h('h3', { text: 'No sites yet' }),
         h('p', { text: 'Add the domain of your website above. You will get a one-line script tag to put on its pages.' })))
     }
-    for (const site of sites) list.append(siteCard(site, site.id === openId))
+    for (const site of sites) list.append(siteCard(site, site.id === openId, () => go(offset, site.id)))
+    if (total > PAGE_SIZE || offset) {
+      count.textContent = sites.length ? `Sites ${offset + 1}–${offset + sites.length} of ${total}, newest first` : `No sites past ${total}.`
+      count.hidden = false
+      pager.replaceChildren(
+        h('button', { type: 'button', class: 'small', text: '← Newer', disabled: offset === 0, onclick: () => go(Math.max(0, offset - PAGE_SIZE)) }),
+        h('button', { type: 'button', class: 'small', text: 'Older →', disabled: offset + sites.length >= total, onclick: () => go(offset + PAGE_SIZE) }))
+      pager.hidden = false
+    }
   } catch (e) {
     list.append(errorBox(e))
   }
@@ -115,12 +165,35 @@ export function renderSites(container) {
   renderInto(container)
 }
 
+// A site's pages open once the site is known: for an unknown id, or another workspace's, they say so and
+// offer nothing (no range, filters or exports, and no reads that could only answer 404).
+export function knownSite(render) {
+  return (container, siteId) => {
+    let alive = true
+    let cleanup = null
+    findSite(siteId).then((site) => {
+      if (!alive) return
+      if (site) {
+        cleanup = render(container, siteId) || null
+        return
+      }
+      container.replaceChildren(
+        h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('a', { href: '/app', class: 'muted', text: 'Sites /' }),
+          h('h1', { class: 'ellipsis', text: 'Site not found' }))),
+        errorBox({ status: 404 }))
+    }, (e) => { if (alive) container.replaceChildren(errorBox(e)) })
+    return () => {
+      alive = false
+      if (cleanup) cleanup()
+    }
+  }
+}
+
 // Header of a site's pages: domain, verification mark and the page tabs.
 export function siteHeader(siteId, active) {
   const title = h('h1', { class: 'ellipsis', text: siteId })
   const mark = h('span')
-  loadSites().then((sites) => {
-    const site = sites.find((s) => s.id === siteId)
+  findSite(siteId).then((site) => {
     if (!site) return
     title.textContent = site.domain
     mark.replaceWith(badge(isVerified(site)))
