@@ -8,7 +8,7 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
-from app.input_rules import MAX_DEPTH, problem
+from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.responses import ApiError, invalid
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ def reject_unstorable(body: bytes, value: object) -> None:
 
 def decode(body: bytes, schema: type[T]) -> T:
     try:
-        value = msgspec.json.decode(body, type=schema)
+        value = decode_json(body, type=schema)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         raise invalid(

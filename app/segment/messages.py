@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from actors.workspace import OP_ALIAS, OP_EVENT, OP_TRAITS
-from app.input_rules import MAX_DEPTH, problem
+from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.schemas import EARLIEST, FUTURE_SKEW
 from storage.events import EventRow
 from storage.ids import new_id
@@ -163,7 +163,7 @@ def to_op(msg: Message, kind: str, source: tuple[str, int, str], batch_sent_at: 
 
 def decode_message(raw: bytes) -> Message:
     try:
-        msg = msgspec.json.decode(raw, type=Message)
+        msg = decode_json(raw, type=Message)
     except msgspec.ValidationError as exc:
         raise Invalid(field_message(exc)) from None
     except (msgspec.DecodeError, RecursionError):

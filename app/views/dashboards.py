@@ -15,6 +15,7 @@ from msgspec import UNSET, Meta, UnsetType
 from app.appkeys import POOL, SETTINGS
 from app.auth import key_of, requires
 from app.bodies import field_of, read_body, reject_unstorable
+from app.input_rules import decode_json
 from app.net import _trusted
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
@@ -108,7 +109,7 @@ def _problem(exc: msgspec.ValidationError) -> ApiError:
 
 def _decode(body: bytes, schema: type[T]) -> T:
     try:
-        value = msgspec.json.decode(body, type=schema)
+        value = decode_json(body, type=schema)
     except msgspec.ValidationError as exc:
         raise _problem(exc) from None
     except msgspec.DecodeError:

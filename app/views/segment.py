@@ -19,6 +19,7 @@ from actors.workspace import SEGMENT
 from app.appkeys import LIMITER, METRICS, SETTINGS
 from app.auth import auth_scheme, requires
 from app.bodies import read_body
+from app.input_rules import decode_json
 from app.net import client_ip
 from app.plans import ANONYMOUS, limits_for
 from app.responses import ApiError, json_response
@@ -105,7 +106,7 @@ async def _single(request: web.Request, kind: str) -> web.Response:
 async def _batch(request: web.Request) -> web.Response:
     body = await _read(request, BATCH_LIMIT)
     try:
-        envelope = msgspec.json.decode(body, type=Batch)
+        envelope = decode_json(body, type=Batch)
     except msgspec.ValidationError as exc:
         raise SegmentError(400, "invalid_request", field_message(exc)) from None
     except (msgspec.DecodeError, RecursionError):
