@@ -4,6 +4,8 @@ shape with the X-RateLimit-* headers, never a 500."""
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from tests.conftest import bearer
@@ -61,4 +63,53 @@ async def test_invalid_utf8_on_segment_is_segments_400(client, make_key, path):
     answer = await resp.json()
     assert resp.status == 400, answer
     assert answer["code"] == "invalid_request" and "not valid JSON" in answer["message"]
+    assert all(h in resp.headers for h in RATE_HEADERS)
+
+
+EVENT = b'{"event": "x", "user_id": "y"}'
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "zstd", "br"])
+@pytest.mark.parametrize("path", ["/v1/events", "/v1/events/batch", "/v1/reports", "/v1/dashboards",
+                                  "/v1/data-sources", "/v1/identify"])
+async def test_a_body_not_in_its_content_encoding_is_400(client, make_key, path, encoding):
+    key = {**bearer(await make_key("read,write,admin")), "Content-Type": "application/json",
+           "Content-Encoding": encoding}
+    resp = await client.post(path, headers=key, data=EVENT)
+    answer = await resp.json()
+    _assert_keyed_400(resp, answer)
+    assert encoding in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+async def test_each_supported_content_encoding_is_decoded(client, make_key, encoding):
+    import zlib
+
+    import brotli
+    from backports import zstd
+
+    packed = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
+              "zstd": zstd.compress}[encoding](EVENT)
+    key = {**bearer(await make_key("write")), "Content-Type": "application/json", "Content-Encoding": encoding}
+    resp = await client.post("/v1/events", headers=key, data=packed)
+    assert resp.status == 200, await resp.text()
+
+
+async def test_an_unknown_content_encoding_is_415(client, make_key):
+    key = {**bearer(await make_key("write")), "Content-Type": "application/json", "Content-Encoding": "compress"}
+    resp = await client.post("/v1/events", headers=key, data=EVENT)
+    assert resp.status == 415
+    assert (await resp.json())["error"]["code"] == "unsupported_media_type"
+    assert "gzip" in resp.headers["Accept-Encoding"]
+    assert all(h in resp.headers for h in RATE_HEADERS)
+
+
+@pytest.mark.parametrize("path", SEGMENT_PATHS)
+async def test_a_segment_body_not_in_its_content_encoding_is_segments_400(client, make_key, path):
+    source = await create_source(client, await make_key())
+    resp = await client.post(path, headers={**basic(source["write_key"]), "Content-Type": "application/json",
+                                            "Content-Encoding": "gzip"}, data=b'{"event": "x", "userId": "y"}')
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["code"] == "invalid_request" and "gzip" in answer["message"]
     assert all(h in resp.headers for h in RATE_HEADERS)
