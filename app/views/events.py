@@ -14,7 +14,7 @@ from app.bodies import decode, read_body
 from app.keys import KeyInfo
 from app.responses import ApiError, invalid, iso_ms, json_response
 from app.schemas import MAX_BATCH, BatchIn, EventIn
-from app.views.params import cursor_param, int_param, page_response, time_param
+from app.views.params import cursor_param, int_param, page_response, text_param, time_param
 from storage import events as event_store
 from storage.events import EventRow
 from storage.ids import new_id
@@ -96,8 +96,8 @@ async def list_events(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 100, 1, 1000)
     filters = {
-        "event": request.query.get("event") or None,
-        "user_id": request.query.get("user_id") or None,
+        "event": text_param(request, "event"),
+        "user_id": text_param(request, "user_id"),
         "from": time_param(request, "from"),
         "to": time_param(request, "to"),
     }

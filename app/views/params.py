@@ -23,6 +23,22 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
                       fields=[{"field": name, "message": f"out of range {lo}..{hi}"}]) from None
 
 
+def storable_param(field: str, value: str) -> str:
+    """A query value that reaches SQL: text PostgreSQL cannot hold (app/input_rules.py) is a 400 naming
+    the parameter (a U+0000 in its name written out, so the answer shows where it was)."""
+    if not storable_text(value) or not storable_text(field):
+        shown = field.replace("\x00", "\\u0000")
+        raise invalid(f"{shown}: text may not contain the NUL character (\\u0000)",
+                      fields=[{"field": shown, "message": "contains U+0000"}])
+    return value
+
+
+def text_param(request: web.Request, name: str) -> str | None:
+    """A text filter: None when absent or empty."""
+    value = request.query.get(name)
+    return storable_param(name, value) if value else None
+
+
 def time_param(request: web.Request, name: str) -> datetime | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
