@@ -12,6 +12,7 @@ from msgspec import Meta
 from app.bodies import field_of
 from app.responses import invalid
 from app.schemas import EventName
+from app.timestamps import through
 
 ReportType = Literal["event_volume", "funnel", "retention", "custom"]
 # NUL characters cannot be stored in PostgreSQL text or jsonb; every free-text field excludes them.
@@ -43,8 +44,9 @@ class _Ranged(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     to: Timestamp | None = None
 
     def window(self, now: datetime) -> tuple[datetime, datetime]:
+        """[start, end] to compare with `ts >=` and `ts <=`: `to` covers its millisecond (app/timestamps.py)."""
         end = self.to or now
-        return self.from_ or end - DEFAULT_RANGE, end
+        return self.from_ or end - DEFAULT_RANGE, through(end)
 
     def _check_range(self) -> None:
         for name, value in (("from", self.from_), ("to", self.to)):
