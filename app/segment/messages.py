@@ -6,17 +6,14 @@ actor can drop messages it has already stored (see actors.workspace and storage.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
-import unicodedata
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 import msgspec
 
 from actors.workspace import OP_ALIAS, OP_EVENT, OP_TRAITS
+from app.event_names import snake_case
 from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.schemas import EARLIEST, FUTURE_SKEW
 from storage.events import EventRow
@@ -69,22 +66,12 @@ class Invalid(ValueError):
     """A message Segment would reject; the text names the field."""
 
 
-_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_NON_WORD = re.compile(r"[^a-z0-9]+")
-
-
-@lru_cache(maxsize=4096)
 def event_name(text: str) -> str:
-    """Segment's free-form event names as Tally's snake_case, the way Segment's warehouses name event
-    tables: "Order Completed" -> order_completed, "orderCompleted" -> order_completed; accents are dropped."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()  # "Crème" -> "Creme"
-    snake = _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", ascii_text).lower()).strip("_")[:128]
-    if not snake:
-        if not text.strip():
-            raise Invalid("event: the event name is blank")
-        # No ASCII letter or digit (e.g. "注文完了"): a stable name, so such events still count together.
-        return "e_" + hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
-    return snake if snake[0].isalpha() else f"e_{snake}"[:128]
+    """A track call's event name as Tally's snake_case (app/event_names.py); a blank one is refused."""
+    name = snake_case(text)
+    if name is None:
+        raise Invalid("event: the event name is blank")
+    return name
 
 
 def _id(value: Id | None, field: str) -> str | None:
