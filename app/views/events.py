@@ -25,7 +25,7 @@ BATCH_LIMIT = 8 * 1024 * 1024
 
 
 def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> EventRow:
-    return EventRow(event_id, key.workspace_id, key.env, event.event, event.timestamp or received, received,
+    return EventRow(event_id, key.workspace_id, key.env, event.event, event.at or received, received,
                     user_id=event.user_id, anonymous_id=event.anonymous_id, properties=event.properties)
 
 

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from app.input_rules import NotAnInteger, OutOfRange, query_int, storable_text
 from app.responses import invalid, json_response
+from app.timestamps import parse_timestamp
 from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 
@@ -44,11 +45,11 @@ def time_param(request: web.Request, name: str) -> datetime | None:
     if raw is None or raw == "":
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        value = parse_timestamp(raw)
     except ValueError:
         raise invalid(f"{name} must be an ISO 8601 timestamp",
                       fields=[{"field": name, "message": "not ISO 8601"}]) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
 
 
 def cursor_param(request: web.Request, *types: type) -> list | None:

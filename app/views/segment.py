@@ -129,7 +129,7 @@ async def _batch(request: web.Request) -> web.Response:
             msg = decode_message(item)
             if msg.type not in TYPES:
                 raise Invalid(f"type: must be one of {', '.join(TYPES)}")
-            ops.append(to_op(msg, msg.type, where, envelope.sentAt, received))
+            ops.append(to_op(msg, msg.type, where, envelope.sent_at, received))
         except Invalid as exc:
             errors.append({"index": index, "code": "invalid_request", "message": str(exc)})
     if errors:
