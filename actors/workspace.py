@@ -128,6 +128,7 @@ def _first_of_each(segment: list[tuple]) -> list[tuple]:
 
 
 def _merge_traits(traits: dict[str, tuple[dict, datetime]], items: list) -> None:
+    """Traits merge in call order; the time kept is the earliest, whatever order the calls came in."""
     for user_id, new_traits, at in items:
         merged, first = traits.get(user_id, ({}, at))
-        traits[user_id] = ({**merged, **new_traits}, first)
+        traits[user_id] = ({**merged, **new_traits}, min(first, at))

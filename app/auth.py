@@ -66,6 +66,8 @@ def refuse_undeclared(v1: web.Application) -> None:
 
 
 KEY_INFO: web.RequestKey[KeyInfo] = web.RequestKey("key_info", KeyInfo)
+# A keyed request's X-RateLimit-* headers, for the root layer to add to a failure it renders (a 500 or 503).
+RATE_HEADERS: web.RequestKey[dict] = web.RequestKey("rate_headers", dict)
 
 
 def key_of(request: web.Request) -> KeyInfo:
@@ -112,7 +114,7 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
     else:
         bucket, limits = f"key:{key.id}:{group}", limits_for(key.plan, group, key.custom_limits)
     verdict = await app[LIMITER].hit(bucket, limits)
-    headers = verdict.headers()
+    headers = request[RATE_HEADERS] = verdict.headers()
     try:
         if not verdict.allowed:
             if group == "events":

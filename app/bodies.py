@@ -8,7 +8,7 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
-from app.input_rules import MAX_DEPTH, problem
+from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.responses import ApiError, invalid
 
 T = TypeVar("T")
@@ -17,12 +17,29 @@ _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
+# The content codings aiohttp's parser decodes (br through Brotli, zstd through backports.zstd or the
+# standard library: both are dependencies so that every one of them is); any other it passes on as is.
+CONTENT_CODINGS = ("gzip", "deflate", "br", "zstd")
+
+
 async def read_body(request: web.Request, limit: int, too_large: Exception | None = None) -> bytes:
-    """The body, or `too_large` (by default the keyed API's 413) once it is known to pass `limit`."""
+    """The body, or `too_large` (by default the keyed API's 413) once it is known to pass `limit`. A
+    Content-Encoding aiohttp does not decode is a 415, a body that does not decode by its coding a 400
+    (ApiErrors: callers with another error shape convert them)."""
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in ("", "identity", *CONTENT_CODINGS):
+        raise ApiError(415, "unsupported_media_type",
+                       f"Content-Encoding {coding!r} is not supported; send {', '.join(CONTENT_CODINGS)} or none",
+                       headers={"Accept-Encoding": ", ".join(CONTENT_CODINGS)})
     if request.content_length is not None and request.content_length > limit:
         raise too_large or _too_large(limit)
     # request.read() gathers every chunk of a chunked body and stops at the app's client_max_size.
-    body = await request.read()
+    try:
+        body = await request.read()
+    except web.RequestPayloadError:
+        # aiohttp's "Can not decode content-encoding: gzip", or a body cut short by the client.
+        raise invalid(f"request body is not valid {coding} data (its Content-Encoding)" if coding in CONTENT_CODINGS
+                      else "request body ended before its Content-Length or last chunk") from None
     if len(body) > limit:
         raise too_large or _too_large(limit)
     return body
@@ -59,7 +76,7 @@ def reject_unstorable(body: bytes, value: object) -> None:
 
 def decode(body: bytes, schema: type[T]) -> T:
     try:
-        value = msgspec.json.decode(body, type=schema)
+        value = decode_json(body, type=schema)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         raise invalid(

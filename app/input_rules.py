@@ -7,14 +7,15 @@ rules on /v1, /api and Segment's calls (each API words the answer in its own sha
 - any JSON number within double range is stored, integers beyond 64 bits included (storage/db.py
   encodes jsonb with msgspec, which round-trips them); msgspec's decoder refuses the rest;
 - an id in a URL path that holds U+0000 or a lone surrogate names nothing: 404, before any SQL
-  (`storable_path_ids`, checked by the layers of both sub-applications).
+  (`storable_path_ids`, checked by the layers of both sub-applications);
+- JSON is UTF-8 (RFC 8259): a body that is not is malformed JSON like any other (`decode_json`).
 
 Also the one parser of integer query parameters."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -22,6 +23,19 @@ MAX_DEPTH = 64
 NUL_ESCAPE = b"\\u0000"
 
 Problem = tuple[str, Literal["nul", "depth"]]  # (the field's path, what is wrong)
+
+
+def decode_json(data: bytes | str, type: Any = Any, **options: Any) -> Any:
+    """msgspec.json.decode for request input, where text that is not UTF-8 is malformed JSON like a
+    syntax error, wherever it is: raised as the msgspec.DecodeError every caller answers with its API's
+    400. msgspec itself raises UnicodeDecodeError for such bytes in a string it decodes (a 500) and
+    skips them in fields it ignores or keeps raw; an ASCII body, the usual one, costs one quick scan."""
+    try:
+        if isinstance(data, bytes) and not data.isascii():
+            data.decode()
+        return msgspec.json.decode(data, type=type, **options)
+    except UnicodeError as exc:  # also UnicodeEncodeError: a str holding a lone surrogate
+        raise msgspec.DecodeError(f"not UTF-8: {exc.reason}") from None
 
 
 def storable_text(value: str) -> bool:

@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from app.appkeys import METRICS, OUTAGES, root_app
-from app.auth import Handler, is_ingestion
+from app.auth import RATE_HEADERS, Handler, is_ingestion
 from app.input_rules import storable_path_ids
 from app.outages import unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
@@ -90,6 +90,7 @@ def root_middleware(sessions: Middleware) -> Middleware:
                 response = _render_http_exception(request, exc, False)
             except Exception as exc:
                 response = _render_unexpected(request, exc, False)
+                response.headers.update(request.get(RATE_HEADERS, {}))  # spec §8: failures carry them too
             status = response.status
             return response
         except web.HTTPException as exc:

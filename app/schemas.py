@@ -8,33 +8,47 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from app.timestamps import MAX_LENGTH, parse_timestamp
+
 EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*$")]
 Identifier = Annotated[str, Meta(min_length=1, max_length=255)]
-Timestamp = Annotated[datetime, Meta(tz=True)]
+# Decoded as text and parsed by app/timestamps.py, which takes more of ISO 8601 than msgspec's RFC 3339.
+TimestampText = Annotated[str, Meta(max_length=MAX_LENGTH)]
 
 MAX_BATCH = 1000
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 FUTURE_SKEW = timedelta(days=1)
 
 
-def check_timestamp(value: datetime | None) -> None:
-    if value is None:
-        return
+def body_timestamp(text: str | None, field: str = "timestamp") -> datetime | None:
+    """A body's timestamp: ISO 8601 with a timezone, between 2000-01-01 and one day from now. Raised as
+    msgspec reports a ValueError of __post_init__ with this suffix: as the failing field."""
+    if text is None:
+        return None
+    try:
+        value = parse_timestamp(text)
+    except ValueError:
+        raise ValueError(f"{field} must be an ISO 8601 date-time - at `$.{field}`") from None
+    if value.tzinfo is None:
+        raise ValueError(f"{field} must carry a timezone (Z or an offset) - at `$.{field}`")
     if value < EARLIEST or value > datetime.now(UTC) + FUTURE_SKEW:
-        raise ValueError("timestamp must be between 2000-01-01 and one day from now - at `$.timestamp`")
+        raise ValueError(f"{field} must be between 2000-01-01 and one day from now - at `$.{field}`")
+    return value
 
 
-class EventIn(msgspec.Struct):
+class EventIn(msgspec.Struct, dict=True):
+    """dict=True holds `at`, the parsed timestamp, beside the fields."""
+
     event: EventName
     user_id: Identifier | None = None
     anonymous_id: Identifier | None = None
     properties: dict[str, Any] = {}
-    timestamp: Timestamp | None = None
+    timestamp: TimestampText | None = None  # as sent; `at` is its time
 
     def __post_init__(self) -> None:
         if self.user_id is None and self.anonymous_id is None:
             raise ValueError("one of user_id or anonymous_id is required - at `$.user_id`")
-        check_timestamp(self.timestamp)
+        self.at = body_timestamp(self.timestamp)
 
 
 class BatchIn(msgspec.Struct):
@@ -42,10 +56,10 @@ class BatchIn(msgspec.Struct):
     events: list[msgspec.Raw]
 
 
-class IdentifyIn(msgspec.Struct):
+class IdentifyIn(msgspec.Struct, dict=True):
     user_id: Identifier
     traits: dict[str, Any] = {}
-    timestamp: Timestamp | None = None
+    timestamp: TimestampText | None = None  # as sent; `at` is its time
 
     def __post_init__(self) -> None:
-        check_timestamp(self.timestamp)
+        self.at = body_timestamp(self.timestamp)

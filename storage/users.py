@@ -7,12 +7,15 @@ from datetime import datetime
 
 import asyncpg
 
+# created_at is the earliest time the user was seen, so a back-dated identify moves it back (the events
+# trigger does the same for events, migration 0012).
 UPSERT_TRAITS = """
 INSERT INTO user_profiles AS u (workspace_id, env, user_id, traits, created_at)
 SELECT $1, $2, t.user_id, t.traits, t.at
 FROM unnest($3::text[], $4::jsonb[], $5::timestamptz[]) AS t(user_id, traits, at)
 ON CONFLICT (workspace_id, env, user_id) DO UPDATE
-SET traits = u.traits || EXCLUDED.traits
+SET traits = u.traits || EXCLUDED.traits,
+    created_at = LEAST(u.created_at, EXCLUDED.created_at)
 """
 
 PROFILE_COLUMNS = "user_id, traits, created_at, last_seen_at, event_count, seq"
@@ -21,7 +24,7 @@ PROFILE_COLUMNS = "user_id, traits, created_at, last_seen_at, event_count, seq"
 async def merge_traits(
     conn: asyncpg.Connection, workspace_id: int, env: str, traits: dict[str, tuple[dict, datetime]]
 ) -> None:
-    """traits: user_id -> (traits merged in call order, first identify time)."""
+    """traits: user_id -> (traits merged in call order, earliest identify time)."""
     if not traits:
         return
     users = sorted(traits)

@@ -302,3 +302,58 @@ async def test_properties_mapping_picks_and_renames_columns(client, make_key, sc
     bad = await create(client, key, pg_source(database, port, properties={"tier": "plan_name"}))
     body = await wait_status(client, key, bad["id"], "error")
     assert "plan_name" in body["status_reason"]
+
+
+async def test_mysql_event_column_names_like_segment_and_null_is_no_name(client, make_key, scratch_mysql):
+    """Event names from a column are snake_cased by Segment's conversion (app/event_names.py): accents
+    dropped, camelCase split, names without a Latin letter or digit hashed; a NULL or blank value gets the
+    name the row would have without event_column (the table's), never "none"."""
+    from app.segment.messages import event_name
+
+    database, conn = scratch_mysql
+    names = [None, "None", "Crème Brûlée", "注文完了", "orderCompleted", "  "]
+    await add_actions(conn, database, *((f"n{i}", name, "1.00", "2024-02-01 08:00:00") for i, name in enumerate(names)))
+    key = await make_key("admin,read")
+    created = await create(client, key, mysql_source(database, table="actions", event_column="action"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    expected = {"n0": "actions", "n1": "none", "n2": "creme_brulee", "n3": event_name("注文完了"),
+                "n4": "order_completed", "n5": "actions"}
+    resp = await client.get("/v1/events?limit=1000", headers=bearer(key))
+    got = {e["user_id"]: e["event"] for e in (await resp.json())["data"]}
+    assert got == expected
+    assert expected["n3"].startswith("e_")
+
+
+async def test_mysql_time_columns_read_as_mysql_shows_them(client, make_key, scratch_mysql):
+    database, conn = scratch_mysql
+    async with conn.cursor() as cur:
+        await cur.execute(f"CREATE TABLE `{database}`.shifts (id int PRIMARY KEY, user_id varchar(9), "
+                          "t time, t3 time(3))")
+        await cur.execute(f"INSERT INTO `{database}`.shifts VALUES (1, 'a', '12:34:56', '12:34:56.500'), "
+                          "(2, 'b', '100:00:00', NULL), (3, 'c', '-00:30:00', '-838:59:59.000')")
+    key = await make_key("admin,read")
+    created = await create(client, key, mysql_source(database, table="shifts", timestamp_column=None,
+                                                     cursor_column="t"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    got = {e["user_id"]: e["properties"] for e in await events(client, key, "shifts")}
+    assert got == {"a": {"id": 1, "t": "12:34:56", "t3": "12:34:56.500"},
+                   "b": {"id": 2, "t": "100:00:00", "t3": None},
+                   "c": {"id": 3, "t": "-00:30:00", "t3": "-838:59:59.000"}}
+    async with conn.cursor() as cur:  # a TIME cursor column syncs incrementally
+        await cur.execute(f"INSERT INTO `{database}`.shifts VALUES (4, 'd', '101:00:00', NULL)")
+    assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(key))).status == 202
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    assert sorted(e["user_id"] for e in await events(client, key, "shifts")) == ["a", "b", "c", "d"]
+
+
+async def test_postgres_intervals_read_as_postgresql_shows_them(client, make_key, scratch_pg):
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE shifts (id int PRIMARY KEY, user_id text, d interval)")
+    await conn.execute("INSERT INTO shifts VALUES (1, 'a', '100 hours'), (2, 'b', '-30 minutes'), "
+                       "(3, 'c', '1 mon 2 days 03:00:00'), (4, 'd', NULL)")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table="shifts", timestamp_column=None,
+                                                  event_name="shift"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    got = {e["user_id"]: e["properties"]["d"] for e in await events(client, key, "shift")}
+    assert got == {"a": "100:00:00", "b": "-00:30:00", "c": "1 mon 2 days 03:00:00", "d": None}

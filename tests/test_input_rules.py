@@ -67,3 +67,17 @@ async def test_nul_is_refused_alike_on_both_apis(client, make_key):
     site = await post_event(client, orjson.dumps({"s": "input-rules-nul", "n": "a", "props": {"a": "x\x00y"}}))
     assert site.status == 400
     assert (await site.json())["issues"] == [{"field": "props", "message": "must not contain NUL characters"}]
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    ("/v1/events?user_id=%00", "user_id"), ("/v1/events?event=a%00", "event"),
+    ("/v1/users?trait%5Bplan%5D=%00", "trait[plan]"), ("/v1/users?trait%5B%00%5D=x", "trait[\\u0000]"),
+    ("/v1/users?trait%5Bplan%5D=pro&trait%5Ba%00b%5D=x", "trait[a\\u0000b]"),
+])
+async def test_nul_in_a_keyed_query_filter_is_400(client, make_key, path, field):
+    resp = await client.get(path, headers=bearer(await make_key("read")))
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request"
+    assert error["fields"] == [{"field": field, "message": "contains U+0000"}]
+    assert "X-RateLimit-Remaining" in resp.headers

@@ -2,10 +2,16 @@
 
 import asyncio
 import secrets
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from storage.db import init_connection
+from storage.events import EventRow, copy_events
+from storage.ids import new_id
 from storage.migrate import available, migrate
+from storage.workspaces import ensure_workspace
+from tests.test_analytics_durability import drop_database, fresh_database
 
 
 async def test_migrations_apply_once_even_concurrently(pg_admin_dsn):
@@ -37,3 +43,26 @@ async def test_partitions_are_created_on_demand_for_old_months(client, make_key)
     assert resp.status == 200
     listed = await (await client.get("/v1/events", headers=bearer(key))).json()
     assert listed["data"][0]["timestamp"] == "2003-02-14T12:00:00.000Z"
+
+
+async def test_profiles_alias_started_after_their_last_event_are_repaired(pg_admin_dsn):
+    """Migration 0024: a profile made by alias before it began at its events' earliest receive time, after
+    its last event; the migration starts it at its first event."""
+    dsn = await fresh_database(pg_admin_dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await init_connection(conn)
+        await migrate(conn, upto=23)
+        ws = await ensure_workspace(conn, "repair")
+        at, received = datetime(2026, 11, 20, 10, tzinfo=UTC), datetime.now(UTC)
+        await conn.execute("SELECT tally_ensure_event_partition($1)", at)
+        await copy_events(conn, [EventRow(new_id("evt"), ws, "live", "viewed", at + timedelta(hours=h), received,
+                                          anonymous_id="anon") for h in (0, 1)])
+        await conn.execute("SELECT tally_segment_alias($1, 'live', 'anon', 'user')", ws)
+        profile = "SELECT created_at, last_seen_at FROM user_profiles WHERE workspace_id = $1 AND user_id = 'user'"
+        assert (await conn.fetchrow(profile, ws))["created_at"] > at + timedelta(hours=1)  # the fault
+        await migrate(conn)
+        assert tuple(await conn.fetchrow(profile, ws)) == (at, at + timedelta(hours=1))
+    finally:
+        await conn.close()
+        await drop_database(pg_admin_dsn, dsn)

@@ -122,3 +122,23 @@ async def test_redis_limiter_falls_back_to_memory_for_every_waiting_hit_when_red
         assert outages.metrics.dependency_outages.labels("redis")._value.get() == 1  # one outage, not three
     finally:
         await redis.aclose()
+
+
+@pytest.mark.parametrize(("failure", "status", "code"), [
+    (RuntimeError("a bug"), 500, "internal_error"),
+    (ConnectionResetError("the database went away"), 503, "unavailable"),
+])
+async def test_a_keyed_request_that_fails_unexpectedly_still_carries_the_rate_limit_headers(
+        client, make_key, monkeypatch, failure, status, code):
+    """Spec §8: every response, successful or not, carries X-RateLimit-*; a 500 or 503 rendered by the
+    root layer too."""
+    from storage import users
+
+    async def fail(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(users, "get_profile", fail)
+    resp = await client.get("/v1/users/u1", headers=bearer(await make_key("read")))
+    assert resp.status == status
+    assert (await resp.json())["error"]["code"] == code
+    assert all(h in resp.headers for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"))

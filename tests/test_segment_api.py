@@ -151,6 +151,26 @@ async def test_alias_merges_the_previous_profile_and_events(client, make_key):
     assert await events(client, key, user_id="old-id") == []
 
 
+async def test_alias_of_an_anonymous_id_starts_the_profile_at_its_first_event(client, make_key):
+    """The profile alias makes from anonymous events begins at their earliest timestamp, not at the time they
+    were received, so created_at is never after last_seen_at; an older identify of the target still wins."""
+    key = await make_key()
+    h = basic((await create_source(client, key))["write_key"])
+    for body in ({"type": "track", "anonymousId": "anon_al", "event": "Viewed", "timestamp": "2026-11-20T10:00:00Z"},
+                 {"type": "track", "anonymousId": "anon_al", "event": "Viewed", "timestamp": "2026-11-21T10:00:00Z"},
+                 {"type": "alias", "previousId": "anon_al", "userId": "al_user"},
+                 {"type": "track", "anonymousId": "anon_b", "event": "Viewed", "timestamp": "2026-11-20T10:00:00Z"},
+                 {"type": "identify", "userId": "b_user", "timestamp": "2026-11-05T10:00:00Z"},
+                 {"type": "alias", "previousId": "anon_b", "userId": "b_user"}):
+        resp = await client.post(f"/v1/{body.pop('type')}", headers=h, json={"messageId": mid(), **body})
+        assert resp.status == 200, await resp.text()
+    profile = await user(client, key, "al_user")
+    assert profile["created_at"] == "2026-11-20T10:00:00.000Z"
+    assert profile["last_seen_at"] == "2026-11-21T10:00:00.000Z" and profile["event_count"] == 2
+    profile = await user(client, key, "b_user")
+    assert profile["created_at"] == "2026-11-05T10:00:00.000Z" and profile["event_count"] == 1
+
+
 async def test_write_key_in_the_body_and_auth_failures(client, make_key):
     key = await make_key()
     created = await create_source(client, key)

@@ -50,6 +50,26 @@ async def test_back_dated_events_move_created_at_back_and_last_seen_forward(clie
     assert profile["last_seen_at"] == "2026-11-12T00:00:00.000Z"
 
 
+async def test_a_back_dated_identify_moves_created_at_back(client, make_key):
+    """created_at is the earliest of the identifies' and the events' timestamps, in any order of arrival."""
+    key = await make_key("read,write")
+    await client.post("/v1/events", headers=bearer(key),
+                      json={"event": "zz", "user_id": "z1", "timestamp": "2026-11-20T10:00:00Z"})
+    await client.post("/v1/identify", headers=bearer(key),
+                      json={"user_id": "z1", "traits": {"a": 1}, "timestamp": "2026-11-10T10:00:00Z"})
+    for first, second in (("2026-11-20T10:00:00Z", "2026-11-10T10:00:00Z"),  # one after the other
+                          ("2026-11-10T10:00:00Z", "2026-11-20T10:00:00Z")):
+        await client.post("/v1/identify", headers=bearer(key), json={"user_id": "z2", "timestamp": first})
+        await client.post("/v1/identify", headers=bearer(key), json={"user_id": "z2", "timestamp": second})
+    await asyncio.gather(*(client.post("/v1/identify", headers=bearer(key), json={"user_id": "z3", "timestamp": t})
+                           for t in ("2026-11-20T10:00:00Z", "2026-11-10T10:00:00Z", "2026-11-15T10:00:00Z")))
+    for user_id in ("z1", "z2", "z3"):
+        profile = await (await client.get(f"/v1/users/{user_id}", headers=bearer(key))).json()
+        assert profile["created_at"] == "2026-11-10T10:00:00.000Z", profile
+    z1 = await (await client.get("/v1/users/z1", headers=bearer(key))).json()
+    assert z1["last_seen_at"] == "2026-11-20T10:00:00.000Z" and z1["traits"] == {"a": 1}
+
+
 async def test_identify_validation(client, make_key):
     key = await make_key("write")
     for body in ({}, {"user_id": ""}, {"user_id": "u", "traits": "x"}, {"user_id": 5}):

@@ -12,6 +12,7 @@ from msgspec import Meta
 from app.bodies import field_of
 from app.responses import invalid
 from app.schemas import EventName
+from app.timestamps import parse_timestamp, through
 
 ReportType = Literal["event_volume", "funnel", "retention", "custom"]
 # NUL characters cannot be stored in PostgreSQL text or jsonb; every free-text field excludes them.
@@ -43,8 +44,9 @@ class _Ranged(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     to: Timestamp | None = None
 
     def window(self, now: datetime) -> tuple[datetime, datetime]:
+        """[start, end] to compare with `ts >=` and `ts <=`: `to` covers its millisecond (app/timestamps.py)."""
         end = self.to or now
-        return self.from_ or end - DEFAULT_RANGE, end
+        return self.from_ or end - DEFAULT_RANGE, through(end)
 
     def _check_range(self) -> None:
         for name, value in (("from", self.from_), ("to", self.to)):
@@ -141,10 +143,25 @@ class ReportPatch(msgspec.Struct, forbid_unknown_fields=True):
     schedule: Schedule | msgspec.UnsetType | None = msgspec.UNSET
 
 
+def _bounds_parsed(config: dict[str, Any]) -> dict[str, Any]:
+    """from/to read by app/timestamps.py, as event timestamps are (msgspec's own parser takes RFC 3339 only);
+    the Struct then checks them as datetimes (a timezone, the range)."""
+    parsed = dict(config)
+    for name in ("from", "to"):
+        if isinstance(parsed.get(name), str):
+            try:
+                parsed[name] = parse_timestamp(parsed[name])
+            except ValueError:
+                field = f"config.{name}"
+                raise invalid(f"{field}: not an ISO 8601 date-time",
+                              fields=[{"field": field, "message": "not an ISO 8601 date-time"}]) from None
+    return parsed
+
+
 def parse_config(report_type: str, config: dict[str, Any]) -> msgspec.Struct:
     """Validate a stored or submitted config for its type; 400 naming config.<field> otherwise."""
     try:
-        return msgspec.convert(config, CONFIGS[report_type], strict=False)
+        return msgspec.convert(_bounds_parsed(config), CONFIGS[report_type], strict=False)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         unknown = _UNKNOWN.search(message)

@@ -6,19 +6,17 @@ actor can drop messages it has already stored (see actors.workspace and storage.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
-import unicodedata
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 import msgspec
 
 from actors.workspace import OP_ALIAS, OP_EVENT, OP_TRAITS
-from app.input_rules import MAX_DEPTH, problem
-from app.schemas import EARLIEST, FUTURE_SKEW
+from app.event_names import snake_case
+from app.input_rules import MAX_DEPTH, decode_json, problem
+from app.schemas import EARLIEST, FUTURE_SKEW, TimestampText
+from app.timestamps import parse_timestamp
 from storage.events import EventRow
 from storage.ids import new_id
 
@@ -34,8 +32,20 @@ SHORT_PATHS = {"t": "track", "i": "identify", "p": "page", "s": "screen", "g": "
 Id = str | int | float  # Segment accepts numbers for ids; stored as text
 
 
-class Message(msgspec.Struct):
-    """One Segment call. Unknown fields are ignored, as Segment does."""
+def _segment_time(text: str | None, field: str) -> datetime | None:
+    """A Segment time by the keyed API's parser (app/timestamps.py); without a zone it is UTC, as before."""
+    if text is None:
+        return None
+    try:
+        value = parse_timestamp(text)
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 date-time - at `$.{field}`") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+class Message(msgspec.Struct, dict=True):
+    """One Segment call. Unknown fields are ignored, as Segment does. dict=True holds `at` and `sent_at`,
+    timestamp and sentAt parsed."""
 
     type: str | None = None
     userId: Id | None = None
@@ -47,44 +57,41 @@ class Message(msgspec.Struct):
     traits: dict[str, Any] | None = None
     # Accepted and not stored (see docs/decisions.md); left raw, so they cost no parsing.
     context: msgspec.Raw = msgspec.Raw()
-    timestamp: datetime | None = None
-    sentAt: datetime | None = None
+    timestamp: TimestampText | None = None
+    sentAt: TimestampText | None = None
     messageId: str | None = None
     integrations: msgspec.Raw = msgspec.Raw()
     groupId: Id | None = None
     previousId: Id | None = None
     writeKey: str | None = None
 
+    def __post_init__(self) -> None:
+        self.at = _segment_time(self.timestamp, "timestamp")
+        self.sent_at = _segment_time(self.sentAt, "sentAt")
 
-class Batch(msgspec.Struct):
+
+class Batch(msgspec.Struct, dict=True):
     # Items stay raw: each is size-checked and validated on its own, so one bad message fails only itself.
     batch: list[msgspec.Raw]
-    sentAt: datetime | None = None
+    sentAt: TimestampText | None = None  # `sent_at` parsed
     writeKey: str | None = None
     context: dict[str, Any] | None = None
     integrations: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.sent_at = _segment_time(self.sentAt, "sentAt")
 
 
 class Invalid(ValueError):
     """A message Segment would reject; the text names the field."""
 
 
-_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_NON_WORD = re.compile(r"[^a-z0-9]+")
-
-
-@lru_cache(maxsize=4096)
 def event_name(text: str) -> str:
-    """Segment's free-form event names as Tally's snake_case, the way Segment's warehouses name event
-    tables: "Order Completed" -> order_completed, "orderCompleted" -> order_completed; accents are dropped."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()  # "Crème" -> "Creme"
-    snake = _NON_WORD.sub("_", _CAMEL.sub(r"\1_\2", ascii_text).lower()).strip("_")[:128]
-    if not snake:
-        if not text.strip():
-            raise Invalid("event: the event name is blank")
-        # No ASCII letter or digit (e.g. "注文完了"): a stable name, so such events still count together.
-        return "e_" + hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
-    return snake if snake[0].isalpha() else f"e_{snake}"[:128]
+    """A track call's event name as Tally's snake_case (app/event_names.py); a blank one is refused."""
+    name = snake_case(text)
+    if name is None:
+        raise Invalid("event: the event name is blank")
+    return name
 
 
 def _id(value: Id | None, field: str) -> str | None:
@@ -98,20 +105,16 @@ def _id(value: Id | None, field: str) -> str | None:
     return text
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
 def event_time(msg: Message, batch_sent_at: datetime | None, received: datetime) -> datetime:
     """Segment's clock-skew correction: the device's clock is trusted for the gap between the event and
     the send, the server's for the send itself: timestamp = receivedAt - (sentAt - timestamp)."""
-    if msg.timestamp is None:
+    if msg.at is None:
         return received
-    stamp = _utc(msg.timestamp)
-    sent = msg.sentAt or batch_sent_at
+    stamp = msg.at
+    sent = msg.sent_at or batch_sent_at
     if sent is not None:
         try:
-            stamp = received - (_utc(sent) - stamp)
+            stamp = received - (sent - stamp)
         except OverflowError:
             raise Invalid("timestamp: too far from sentAt") from None
     if stamp < EARLIEST or stamp > received + FUTURE_SKEW:
@@ -163,7 +166,7 @@ def to_op(msg: Message, kind: str, source: tuple[str, int, str], batch_sent_at: 
 
 def decode_message(raw: bytes) -> Message:
     try:
-        msg = msgspec.json.decode(raw, type=Message)
+        msg = decode_json(raw, type=Message)
     except msgspec.ValidationError as exc:
         raise Invalid(field_message(exc)) from None
     except (msgspec.DecodeError, RecursionError):

@@ -6,10 +6,11 @@ import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
+from app.event_names import snake_case
 from app.sources.schemas import Options, Secret
 
 if TYPE_CHECKING:
@@ -71,12 +72,13 @@ class Connector:
         raise NotImplementedError
 
 
-def snake(value: object, fallback: str = "imported_row") -> str:
-    """An arbitrary label as a snake_case event name."""
-    text = re.sub(r"[^a-z0-9]+", "_", str(value).lower()).strip("_")[:128]
-    if not text:
-        return fallback
-    return text if text[0].isalpha() else f"e_{text}"[:128]
+def event_name(value: object, default: str) -> str:
+    """A label from the source (an event_column value, a table or object name) as an event name, by the
+    conversion Segment's names get (app/event_names.py); `default` for NULL or a blank value, never the
+    text "none"."""
+    if value is None:
+        return default
+    return snake_case(value if isinstance(value, str) else str(jsonable(value))) or default
 
 
 def utc(value: object) -> datetime | None:
@@ -101,6 +103,8 @@ def jsonable(value: Any) -> Any:
         return value
     if isinstance(value, datetime | date | time):
         return value.isoformat()
+    if isinstance(value, timedelta):
+        return duration_text(value)
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, uuid.UUID):
@@ -112,6 +116,16 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple | set):
         return [jsonable(v) for v in value]
     return str(value)
+
+
+def duration_text(value: timedelta) -> str:
+    """A duration as MySQL writes a TIME ("100:00:00", "-00:30:00", fractions only when present), not as
+    Python's str() does ("4 days, 4:00:00")."""
+    seconds, micros = divmod(abs(value) // timedelta(microseconds=1), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{'-' if value < timedelta(0) else ''}{hours:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{micros:06d}" if micros else text
 
 
 def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_name: str, cursor: Any,
@@ -128,7 +142,8 @@ def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_n
     now = datetime.now(UTC)
     events = []
     for row in rows:
-        name = snake(row.get(event_col)) if event_col else (options.event_name or default_name)
+        # Without a name in its column, a row is named as it would be without event_column.
+        name = event_name(row.get(event_col), default_name) if event_col else (options.event_name or default_name)
         user = row.get(user_col)
         ts = utc(row.get(ts_col)) if ts_col else None
         if options.properties is not None:

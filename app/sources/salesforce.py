@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from app.sources.base import Connector, SourceError, rows_to_batch, snake, utc
+from app.sources.base import Connector, SourceError, event_name, rows_to_batch, utc
 from app.sources.http import Answer, Peer
 from app.sources.schemas import SalesforceCredentials
 
@@ -232,7 +232,7 @@ class SalesforceConnector(Connector):
             plan = await self._plan(org)
             options = msgspec.structs.replace(self.options, cursor_column=plan.cursor_field)
             key = plan.fields.get
-            default_name = snake(plan.object)
+            default_name = event_name(plan.object, "salesforce_record")
             page = await org.get(f"{API}/query", {"q": self._soql(plan, cursor)})
             while True:
                 records = [strip_attributes(r) for r in page.get("records", []) if isinstance(r, dict)]

@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from app.bodies import field_of
+from app.input_rules import decode_json
 from app.responses import invalid
 
 SOURCE_TYPES = ("postgres", "mysql", "bigquery", "snowflake", "redshift", "stripe", "salesforce", "hubspot",
@@ -182,7 +183,7 @@ class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:
     try:
-        return msgspec.json.decode(raw, type=schema)
+        return decode_json(raw, type=schema)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         if not field:
@@ -191,6 +192,8 @@ def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:
             field = found.group(1) if found else ""
         name = f"{prefix}.{field}" if field else prefix
         raise invalid(f"{name}: {message}", fields=[{"field": name, "message": message}]) from None
+    except msgspec.DecodeError:  # the part is JSON (the body decoded), but may hold bytes that are not UTF-8
+        raise invalid(f"{prefix}: not valid JSON", fields=[{"field": prefix, "message": "not valid JSON"}]) from None
 
 
 def decode_parts(body: CreateIn) -> tuple[msgspec.Struct, Options]:

@@ -18,12 +18,16 @@ from typing import Any
 import aiomysql
 import asyncpg
 import pymysql
+from pymysql.constants import FIELD_TYPE
+from pymysql.converters import decoders
 
-from app.sources.base import Batch, Connector, SourceError, rows_to_batch, snake
+from app.sources.base import Batch, Connector, SourceError, event_name, rows_to_batch
 from app.sources.netguard import UNREACHABLE
 from app.sources.schemas import SqlCredentials
 
 PAGE = 1000
+# TIME values as the text MySQL sends ("100:00:00", "-00:30:00", "12:34:56.500"), not pymysql's timedelta.
+MYSQL_DECODERS = {**decoders, FIELD_TYPE.TIME: str}
 CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
 
@@ -143,7 +147,7 @@ class SqlConnector(Connector):
 
     def _batch(self, rows: list[dict], cursor: Any) -> Batch:
         opts = self.options
-        default_name = snake(opts.table.split(".")[-1]) if opts.table else "query_row"
+        default_name = event_name(opts.table.split(".")[-1], "query_row") if opts.table else "query_row"
         return rows_to_batch(rows, opts, default_name=default_name, cursor=cursor, key=self.key)
 
 
@@ -157,7 +161,7 @@ class PostgresConnector(SqlConnector):
         address = await self.checked_address()
         try:
             # To the checked address (no second lookup); sslmode stays asyncpg's "prefer" as before.
-            return await asyncpg.connect(
+            conn = await asyncpg.connect(
                 host=address, port=port, user=c.username, password=c.password,
                 database=c.database, timeout=self.timeout,
             )
@@ -166,6 +170,17 @@ class PostgresConnector(SqlConnector):
         except (TimeoutError, OSError, asyncpg.InterfaceError, ConnectionError):
             # No socket error text: refused vs timed out would tell port states apart.
             raise SourceError(UNREACHABLE.format(host=c.host, port=port)) from None
+        try:
+            await self.read_as_text(conn)
+        except BaseException:
+            await conn.close(timeout=5)
+            raise
+        return conn
+
+    async def read_as_text(self, conn: asyncpg.Connection) -> None:
+        """Intervals as PostgreSQL writes them ("100:00:00", "1 mon 2 days 03:00:00"): asyncpg's timedelta
+        turns a month into 30 days, and its text was Python's ("4 days, 4:00:00")."""
+        await conn.set_type_codec("interval", schema="pg_catalog", encoder=str, decoder=str, format="text")
 
     async def close(self, conn: asyncpg.Connection) -> None:
         await conn.close(timeout=5)
@@ -187,6 +202,9 @@ class PostgresConnector(SqlConnector):
 
 class RedshiftConnector(PostgresConnector):
     default_port = 5439
+
+    async def read_as_text(self, conn: asyncpg.Connection) -> None:
+        pass  # asyncpg's codec setup introspects pg_type, which Redshift is not known to answer alike
 
 
 class MysqlConnector(SqlConnector):
@@ -213,6 +231,7 @@ class MysqlConnector(SqlConnector):
             return await aiomysql.connect(
                 host=address, port=port, user=c.username, password=c.password,
                 db=c.database, connect_timeout=self.timeout, autocommit=True, charset="utf8mb4",
+                conv=MYSQL_DECODERS,
             )
         except pymysql.err.OperationalError as exc:
             if exc.args and isinstance(exc.args[0], int) and exc.args[0] < CLIENT_ERRORS:

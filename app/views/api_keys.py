@@ -17,6 +17,7 @@ from msgspec import Meta
 
 from app.appkeys import KEYS, POOL
 from app.dashboard_session import current_account
+from app.input_rules import decode_json
 from app.keys import SCOPES, create_key
 from app.responses import SiteError, iso_ms, json_response
 from storage import workspaces as store
@@ -47,7 +48,7 @@ def key_json(row: asyncpg.Record) -> dict:
 
 def _parse(body: bytes) -> KeyIn:
     try:
-        data = msgspec.json.decode(body, type=KeyIn)
+        data = decode_json(body, type=KeyIn)
     except msgspec.ValidationError as exc:
         raise SiteError(400, "invalid payload", issues=[str(exc)]) from None
     except msgspec.DecodeError:

@@ -15,9 +15,11 @@ from msgspec import UNSET, Meta, UnsetType
 from app.appkeys import POOL, SETTINGS
 from app.auth import key_of, requires
 from app.bodies import field_of, read_body, reject_unstorable
+from app.input_rules import decode_json
 from app.net import _trusted
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
+from app.timestamps import through
 from app.views.analytics_params import analytics_store
 from app.views.params import cursor_param, int_param, page_response, time_param
 from storage import chart_data
@@ -108,7 +110,7 @@ def _problem(exc: msgspec.ValidationError) -> ApiError:
 
 def _decode(body: bytes, schema: type[T]) -> T:
     try:
-        value = msgspec.json.decode(body, type=schema)
+        value = decode_json(body, type=schema)
     except msgspec.ValidationError as exc:
         raise _problem(exc) from None
     except msgspec.DecodeError:
@@ -186,7 +188,9 @@ def data_range(request: web.Request) -> tuple[datetime, datetime, str]:
 async def chart_data_json(db: AnalyticsStore, workspace_id: int, env: str, chart, start: datetime,
                           end: datetime, interval: str) -> dict:
     """line/bar: one series per group with a point per bucket. pie/table/funnel: one series per group
-    (or funnel step) holding one point, stamped with the range start, that carries the total."""
+    (or funnel step) holding one point, stamped with the range start, that carries the total. `end` is
+    echoed as given and compared as the millisecond it covers (app/timestamps.py)."""
+    echoed, end = end, through(end)
     if chart["type"] in chart_data.TIME_SERIES_TYPES:
         found = await chart_data.time_series(db, workspace_id, env, chart, start, end, interval)
         series = [{"name": s.name, "points": [{"timestamp": iso_ms(t), "value": v} for t, v in s.points]}
@@ -199,7 +203,7 @@ async def chart_data_json(db: AnalyticsStore, workspace_id: int, env: str, chart
         series = [{"name": name, "points": [{"timestamp": iso_ms(start), "value": value}]}
                   for name, value in totals]
     return {"chart_id": chart["id"], "type": chart["type"], "interval": interval,
-            "from": iso_ms(start), "to": iso_ms(end), "series": series}
+            "from": iso_ms(start), "to": iso_ms(echoed), "series": series}
 
 
 async def _full(request: web.Request, conn, row) -> web.Response:

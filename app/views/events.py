@@ -14,7 +14,8 @@ from app.bodies import decode, read_body
 from app.keys import KeyInfo
 from app.responses import ApiError, invalid, iso_ms, json_response
 from app.schemas import MAX_BATCH, BatchIn, EventIn
-from app.views.params import cursor_param, int_param, page_response, time_param
+from app.timestamps import through
+from app.views.params import cursor_param, int_param, page_response, text_param, time_param
 from storage import events as event_store
 from storage.events import EventRow
 from storage.ids import new_id
@@ -24,7 +25,7 @@ BATCH_LIMIT = 8 * 1024 * 1024
 
 
 def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> EventRow:
-    return EventRow(event_id, key.workspace_id, key.env, event.event, event.timestamp or received, received,
+    return EventRow(event_id, key.workspace_id, key.env, event.event, event.at or received, received,
                     user_id=event.user_id, anonymous_id=event.anonymous_id, properties=event.properties)
 
 
@@ -95,11 +96,12 @@ def event_json(row) -> dict:
 async def list_events(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 100, 1, 1000)
+    to = time_param(request, "to")
     filters = {
-        "event": request.query.get("event") or None,
-        "user_id": request.query.get("user_id") or None,
+        "event": text_param(request, "event"),
+        "user_id": text_param(request, "user_id"),
         "from": time_param(request, "from"),
-        "to": time_param(request, "to"),
+        "to": through(to) if to else None,  # inclusive of the millisecond (app/timestamps.py)
     }
     after = None
     if cursor := cursor_param(request, str, str):

@@ -28,7 +28,7 @@ from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVIS
 from app.auth import ingestion
 from app.bodies import field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
-from app.input_rules import MAX_DEPTH, find_nul, nests_deeper
+from app.input_rules import MAX_DEPTH, decode_json, find_nul, nests_deeper
 from app.net import client_ip
 from app.responses import SiteError
 from app.site_runtime import SiteInfo, SiteRuntime
@@ -107,8 +107,8 @@ def parse_event(body: bytes) -> SiteEventIn:
 def decode_json_object(body: bytes) -> dict:
     """The body as a JSON object, or the spec's 400s."""
     try:
-        data = msgspec.json.decode(body)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # not JSON, or not UTF-8
+        data = decode_json(body)
+    except msgspec.DecodeError:  # not JSON, or not UTF-8 (app/input_rules.py)
         raise SiteError(400, "invalid json") from None
     except RecursionError:  # deeper than the decoder goes: a payload problem, like on /v1
         raise invalid_payload([issue("props", f"nests deeper than {MAX_DEPTH} levels")]) from None

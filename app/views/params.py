@@ -10,6 +10,7 @@ from aiohttp import web
 
 from app.input_rules import NotAnInteger, OutOfRange, query_int, storable_text
 from app.responses import invalid, json_response
+from app.timestamps import parse_timestamp
 from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 
@@ -23,16 +24,32 @@ def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -
                       fields=[{"field": name, "message": f"out of range {lo}..{hi}"}]) from None
 
 
+def storable_param(field: str, value: str) -> str:
+    """A query value that reaches SQL: text PostgreSQL cannot hold (app/input_rules.py) is a 400 naming
+    the parameter (a U+0000 in its name written out, so the answer shows where it was)."""
+    if not storable_text(value) or not storable_text(field):
+        shown = field.replace("\x00", "\\u0000")
+        raise invalid(f"{shown}: text may not contain the NUL character (\\u0000)",
+                      fields=[{"field": shown, "message": "contains U+0000"}])
+    return value
+
+
+def text_param(request: web.Request, name: str) -> str | None:
+    """A text filter: None when absent or empty."""
+    value = request.query.get(name)
+    return storable_param(name, value) if value else None
+
+
 def time_param(request: web.Request, name: str) -> datetime | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        value = parse_timestamp(raw)
     except ValueError:
         raise invalid(f"{name} must be an ISO 8601 timestamp",
                       fields=[{"field": name, "message": "not ISO 8601"}]) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
 
 
 def cursor_param(request: web.Request, *types: type) -> list | None:

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from app.appkeys import POOL
 from app.auth import ingestion
+from app.input_rules import decode_json
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.views import ingest
 from app.views.ingest import SiteEventIn, invalid_payload, issue
@@ -63,7 +64,7 @@ def _json_text(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return msgspec.json.decode(value)
+        return decode_json(value)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # deeper than the decoder goes
         return None
 

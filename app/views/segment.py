@@ -19,6 +19,7 @@ from actors.workspace import SEGMENT
 from app.appkeys import LIMITER, METRICS, SETTINGS
 from app.auth import auth_scheme, requires
 from app.bodies import read_body
+from app.input_rules import decode_json
 from app.net import client_ip
 from app.plans import ANONYMOUS, limits_for
 from app.responses import ApiError, json_response
@@ -49,9 +50,14 @@ class SegmentError(Exception):
 
 
 async def _read(request: web.Request, limit: int) -> bytes:
-    """Segment answers an oversized call with a 400 in its own shape, not the keyed API's 413."""
-    return await read_body(request, limit, SegmentError(
-        400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit"))
+    """Segment answers an oversized call with a 400 in its own shape, not the keyed API's 413; the
+    other failures of reading (a body not in its Content-Encoding, 400; an unknown coding, 415) are
+    put in Segment's shape too."""
+    try:
+        return await read_body(request, limit, SegmentError(
+            400, "payload_too_large", f"the request body exceeds Segment's {limit // 1024} KB limit"))
+    except ApiError as exc:
+        raise SegmentError(exc.status, exc.code, exc.message, exc.headers) from None
 
 
 async def _authenticate(request: web.Request, body_key: str | None) -> tuple[SegmentSource, dict[str, str]]:
@@ -105,7 +111,7 @@ async def _single(request: web.Request, kind: str) -> web.Response:
 async def _batch(request: web.Request) -> web.Response:
     body = await _read(request, BATCH_LIMIT)
     try:
-        envelope = msgspec.json.decode(body, type=Batch)
+        envelope = decode_json(body, type=Batch)
     except msgspec.ValidationError as exc:
         raise SegmentError(400, "invalid_request", field_message(exc)) from None
     except (msgspec.DecodeError, RecursionError):
@@ -123,7 +129,7 @@ async def _batch(request: web.Request) -> web.Response:
             msg = decode_message(item)
             if msg.type not in TYPES:
                 raise Invalid(f"type: must be one of {', '.join(TYPES)}")
-            ops.append(to_op(msg, msg.type, where, envelope.sentAt, received))
+            ops.append(to_op(msg, msg.type, where, envelope.sent_at, received))
         except Invalid as exc:
             errors.append({"index": index, "code": "invalid_request", "message": str(exc)})
     if errors:
@@ -142,9 +148,10 @@ def _segment_route(kind: str):
             return await (_batch(request) if kind == "batch" else _single(request, kind))
         except SegmentError as exc:
             headers = exc.headers
-            if not headers:  # rejected before its write key was known: counts against the client IP's allowance
+            if "X-RateLimit-Limit" not in headers:
+                # Rejected before its write key was known: counts against the client IP's allowance.
                 ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
-                headers = (await request.config_dict[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()
+                headers = {**headers, **(await request.config_dict[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()}
             return json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
 
     handler.tally_segment = "always"  # type: ignore[attr-defined]  # app.auth leaves these to us

@@ -15,7 +15,7 @@ from app.bodies import decode, read_body
 from app.responses import iso_ms, json_response, not_found
 from app.schemas import IdentifyIn
 from app.views.events import SINGLE_LIMIT, commit
-from app.views.params import cursor_param, int_param, page_response
+from app.views.params import cursor_param, int_param, page_response, storable_param
 from storage import events as event_store
 from storage import users as user_store
 
@@ -28,7 +28,7 @@ async def identify(request: web.Request) -> web.Response:
     key = key_of(request)
     body = decode(await read_body(request, SINGLE_LIMIT), IdentifyIn)
     received = datetime.now(UTC)
-    await commit(request, key, IDENTIFY, [(body.user_id, body.traits, body.timestamp or received)])
+    await commit(request, key, IDENTIFY, [(body.user_id, body.traits, body.at or received)])
     return json_response({"id": body.user_id, "status": "identified", "received_at": iso_ms(received)})
 
 
@@ -47,7 +47,7 @@ async def list_users(request: web.Request) -> web.Response:
     for name, value in request.query.items():
         match = _TRAIT.match(name)
         if match:
-            traits[match.group(1)] = value
+            traits[match.group(1)] = storable_param(name, value)
     (after,) = cursor_param(request, int) or (0,)
     async with request.config_dict[POOL].acquire() as conn:
         rows = await user_store.list_profiles(

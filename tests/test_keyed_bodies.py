@@ -1,0 +1,115 @@
+"""Request bodies on every /v1 write endpoint (Segment's included) that cannot be read as JSON: invalid
+UTF-8, and a body that does not decode per its Content-Encoding. Each is a 4xx in the endpoint's error
+shape with the X-RateLimit-* headers, never a 500."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from tests.conftest import bearer
+from tests.test_segment_api import basic, create_source
+
+RATE_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+
+# (path, a body with one byte that is not UTF-8 inside a string); Tally's endpoints.
+KEYED_BODIES = [
+    ("/v1/events", b'{"event": "e", "user_id": "x\xff"}'),
+    ("/v1/events/batch", b'{"events": [{"event": "e", "user_id": "x"}], "x": "\xff"}'),
+    ("/v1/identify", b'{"user_id": "\xff"}'),
+    ("/v1/reports", b'{"name": "\xff", "type": "event_volume", "config": {"events": ["e"]}}'),
+    ("/v1/dashboards", b'{"name": "\xff"}'),
+    ("/v1/data-sources", b'{"name": "\xff", "type": "segment", "credentials": {}}'),
+    ("/v1/data-sources", b'{"name": "s", "type": "segment", "credentials": {"write_key": "\xff"}}'),
+]
+SEGMENT_PATHS = ["/v1/track", "/v1/identify", "/v1/batch"]
+
+
+def _assert_keyed_400(resp, body: dict) -> None:
+    assert resp.status == 400, body
+    assert body["error"]["code"] == "invalid_request" and body["error"]["message"]
+    assert all(h in resp.headers for h in RATE_HEADERS), dict(resp.headers)
+
+
+@pytest.mark.parametrize(("path", "body"), KEYED_BODIES)
+async def test_invalid_utf8_is_the_400_of_malformed_json(client, make_key, path, body):
+    key = {**bearer(await make_key("read,write,admin")), "Content-Type": "application/json"}
+    resp = await client.post(path, headers=key, data=body)
+    answer = await resp.json()
+    _assert_keyed_400(resp, answer)
+    assert "not valid JSON" in answer["error"]["message"]
+
+
+async def test_invalid_utf8_anywhere_in_a_batch_fails_it_whole_like_a_syntax_error(client, make_key):
+    key = await make_key("write")
+    headers = {**bearer(key), "Content-Type": "application/json"}
+    for body in (b'{"events": [{"event": "e", "user_id": "\xff"}, {"event": "e", "user_id": "u"}]}',
+                 b'{"events": [{"event": "e", "user_id": "u", "properties": {"\xff": 1}}]}',
+                 b'{"events": [{"event": "e", "user_id": "u"}], "unknown": "\xff"}'):
+        resp = await client.post("/v1/events/batch", headers=headers, data=body)
+        _assert_keyed_400(resp, await resp.json())
+    resp = await client.get("/v1/events", headers=bearer(await make_key("read")))
+    assert (await resp.json())["data"] == []
+
+
+@pytest.mark.parametrize("path", SEGMENT_PATHS)
+async def test_invalid_utf8_on_segment_is_segments_400(client, make_key, path):
+    source = await create_source(client, await make_key())
+    body = (b'{"batch": [{"type": "track", "event": "\xff", "userId": "x"}], "context": {"a": "\xff"}}'
+            if path == "/v1/batch" else b'{"event": "\xff", "userId": "x", "type": "track"}')
+    resp = await client.post(path, headers={**basic(source["write_key"]), "Content-Type": "application/json"},
+                             data=body)
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["code"] == "invalid_request" and "not valid JSON" in answer["message"]
+    assert all(h in resp.headers for h in RATE_HEADERS)
+
+
+EVENT = b'{"event": "x", "user_id": "y"}'
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "zstd", "br"])
+@pytest.mark.parametrize("path", ["/v1/events", "/v1/events/batch", "/v1/reports", "/v1/dashboards",
+                                  "/v1/data-sources", "/v1/identify"])
+async def test_a_body_not_in_its_content_encoding_is_400(client, make_key, path, encoding):
+    key = {**bearer(await make_key("read,write,admin")), "Content-Type": "application/json",
+           "Content-Encoding": encoding}
+    resp = await client.post(path, headers=key, data=EVENT)
+    answer = await resp.json()
+    _assert_keyed_400(resp, answer)
+    assert encoding in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+async def test_each_supported_content_encoding_is_decoded(client, make_key, encoding):
+    import zlib
+
+    import brotli
+    from backports import zstd
+
+    packed = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
+              "zstd": zstd.compress}[encoding](EVENT)
+    key = {**bearer(await make_key("write")), "Content-Type": "application/json", "Content-Encoding": encoding}
+    resp = await client.post("/v1/events", headers=key, data=packed)
+    assert resp.status == 200, await resp.text()
+
+
+async def test_an_unknown_content_encoding_is_415(client, make_key):
+    key = {**bearer(await make_key("write")), "Content-Type": "application/json", "Content-Encoding": "compress"}
+    resp = await client.post("/v1/events", headers=key, data=EVENT)
+    assert resp.status == 415
+    assert (await resp.json())["error"]["code"] == "unsupported_media_type"
+    assert "gzip" in resp.headers["Accept-Encoding"]
+    assert all(h in resp.headers for h in RATE_HEADERS)
+
+
+@pytest.mark.parametrize("path", SEGMENT_PATHS)
+async def test_a_segment_body_not_in_its_content_encoding_is_segments_400(client, make_key, path):
+    source = await create_source(client, await make_key())
+    resp = await client.post(path, headers={**basic(source["write_key"]), "Content-Type": "application/json",
+                                            "Content-Encoding": "gzip"}, data=b'{"event": "x", "userId": "y"}')
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["code"] == "invalid_request" and "gzip" in answer["message"]
+    assert all(h in resp.headers for h in RATE_HEADERS)
