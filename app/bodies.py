@@ -17,6 +17,11 @@ _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
+# After a body that failed to decode, aiohttp's server reads the rest of the request once the answer is
+# sent, meets the same error again and drops the connection (logging it): the answer tells the client not
+# to send another request on it.
+CLOSE_CONNECTION = {"Connection": "close"}
+
 # The content codings aiohttp's parser decodes (br through Brotli, zstd through backports.zstd or the
 # standard library: both are dependencies so that every one of them is); any other it passes on as is.
 CONTENT_CODINGS = ("gzip", "deflate", "br", "zstd")
@@ -39,7 +44,8 @@ async def read_body(request: web.Request, limit: int, too_large: Exception | Non
     except web.RequestPayloadError:
         # aiohttp's "Can not decode content-encoding: gzip", or a body cut short by the client.
         raise invalid(f"request body is not valid {coding} data (its Content-Encoding)" if coding in CONTENT_CODINGS
-                      else "request body ended before its Content-Length or last chunk") from None
+                      else "request body ended before its Content-Length or last chunk",
+                      headers=dict(CLOSE_CONNECTION)) from None
     if len(body) > limit:
         raise too_large or _too_large(limit)
     return body

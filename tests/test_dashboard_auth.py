@@ -112,3 +112,13 @@ async def test_spraying_many_emails_from_one_address_is_limited(client, monkeypa
             break
     assert statuses[-1] == 429 and set(statuses[:-1]) == {401}
     assert len(statuses) == 31  # 30 attempts a minute per address
+
+
+async def test_a_body_that_does_not_decode_by_its_content_encoding_is_a_400(client, login):
+    await login()
+    for path, headers in (("/api/auth/login", {"Content-Type": "application/json"}),
+                          ("/api/sites", {"Content-Type": "application/x-www-form-urlencoded"})):
+        resp = await client.post(path, data=b"domain=shop.example", headers={**headers, "Content-Encoding": "gzip"})
+        assert resp.status == 400, path
+        assert await resp.json() == {"error": "invalid request body"}
+    assert await (await client.get("/api/sites")).json() == []

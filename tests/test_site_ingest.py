@@ -231,3 +231,12 @@ async def test_unknown_site_in_development_is_announced_once_in_the_log(client, 
     assert lines[0].startswith(f"unknown site id '{site}': created it in workspace 'default'")
     assert "POST /api/sites" in lines[0]
     assert len(await stored_events(database_url, site)) == 3
+
+
+async def test_a_body_that_does_not_decode_by_its_content_encoding_is_invalid_json(client, database_url):
+    site = dev_site()
+    resp = await post_event(client, {"s": site, "n": "pageview"}, {"Content-Encoding": "gzip"})
+    assert resp.status == 400
+    assert await resp.json() == {"error": "invalid json"}
+    assert resp.headers["Connection"] == "close"
+    assert await stored_events(database_url, site) == []

@@ -26,7 +26,7 @@ from app import bots, cors
 from app.acquisition import acquisition
 from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR, root_app
 from app.auth import ingestion
-from app.bodies import field_of
+from app.bodies import CLOSE_CONNECTION, field_of
 from app.enrich import country_from_headers, ip_hash, visitor_key
 from app.input_rules import MAX_DEPTH, decode_json, find_nul, nests_deeper
 from app.net import client_ip
@@ -140,19 +140,23 @@ def _too_large() -> SiteError:
 
 
 async def _read_body(request: web.Request) -> bytes:
-    length = request.content_length
-    if length is not None:
-        if length > BODY_LIMIT:
-            raise _too_large()
-        return await request.read()  # the HTTP parser ends the body at its Content-Length
-    # A chunked body: StreamReader.read(n) returns what has arrived so far, so read until EOF or past
-    # the limit (request.read() would gather up to the app's 8 MB before any check).
-    body = bytearray()
-    while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
-        body += chunk
-        if len(body) > BODY_LIMIT:
-            raise _too_large()
-    return bytes(body)
+    try:
+        length = request.content_length
+        if length is not None:
+            if length > BODY_LIMIT:
+                raise _too_large()
+            return await request.read()  # the HTTP parser ends the body at its Content-Length
+        # A chunked body: StreamReader.read(n) returns what has arrived so far, so read until EOF or past
+        # the limit (request.read() would gather up to the app's 8 MB before any check).
+        body = bytearray()
+        while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
+            body += chunk
+            if len(body) > BODY_LIMIT:
+                raise _too_large()
+        return bytes(body)
+    except web.RequestPayloadError:
+        # Not decodable by its Content-Encoding, or cut short: no JSON to parse (app/bodies.py: why close).
+        raise SiteError(400, "invalid json", headers=dict(CLOSE_CONNECTION)) from None
 
 
 async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str) -> SiteInfo | None:
