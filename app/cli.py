@@ -85,6 +85,16 @@ def _scopes(text: str) -> list[str]:
     return scopes
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError("a port is between 1 and 65535")
+    return port
+
+
 def _iso(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
@@ -101,7 +111,7 @@ def parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--port", type=_port)
 
     ck = sub.add_parser("create-key", help="create an API key and print it (shown only once)")
     ck.add_argument("--workspace", required=True)
