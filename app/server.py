@@ -61,7 +61,7 @@ from common.outages import Outages
 from common.service import Timer
 from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, open_store
-from storage.db import close_pool, create_pool, create_writer_pool
+from storage.db import close_pool, create_pool, create_writer_pool, maintaining_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
@@ -78,29 +78,42 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = await asyncio.to_thread(embedded.start)
-    pool = await create_pool(dsn, max_size=settings.pool_max)
-    async with pool.acquire() as conn:
-        await migrate(conn)
-    report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
-    write_pool = await create_writer_pool(dsn, min_size=min(settings.flushes_in_flight, settings.write_pool_max),
-                                          max_size=settings.write_pool_max)
-    app[POOL] = pool
-    app[REPORT_POOL] = report_pool
-    app[WRITE_POOL] = write_pool
-    app[DATABASE_DSN] = dsn
-    app[PARTITION_CACHE] = PartitionCache()
-    await _ensure_partitions_ahead(app)
-    # Months ahead get their partition well before their first event; a failed round retries next time.
-    timer = Timer("partitions-ahead", PARTITIONS_AHEAD_SECONDS, lambda: _ensure_partitions_ahead(app),
-                  delay_first=True)
-    timer.start()
     try:
-        yield
+        pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max)
+        # asyncpg logs a traceback for every failed attempt to reconnect its floor: one line per outage.
+        pools = [pool]  # this app's pools with a floor (other apps' pools log through the same logger)
+        pool_log = logging.getLogger("asyncpg.pool")
+        floor = app[OUTAGES].log_filter("Failed to restore the pool connection floor", "requests needing it answer 503",
+                                        applies=lambda: maintaining_pool() in pools)
+        pool_log.addFilter(floor)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+            report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
+            write_pool = await create_writer_pool(
+                dsn, min_size=min(settings.flushes_in_flight, settings.write_pool_max),
+                max_size=settings.write_pool_max)
+            pools.append(write_pool)
+            app[POOL] = pool
+            app[REPORT_POOL] = report_pool
+            app[WRITE_POOL] = write_pool
+            app[DATABASE_DSN] = dsn
+            app[PARTITION_CACHE] = PartitionCache()
+            await _ensure_partitions_ahead(app)
+            # Months ahead get their partition well before their first event; a failed round retries next time.
+            timer = Timer("partitions-ahead", PARTITIONS_AHEAD_SECONDS, lambda: _ensure_partitions_ahead(app),
+                          delay_first=True, outages=app[OUTAGES])
+            timer.start()
+            try:
+                yield
+            finally:
+                await timer.stop()
+                await close_pool(write_pool)
+                await close_pool(report_pool)
+        finally:
+            await close_pool(pool)
+            pool_log.removeFilter(floor)
     finally:
-        await timer.stop()
-        await close_pool(write_pool)
-        await close_pool(report_pool)
-        await close_pool(pool)
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
 
@@ -139,11 +152,11 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
                 queued = await analytics_mirror.refill(conn)
             log.warning("analytics store emptied for its new layout; %d events queued to mirror again", queued)
         mirror = Mirror(app[POOL], store, interval=settings.mirror_interval_ms / 1000, batch=settings.mirror_batch,
-                        metrics=app[METRICS])
+                        metrics=app[METRICS], outages=app[OUTAGES])
         app[MIRROR] = mirror
         mirror.start()
         warmer = app[WARMER] = DashboardWarmer(store, app[POOL], mirror)
-        warming = Timer("dashboard-warmer", WARM_CHECK_SECONDS, warmer.warm, delay_first=True)
+        warming = Timer("dashboard-warmer", WARM_CHECK_SECONDS, warmer.warm, delay_first=True, outages=app[OUTAGES])
         warming.start()
         try:
             yield
@@ -236,7 +249,7 @@ async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     """Background jobs; areas register theirs in JOB_REGISTRARS."""
-    scheduler = Scheduler(app[DATABASE_DSN])
+    scheduler = Scheduler(app[DATABASE_DSN], app[OUTAGES])
     for register in JOB_REGISTRARS:
         register(app, scheduler)
     app[SCHEDULER] = scheduler
