@@ -16,6 +16,7 @@ from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
 from app.plans import parse_limit
 from app.settings import ConfigError, Settings
+from app.startup import StartupError, check_listen_address, connecting_to_postgres, listening, prepare_folders
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
@@ -37,11 +38,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     from storage.analytics_mirror import StoreClaimed
     from storage.clickhouse import StoreBusy
 
+    host, port = args.host or settings.host, args.port or settings.port
+    check_listen_address(host, port)  # before anything starts
+    prepare_folders(settings)
     try:
-        web.run_app(
-            app, host=args.host or settings.host, port=args.port or settings.port,
-            shutdown_timeout=30, print=None, **logging_args,
-        )
+        with listening(host, port):
+            web.run_app(app, host=host, port=port, shutdown_timeout=30, print=None, **logging_args)
     except (StoreBusy, StoreClaimed) as exc:
         print(f"tally serve: {exc}", file=sys.stderr)
         sys.exit(3)
@@ -65,7 +67,8 @@ async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awai
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = await asyncio.to_thread(embedded.start)
     try:
-        pool = await create_pool(dsn, min_size=1, max_size=2)
+        async with connecting_to_postgres(dsn, embedded_in=embedded and embedded.data_dir):
+            pool = await create_pool(dsn, min_size=1, max_size=2)
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)
@@ -220,6 +223,7 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
     from storage import analytics_mirror
     from storage.clickhouse import StoreBusy
 
+    prepare_folders(settings)
     try:
         store = await asyncio.to_thread(open_analytics, settings)
     except StoreBusy as exc:
@@ -276,4 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         code = 2
+    except StartupError as exc:
+        print(f"start-up error: {exc}", file=sys.stderr)
+        code = 1
     sys.exit(code)

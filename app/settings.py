@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 
 class ConfigError(RuntimeError):
@@ -50,6 +51,19 @@ def _csv(name: str, raw: str) -> tuple[str, ...]:
 
 def _micros_as_ms(name: str, raw: str) -> float:
     return _int(name, raw) / 1000
+
+
+def _server_url(name: str, raw: str) -> str:
+    """A server's URL: a scheme and a host, and a numeric port if any. The value is not repeated in the
+    message, since it may carry a password."""
+    try:
+        parsed = urlparse(raw)
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise ConfigError(f"{name} is not a valid URL (its port?)") from None
+    if not parsed.scheme or not parsed.hostname:
+        raise ConfigError(f"{name} must be a URL with a scheme and a host, e.g. http://user:password@host:8123")
+    return raw
 
 
 def _env_name(name: str, raw: str) -> str:
@@ -130,7 +144,7 @@ class Settings:
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
     # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server
     # per-query bounds, and the mirror's period and batch size.
-    analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL"))
+    analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL", _server_url))
     analytics_cluster: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_CLUSTER"))
     analytics_dir: Path | None = field(default=None, metadata=var("TALLY_ANALYTICS_DIR", lambda _, raw: Path(raw)))
     analytics_database: str = field(default="tally", metadata=var("TALLY_ANALYTICS_DATABASE"))
@@ -170,11 +184,15 @@ class Settings:
 
 def persisted_secret(data_dir: Path) -> str:
     """Development convenience: one random secret per data folder, kept across restarts."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / "secret"
-    if path.exists():
-        return path.read_text().strip()
-    value = secrets.token_urlsafe(48)
-    path.write_text(value)
-    path.chmod(0o600)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / "secret"
+        if path.exists():
+            return path.read_text().strip()
+        value = secrets.token_urlsafe(48)
+        path.write_text(value)
+        path.chmod(0o600)
+    except OSError as exc:
+        raise ConfigError(f"TALLY_DATA_DIR {data_dir} is not a usable folder (it keeps the development secret): "
+                          f"{exc.strerror or exc}") from None
     return value
