@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -43,10 +45,19 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     prepare_folders(settings)
     try:
         with listening(host, port):
-            web.run_app(app, host=host, port=port, shutdown_timeout=30, print=None, **logging_args)
+            web.run_app(app, host=host, port=port, shutdown_timeout=30, print=_log_ready, **logging_args)
     except (StoreBusy, StoreClaimed) as exc:
         print(f"tally serve: {exc}", file=sys.stderr)
         sys.exit(3)
+
+
+def _log_ready(text: str) -> None:
+    """In place of aiohttp's banner, which it prints once every address listens (start-up is over): one log
+    line with the URLs."""
+    found = re.search(r"Running on (.+?) =", text)
+    urls = found.group(1) if found else text.splitlines()[0]
+    every = " (every interface)" if "0.0.0.0" in urls or "[::]" in urls else ""
+    logging.getLogger("tally.serve").info("tally serve ready: listening on %s%s", urls, every)
 
 
 async def _tune_gc(app: object) -> None:

@@ -121,7 +121,7 @@ def listening(host: str, port: int) -> Iterator[None]:
     except OSError as exc:
         if exc.errno not in LISTEN_ERRNOS:
             raise
-        raise StartupError(f"cannot listen on {host}:{port} (HOST, PORT): {exc.strerror}") from None
+        raise StartupError(f"cannot listen on {host}:{port} (HOST, PORT): {os.strerror(exc.errno)}") from None
 
 
 def _reason(exc: BaseException) -> str:
