@@ -132,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
     ck.add_argument("--scopes", required=True, type=_scopes)
     ck.add_argument("--test", action="store_true", help="a test-environment key (tally_test_sk_...)")
     ck.add_argument("--name", default="default")
-    ck.add_argument("--expires", type=_iso)
+    ck.add_argument("--expires", type=_future)
 
     rk = sub.add_parser("revoke-key", help="revoke a key by its id")
     rk.add_argument("key_id")
@@ -158,6 +158,13 @@ def parser() -> argparse.ArgumentParser:
     rb.add_argument("--since", type=_date, help="only events at or after this UTC date (YYYY-MM-DD)")
     an_sub.add_parser("status", help="mirror lag and row counts in PostgreSQL and the analytics store")
     return p
+
+
+def _future(text: str) -> datetime:
+    value = _iso(text)
+    if value <= datetime.now(UTC):
+        raise argparse.ArgumentTypeError(f"{text} is in the past: a key expiring then could never be used")
+    return value
 
 
 def _date(text: str) -> datetime:
@@ -204,8 +211,11 @@ async def _set_plan(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     if limits and args.plan != "enterprise":
         print("custom limits are for the enterprise plan", file=sys.stderr)
         return 2
-    workspace_id = await store.ensure_workspace(conn, args.workspace)
-    await store.set_plan(conn, workspace_id, args.plan, limits)
+    workspace = await store.workspace_by_name(conn, args.workspace)
+    if workspace is None:  # a typo must not make a workspace (create-key and create-user make them)
+        print(f"no workspace named {args.workspace}", file=sys.stderr)
+        return 1
+    await store.set_plan(conn, workspace["id"], args.plan, limits)
     print(f"workspace {args.workspace}: plan {args.plan}")
     return 0
 

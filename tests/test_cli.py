@@ -104,3 +104,21 @@ def test_start_up_errors_are_one_clear_line_without_a_traceback(database_url, tm
 def test_a_port_out_of_range_is_a_usage_error(database_url):
     done = tally(database_url, "serve", "--port", "70000")
     assert done.returncode == 2 and "a port is between 1 and 65535" in done.stderr
+
+
+async def test_set_plan_refuses_a_workspace_that_does_not_exist(cli, workspace, database_url):
+    done = cli("set-plan", "--workspace", workspace + "-typo", "--plan", "pro")
+    assert done.returncode == 1 and done.stderr == f"no workspace named {workspace}-typo\n"
+    assert cli("list-keys", "--workspace", workspace + "-typo").returncode == 1  # nothing was made
+    cli("create-key", "--workspace", workspace, "--scopes", "read")
+    done = cli("set-plan", "--workspace", workspace, "--plan", "pro")
+    assert done.returncode == 0 and done.stdout == f"workspace {workspace}: plan pro\n"
+
+
+def test_create_key_refuses_an_expiry_in_the_past(cli, workspace):
+    done = cli("create-key", "--workspace", workspace, "--scopes", "read,write", "--expires", "2020-01-01T00:00:00Z")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "2020-01-01T00:00:00Z is in the past" in done.stderr
+    assert cli("list-keys", "--workspace", workspace).returncode == 1  # no key, so no workspace either
+    done = cli("create-key", "--workspace", workspace, "--scopes", "read", "--expires", "2999-01-01T00:00:00Z")
+    assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_")
