@@ -18,7 +18,14 @@ from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
 from app.plans import parse_limit
 from app.settings import ConfigError, Settings
-from app.startup import StartupError, check_listen_address, connecting_to_postgres, listening, prepare_folders
+from app.startup import (
+    StartupError,
+    check_listen_address,
+    connecting_to_postgres,
+    listening,
+    mismatch_message,
+    prepare_folders,
+)
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
@@ -37,7 +44,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     logging_args = {"access_log_class": AccessLogger} if settings.access_log else {"access_log": None}
     app = init_app(settings)
     app.on_startup.append(_tune_gc)  # after the cleanup contexts: pools, actors and caches exist by then
-    from storage.analytics_mirror import StoreClaimed
+    from storage.analytics_mirror import StoreClaimed, StoreMismatch
     from storage.clickhouse import StoreBusy
 
     host, port = args.host or settings.host, args.port or settings.port
@@ -49,6 +56,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     except (StoreBusy, StoreClaimed) as exc:
         print(f"tally serve: {exc}", file=sys.stderr)
         sys.exit(3)
+    except StoreMismatch as exc:
+        print(f"tally serve: {mismatch_message(exc, settings)}", file=sys.stderr)
+        sys.exit(4)
 
 
 def _log_ready(text: str) -> None:
@@ -253,6 +263,15 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
         return 3
 
     async def work(conn: asyncpg.Connection) -> int:
+        full_rebuild = args.analytics_command == "rebuild" and args.since is None
+        if not full_rebuild:  # which makes the store mirror this database, whatever it mirrored
+            try:
+                adopted = await analytics_mirror.check_origin(conn, store)
+            except analytics_mirror.StoreMismatch as exc:
+                print(mismatch_message(exc, settings), file=sys.stderr)
+                return 4
+            if adopted is not None:
+                print(f"the analytics store now records that it mirrors the database {adopted}", file=sys.stderr)
         if store.refill_needed and args.analytics_command != "rebuild":
             queued = await analytics_mirror.refill(conn)
             print(f"the analytics store was emptied for its new layout: {queued} events queued to mirror "

@@ -154,14 +154,20 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
         settings = app[SETTINGS]
         store = shared or await asyncio.to_thread(open_analytics, settings)
         owner = None  # the connection holding this process's claim on the database (embedded store)
-        if shared is None and store.embedded:
-            owner = await asyncpg.connect(app[DATABASE_DSN])
-            try:
+        try:
+            if shared is None and store.embedded:
+                owner = await asyncpg.connect(app[DATABASE_DSN])
                 await analytics_mirror.claim_embedded_store(owner)
-            except BaseException:
+            async with app[POOL].acquire() as conn:  # a store mirroring another database is refused
+                adopted = await analytics_mirror.check_origin(conn, store)
+        except BaseException:
+            if owner is not None:
                 await owner.close()
+            if shared is None:
                 await asyncio.to_thread(store.close)
-                raise
+            raise
+        if adopted is not None:
+            log.info("the analytics store now records that it mirrors the database %s", adopted)
         app[ANALYTICS] = store
         if store.refill_needed:
             async with app[POOL].acquire() as conn:

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import asyncpg
 
 from app.settings import ConfigError, Settings
+from storage.analytics_mirror import StoreMismatch
 
 
 class StartupError(RuntimeError):
@@ -98,6 +99,19 @@ def prepare_folders(settings: Settings) -> None:
             raise directory_error(path, variable, exc) from None
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(f"{variable} {path} is not a usable folder: not writable by this user")
+
+
+def mismatch_message(exc: StoreMismatch, settings: Settings) -> str:
+    """What to do about a store that mirrors another database than DATABASE_URL's (exit code 4)."""
+    if settings.analytics_url:
+        where = f"{server_place(settings.analytics_url)} (TALLY_ANALYTICS_URL), database {settings.analytics_database}"
+    else:
+        where = str(settings.analytics_path)
+    return (f"the analytics store at {where} mirrors another PostgreSQL database, {exc.recorded}, not this one, "
+            f"{exc.current}: its dashboards would count the other database's events and miss this one's. Run "
+            "`tally analytics rebuild` to make it mirror this database (every event is copied again from "
+            "PostgreSQL), or give this database a store of its own (another TALLY_ANALYTICS_DIR, or "
+            "TALLY_ANALYTICS_URL / TALLY_ANALYTICS_DATABASE)")
 
 
 def check_listen_address(host: str, port: int) -> None:
