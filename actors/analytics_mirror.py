@@ -14,6 +14,7 @@ import time
 import asyncpg
 
 from common.metrics import Metrics
+from common.outages import POSTGRES, POSTGRES_UNREACHABLE, Outages
 from common.service import Timer
 from storage import analytics_mirror as mirror
 from storage.clickhouse import AnalyticsStore
@@ -27,26 +28,37 @@ RESUME_CHECK_SECONDS = 60.0
 
 class Mirror:
     def __init__(self, pool: asyncpg.Pool, store: AnalyticsStore, *, interval: float, batch: int,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, outages: Outages | None = None) -> None:
         self.pool, self.store = pool, store
         self.interval, self.batch = interval, batch
         self.metrics = metrics or Metrics()
+        self.outages = outages or Outages(self.metrics)
         self._lock = asyncio.Lock()
         self._next: asyncio.Future | None = None  # the catch-up that callers arriving now share (not yet started)
         self._timer = Timer("analytics-mirror", interval, self._round)
         self._running: asyncio.Future | None = None  # the timer's round (referenced: it may outlive a stop)
         self.last_error: str | None = None
+        self._logged_error: str | None = None  # the failure last logged with its traceback, until a success
         self._next_resume_check = 0.0
 
     async def catch_up(self) -> int:
         """Mirror everything committed before this call (and apply queued erasures); returns rows moved.
         Callers that arrive while one runs share the next, which starts after all of them called: a dashboard
         opening with seven requests makes one or two catch-ups, not seven in a row."""
-        if self._next is None:
-            self._next = asyncio.ensure_future(self._catch_up())
-            # Its failure is each waiting caller's; retrieved here too, for when every caller has gone away.
-            self._next.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return await asyncio.shield(self._next)  # one caller going away does not cancel the others' catch-up
+        running = self._next
+        if running is None:
+            self._next = running = asyncio.ensure_future(self._catch_up())
+
+            def done(future: asyncio.Future) -> None:
+                # One that failed before it started (no connection: PostgreSQL down) is not shared any more:
+                # left in place, every later catch-up, the timer's rounds included, got its error for good.
+                if self._next is future:
+                    self._next = None
+                if not future.cancelled():
+                    future.exception()  # its failure is each waiting caller's; retrieved here for when none is left
+
+            running.add_done_callback(done)
+        return await asyncio.shield(running)  # one caller going away does not cancel the others' catch-up
 
     async def _catch_up(self) -> int:
         moved = 0
@@ -93,12 +105,26 @@ class Mirror:
         await asyncio.shield(self._running)
 
     async def _logged_round(self) -> None:
+        """A round of the timer. A round that fails because PostgreSQL is unreachable is reported to the
+        outage book (one line per outage, another when it answers again); any other failure is logged with
+        its traceback once, and the same failure again only when a round succeeded in between."""
         try:
             if time.monotonic() >= self._next_resume_check:
                 self._next_resume_check = time.monotonic() + RESUME_CHECK_SECONDS
                 await self.resume_interrupted()
             await self.catch_up()
-            self.last_error = None
         except Exception as exc:  # the outbox keeps the events; the next tick retries
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("analytics mirror round failed; will retry")
+            error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, POSTGRES_UNREACHABLE):
+                self.outages.down(POSTGRES, exc, "the analytics mirror waits (committed events stay in its outbox)")
+            elif error != self._logged_error:
+                self._logged_error = error
+                log.exception("analytics mirror round failed; will retry (the same failure is not logged again "
+                              "until a round succeeds)")
+            self.last_error = error
+            return
+        self.outages.up(POSTGRES)
+        self.last_error = None
+        if self._logged_error is not None:
+            self._logged_error = None
+            log.warning("analytics mirror rounds succeed again")

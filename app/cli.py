@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -16,6 +18,14 @@ from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
 from app.plans import parse_limit
 from app.settings import ConfigError, Settings
+from app.startup import (
+    StartupError,
+    check_listen_address,
+    connecting_to_postgres,
+    listening,
+    mismatch_message,
+    prepare_folders,
+)
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
@@ -34,17 +44,30 @@ def _serve(args: argparse.Namespace, settings: Settings) -> None:
     logging_args = {"access_log_class": AccessLogger} if settings.access_log else {"access_log": None}
     app = init_app(settings)
     app.on_startup.append(_tune_gc)  # after the cleanup contexts: pools, actors and caches exist by then
-    from storage.analytics_mirror import StoreClaimed
+    from storage.analytics_mirror import StoreClaimed, StoreMismatch
     from storage.clickhouse import StoreBusy
 
+    host, port = args.host or settings.host, args.port or settings.port
+    check_listen_address(host, port)  # before anything starts
+    prepare_folders(settings)
     try:
-        web.run_app(
-            app, host=args.host or settings.host, port=args.port or settings.port,
-            shutdown_timeout=30, print=None, **logging_args,
-        )
+        with listening(host, port):
+            web.run_app(app, host=host, port=port, shutdown_timeout=30, print=_log_ready, **logging_args)
     except (StoreBusy, StoreClaimed) as exc:
         print(f"tally serve: {exc}", file=sys.stderr)
         sys.exit(3)
+    except StoreMismatch as exc:
+        print(f"tally serve: {mismatch_message(exc, settings)}", file=sys.stderr)
+        sys.exit(4)
+
+
+def _log_ready(text: str) -> None:
+    """In place of aiohttp's banner, which it prints once every address listens (start-up is over): one log
+    line with the URLs."""
+    found = re.search(r"Running on (.+?) =", text)
+    urls = found.group(1) if found else text.splitlines()[0]
+    every = " (every interface)" if "0.0.0.0" in urls or "[::]" in urls else ""
+    logging.getLogger("tally.serve").info("tally serve ready: listening on %s%s", urls, every)
 
 
 async def _tune_gc(app: object) -> None:
@@ -65,7 +88,8 @@ async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awai
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = await asyncio.to_thread(embedded.start)
     try:
-        pool = await create_pool(dsn, min_size=1, max_size=2)
+        async with connecting_to_postgres(dsn, embedded_in=embedded and embedded.data_dir):
+            pool = await create_pool(dsn, min_size=1, max_size=2)
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)
@@ -85,6 +109,16 @@ def _scopes(text: str) -> list[str]:
     return scopes
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError("a port is between 1 and 65535")
+    return port
+
+
 def _iso(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
@@ -101,14 +135,14 @@ def parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--port", type=_port)
 
     ck = sub.add_parser("create-key", help="create an API key and print it (shown only once)")
     ck.add_argument("--workspace", required=True)
     ck.add_argument("--scopes", required=True, type=_scopes)
     ck.add_argument("--test", action="store_true", help="a test-environment key (tally_test_sk_...)")
     ck.add_argument("--name", default="default")
-    ck.add_argument("--expires", type=_iso)
+    ck.add_argument("--expires", type=_future)
 
     rk = sub.add_parser("revoke-key", help="revoke a key by its id")
     rk.add_argument("key_id")
@@ -134,6 +168,13 @@ def parser() -> argparse.ArgumentParser:
     rb.add_argument("--since", type=_date, help="only events at or after this UTC date (YYYY-MM-DD)")
     an_sub.add_parser("status", help="mirror lag and row counts in PostgreSQL and the analytics store")
     return p
+
+
+def _future(text: str) -> datetime:
+    value = _iso(text)
+    if value <= datetime.now(UTC):
+        raise argparse.ArgumentTypeError(f"{text} is in the past: a key expiring then could never be used")
+    return value
 
 
 def _date(text: str) -> datetime:
@@ -180,8 +221,11 @@ async def _set_plan(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     if limits and args.plan != "enterprise":
         print("custom limits are for the enterprise plan", file=sys.stderr)
         return 2
-    workspace_id = await store.ensure_workspace(conn, args.workspace)
-    await store.set_plan(conn, workspace_id, args.plan, limits)
+    workspace = await store.workspace_by_name(conn, args.workspace)
+    if workspace is None:  # a typo must not make a workspace (create-key and create-user make them)
+        print(f"no workspace named {args.workspace}", file=sys.stderr)
+        return 1
+    await store.set_plan(conn, workspace["id"], args.plan, limits)
     print(f"workspace {args.workspace}: plan {args.plan}")
     return 0
 
@@ -210,6 +254,7 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
     from storage import analytics_mirror
     from storage.clickhouse import StoreBusy
 
+    prepare_folders(settings)
     try:
         store = await asyncio.to_thread(open_analytics, settings)
     except StoreBusy as exc:
@@ -218,6 +263,15 @@ async def _analytics(settings: Settings, args: argparse.Namespace) -> int:
         return 3
 
     async def work(conn: asyncpg.Connection) -> int:
+        full_rebuild = args.analytics_command == "rebuild" and args.since is None
+        if not full_rebuild:  # which makes the store mirror this database, whatever it mirrored
+            try:
+                adopted = await analytics_mirror.check_origin(conn, store)
+            except analytics_mirror.StoreMismatch as exc:
+                print(mismatch_message(exc, settings), file=sys.stderr)
+                return 4
+            if adopted is not None:
+                print(f"the analytics store now records that it mirrors the database {adopted}", file=sys.stderr)
         if store.refill_needed and args.analytics_command != "rebuild":
             queued = await analytics_mirror.refill(conn)
             print(f"the analytics store was emptied for its new layout: {queued} events queued to mirror "
@@ -266,4 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         code = 2
+    except StartupError as exc:
+        print(f"start-up error: {exc}", file=sys.stderr)
+        code = 1
     sys.exit(code)

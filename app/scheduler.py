@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from common.outages import Outages
 from common.service import Timer
 from storage import job_locks
 
@@ -36,8 +37,9 @@ class _Entry:
 
 
 class Scheduler:
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, outages: Outages | None = None) -> None:
         self._dsn = dsn
+        self._outages = outages  # PostgreSQL unreachable: one line per outage, not a traceback per round
         self._entries: list[_Entry] = []
         self._timers: list[Timer] = []
         self._conn: asyncpg.Connection | None = None
@@ -48,7 +50,8 @@ class Scheduler:
         self._entries.append(_Entry(name, seconds, job, job_locks.job_lock_key(name)))
 
     def start(self) -> None:
-        self._timers = [Timer(f"job:{e.name}", e.seconds, lambda e=e: self._run_locked(e)) for e in self._entries]
+        self._timers = [Timer(f"job:{e.name}", e.seconds, lambda e=e: self._run_locked(e),
+                              outages=self._outages) for e in self._entries]
         for timer in self._timers:
             timer.start()
 

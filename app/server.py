@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 from aiohttp import web
+from clickhouse_connect.driver.exceptions import ClickHouseError
 from redis.asyncio import Redis
 
 from actors.analytics_mirror import Mirror
@@ -54,6 +55,7 @@ from app.settings import Settings
 from app.site_runtime import make_runtime
 from app.sources import runner as source_runner
 from app.sources.netguard import NetGuard
+from app.startup import StartupError, clickhouse_reason, connecting_to_postgres, directory_error, server_place
 from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
@@ -61,7 +63,7 @@ from common.outages import Outages
 from common.service import Timer
 from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, open_store
-from storage.db import close_pool, create_pool, create_writer_pool
+from storage.db import close_pool, create_pool, create_writer_pool, maintaining_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
@@ -78,29 +80,43 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = await asyncio.to_thread(embedded.start)
-    pool = await create_pool(dsn, max_size=settings.pool_max)
-    async with pool.acquire() as conn:
-        await migrate(conn)
-    report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
-    write_pool = await create_writer_pool(dsn, min_size=min(settings.flushes_in_flight, settings.write_pool_max),
-                                          max_size=settings.write_pool_max)
-    app[POOL] = pool
-    app[REPORT_POOL] = report_pool
-    app[WRITE_POOL] = write_pool
-    app[DATABASE_DSN] = dsn
-    app[PARTITION_CACHE] = PartitionCache()
-    await _ensure_partitions_ahead(app)
-    # Months ahead get their partition well before their first event; a failed round retries next time.
-    timer = Timer("partitions-ahead", PARTITIONS_AHEAD_SECONDS, lambda: _ensure_partitions_ahead(app),
-                  delay_first=True)
-    timer.start()
     try:
-        yield
+        async with connecting_to_postgres(dsn, embedded_in=embedded and embedded.data_dir):
+            pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max)
+        # asyncpg logs a traceback for every failed attempt to reconnect its floor: one line per outage.
+        pools = [pool]  # this app's pools with a floor (other apps' pools log through the same logger)
+        pool_log = logging.getLogger("asyncpg.pool")
+        floor = app[OUTAGES].log_filter("Failed to restore the pool connection floor", "requests needing it answer 503",
+                                        applies=lambda: maintaining_pool() in pools)
+        pool_log.addFilter(floor)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+            report_pool = await create_pool(dsn, min_size=0, max_size=settings.report_pool_max)
+            write_pool = await create_writer_pool(
+                dsn, min_size=min(settings.flushes_in_flight, settings.write_pool_max),
+                max_size=settings.write_pool_max)
+            pools.append(write_pool)
+            app[POOL] = pool
+            app[REPORT_POOL] = report_pool
+            app[WRITE_POOL] = write_pool
+            app[DATABASE_DSN] = dsn
+            app[PARTITION_CACHE] = PartitionCache()
+            await _ensure_partitions_ahead(app)
+            # Months ahead get their partition well before their first event; a failed round retries next time.
+            timer = Timer("partitions-ahead", PARTITIONS_AHEAD_SECONDS, lambda: _ensure_partitions_ahead(app),
+                          delay_first=True, outages=app[OUTAGES])
+            timer.start()
+            try:
+                yield
+            finally:
+                await timer.stop()
+                await close_pool(write_pool)
+                await close_pool(report_pool)
+        finally:
+            await close_pool(pool)
+            pool_log.removeFilter(floor)
     finally:
-        await timer.stop()
-        await close_pool(write_pool)
-        await close_pool(report_pool)
-        await close_pool(pool)
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
 
@@ -112,10 +128,23 @@ async def _ensure_partitions_ahead(app: web.Application) -> None:
 
 
 def open_analytics(settings: Settings) -> AnalyticsStore:
-    """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set)."""
-    return open_store(url=settings.analytics_url, path=settings.analytics_path,
-                      database=settings.analytics_database, cluster=settings.analytics_cluster,
-                      max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+    """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set). A
+    folder that cannot hold it is a ConfigError, a server that does not answer a StartupError."""
+    if settings.analytics_url is None:
+        try:
+            settings.analytics_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            variable = "TALLY_ANALYTICS_DIR" if settings.analytics_dir else "TALLY_DATA_DIR"
+            raise directory_error(settings.analytics_path, variable, exc) from None
+    try:
+        return open_store(url=settings.analytics_url, path=settings.analytics_path,
+                          database=settings.analytics_database, cluster=settings.analytics_cluster,
+                          max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+    except ClickHouseError as exc:
+        if settings.analytics_url is None:
+            raise
+        raise StartupError(f"cannot use the ClickHouse server at {server_place(settings.analytics_url)} "
+                           f"(TALLY_ANALYTICS_URL): {clickhouse_reason(exc)}") from None
 
 
 def analytics_ctx_for(shared: AnalyticsStore | None):
@@ -125,25 +154,31 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
         settings = app[SETTINGS]
         store = shared or await asyncio.to_thread(open_analytics, settings)
         owner = None  # the connection holding this process's claim on the database (embedded store)
-        if shared is None and store.embedded:
-            owner = await asyncpg.connect(app[DATABASE_DSN])
-            try:
+        try:
+            if shared is None and store.embedded:
+                owner = await asyncpg.connect(app[DATABASE_DSN])
                 await analytics_mirror.claim_embedded_store(owner)
-            except BaseException:
+            async with app[POOL].acquire() as conn:  # a store mirroring another database is refused
+                adopted = await analytics_mirror.check_origin(conn, store)
+        except BaseException:
+            if owner is not None:
                 await owner.close()
+            if shared is None:
                 await asyncio.to_thread(store.close)
-                raise
+            raise
+        if adopted is not None:
+            log.info("the analytics store now records that it mirrors the database %s", adopted)
         app[ANALYTICS] = store
         if store.refill_needed:
             async with app[POOL].acquire() as conn:
                 queued = await analytics_mirror.refill(conn)
             log.warning("analytics store emptied for its new layout; %d events queued to mirror again", queued)
         mirror = Mirror(app[POOL], store, interval=settings.mirror_interval_ms / 1000, batch=settings.mirror_batch,
-                        metrics=app[METRICS])
+                        metrics=app[METRICS], outages=app[OUTAGES])
         app[MIRROR] = mirror
         mirror.start()
         warmer = app[WARMER] = DashboardWarmer(store, app[POOL], mirror)
-        warming = Timer("dashboard-warmer", WARM_CHECK_SECONDS, warmer.warm, delay_first=True)
+        warming = Timer("dashboard-warmer", WARM_CHECK_SECONDS, warmer.warm, delay_first=True, outages=app[OUTAGES])
         warming.start()
         try:
             yield
@@ -236,7 +271,7 @@ async def sources_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
     """Background jobs; areas register theirs in JOB_REGISTRARS."""
-    scheduler = Scheduler(app[DATABASE_DSN])
+    scheduler = Scheduler(app[DATABASE_DSN], app[OUTAGES])
     for register in JOB_REGISTRARS:
         register(app, scheduler)
     app[SCHEDULER] = scheduler

@@ -6,12 +6,14 @@ so the defaults below are the only defaults."""
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 
 class ConfigError(RuntimeError):
@@ -27,9 +29,12 @@ def _int(name: str, raw: str) -> int:
 
 def _float(name: str, raw: str) -> float:
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {raw!r}")
+    return value
 
 
 def _text(name: str, raw: str) -> str:
@@ -48,16 +53,43 @@ def _micros_as_ms(name: str, raw: str) -> float:
     return _int(name, raw) / 1000
 
 
+def _server_url(name: str, raw: str) -> str:
+    """A server's URL: a scheme and a host, and a numeric port if any. The value is not repeated in the
+    message, since it may carry a password."""
+    try:
+        parsed = urlparse(raw)
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise ConfigError(f"{name} is not a valid URL (its port?)") from None
+    if not parsed.scheme or not parsed.hostname:
+        raise ConfigError(f"{name} must be a URL with a scheme and a host, e.g. http://user:password@host:8123")
+    return raw
+
+
 def _env_name(name: str, raw: str) -> str:
     if raw not in ("development", "production"):
         raise ConfigError("TALLY_ENV must be 'development' or 'production'")
     return raw
 
 
-def var(name: str, parse: Callable[[str, str], Any] = _text, minimum: float | None = None) -> dict:
-    """Field metadata: the variable that sets this setting, its parser, and a floor (values below it
-    are raised to it)."""
-    return {"setting": {"env": name, "parse": parse, "minimum": minimum}}
+def var(name: str, parse: Callable[[str, str], Any] = _text, minimum: float | None = None, *,
+        low: float | None = None, high: float | None = None, above: float | None = None) -> dict:
+    """Field metadata: the variable that sets this setting, its parser, a floor (values below it are
+    raised to it), and bounds: a value below `low`, above `high` or not above `above` is refused with a
+    ConfigError (counts, sizes and timeouts that mean nothing at 0 or below, the port's range)."""
+    return {"setting": {"env": name, "parse": parse, "minimum": minimum, "low": low, "high": high, "above": above}}
+
+
+def _check_bounds(spec: dict, raw: str, value: Any) -> None:
+    low, high, above = spec["low"], spec["high"], spec["above"]
+    if low is not None and high is not None and not low <= value <= high:
+        raise ConfigError(f"{spec['env']} must be between {low:g} and {high:g}, got {raw!r}")
+    if low is not None and value < low:
+        raise ConfigError(f"{spec['env']} must be at least {low:g}, got {raw!r}")
+    if high is not None and value > high:
+        raise ConfigError(f"{spec['env']} must be at most {high:g}, got {raw!r}")
+    if above is not None and value <= above:
+        raise ConfigError(f"{spec['env']} must be greater than {above:g}, got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -68,16 +100,16 @@ class Settings:
     secret: str = field(default="", metadata=var("TALLY_SECRET"))
     data_dir: Path = field(default=Path(".tally-data"), metadata=var("TALLY_DATA_DIR", lambda _, raw: Path(raw)))
     host: str = field(default="0.0.0.0", metadata=var("HOST"))
-    port: int = field(default=8000, metadata=var("PORT", _int))
+    port: int = field(default=8000, metadata=var("PORT", _int, low=1, high=65535))
     trusted_proxies: tuple[str, ...] = field(default=(), metadata=var("TALLY_TRUSTED_PROXIES", _csv))
     # Actor tuning: batch size cap, linger before a flush, mailbox bound (events), flushes at once.
-    batch_max: int = field(default=5000, metadata=var("TALLY_BATCH_MAX", _int))
-    batch_linger_ms: float = field(default=0.0, metadata=var("TALLY_BATCH_LINGER_US", _micros_as_ms))
-    mailbox_events: int = field(default=50000, metadata=var("TALLY_MAILBOX_EVENTS", _int))
+    batch_max: int = field(default=5000, metadata=var("TALLY_BATCH_MAX", _int, low=1))
+    batch_linger_ms: float = field(default=0.0, metadata=var("TALLY_BATCH_LINGER_US", _micros_as_ms, low=0))
+    mailbox_events: int = field(default=50000, metadata=var("TALLY_MAILBOX_EVENTS", _int, low=1))
     flushes_in_flight: int = field(default=3, metadata=var("TALLY_FLUSHES_IN_FLIGHT", _int, 1))
     actor_idle_seconds: float = field(default=300.0, metadata=var("TALLY_ACTOR_IDLE_SECONDS", _float, 0.1))
     key_cache_seconds: float = field(default=2.0, metadata=var("TALLY_KEY_CACHE_SECONDS", _float, 0))
-    pool_max: int = field(default=10, metadata=var("TALLY_DB_POOL_MAX", _int))
+    pool_max: int = field(default=10, metadata=var("TALLY_DB_POOL_MAX", _int, low=1))
     # The actors' writes get a pool of their own (storage.db.create_writer_pool): two actors' flush slots at
     # the default TALLY_FLUSHES_IN_FLIGHT, so a busy tenant cannot take every writer connection either.
     write_pool_max: int = field(default=6, metadata=var("TALLY_DB_WRITE_POOL_MAX", _int, 1))
@@ -86,18 +118,18 @@ class Settings:
     # Event exports: at once per signed-in account, and how long one write may wait for a slow reader.
     exports_per_account: int = field(default=2, metadata=var("TALLY_EXPORTS_PER_ACCOUNT", _int, 1))
     export_write_timeout_seconds: float = field(default=30.0,
-                                                metadata=var("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS", _float))
+                                                metadata=var("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS", _float, above=0))
     access_log: bool = field(default=True, metadata=var("TALLY_ACCESS_LOG", _flag))
     # Tests turn the timers off and call Scheduler.run_now() instead.
     run_scheduler: bool = field(default=True, metadata=var("TALLY_RUN_SCHEDULER", _flag))
     # Site ingestion: events per minute per site and per visitor IP (0 disables), DNS-over-HTTPS
     # resolver for domain verification, optional MaxMind country database.
-    site_events_per_min: int = field(default=60_000, metadata=var("TALLY_SITE_EVENTS_PER_MIN", _int))
-    ip_events_per_min: int = field(default=600, metadata=var("TALLY_IP_EVENTS_PER_MIN", _int))
+    site_events_per_min: int = field(default=60_000, metadata=var("TALLY_SITE_EVENTS_PER_MIN", _int, low=0))
+    ip_events_per_min: int = field(default=600, metadata=var("TALLY_IP_EVENTS_PER_MIN", _int, low=0))
     doh_url: str = field(default="https://cloudflare-dns.com/dns-query", metadata=var("TALLY_DOH_URL"))
     geoip_db: str | None = field(default=None, metadata=var("TALLY_GEOIP_DB"))
     # Reports: synchronous run timeout; custom SQL's own timeout and row cap; SMTP for scheduled delivery.
-    report_timeout_seconds: float = field(default=30.0, metadata=var("TALLY_REPORT_TIMEOUT_SECONDS", _float))
+    report_timeout_seconds: float = field(default=30.0, metadata=var("TALLY_REPORT_TIMEOUT_SECONDS", _float, above=0))
     custom_sql_timeout_seconds: float = field(default=5.0,
                                               metadata=var("TALLY_CUSTOM_SQL_TIMEOUT_SECONDS", _float, 0.1))
     custom_sql_max_rows: int = field(default=10_000, metadata=var("TALLY_CUSTOM_SQL_MAX_ROWS", _int, 1))
@@ -112,7 +144,7 @@ class Settings:
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
     # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server
     # per-query bounds, and the mirror's period and batch size.
-    analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL"))
+    analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL", _server_url))
     analytics_cluster: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_CLUSTER"))
     analytics_dir: Path | None = field(default=None, metadata=var("TALLY_ANALYTICS_DIR", lambda _, raw: Path(raw)))
     analytics_database: str = field(default="tally", metadata=var("TALLY_ANALYTICS_DATABASE"))
@@ -138,6 +170,7 @@ class Settings:
             if raw in (None, ""):
                 continue
             value = spec["parse"](spec["env"], raw)
+            _check_bounds(spec, raw, value)
             if spec["minimum"] is not None:
                 value = max(spec["minimum"], value)
             values[f.name] = value
@@ -151,11 +184,15 @@ class Settings:
 
 def persisted_secret(data_dir: Path) -> str:
     """Development convenience: one random secret per data folder, kept across restarts."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / "secret"
-    if path.exists():
-        return path.read_text().strip()
-    value = secrets.token_urlsafe(48)
-    path.write_text(value)
-    path.chmod(0o600)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / "secret"
+        if path.exists():
+            return path.read_text().strip()
+        value = secrets.token_urlsafe(48)
+        path.write_text(value)
+        path.chmod(0o600)
+    except OSError as exc:
+        raise ConfigError(f"TALLY_DATA_DIR {data_dir} is not a usable folder (it keeps the development secret): "
+                          f"{exc.strerror or exc}") from None
     return value

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import asyncpg
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -56,6 +57,25 @@ class Outages:
     def up(self, dependency: str) -> None:
         if self._last_failure.pop(dependency, None) is not None:
             log.warning("%s reachable again", dependency)
+
+    def log_filter(self, message: str, consequence: str, applies: Callable[[], bool] = lambda: True) -> logging.Filter:
+        """A filter for a library's logger: its records that start with `message`, carry an error meaning
+        PostgreSQL is unreachable and for which `applies()` (called while the record is logged: which pool
+        is this?) are reported here (one line per outage) instead of logged with their traceback. For
+        asyncpg's pool, which logs every failed attempt to restore its connection floor."""
+        outages = self
+
+        class _Unreachable(logging.Filter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                exc = record.exc_info[1] if record.exc_info else None
+                if exc is None or not isinstance(exc, POSTGRES_UNREACHABLE) or not str(record.msg).startswith(message):
+                    return True
+                if not applies():
+                    return True
+                outages.down(POSTGRES, exc, consequence)
+                return False
+
+        return _Unreachable()
 
     def fallback(self, use: str, exc: BaseException) -> None:
         """Redis failed and `use` (sessions, rate_limits, salt) was served from process memory."""

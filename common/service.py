@@ -11,6 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from common.outages import POSTGRES, POSTGRES_UNREACHABLE, Outages
+
 log = logging.getLogger("tally.service")
 
 
@@ -22,14 +24,17 @@ class Service(Protocol):
 
 class Timer:
     """Calls `job` every `seconds` (the first call at once unless `delay_first`) in one task. A failing
-    call is logged and the next one runs on time; stop() cancels the task and waits for it."""
+    call is logged and the next one runs on time; stop() cancels the task and waits for it. With `outages`,
+    a call that failed because PostgreSQL is unreachable is reported there instead (one line per outage,
+    not a traceback per round)."""
 
     def __init__(self, name: str, seconds: float, job: Callable[[], Awaitable[object]], *,
-                 delay_first: bool = False) -> None:
+                 delay_first: bool = False, outages: Outages | None = None) -> None:
         self.name = name
         self.seconds = seconds
         self.job = job
         self.delay_first = delay_first
+        self.outages = outages
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -51,6 +56,9 @@ class Timer:
                 await self.job()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("timer job failed name=%s; it runs again in %gs", self.name, self.seconds)
+            except Exception as exc:
+                if self.outages is not None and isinstance(exc, POSTGRES_UNREACHABLE):
+                    self.outages.down(POSTGRES, exc, "background jobs and the analytics mirror wait")
+                else:
+                    log.exception("timer job failed name=%s; it runs again in %gs", self.name, self.seconds)
             await asyncio.sleep(self.seconds)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage import clickhouse_layout
+from storage import clickhouse_layout, clickhouse_schema
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
@@ -112,6 +112,66 @@ async def claim_embedded_store(conn: asyncpg.Connection) -> None:
         raise StoreClaimed("another Tally process already mirrors this database into its own embedded analytics "
                            "store; run one process per database, or share a ClickHouse server "
                            "(TALLY_ANALYTICS_URL) between processes")
+
+
+# --- which database the store mirrors ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """A PostgreSQL database, as a store records the one it mirrors: the cluster's system identifier (set by
+    initdb, so another server, a restored copy or a re-created cluster differ) and the database's name and
+    oid (a database dropped and created again under its name differs too)."""
+    system_identifier: str
+    database: str
+    oid: int
+
+    def __str__(self) -> str:
+        return f'"{self.database}" (oid {self.oid}) of the PostgreSQL cluster {self.system_identifier}'
+
+
+class StoreMismatch(RuntimeError):
+    """The analytics store mirrors another PostgreSQL database than the one it was opened with."""
+
+    def __init__(self, recorded: Origin, current: Origin) -> None:
+        super().__init__(f"the store mirrors the database {recorded}, not {current}")
+        self.recorded, self.current = recorded, current
+
+
+async def postgres_origin(conn: asyncpg.Connection) -> Origin:
+    row = await conn.fetchrow(
+        "SELECT (SELECT system_identifier::text FROM pg_control_system()) AS system_identifier, "
+        "current_database() AS database, "
+        "(SELECT oid FROM pg_database WHERE datname = current_database())::bigint AS oid")
+    return Origin(row["system_identifier"], row["database"], row["oid"])
+
+
+async def recorded_origins(store: AnalyticsStore) -> set[Origin]:
+    rows = await store.query(f"SELECT DISTINCT system_identifier, database, database_oid "
+                             f"FROM {store.table(clickhouse_schema.ORIGIN)}")
+    return {Origin(*row) for row in rows}
+
+
+async def record_origin(store: AnalyticsStore, origin: Origin) -> None:
+    """Make `origin` the database the store mirrors (the only one recorded)."""
+    await store.command(f"TRUNCATE TABLE {store.local_table(clickhouse_schema.ORIGIN)}{store.on_cluster}")
+    await store.command(
+        f"INSERT INTO {store.table(clickhouse_schema.ORIGIN)} (system_identifier, database, database_oid, adopted) "
+        "VALUES ({s:String}, {d:String}, {o:UInt32}, now64(3))",
+        {"s": origin.system_identifier, "d": origin.database, "o": origin.oid})
+
+
+async def check_origin(conn: asyncpg.Connection, store: AnalyticsStore) -> Origin | None:
+    """Refuse (StoreMismatch) a store that mirrors another database than `conn`'s: its counts would be that
+    database's events, and this one's would be missing. A store that records none (new, or from before the
+    record) adopts this one; returns it then, else None."""
+    current = await postgres_origin(conn)
+    recorded = await recorded_origins(store)
+    if not recorded:
+        await record_origin(store, current)
+        return current
+    if recorded != {current}:
+        raise StoreMismatch(min(recorded, key=str), current)
+    return None
 
 
 # --- rounds -----------------------------------------------------------------------------------------
@@ -273,6 +333,8 @@ async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datet
             await store.delete_where(name, "day >= toDate({s:DateTime64(6, 'UTC')})", {"s": since})
         else:
             await store.delete_where(name, "ts >= {s:DateTime64(6, 'UTC')}", {"s": since})
+    if since is None:  # emptied: from now on it mirrors this database (and an interrupted rebuild resumes here)
+        await record_origin(store, await postgres_origin(conn))
     written = 0
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *_LOCK)

@@ -18,6 +18,8 @@ from storage.clickhouse_schema import (
     KEYED_FROM_INPUT,
     LC,
     LC_SITE_COLUMNS,
+    ORIGIN,
+    ORIGIN_TABLE,
     ROW_GRANULES,
     SESSION_STATES,
     SITE_FROM_INPUT,
@@ -101,6 +103,9 @@ def ensure_schema(store: AnalyticsStore) -> None:
         if not complete:
             backfill(store)
             store.command_sync(f"ALTER TABLE {store.local_table(name)}{store.on_cluster} MODIFY COMMENT '{DERIVED}'")
+    store.command_sync(f"CREATE TABLE IF NOT EXISTS {store.local_table(ORIGIN)}{store.on_cluster} {ORIGIN_TABLE}")
+    if store.cluster:
+        _create_distributed(store, store.table(ORIGIN), store.local_table(ORIGIN), "0")
     # Where inserts land (on each node in cluster mode); its views write through the Distributed tables.
     store.command_sync(f"CREATE TABLE IF NOT EXISTS {store.database}.events_in{store.on_cluster} {INPUT_TABLE}")
     for view, target, select in (("site_events_in_mv", "site_events", SITE_FROM_INPUT),

@@ -271,3 +271,17 @@ TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree
           "site_day_counts": (COUNTS_TABLE, "cityHash64(site_id)", "MergeTree"),
           "site_window_visitors": (WINDOW_VISITORS_TABLE, "cityHash64(site_id)", "MergeTree"),
           "site_window_keys": (WINDOW_KEYS_TABLE, "cityHash64(site_id)", "MergeTree")}
+
+# Which PostgreSQL database the store mirrors (storage/analytics_mirror.py: check_origin): one row, written
+# when a store is first opened against a database and again by a full rebuild. A cluster keeps it through a
+# Distributed table like the others (on one shard; read from all).
+ORIGIN = "mirrored_database"
+ORIGIN_TABLE = """(
+    system_identifier String,
+    database String,
+    database_oid UInt32,
+    adopted DateTime64(3, 'UTC')
+)
+ENGINE = MergeTree
+ORDER BY tuple()
+"""

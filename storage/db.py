@@ -77,6 +77,18 @@ async def create_writer_pool(dsn: str, *, min_size: int, max_size: int) -> async
                              reset=_keep_session)
 
 
+def maintaining_pool() -> asyncpg.Pool | None:
+    """The pool whose connection floor the running task is restoring (asyncpg's maintenance task, which logs
+    each failed attempt), else None: lets a log filter tell one pool's records from another's."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
+    frame = getattr(task.get_coro(), "cr_frame", None) if task is not None else None
+    owner = frame.f_locals.get("self") if frame is not None else None
+    return owner if isinstance(owner, asyncpg.Pool) else None
+
+
 async def close_pool(pool: asyncpg.Pool, grace_seconds: float = 10) -> None:
     """Close gracefully, but never wait forever: asyncpg's close() waits for every acquired connection to
     come back, and one leaked by a cancelled task would hold shutdown (and a test's teardown) for good."""

@@ -275,3 +275,57 @@ async def test_a_rebuild_killed_midway_is_made_good(pg_admin_dsn, tmp_path, noti
         assert (after["postgres_events"], after["analytics_site_events"], after["pending"]) == (total, total, 0)
     finally:
         await drop_database(pg_admin_dsn, dsn)
+
+
+async def test_a_store_is_refused_with_another_database_until_rebuilt_for_it(pg_admin_dsn, tmp_path):
+    """DATABASE_URL changed, TALLY_DATA_DIR (so the embedded store) kept: the store counted the first
+    database's events on the second one's dashboards. Now the server and the CLI refuse it with what to do,
+    and `tally analytics rebuild` makes it the second database's."""
+    first, second = await fresh_database(pg_admin_dsn), await fresh_database(pg_admin_dsn)
+    env = {"DATABASE_URL": first, "TALLY_DATA_DIR": str(tmp_path), "TALLY_MIRROR_INTERVAL_MS": "20"}
+    moved = {**env, "DATABASE_URL": second}
+
+    async def serve_and_send(env: dict[str, str], events: int) -> None:
+        made = await asyncio.to_thread(tally, env, "create-key", "--workspace", "ws", "--scopes", "read,write")
+        assert made.returncode == 0, made.stderr
+        proc, base = await asyncio.to_thread(server_process.start, env)
+        try:
+            async with aiohttp.ClientSession() as http:
+                batch = [{"event": "seen", "user_id": f"u{i}"} for i in range(events)]
+                async with http.post(f"{base}/v1/events/batch", headers=bearer(made.stdout.strip()),
+                                     json={"events": batch}) as resp:
+                    assert resp.status == 200, await resp.text()
+            assert await pending_once_caught_up(base) == 0
+        finally:
+            await asyncio.to_thread(server_process.stop, proc)
+
+    def refused(done: subprocess.CompletedProcess) -> None:
+        assert done.returncode == 4, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+        assert f'mirrors another PostgreSQL database, "{urlparse(first).path[1:]}"' in done.stderr
+        assert f'not this one, "{urlparse(second).path[1:]}"' in done.stderr
+        assert "Run `tally analytics rebuild` to make it mirror this database" in done.stderr
+        assert "TALLY_ANALYTICS_DIR" in done.stderr
+
+    try:
+        await serve_and_send(env, 5)
+        assert (await asyncio.to_thread(status, env))["analytics_keyed_events"] == 5
+
+        serve = [sys.executable, "-m", "app", "serve", "--port", str(server_process.free_port())]
+        refused(await asyncio.to_thread(subprocess.run, serve, capture_output=True, text=True, timeout=120,
+                                        env={**os.environ, **moved}))
+        refused(await asyncio.to_thread(tally, moved, "analytics", "status"))
+        refused(await asyncio.to_thread(tally, moved, "analytics", "rebuild", "--since", "2020-01-01"))
+
+        rebuilt = await asyncio.to_thread(tally, moved, "analytics", "rebuild")
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert "rebuilt: 0 events" in rebuilt.stdout
+        await serve_and_send(moved, 2)
+        counts = await asyncio.to_thread(status, moved)
+        assert (counts["postgres_events"], counts["analytics_keyed_events"]) == (2, 2)  # none of the first's
+
+        back = await asyncio.to_thread(tally, env, "analytics", "status")  # the store is the second's now
+        assert back.returncode == 4 and "Traceback" not in back.stderr
+    finally:
+        await drop_database(pg_admin_dsn, first)
+        await drop_database(pg_admin_dsn, second)

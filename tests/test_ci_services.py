@@ -23,11 +23,11 @@ STUBS = {
 }
 
 
-def _run(tmp_path: Path, *, up: tuple[str, ...] = ()) -> list[str]:
+def _run(tmp_path: Path, *, up: tuple[str, ...] = (), stubs: dict[str, str] = STUBS) -> list[str]:
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
     state.mkdir()
-    for name, body in STUBS.items():
+    for name, body in stubs.items():
         stub = bin_dir / name
         stub.write_text(f"#!/bin/sh\n{body}\n")
         stub.chmod(0o755)
@@ -51,6 +51,14 @@ def test_services_that_are_down_are_started(tmp_path):
     assert [c.split()[0] for c in calls] == ["pg_ctlcluster", "redis-server", "start-stop-daemon"]
     assert calls[0] == "pg_ctlcluster --skip-systemctl-redirect 15 main start"
     assert "--port 6379" in calls[1]
+
+
+def test_redis_is_waited_for_like_the_others(tmp_path):
+    # This Redis comes up a second after it was started: the script must not return before it answers.
+    slow = {**STUBS, "redis-server": 'echo "redis-server $*" >> "$STATE/calls"; '
+                                          '(sleep 1; touch "$STATE/redis") >/dev/null 2>&1 &'}
+    _run(tmp_path, stubs=slow)
+    assert (tmp_path / "state" / "redis").exists()
 
 
 def test_services_that_are_up_are_left_alone(tmp_path):

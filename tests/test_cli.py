@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import bearer
+from tests.server_process import free_port
 
 
 def tally(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -62,3 +63,62 @@ def test_migrate_and_create_user(cli, workspace):
     assert cli("migrate").returncode == 0
     done = cli("create-user", "--workspace", workspace, "--email", "ops@example.com", "--password", "long enough pw")
     assert done.returncode == 0, done.stderr
+
+
+def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """`tally serve` with `env` over this process's environment; for settings it refuses, so it exits."""
+    return subprocess.run([sys.executable, "-m", "app", "serve", *args], capture_output=True,
+                          text=True, env={**os.environ, "REDIS_URL": "", **env}, timeout=120)
+
+
+@pytest.mark.parametrize(("env", "code", "says"), [
+    ({"DATABASE_URL": "garbage"}, 2, "configuration error: DATABASE_URL is not a usable PostgreSQL URL: "),
+    ({"DATABASE_URL": "postgresql://postgres:pw@127.0.0.1:1/x"}, 1,
+     "start-up error: cannot connect to PostgreSQL at 127.0.0.1:1/x (DATABASE_URL): "),
+    ({"DATABASE_URL": "{pg}/tally_no_such_database"}, 2,
+     'configuration error: PostgreSQL at {place}/tally_no_such_database (DATABASE_URL): database '
+     '"tally_no_such_database" does not exist; create it first'),
+    ({"TALLY_DB_POOL_MAX": "0"}, 2, "configuration error: TALLY_DB_POOL_MAX must be at least 1, got '0'"),
+    ({"PORT": "99999"}, 2, "configuration error: PORT must be between 1 and 65535, got '99999'"),
+    ({"HOST": "no.such.host.invalid"}, 2, "configuration error: HOST 'no.such.host.invalid' cannot be resolved"),
+    ({"TALLY_DATA_DIR": "/proc/tally", "TALLY_SECRET": ""}, 2,
+     "configuration error: TALLY_DATA_DIR /proc/tally is not a usable folder"),
+    ({"TALLY_ANALYTICS_DIR": "/proc/tally/analytics"}, 2,
+     "configuration error: TALLY_ANALYTICS_DIR /proc/tally/analytics is not a usable folder"),
+    ({"TALLY_ANALYTICS_URL": "garbage"}, 2,
+     "configuration error: TALLY_ANALYTICS_URL must be a URL with a scheme and a host"),
+    ({"TALLY_ANALYTICS_URL": "http://default:secretpw@127.0.0.1:1"}, 1,
+     "start-up error: cannot use the ClickHouse server at http://127.0.0.1:1 (TALLY_ANALYTICS_URL): "),
+])
+def test_start_up_errors_are_one_clear_line_without_a_traceback(database_url, tmp_path, env, code, says):
+    pg = database_url.rsplit("/", 1)[0]
+    place = pg.rsplit("@", 1)[1]
+    env = {"DATABASE_URL": database_url, "TALLY_DATA_DIR": str(tmp_path), "TALLY_SECRET": "s" * 32,
+           **{k: v.format(pg=pg) for k, v in env.items()}}
+    done = serve(env) if "PORT" in env else serve(env, "--port", str(free_port()))
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr and "secretpw" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(says.format(place=place)), done.stderr
+
+
+def test_a_port_out_of_range_is_a_usage_error(database_url):
+    done = tally(database_url, "serve", "--port", "70000")
+    assert done.returncode == 2 and "a port is between 1 and 65535" in done.stderr
+
+
+async def test_set_plan_refuses_a_workspace_that_does_not_exist(cli, workspace, database_url):
+    done = cli("set-plan", "--workspace", workspace + "-typo", "--plan", "pro")
+    assert done.returncode == 1 and done.stderr == f"no workspace named {workspace}-typo\n"
+    assert cli("list-keys", "--workspace", workspace + "-typo").returncode == 1  # nothing was made
+    cli("create-key", "--workspace", workspace, "--scopes", "read")
+    done = cli("set-plan", "--workspace", workspace, "--plan", "pro")
+    assert done.returncode == 0 and done.stdout == f"workspace {workspace}: plan pro\n"
+
+
+def test_create_key_refuses_an_expiry_in_the_past(cli, workspace):
+    done = cli("create-key", "--workspace", workspace, "--scopes", "read,write", "--expires", "2020-01-01T00:00:00Z")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "2020-01-01T00:00:00Z is in the past" in done.stderr
+    assert cli("list-keys", "--workspace", workspace).returncode == 1  # no key, so no workspace either
+    done = cli("create-key", "--workspace", workspace, "--scopes", "read", "--expires", "2999-01-01T00:00:00Z")
+    assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_")

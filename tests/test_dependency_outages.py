@@ -133,8 +133,8 @@ class Relay:
         self.server: asyncio.Server | None = None
         self.writers: set[asyncio.StreamWriter] = set()
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
         return self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -200,3 +200,55 @@ async def test_the_daily_salt_falls_back_to_one_salt_of_this_process_per_day(own
         assert fallbacks._value.get() == 3
     finally:
         await redis.aclose()
+
+
+def _tracebacks(caplog) -> list[str]:
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.exc_info]
+
+
+async def test_postgres_down_logs_one_line_not_a_traceback_per_mirror_round_and_one_when_back(
+        make_client, settings, database_url, caplog):
+    caplog.set_level(logging.INFO)
+    parsed = urlparse(database_url)
+    relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    port = await relay.start()
+    relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
+    client = await make_client(dataclasses.replace(settings, database_url=relayed, mirror_interval_ms=20))
+    assert (await client.get("/readyz")).status == 200
+    caplog.clear()
+    await relay.cut()
+    await asyncio.sleep(3)  # about 150 mirror rounds, and the pool's attempts to reconnect its floor
+    assert (await client.get("/readyz")).status == 503
+    assert _outage_lines(caplog, "postgres") == 1
+    assert _tracebacks(caplog) == []
+    await relay.start(port)
+    for _ in range(100):
+        if any(r.getMessage() == "postgres reachable again" for r in caplog.records):
+            break
+        await asyncio.sleep(0.1)
+    assert [r.getMessage() for r in caplog.records if r.name == "tally.outages"][1:] == ["postgres reachable again"]
+    assert _tracebacks(caplog) == []
+    ready = await client.get("/readyz")  # the mirror works again, not only the pool
+    assert ready.status == 200 and (await ready.json())["analytics"]["status"] == "ok"
+    await relay.cut()  # the app closes its pools on connections that are gone
+
+
+async def test_a_timer_reports_postgres_unreachable_as_one_outage_line(caplog):
+    from common.outages import Outages
+    from common.service import Timer
+
+    caplog.set_level(logging.INFO)
+    rounds = 0
+
+    async def job() -> None:
+        nonlocal rounds
+        rounds += 1
+        raise ConnectionRefusedError(111, "Connect call failed")
+
+    timer = Timer("job:test", 0.01, job, outages=Outages())
+    timer.start()
+    await asyncio.sleep(0.3)
+    await timer.stop()
+    assert rounds > 5
+    assert [(r.name, r.getMessage().split(" (")[0]) for r in caplog.records] == [("tally.outages",
+                                                                                   "postgres unreachable")]

@@ -3,14 +3,17 @@ calls print no platformdirs warning."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from app.embedded import EmbeddedPostgres
@@ -18,11 +21,56 @@ from app.embedded import EmbeddedPostgres
 
 @pytest.fixture
 def data_dir():
-    """A folder the server's own unprivileged user can reach (pytest's data_dir is root-only)."""
+    """A folder the server's own unprivileged user can reach (pytest's data_dir is root-only). A server a
+    failed test left running is stopped."""
     path = Path(tempfile.mkdtemp(prefix="tally-embedded-"))
     path.chmod(0o755)
     yield path
+    postmaster = _postmaster(path)
+    if postmaster is not None and _alive(postmaster):
+        postmaster.send_signal(signal.SIGINT)  # fast shutdown
+        psutil.wait_procs([postmaster], timeout=30)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _postmaster(data_dir: Path) -> psutil.Process | None:
+    """The running server of `data_dir`, if any."""
+    pid_file = data_dir / "pgdata" / "postmaster.pid"
+    try:
+        return psutil.Process(int(pid_file.read_text().split()[0]))
+    except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
+        return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE  # exited, not yet reaped
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _handles(data_dir: Path) -> list[int]:
+    return json.loads((data_dir / "pgdata" / ".handle_pids.json").read_text())
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from app.embedded import EmbeddedPostgres
+embedded = EmbeddedPostgres(Path(sys.argv[1]))
+embedded.start()
+print("ready", flush=True)
+sys.stdin.read()  # until the test closes stdin
+embedded.stop()
+"""
+
+
+def _holder(data_dir: Path) -> subprocess.Popen:
+    """Another process using the embedded server of `data_dir` (as a second tally command would)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(data_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    return proc
 
 
 def test_a_successful_start_logs_one_summary_line(data_dir, caplog):
@@ -54,3 +102,45 @@ def test_cli_on_the_embedded_default_prints_no_xdg_warning(data_dir):
     assert done.returncode == 0, done.stderr
     assert "XDG_RUNTIME_DIR" not in done.stderr
     assert "Warning" not in done.stderr
+
+
+def _embedded_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "tally.embedded"]
+
+
+def test_after_a_kill_9_every_clean_stop_stops_the_server_again(data_dir, caplog):
+    killed = _holder(data_dir)
+    reused = _postmaster(data_dir)
+    killed.kill()  # kill -9: it never takes itself off the server's list of users
+    killed.wait()
+    assert _handles(data_dir) == [killed.pid]
+    for _ in range(2):  # the stop after the kill, and every later one
+        embedded = EmbeddedPostgres(data_dir)
+        with caplog.at_level(logging.INFO):
+            caplog.clear()
+            embedded.start()
+            postmaster = _postmaster(data_dir)
+            embedded.stop()
+        assert not _alive(postmaster), "the server outlived a clean stop"
+        assert _handles(data_dir) == []
+        assert _embedded_lines(caplog)[-1] == f"embedded postgresql stopped data_dir={data_dir}"
+    assert reused.pid != postmaster.pid  # the first round reused the server the killed process started
+
+
+def test_a_stop_beside_another_user_says_it_left_the_server_running(data_dir, caplog):
+    other = _holder(data_dir)
+    try:
+        embedded = EmbeddedPostgres(data_dir)
+        with caplog.at_level(logging.INFO):
+            embedded.start()
+            embedded.stop()
+        assert _embedded_lines(caplog)[-1] == (f"embedded postgresql left running data_dir={data_dir} "
+                                               f"for process {other.pid}")
+        assert _postmaster(data_dir) is not None and _handles(data_dir) == [other.pid]
+        embedded.start()  # this process attaches again
+        assert sorted(_handles(data_dir)) == sorted([other.pid, os.getpid()])
+        embedded.stop()
+    finally:
+        other.stdin.close()
+        other.wait(60)
+    assert _postmaster(data_dir) is None  # the last user stopped it (its pid file is gone)

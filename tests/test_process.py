@@ -1,8 +1,10 @@
 """The real server process: SIGTERM drains acknowledged work; the embedded default starts from nothing."""
 
 import asyncio
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -71,3 +73,29 @@ async def test_embedded_default_starts_from_an_empty_folder_and_keeps_data(tmp_p
         assert [e["event"] for e in body["data"]] == ["hi"]
     finally:
         await asyncio.to_thread(server_process.stop, proc)
+
+
+async def test_serve_logs_where_it_listens_once_ready(database_url):
+    proc, base = await asyncio.to_thread(server_process.start, {"DATABASE_URL": database_url})
+    try:
+        lines = [json.loads(line) for line in server_process.output(proc).splitlines() if line.startswith("{")]
+    finally:
+        await asyncio.to_thread(server_process.stop, proc)
+    ready = [line for line in lines if line["logger"] == "tally.serve"]
+    assert [line["msg"] for line in ready] == [f"tally serve ready: listening on {base}"]
+    after = lines[lines.index(ready[0]) + 1:]  # start-up was over: only requests (the readiness probes) follow
+    assert all(line["msg"] == "request" for line in after), after
+
+
+async def test_a_taken_port_is_one_clear_line(database_url):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (f"start-up error: cannot listen on 127.0.0.1:{port} (HOST, PORT): "
+                                            "Address already in use")

@@ -56,3 +56,36 @@ def test_production_requires_a_secret(monkeypatch, tmp_path):
     monkeypatch.setenv("TALLY_ENV", "staging")
     with pytest.raises(ConfigError, match="TALLY_ENV must be"):
         Settings.from_env()
+
+
+@pytest.mark.parametrize(("variable", "raw", "message"), [
+    ("PORT", "99999", "PORT must be between 1 and 65535, got '99999'"),
+    ("PORT", "0", "PORT must be between 1 and 65535, got '0'"),
+    ("TALLY_BATCH_MAX", "0", "TALLY_BATCH_MAX must be at least 1, got '0'"),
+    ("TALLY_BATCH_MAX", "-1", "TALLY_BATCH_MAX must be at least 1, got '-1'"),
+    ("TALLY_MAILBOX_EVENTS", "0", "TALLY_MAILBOX_EVENTS must be at least 1, got '0'"),
+    ("TALLY_DB_POOL_MAX", "0", "TALLY_DB_POOL_MAX must be at least 1, got '0'"),
+    ("TALLY_BATCH_LINGER_US", "-5", "TALLY_BATCH_LINGER_US must be at least 0, got '-5'"),
+    ("TALLY_IP_EVENTS_PER_MIN", "-1", "TALLY_IP_EVENTS_PER_MIN must be at least 0, got '-1'"),
+    ("TALLY_SITE_EVENTS_PER_MIN", "-1", "TALLY_SITE_EVENTS_PER_MIN must be at least 0, got '-1'"),
+    ("TALLY_REPORT_TIMEOUT_SECONDS", "0", "TALLY_REPORT_TIMEOUT_SECONDS must be greater than 0, got '0'"),
+    ("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS", "-1",
+     "TALLY_EXPORT_WRITE_TIMEOUT_SECONDS must be greater than 0, got '-1'"),
+    ("TALLY_REPORT_TIMEOUT_SECONDS", "nan", "TALLY_REPORT_TIMEOUT_SECONDS must be a finite number, got 'nan'"),
+])
+def test_counts_ports_and_timeouts_out_of_range_are_refused(monkeypatch, tmp_path, variable, raw, message):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env()
+    assert str(refused.value) == message
+
+
+def test_the_edges_of_the_ranges_are_accepted(monkeypatch, tmp_path):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    for variable, raw in (("PORT", "65535"), ("TALLY_BATCH_MAX", "1"), ("TALLY_MAILBOX_EVENTS", "1"),
+                          ("TALLY_DB_POOL_MAX", "1"), ("TALLY_IP_EVENTS_PER_MIN", "0")):
+        monkeypatch.setenv(variable, raw)
+    settings = Settings.from_env()
+    assert (settings.port, settings.batch_max, settings.mailbox_events, settings.pool_max,
+            settings.ip_events_per_min) == (65535, 1, 1, 1, 0)
