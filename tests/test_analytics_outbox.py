@@ -14,6 +14,7 @@ import pytest
 from actors.analytics_mirror import Mirror
 from storage import analytics_mirror as mirror
 from storage.clickhouse import AnalyticsStore
+from storage.clickhouse_layout import ensure_schema
 from storage.db import create_pool, init_connection
 from storage.events import EventRow, copy_events
 from storage.ids import new_id
@@ -41,10 +42,15 @@ async def conn(dsn: str) -> AsyncIterator[asyncpg.Connection]:
         await conn.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def store(analytics_store: AnalyticsStore) -> AnalyticsStore:
-    """The run's embedded store (chDB opens one data directory per process); events are told apart by id."""
-    return analytics_store
+    """A database of this module's own in the run's embedded store (chDB opens one data directory per
+    process): these tests mirror other PostgreSQL databases than the run's, and a full rebuild empties
+    the store and ties it to its database. Events are told apart by id."""
+    store = AnalyticsStore(analytics_store.client, f"{analytics_store.database}_outbox",
+                           query_settings=dict(analytics_store.query_settings))
+    ensure_schema(store)
+    return store
 
 
 async def store_events(conn: asyncpg.Connection, n: int, ids: list[str], user: str = "u") -> None:
