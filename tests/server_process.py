@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +20,13 @@ def free_port() -> int:
 
 def start(env: dict[str, str], timeout: float = 60) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    if "TALLY_DATA_DIR" in env and "TMPDIR" not in env:
+    own_dir = None
+    if "TALLY_DATA_DIR" not in env:
+        # A data folder of its own, removed by stop(): the default (./.tally-data) would be the checkout's,
+        # shared by every run, and its analytics store is tied to the first run's database.
+        own_dir = tempfile.mkdtemp(prefix="tally-test-data-")
+        env = {**env, "TALLY_DATA_DIR": own_dir}
+    if "TMPDIR" not in env:
         # Temporary files (the analytics store spools each insert to one) go with the test's data: a server
         # killed mid-insert leaves its file there, not in /tmp.
         tmp = os.path.join(env["TALLY_DATA_DIR"], "tmp")
@@ -32,6 +39,7 @@ def start(env: dict[str, str], timeout: float = 60) -> tuple[subprocess.Popen, s
         env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
     )
     proc.log = log  # type: ignore[attr-defined]
+    proc.own_dir = own_dir  # type: ignore[attr-defined]
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -55,4 +63,6 @@ def output(proc: subprocess.Popen) -> str:
 def stop(proc: subprocess.Popen, timeout: float = 60) -> str:
     proc.terminate()
     proc.wait(timeout=timeout)
+    if proc.own_dir is not None:  # type: ignore[attr-defined]
+        shutil.rmtree(proc.own_dir, ignore_errors=True)  # type: ignore[attr-defined]
     return output(proc)

@@ -87,14 +87,15 @@ async def test_serve_logs_where_it_listens_once_ready(database_url):
     assert all(line["msg"] == "request" for line in after), after
 
 
-async def test_a_taken_port_is_one_clear_line(database_url):
+async def test_a_taken_port_is_one_clear_line(database_url, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         done = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env={**os.environ, "DATABASE_URL": database_url}, capture_output=True, text=True, timeout=120)
+            env={**os.environ, "DATABASE_URL": database_url, "TALLY_DATA_DIR": str(tmp_path)}, capture_output=True,
+            text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1] == (f"start-up error: cannot listen on 127.0.0.1:{port} (HOST, PORT): "
