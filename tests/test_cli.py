@@ -3,6 +3,8 @@
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -10,14 +12,15 @@ from tests.conftest import bearer
 from tests.server_process import free_port
 
 
-def tally(database_url: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATABASE_URL": database_url}
+def tally(database_url: str, data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    # A data folder of the test's (the development secret is made there), not the checkout's ./.tally-data.
+    env = {**os.environ, "DATABASE_URL": database_url, "TALLY_DATA_DIR": str(data_dir)}
     return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
 @pytest.fixture
-def cli(database_url, client):  # client: the schema exists
-    return lambda *args: tally(database_url, *args)
+def cli(database_url, client, tmp_path):  # client: the schema exists
+    return lambda *args: tally(database_url, tmp_path, *args)
 
 
 async def test_create_key_prints_the_key_alone_and_it_works(cli, client, workspace):
@@ -67,8 +70,9 @@ def test_migrate_and_create_user(cli, workspace):
 
 def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`tally serve` with `env` over this process's environment; for settings it refuses, so it exits."""
-    return subprocess.run([sys.executable, "-m", "app", "serve", *args], capture_output=True,
-                          text=True, env={**os.environ, "REDIS_URL": "", **env}, timeout=120)
+    return subprocess.run([sys.executable, "-m", "app", "serve", *args], capture_output=True, text=True,
+                          env={**os.environ, "REDIS_URL": "", "TALLY_DATA_DIR": tempfile.mkdtemp(), **env},
+                          timeout=120)
 
 
 @pytest.mark.parametrize(("env", "code", "says"), [
@@ -101,8 +105,8 @@ def test_start_up_errors_are_one_clear_line_without_a_traceback(database_url, tm
     assert done.stderr.splitlines()[-1].startswith(says.format(place=place)), done.stderr
 
 
-def test_a_port_out_of_range_is_a_usage_error(database_url):
-    done = tally(database_url, "serve", "--port", "70000")
+def test_a_port_out_of_range_is_a_usage_error(database_url, tmp_path):
+    done = tally(database_url, tmp_path, "serve", "--port", "70000")
     assert done.returncode == 2 and "a port is between 1 and 65535" in done.stderr
 
 
