@@ -55,7 +55,7 @@ from app.settings import Settings
 from app.site_runtime import make_runtime
 from app.sources import runner as source_runner
 from app.sources.netguard import NetGuard
-from app.startup import StartupError, clickhouse_reason, connecting_to_postgres, directory_error, server_place
+from app.startup import StartupError, clickhouse_reason, connecting_to_postgres, server_place
 from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
@@ -129,13 +129,7 @@ async def _ensure_partitions_ahead(app: web.Application) -> None:
 
 def open_analytics(settings: Settings) -> AnalyticsStore:
     """Blocking: the analytics store of these settings (embedded chDB unless TALLY_ANALYTICS_URL is set). A
-    folder that cannot hold it is a ConfigError, a server that does not answer a StartupError."""
-    if settings.analytics_url is None:
-        try:
-            settings.analytics_path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            variable = "TALLY_ANALYTICS_DIR" if settings.analytics_dir else "TALLY_DATA_DIR"
-            raise directory_error(settings.analytics_path, variable, exc) from None
+    server that does not answer is a StartupError; its folder the callers have made (startup.prepare_folders)."""
     try:
         return open_store(url=settings.analytics_url, path=settings.analytics_path,
                           database=settings.analytics_database, cluster=settings.analytics_cluster,
