@@ -85,16 +85,17 @@ async def cached_windows(db, site_id: str) -> int:
                            {"s": site_id}))[0][0]
 
 
-async def add_late_pageview(client, database_url: str, site_id: str) -> datetime:
-    """A pageview of /late by a new visitor at noon three days ago (an ended, counted day), committed and
-    mirrored; returns its time."""
+async def add_late_event(client, database_url: str, site_id: str, *, name: str = "pageview", path: str = "/late",
+                         tag: str = "late", days_ago: int = 3) -> datetime:
+    """An event (by default a pageview of /late) by a new visitor at noon `days_ago` days ago (an ended,
+    counted day), committed and mirrored; returns its time. `tag` names its id, visitor and session."""
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
     try:
         ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
-        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=3)
-        await insert_events(conn, site_id, ws, [(f"evt_late_{site_id}", "pageview", "/late", "", "NZ",
-                                                 f"late-{site_id}", f"late-{site_id}", at, None)])
+        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=days_ago)
+        await insert_events(conn, site_id, ws, [(f"evt_{tag}_{site_id}", name, path, "", "NZ",
+                                                 f"{tag}-{site_id}", f"{tag}-{site_id}", at, None)])
     finally:
         await conn.close()
     await client.app[MIRROR].catch_up()
@@ -161,16 +162,8 @@ async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(c
     events, pages of them included. The page's states count pageviews: a page that only had a custom event
     in an ended day is no row. A late event in one of the days makes the states again."""
     db, site_id, _ = await mirrored_site(client, database_url, workspace)
-    conn = await asyncpg.connect(database_url)
-    await init_connection(conn)
-    try:
-        ws = await conn.fetchval("SELECT workspace_id FROM sites WHERE id = $1", site_id)
-        at = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=4)
-        await insert_events(conn, site_id, ws, [(f"evt_custom_{site_id}", "video_play", "/custom-only", "", "NZ",
-                                                 f"custom-{site_id}", f"custom-{site_id}", at, None)])
-    finally:
-        await conn.close()
-    await client.app[MIRROR].catch_up()
+    await add_late_event(client, database_url, site_id, name="video_play", path="/custom-only", tag="custom",
+                         days_ago=4)
     for range_name in ("7d", "30d"):
         for prop in store.EVENT_DIMENSION_COLUMNS:
             assert await visitors_by(db, site_id, prop, range_name, {"visitors"}) == \
@@ -193,7 +186,7 @@ async def test_unfiltered_visitor_breakdowns_merge_cached_states_of_ended_days(c
                      "uniqExactState(toUInt64(number + 1)) FROM numbers(1000)",
                      {"s": site_id, "f": first, "l": last, "c": computed})
     assert (await visitors_by(db, site_id, "page", "30d", {"visitors"}))[0] == ("/planted", 1000)
-    await add_late_pageview(client, database_url, site_id)
+    await add_late_event(client, database_url, site_id)
     for range_name in ("7d", "30d"):
         late = await visitors_by(db, site_id, "page", range_name, {"visitors"}, limit=1000)
         assert late == await visitors_by(db, site_id, "page", range_name, METRICS, limit=1000)
@@ -377,7 +370,7 @@ async def test_a_late_event_in_a_counted_day_is_counted(client, database_url, wo
     db, site_id, domain = await mirrored_site(client, database_url, workspace, n=300)
     before = await overview(db, site_id, domain)
     counted, cached = await computations(db, site_id), await cached_windows(db, site_id)
-    at = await add_late_pageview(client, database_url, site_id)
+    at = await add_late_event(client, database_url, site_id)
     after = await overview(db, site_id, domain)
     # That day counted again, and the days before and after it (those with events), whose visits depend on it.
     around = await db.query(f"SELECT count(DISTINCT day) FROM {db.table('site_days')} WHERE site_id = {{s:String}} "
