@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlsplit
 
 import clickhouse_connect
 
@@ -194,6 +195,23 @@ class AnalyticsStore:
             self.lock_file.close()  # releases the flock
 
 
+# ClickHouse's HTTP ports, for a server URL that names none.
+HTTP_PORTS = {"http": 8123, "https": 8443}
+
+
+def server_endpoint(url: str) -> tuple[str, str, int]:
+    """(interface, host, port) that the store's client reaches for a server URL. clickhouse-connect reads a
+    DSN's host, port and credentials but not its scheme (it speaks TLS only on port 443 or 8443), so
+    `https://host:9440` would go out as plain HTTP and `https://host` to port 8123: the scheme decides here.
+    Another scheme (`clickhouse://`) keeps clickhouse-connect's rule."""
+    parts = urlsplit(url)
+    if parts.scheme in HTTP_PORTS:
+        interface = parts.scheme
+    else:
+        interface = "https" if parts.port in (443, 8443) else "http"
+    return interface, parts.hostname or "localhost", parts.port or HTTP_PORTS[interface]
+
+
 def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
                max_threads: int = 2, max_memory_mb: int = 1024, chdb_config: Path | None = None) -> AnalyticsStore:
     """Open (blocking) the store and create its tables. url None: embedded chDB at `path`, with the server
@@ -204,8 +222,10 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
         raise ValueError(f"invalid analytics cluster name {cluster!r}")
     lock_file = None
     if url:
+        interface, _, port = server_endpoint(url)
+
         def connect() -> Any:  # each client its own HTTP session: a server runs one query at a time per session
-            return clickhouse_connect.get_client(dsn=url)
+            return clickhouse_connect.get_client(dsn=url, interface=interface, port=port)
     else:
         path.mkdir(parents=True, exist_ok=True)
         lock_file = (path / "tally.lock").open("a")

@@ -261,3 +261,14 @@ def test_analytics_server_from_the_environment_is_refused(monkeypatch, settings)
     assert guard.allowed("", "127.0.0.1", 8124)
     db = urlparse(settings.database_url)
     assert not guard.allowed("", "127.0.0.1", db.port or 5432)  # and the database, from settings
+
+
+@pytest.mark.parametrize(("url", "port"), [("http://127.0.0.1", 8123), ("https://127.0.0.1", 8443),
+                                           ("https://127.0.0.1:9440", 9440)])
+def test_analytics_server_is_refused_on_the_port_its_client_uses(settings, url, port):
+    # A URL without a port: the store's client goes to ClickHouse's HTTP port (8123, or 8443 over TLS),
+    # not to HTTP's 80/443, so that is the port no source may reach, allow-listed or not.
+    guard = NetGuard.from_settings(dataclasses.replace(settings, analytics_url=url, env="production",
+                                                       sources_allow_hosts=("127.0.0.1",)))
+    assert not guard.allowed("", "127.0.0.1", port)
+    assert guard.allowed("", "127.0.0.1", 8080)

@@ -48,6 +48,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from app.sources.base import SourceError
+from storage.clickhouse import server_endpoint
 
 if TYPE_CHECKING:
     import requests
@@ -127,6 +128,17 @@ def endpoint(url: str | None, default_port: int) -> tuple[str, int] | None:
     return host, port
 
 
+def analytics_endpoint(url: str | None) -> tuple[str, int] | None:
+    """(host, port) of the analytics server, as the store's client reaches it (ClickHouse's HTTP ports)."""
+    if not url:
+        return None
+    try:
+        _, host, port = server_endpoint(url)
+    except ValueError:
+        return None
+    return host, port
+
+
 @dataclass(frozen=True)
 class NetGuard:
     production: bool
@@ -169,9 +181,7 @@ class NetGuard:
     def from_settings(cls, settings: Settings, database_dsn: str | None = None) -> NetGuard:
         """database_dsn: the DSN actually in use (the embedded server's when DATABASE_URL is unset)."""
         services = [endpoint(database_dsn or settings.database_url, 5432), endpoint(settings.redis_url, 6379),
-                    # Hook for the analytics engine's server; read from the environment until it has a setting.
-                    endpoint(getattr(settings, "analytics_url", None) or os.environ.get("TALLY_ANALYTICS_URL"),
-                             8123)]
+                    analytics_endpoint(settings.analytics_url or os.environ.get("TALLY_ANALYTICS_URL"))]
         return cls.build(production=settings.production, own_services=[s for s in services if s],
                          allow=getattr(settings, "sources_allow_hosts", ()))
 
@@ -179,7 +189,7 @@ class NetGuard:
     def from_environment(cls) -> NetGuard:
         env = os.environ.get
         services = [endpoint(env("DATABASE_URL"), 5432), endpoint(env("REDIS_URL"), 6379),
-                    endpoint(env("TALLY_ANALYTICS_URL"), 8123)]
+                    analytics_endpoint(env("TALLY_ANALYTICS_URL"))]
         return cls.build(production=env("TALLY_ENV") == "production", own_services=[s for s in services if s],
                          allow=(env("TALLY_SOURCES_ALLOW_HOSTS") or "").split(","))
 
