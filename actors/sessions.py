@@ -19,11 +19,14 @@ so the next page load continues it.
 The state lives in process memory, or in Redis when configured so that every process continues the same
 visits. Times come from the events (server receive times), so tests move a clock, not the wall. While
 Redis is unreachable, visits are assigned in process memory (counted as fallbacks): a visit then may start
-anew where Redis would have continued one, but no event is refused.
+anew where Redis would have continued one, but no event is refused. In memory, each table keeps at most
+`MAX_OPEN_VISITS` entries: past it the least recently seen is forgotten (its visitor's next event starts a
+new visit), so a flood of page loads or ids cannot grow the process without bound.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -35,6 +38,8 @@ from common.redis_scripts import VISIT_ASSIGN
 from storage.ids import new_id
 
 SESSION_TIMEOUT_MS = 30 * 60 * 1000
+# Entries per table (visitors, sids) of one process's memory: ~250 bytes each, so ~250 MB for both at most.
+MAX_OPEN_VISITS = 500_000
 
 # utm_source, utm_medium, utm_campaign, utm_term, utm_content, source, channel (app/acquisition.py)
 Acquisition = tuple[str | None, ...]
@@ -68,14 +73,22 @@ class _Visit:
 
 
 class MemorySessions:
-    def __init__(self, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+    def __init__(self, timeout_ms: int = SESSION_TIMEOUT_MS, capacity: int = MAX_OPEN_VISITS) -> None:
         self.timeout_ms = timeout_ms
-        # One _Visit object is shared by its visitor's entry and by every sid that joined it.
-        self._by_visitor: dict[tuple[str, str], _Visit] = {}
-        self._by_sid: dict[tuple[str, str], _Visit] = {}
+        self.capacity = capacity
+        # One _Visit object is shared by its visitor's entry and by every sid that joined it. Each table is
+        # in the order its entries were last used, so the first is the one to forget when it is full.
+        self._by_visitor: OrderedDict[tuple[str, str], _Visit] = OrderedDict()
+        self._by_sid: OrderedDict[tuple[str, str], _Visit] = OrderedDict()
         self._last_sweep = 0
 
-    def _fresh(self, table: dict[tuple[str, str], _Visit], key: tuple[str, str], at: int) -> _Visit | None:
+    def _keep(self, table: OrderedDict[tuple[str, str], _Visit], key: tuple[str, str], visit: _Visit) -> None:
+        table[key] = visit
+        table.move_to_end(key)
+        if len(table) > self.capacity:
+            table.popitem(last=False)
+
+    def _fresh(self, table: OrderedDict[tuple[str, str], _Visit], key: tuple[str, str], at: int) -> _Visit | None:
         visit = table.get(key)
         return visit if visit is not None and at - visit.last <= self.timeout_ms else None
 
@@ -91,9 +104,9 @@ class MemorySessions:
             else:
                 visit.last = max(visit.last, v.at)
             if v.sid is not None:
-                self._by_sid[(site_id, v.sid)] = visit
+                self._keep(self._by_sid, (site_id, v.sid), visit)
             if v.mode != "exact":
-                self._by_visitor[(site_id, v.visitor)] = visit
+                self._keep(self._by_visitor, (site_id, v.visitor), visit)
             out.append(Assigned(visit.id, visit.acquisition))
         if visits:
             self._sweep(max(v.at for v in visits))

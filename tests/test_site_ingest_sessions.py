@@ -97,6 +97,20 @@ async def test_visitor_key_is_not_the_ip(session_client, database_url):
     assert len(keys) >= 1 and all("203.0.113.77" not in key for key in keys)
 
 
+async def test_memory_keeps_at_most_its_capacity_and_forgets_the_least_recently_seen():
+    """A flood of visitors and page-load ids cannot grow the process: past the capacity the entry seen
+    longest ago is forgotten, and only that visitor starts a new visit."""
+    sessions = MemorySessions(capacity=3)
+    first = await sessions.assign("s", [VisitIn(f"visitor-{i}", 1_000 + i, f"page-{i}", "join") for i in range(3)])
+    await sessions.assign("s", [VisitIn("visitor-0", 2_000, "page-0b", "join")])  # visitor-0 seen again
+    await sessions.assign("s", [VisitIn("visitor-3", 3_000, "page-3", "join")])  # full: visitor-1 goes
+    assert len(sessions._by_visitor) == 3 and len(sessions._by_sid) == 3
+    again = await sessions.assign("s", [VisitIn("visitor-0", 4_000, "page-0c", "join"),
+                                        VisitIn("visitor-1", 4_000, "page-1b", "join")])
+    assert again[0].session_id == first[0].session_id  # kept: continues its visit
+    assert again[1].session_id == "page-1b" != first[1].session_id  # forgotten: a new visit
+
+
 async def test_new_utc_day_starts_a_new_visit(session_client, database_url):
     """The visitor-key salt rotates at UTC midnight, so yesterday's key cannot be linked to today's."""
     from datetime import UTC, datetime
