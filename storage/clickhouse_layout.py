@@ -110,8 +110,19 @@ def ensure_schema(store: AnalyticsStore) -> None:
     store.command_sync(f"CREATE TABLE IF NOT EXISTS {store.database}.events_in{store.on_cluster} {INPUT_TABLE}")
     for view, target, select in (("site_events_in_mv", "site_events", SITE_FROM_INPUT),
                                  ("keyed_events_in_mv", "keyed_events", KEYED_FROM_INPUT)):
+        query = select.format(source=f"{store.database}.events_in")
         store.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {store.database}.{view}{store.on_cluster} "
-                           f"TO {store.table(target)} AS " + select.format(source=f"{store.database}.events_in"))
+                           f"TO {store.table(target)} AS " + query)
+        # A store from before a derivation changed (the referrer host) gets the view's query replaced in
+        # place, so no insert meets a missing view; rows written before keep theirs until a rebuild.
+        same = store.client.query(
+            "SELECT count() FROM system.tables WHERE database = {db:String} AND name = {view:String} "
+            "AND as_select = formatQuerySingleLine({query:String})",
+            parameters={"db": store.database, "view": view, "query": query}).result_rows[0][0]
+        if not same:
+            log.warning("changing how %s.%s derives its rows: rows written before keep theirs until "
+                        "`tally analytics rebuild`", store.database, view)
+            store.command_sync(f"ALTER TABLE {store.database}.{view}{store.on_cluster} MODIFY QUERY " + query)
 
 
 def _resort(store: AnalyticsStore, name: str, order: str) -> None:

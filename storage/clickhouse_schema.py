@@ -33,9 +33,11 @@ def _key_hash(column: str) -> str:
 
 # The page: the path without query string or fragment. The referrer host: lower-cased, without scheme,
 # user info, port and "www."; the site's own domain is excluded at read time (a site's domain may change).
+# A referrer that is not an absolute URL (no `scheme://`, e.g. "not a url" from a server-side sender) has
+# no host, as in Plausible, rather than becoming a top referrer named by its text.
 PAGE_KEY = r"replaceRegexpOne(path, '(?s)[?#].*', '')"
-REFERRER_HOST = (r"replaceRegexpOne(lower(referrer), "
-                 r"'(?s)^(?:.*?://)?(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1')")
+REFERRER_HOST = (r"if(match(referrer, '^[A-Za-z][A-Za-z0-9+.-]*://'), replaceRegexpOne(lower(referrer), "
+                 r"'(?s)^[^:]*://(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1'), '')")
 SITE_FROM_INPUT = (
     f"SELECT site_id, ts, id, name, {_key_hash('session_id')} AS session, {_key_hash('ip_hash')} AS visitor, "
     f"{PAGE_KEY} AS page, referrer, {REFERRER_HOST} AS referrer_host, country, {', '.join(_DIMENSIONS)}, "

@@ -9,6 +9,7 @@ import csv
 import io
 import os
 import random
+import re
 import secrets
 import threading
 import time
@@ -36,17 +37,20 @@ def page_key(path: str | None) -> str:
 
 
 def referrer_host(referrer: str | None) -> str:
-    """What the store's referrer host is: lower-cased, no scheme, user info, port or "www."; '' when empty."""
+    """What the store's referrer host is: lower-cased, no scheme, user info, port or "www."; '' when empty
+    or not an absolute URL."""
     h = (referrer or "").lower()
-    if "://" in h:
-        h = h[h.index("://") + 3:]
+    if not re.match(r"[a-z][a-z0-9+.-]*://", h):
+        return ""
+    h = h[h.index("://") + 3:]
     h = h.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
     return h[4:] if h.startswith("www.") else h
 
 
 PATHS = ["/", "/pricing", "/blog/a", "/blog/b?x=1", "/blog/deep/c", "/docs#top", "/Blog/A"]
 REFS = ["", "https://www.google.com/search?q=1", "https://news.ycombinator.com/", "http://sub.{d}/x",
-        "https://{d}/", "android-app://com.slack", "https://user@Example.org:8080/p"]
+        "https://{d}/", "android-app://com.slack", "https://user@Example.org:8080/p", "not a url",
+        "news.example/no-scheme"]
 COUNTRIES = ["US", "DE", "FR", None, ""]
 NAMES = ["pageview"] * 6 + ["signup", "outbound"]
 
