@@ -17,10 +17,14 @@ _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
-# After a body that failed to decode, aiohttp's server reads the rest of the request once the answer is
-# sent, meets the same error again and drops the connection (logging it): the answer tells the client not
-# to send another request on it.
-CLOSE_CONNECTION = {"Connection": "close"}
+def unreadable(request: web.Request) -> dict[str, str]:
+    """The headers of an answer to a body that did not decode by its Content-Encoding, or was cut short.
+    Once the answer is sent aiohttp's server would read the rest of the body, meet the same error again and
+    log it as an unhandled exception: the body is marked ended, so it does not, and the answer closes the
+    connection, whose stream is past use."""
+    request.content.feed_eof()
+    return {"Connection": "close"}
+
 
 # The content codings aiohttp's parser decodes (br through Brotli, zstd through backports.zstd or the
 # standard library: both are dependencies so that every one of them is); any other it passes on as is.
@@ -45,7 +49,7 @@ async def read_body(request: web.Request, limit: int, too_large: Exception | Non
         # aiohttp's "Can not decode content-encoding: gzip", or a body cut short by the client.
         raise invalid(f"request body is not valid {coding} data (its Content-Encoding)" if coding in CONTENT_CODINGS
                       else "request body ended before its Content-Length or last chunk",
-                      headers=dict(CLOSE_CONNECTION)) from None
+                      headers=unreadable(request)) from None
     if len(body) > limit:
         raise too_large or _too_large(limit)
     return body

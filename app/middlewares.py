@@ -14,7 +14,7 @@ from aiohttp.typedefs import Middleware
 
 from app.appkeys import METRICS, OUTAGES, root_app
 from app.auth import RATE_HEADERS, Handler, is_ingestion
-from app.bodies import CLOSE_CONNECTION
+from app.bodies import unreadable
 from app.input_rules import storable_path_ids
 from app.outages import unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
@@ -128,7 +128,7 @@ def site_api_middleware(sessions: Middleware) -> Middleware:
             return _render_http_exception(request, exc, True)
         except web.RequestPayloadError:
             # A dashboard form or JSON body not decodable by its Content-Encoding, or cut short.
-            return SiteError(400, "invalid request body", headers=dict(CLOSE_CONNECTION)).response()
+            return SiteError(400, "invalid request body", headers=unreadable(request)).response()
         except Exception as exc:
             return _render_unexpected(request, exc, True)
 

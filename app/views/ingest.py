@@ -26,7 +26,7 @@ from app import bots, cors
 from app.acquisition import acquisition
 from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR, root_app
 from app.auth import ingestion
-from app.bodies import CLOSE_CONNECTION, field_of
+from app.bodies import field_of, unreadable
 from app.enrich import country_from_headers, ip_hash, visitor_key
 from app.input_rules import MAX_DEPTH, decode_json, find_nul, nests_deeper
 from app.net import client_ip
@@ -155,8 +155,8 @@ async def _read_body(request: web.Request) -> bytes:
                 raise _too_large()
         return bytes(body)
     except web.RequestPayloadError:
-        # Not decodable by its Content-Encoding, or cut short: no JSON to parse (app/bodies.py: why close).
-        raise SiteError(400, "invalid json", headers=dict(CLOSE_CONNECTION)) from None
+        # Not decodable by its Content-Encoding, or cut short: no JSON to parse.
+        raise SiteError(400, "invalid json", headers=unreadable(request)) from None
 
 
 async def resolve_site(request: web.Request, runtime: SiteRuntime, site_id: str) -> SiteInfo | None:
