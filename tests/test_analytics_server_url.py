@@ -18,24 +18,26 @@ def first_bytes_sent(url_of_port) -> bytes:
     """Open the store at url_of_port(port) against a listener that closes every connection after reading
     its first bytes; the first connection's bytes."""
     seen: list[bytes] = []
+    done = threading.Event()
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        listener.settimeout(10)
+        listener.settimeout(0.1)
 
         def accept() -> None:
-            try:
-                while True:
+            while not done.is_set():
+                try:
                     conn, _ = listener.accept()
-                    with conn:
-                        conn.settimeout(5)
-                        seen.append(conn.recv(16))
-            except OSError:
-                return
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.settimeout(5)
+                    seen.append(conn.recv(16))
 
         thread = threading.Thread(target=accept, daemon=True)
         thread.start()
         with pytest.raises(Exception):  # noqa: B017 - nothing answers as ClickHouse; the bytes are the point
             open_store(url=url_of_port(listener.getsockname()[1]), path=None, database="tally")
-    thread.join(5)
+        done.set()
+        thread.join()
     assert seen, "the store's client never connected"
     return seen[0]
 
