@@ -26,7 +26,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage import clickhouse_layout, clickhouse_schema
+from storage import analytics_moves, clickhouse_layout, clickhouse_schema
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
@@ -198,6 +198,7 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
                                          {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
             if erasures:
                 await conn.execute(_ERASED, [e["seq"] for e in erasures])
+            await analytics_moves.apply_moves(conn, store)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_LOCK)
     return done
