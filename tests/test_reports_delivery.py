@@ -16,6 +16,8 @@ from aiosmtpd.controller import Controller
 from pypdf import PdfReader
 
 from app.appkeys import POOL, SCHEDULER
+from app.reports.delivery import to_csv, to_pdf
+from app.reports.runner import Result
 from app.reports.schedule import JOB_NAME, next_slot
 from tests.reports_support import create_report, seed, workspace_id
 
@@ -165,3 +167,13 @@ def test_next_slot_boundaries():
     assert next_slot("monthly", wed) == datetime(2024, 2, 1, tzinfo=UTC)
     assert next_slot("monthly", datetime(2024, 12, 15, tzinfo=UTC)) == datetime(2025, 1, 1, tzinfo=UTC)
     assert next_slot("daily", datetime(2024, 1, 1, tzinfo=UTC)) == datetime(2024, 1, 2, tzinfo=UTC)
+
+
+def test_csv_and_pdf_cells_of_json_values_are_json_text():
+    """A custom report's jsonb and boolean columns read in the attachment as they do in the API's JSON."""
+    result = Result(["properties", "tags", "paid", "none", "n"],
+                    [[{"plan": "pro", "seats": 3}, ["a", "b"], True, None, 1.5]], datetime(2026, 11, 1, tzinfo=UTC))
+    rows = list(csv.reader(io.StringIO(to_csv(result).decode())))
+    assert rows[1] == ['{"plan":"pro","seats":3}', '["a","b"]', "true", "", "1.5"]
+    text = PdfReader(io.BytesIO(to_pdf("r", result))).pages[0].extract_text()
+    assert '{"plan":"pro","seats":3}' in text and "true" in text and "True" not in text

@@ -8,9 +8,11 @@ import io
 import re
 from email.message import EmailMessage
 from email.utils import formatdate
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import aiosmtplib
+import orjson
 
 from app.reports.runner import Result
 from app.responses import iso_ms
@@ -24,8 +26,18 @@ def to_csv(result: Result) -> bytes:
     body = result.json()
     writer.writerow(body["columns"])
     for row in body["rows"]:
-        writer.writerow("" if v is None else v for v in row)
+        writer.writerow(_text(v) for v in row)
     return out.getvalue().encode()
+
+
+def _text(value: Any) -> str:
+    """A cell as the API's JSON shows it (a custom report's jsonb and boolean columns too), not Python's repr;
+    strings bare, NULL empty."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
 
 
 def to_pdf(title: str, result: Result) -> bytes:
@@ -45,7 +57,7 @@ def to_pdf(title: str, result: Result) -> bytes:
     if len(body["rows"]) > PDF_MAX_ROWS:
         story.append(Paragraph(f"First {PDF_MAX_ROWS} of {len(body['rows'])} rows; the CSV format has all.",
                                styles["Italic"]))
-    data = [body["columns"], *[["" if v is None else str(v) for v in row] for row in rows]]
+    data = [body["columns"], *[[_text(v) for v in row] for row in rows]]
     table = Table(data, repeatRows=1)
     table.setStyle(TableStyle([
         ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8e8e8")),
