@@ -191,6 +191,7 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             if bound is not None:
                 await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
                 done = int(await conn.fetchval(_DONE, bound))
+                await analytics_moves.apply_moves(conn, store)  # only written rows make a move ready
             erasures = await conn.fetch(_ERASURES)
             for e in erasures:
                 await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "
@@ -198,7 +199,6 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
                                          {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
             if erasures:
                 await conn.execute(_ERASED, [e["seq"] for e in erasures])
-            await analytics_moves.apply_moves(conn, store)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_LOCK)
     return done

@@ -23,7 +23,8 @@ _DONE = "DELETE FROM analytics_moves WHERE seq = ANY($1::bigint[])"
 
 
 async def apply_moves(conn: asyncpg.Connection, store: AnalyticsStore) -> None:
-    """Called in a mirror round's transaction, after its inserts."""
+    """Called in a mirror round's transaction, after it wrote and deleted outbox rows (a round that wrote none
+    makes no move ready, and costs no query here)."""
     moves = await conn.fetch(_READY)
     for m in moves:
         await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "
