@@ -26,7 +26,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage import clickhouse_layout, clickhouse_schema
+from storage import analytics_moves, clickhouse_layout, clickhouse_schema
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
@@ -66,6 +66,9 @@ _DONE = (
 )
 _ERASURES = "SELECT seq, workspace_id, env, user_id FROM analytics_erasures ORDER BY seq FOR UPDATE"
 _ERASED = "DELETE FROM analytics_erasures WHERE seq = ANY($1::bigint[])"
+# The user's events and the id's anonymous ones (storage/events.erase_user); a user id "anon:x" is not x.
+_ERASED_ROWS = ("workspace_id = {w:UInt64} AND env = {e:String} "
+                "AND (user_id = {u:String} OR user_id = '' AND actor = concat('anon:', {u:String}))")
 _EVENTS_BETWEEN = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.ts >= $1 AND e.ts < $2"
 _EVENTS_OF_SITE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1"
 _EVENTS_OF_WORKSPACE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.workspace_id = $1"
@@ -191,10 +194,10 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             if bound is not None:
                 await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
                 done = int(await conn.fetchval(_DONE, bound))
+                await analytics_moves.apply_moves(conn, store)  # only written rows make a move ready
             erasures = await conn.fetch(_ERASURES)
             for e in erasures:
-                await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "
-                                         "AND user_id = {u:String}",
+                await store.delete_where("keyed_events", _ERASED_ROWS,
                                          {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
             if erasures:
                 await conn.execute(_ERASED, [e["seq"] for e in erasures])

@@ -132,6 +132,12 @@ async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user
             "DELETE FROM events WHERE workspace_id = $1 AND env = $2 AND user_id = $3",
             workspace_id, env, user_id,
         )
+        # The id's anonymous events too: reports count an anonymous id as a user (docs/decisions.md, Erasure).
+        await conn.execute(
+            "DELETE FROM events WHERE workspace_id = $1 AND env = $2 AND user_id IS NULL AND anonymous_id = $3 "
+            "AND site_id IS NULL",
+            workspace_id, env, user_id,
+        )
         await conn.execute(
             "DELETE FROM user_profiles WHERE workspace_id = $1 AND env = $2 AND user_id = $3",
             workspace_id, env, user_id,

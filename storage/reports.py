@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -182,6 +183,19 @@ async def run_custom_sql(
                 if record["t"] is None:
                     raise ResultTooLarge
                 texts.append(record["t"])
-    rows = [[value for _, value in json.loads(t, object_pairs_hook=list, parse_int=_json_int)]
+    rows = [[_plain(value) for _, value in json.loads(t, object_pairs_hook=_Pairs, parse_int=_json_int)]
             for t in texts[:max_rows]]
     return columns, rows, len(texts) > max_rows
+
+
+class _Pairs(list):
+    """A JSON object read as its (key, value) pairs: a row keeps its columns in order, duplicates included."""
+
+
+def _plain(value: Any) -> Any:
+    """A column's value with the objects inside it (jsonb columns such as properties) as dicts again."""
+    if isinstance(value, _Pairs):
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -43,6 +43,10 @@ from tests.test_analytics_visits import (  # noqa: F401
     test_a_window_ending_inside_a_day_leaves_out_its_later_events,
     test_entry_and_exit_pages_match_postgresql,
 )
+from tests.test_reports_alias import (  # noqa: F401
+    test_a_funnel_counts_an_aliased_user_once,
+    test_erasing_an_aliased_user_removes_their_anonymous_events_from_reports,
+)
 from tests.test_reports_engine import data, test_reports_match_a_direct_computation_and_ignore_copied_events  # noqa: F401
 
 

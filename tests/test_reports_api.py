@@ -42,6 +42,15 @@ async def test_create_returns_201_with_the_report(client, make_key):
      "config.typo"),
     ({"name": "x", "type": "retention", "config": {"start_event": "a", "return_event": "b", "period": "year"}},
      "config.period"),
+    # A string where a number goes is refused, as everywhere else in the API, not read as the number.
+    ({"name": "x", "type": "funnel", "config": {"events": ["a", "b"], "conversion_window_days": "7"}},
+     "config.conversion_window_days"),
+    ({"name": "x", "type": "retention", "config": {"events": ["a", "b"], "periods": "8"}}, "config.periods"),
+    # A group_by with an empty key would group by nothing and put every event under null.
+    ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "traits."}}, "config.group_by"),
+    ({"name": "x", "type": "funnel", "config": {"events": ["a", "b"], "group_by": "properties."}},
+     "config.group_by"),
+    ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "plan..tier"}}, "config.group_by"),
     ({**VOLUME, "schedule": {"frequency": "hourly", "recipients": ["a@example.com"]}}, "schedule.frequency"),
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["not-an-email"]}}, "schedule.recipients[0]"),
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["a@example.com"], "format": "xlsx"}},

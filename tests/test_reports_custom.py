@@ -43,6 +43,16 @@ async def test_custom_sql_sees_its_own_workspace_and_env(sandbox):
     assert empty["columns"] == ["event", "n", "n"] and empty["rows"] == []
 
 
+async def test_json_columns_come_back_as_json_objects(sandbox):
+    """properties and traits are objects, nested ones too; only the row itself is read as ordered pairs."""
+    _, _, run_sql, _ = sandbox
+    result = await run_sql("SELECT user_id, properties FROM events ORDER BY user_id")
+    assert result["rows"] == [["mine1", {"plan": "pro"}], ["mine2", {}]]
+    nested = await run_sql("""SELECT '{"a": {"b": [{"c": 1}, 2]}, "d": {}}'::jsonb AS j, 1 AS n, 2 AS n""")
+    assert nested["columns"] == ["j", "n", "n"]
+    assert nested["rows"] == [[{"a": {"b": [{"c": 1}, 2]}, "d": {}}, 1, 2]]
+
+
 async def test_row_cap_truncates(sandbox):
     _, _, run_sql, _ = sandbox
     result = await run_sql("SELECT g FROM generate_series(1, 100) g")

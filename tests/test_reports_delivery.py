@@ -16,6 +16,8 @@ from aiosmtpd.controller import Controller
 from pypdf import PdfReader
 
 from app.appkeys import POOL, SCHEDULER
+from app.reports.delivery import to_csv, to_pdf
+from app.reports.runner import Result
 from app.reports.schedule import JOB_NAME, next_slot
 from tests.reports_support import create_report, seed, workspace_id
 
@@ -165,3 +167,38 @@ def test_next_slot_boundaries():
     assert next_slot("monthly", wed) == datetime(2024, 2, 1, tzinfo=UTC)
     assert next_slot("monthly", datetime(2024, 12, 15, tzinfo=UTC)) == datetime(2025, 1, 1, tzinfo=UTC)
     assert next_slot("daily", datetime(2024, 1, 1, tzinfo=UTC)) == datetime(2024, 1, 2, tzinfo=UTC)
+
+
+def test_csv_and_pdf_cells_of_json_values_are_json_text():
+    """A custom report's jsonb and boolean columns read in the attachment as they do in the API's JSON."""
+    result = Result(["properties", "tags", "paid", "none", "n"],
+                    [[{"plan": "pro", "seats": 3}, ["a", "b"], True, None, 1.5]], datetime(2026, 11, 1, tzinfo=UTC))
+    rows = list(csv.reader(io.StringIO(to_csv(result).decode())))
+    assert rows[1] == ['{"plan":"pro","seats":3}', '["a","b"]', "true", "", "1.5"]
+    text = PdfReader(io.BytesIO(to_pdf("r", result))).pages[0].extract_text()
+    assert '{"plan":"pro","seats":3}' in text and "true" in text and "True" not in text
+
+
+def _placed_text(pdf: bytes) -> list[tuple[str, float, float]]:
+    """(text, x, page width) of every piece of text the PDF draws."""
+    placed = []
+    for page in PdfReader(io.BytesIO(pdf)).pages:
+        width = float(page.mediabox.width)
+
+        def seen(text, cm, tm, _font, _size, width=width):
+            if text.strip():
+                placed.append((text.strip(), tm[4] * cm[0] + tm[5] * cm[2] + cm[4], width))
+        page.extract_text(visitor_text=seen)
+    return placed
+
+
+def test_a_wide_pdf_keeps_every_column_on_the_page():
+    """26 weeks of retention are 28 columns: the PDF splits them into tables that fit the page, each
+    repeating the cohort, instead of drawing the cohort, users and the last weeks off the paper."""
+    columns = ["cohort", "users", *(f"week_{k}" for k in range(1, 27))]
+    rows = [["2026-10-05T00:00:00.000Z", 7, *[0.2857] * 26], ["2026-10-12T00:00:00.000Z", 3, *[None] * 26]]
+    placed = _placed_text(to_pdf("Retention", Result(columns, rows, datetime(2026, 11, 1, tzinfo=UTC))))
+    assert all(0 <= x < width for _, x, width in placed), [(t, x) for t, x, w in placed if not 0 <= x < w]
+    texts = [t for t, _, _ in placed]
+    assert all(c in texts for c in columns)
+    assert texts.count("cohort") >= 2 and texts.count("2026-10-12T00:00:00.000Z") >= 2

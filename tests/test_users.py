@@ -183,3 +183,26 @@ async def test_a_flush_waiting_on_an_erasure_sees_its_tombstone(client, make_key
                                      workspace_id) == 0
     finally:
         await eraser.close()
+
+
+async def test_erasing_an_anonymous_id_deletes_its_anonymous_events_everywhere(client, make_key):
+    """A visitor known only by an anonymous id is a user to the reports (their actor): erasing that id removes
+    the events sent with it and no user_id, from the event list and from every report."""
+    key = await make_key("read,write,admin")
+    await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": "signup", "anonymous_id": "visitor-9", "timestamp": "2026-10-23T10:00:00Z"},
+        {"event": "page_viewed", "anonymous_id": "visitor-9", "timestamp": "2026-10-23T11:00:00Z"},
+        {"event": "signup", "user_id": "keeps", "anonymous_id": "visitor-9", "timestamp": "2026-10-23T12:00:00Z"}]})
+    report = await (await client.post("/v1/reports", headers=bearer(key), json={
+        "name": "v", "type": "event_volume", "config": {
+            "events": ["signup", "page_viewed"], "from": "2026-10-23T00:00:00Z", "to": "2026-10-23T23:00:00Z"}})).json()
+
+    async def counts() -> dict[str, int]:
+        result = await (await client.get(f"/v1/reports/{report['id']}/run", headers=bearer(key))).json()
+        return {row[1]: row[2] for row in result["rows"]}
+
+    assert await counts() == {"signup": 2, "page_viewed": 1}
+    assert (await client.delete("/v1/users/visitor-9", headers=bearer(key))).status == 204
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert [(e["event"], e["user_id"]) for e in listed["data"]] == [("signup", "keeps")]  # a user's event stays
+    assert await counts() == {"signup": 1, "page_viewed": 0}

@@ -18,8 +18,9 @@ ReportType = Literal["event_volume", "funnel", "retention", "custom"]
 # NUL characters cannot be stored in PostgreSQL text or jsonb; every free-text field excludes them.
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
 Email = Annotated[str, Meta(max_length=254, pattern=r"^[^@\s<>,;\x00]+@[^@\s<>,;\x00]+\.[^@\s<>,;\x00]+$")]
-# "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name.
-GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s\x00][^\s\x00]*$")]
+# "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name;
+# no key may be empty ("traits." would group every event under null).
+GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s\x00]+(\.[^.\s\x00]+)*$")]
 Timestamp = Annotated[datetime, Meta(tz=True)]
 
 DEFAULT_RANGE = timedelta(days=30)
@@ -161,7 +162,8 @@ def _bounds_parsed(config: dict[str, Any]) -> dict[str, Any]:
 def parse_config(report_type: str, config: dict[str, Any]) -> msgspec.Struct:
     """Validate a stored or submitted config for its type; 400 naming config.<field> otherwise."""
     try:
-        return msgspec.convert(_bounds_parsed(config), CONFIGS[report_type], strict=False)
+        # Strict: "7" is not read as 7 (from/to are datetimes already), as no other body of the API does.
+        return msgspec.convert(_bounds_parsed(config), CONFIGS[report_type])
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         unknown = _UNKNOWN.search(message)

@@ -8,9 +8,11 @@ import io
 import re
 from email.message import EmailMessage
 from email.utils import formatdate
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import aiosmtplib
+import orjson
 
 from app.reports.runner import Result
 from app.responses import iso_ms
@@ -24,17 +26,47 @@ def to_csv(result: Result) -> bytes:
     body = result.json()
     writer.writerow(body["columns"])
     for row in body["rows"]:
-        writer.writerow("" if v is None else v for v in row)
+        writer.writerow(_text(v) for v in row)
     return out.getvalue().encode()
+
+
+def _text(value: Any) -> str:
+    """A cell as the API's JSON shows it (a custom report's jsonb and boolean columns too), not Python's repr;
+    strings bare, NULL empty."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+PDF_FONT, PDF_BOLD, PDF_SIZE, PDF_PAD = "Helvetica", "Helvetica-Bold", 8, 3
+
+
+def _column_groups(widths: list[float], room: float) -> list[list[int]]:
+    """Columns split into tables that fit `room` points, each starting with the first column (the bucket,
+    step or cohort that names the row): a wide result (26 weeks of retention) drawn as one table ran off
+    both sides of the page, losing the cohort, its size and the last weeks."""
+    groups, group, used = [], [0], widths[0]
+    for i in range(1, len(widths)):
+        if used + widths[i] > room and len(group) > 1:
+            groups.append(group)
+            group, used = [0], widths[0]
+        group.append(i)
+        used += widths[i]
+    groups.append(group)
+    return groups
 
 
 def to_pdf(title: str, result: Result) -> bytes:
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4, landscape
     from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.pdfbase.pdfmetrics import stringWidth
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
     styles = getSampleStyleSheet()
+    cell_style = styles["Normal"].clone("cell", fontName=PDF_FONT, fontSize=PDF_SIZE, leading=PDF_SIZE + 2)
     body = result.json()
     rows = body["rows"][:PDF_MAX_ROWS]
     story = [
@@ -45,17 +77,39 @@ def to_pdf(title: str, result: Result) -> bytes:
     if len(body["rows"]) > PDF_MAX_ROWS:
         story.append(Paragraph(f"First {PDF_MAX_ROWS} of {len(body['rows'])} rows; the CSV format has all.",
                                styles["Italic"]))
-    data = [body["columns"], *[["" if v is None else str(v) for v in row] for row in rows]]
-    table = Table(data, repeatRows=1)
-    table.setStyle(TableStyle([
-        ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8e8e8")),
-        ("FONTNAME", (0, 0), (-1, 0), "Helvetica-Bold"),
-        ("FONTSIZE", (0, 0), (-1, -1), 8),
-        ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
-    ]))
-    story.append(table)
+    columns = [str(c) for c in body["columns"]] or [""]
+    cells = [[_text(v) for v in row] or [""] for row in rows]
     out = io.BytesIO()
-    SimpleDocTemplate(out, pagesize=landscape(A4), title=title).build(story)
+    doc = SimpleDocTemplate(out, pagesize=landscape(A4), title=title, leftMargin=36, rightMargin=36)
+    # Each column as wide as its widest cell; none wider than what is left beside the first column (at most a
+    # third of the page), so that a pair always fits. Longer cells wrap (Paragraph).
+    first_cap = doc.width / 3
+    widths = []
+    for i, name in enumerate(columns):
+        text = max((stringWidth(r[i], PDF_FONT, PDF_SIZE) for r in cells), default=0)
+        natural = max(stringWidth(name, PDF_BOLD, PDF_SIZE), text) + 2 * PDF_PAD + 1
+        widths.append(min(natural, first_cap if i == 0 else doc.width - min(widths[0], first_cap)))
+    groups = _column_groups(widths, doc.width)
+    for n, group in enumerate(groups):
+        if len(groups) > 1:
+            story.append(Paragraph(f"Columns {group[1 if len(group) > 1 else 0] + 1} to {group[-1] + 1} of "
+                                   f"{len(columns)}", styles["Italic"]))
+        data = [[columns[i] for i in group]]
+        for row in cells:
+            data.append([r if stringWidth(r, PDF_FONT, PDF_SIZE) + 2 * PDF_PAD < widths[i]
+                         else Paragraph(_escape(r), cell_style) for i, r in ((i, row[i]) for i in group)])
+        table = Table(data, colWidths=[widths[i] for i in group], repeatRows=1, hAlign="LEFT")
+        table.setStyle(TableStyle([
+            ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8e8e8")),
+            ("FONTNAME", (0, 0), (-1, 0), PDF_BOLD),
+            ("FONTSIZE", (0, 0), (-1, -1), PDF_SIZE),
+            ("LEFTPADDING", (0, 0), (-1, -1), PDF_PAD),
+            ("RIGHTPADDING", (0, 0), (-1, -1), PDF_PAD),
+            ("VALIGN", (0, 0), (-1, -1), "TOP"),
+            ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
+        ]))
+        story.extend([table, Spacer(1, 12)] if n < len(groups) - 1 else [table])
+    doc.build(story)
     return out.getvalue()
 
 
