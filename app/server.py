@@ -71,20 +71,33 @@ log = logging.getLogger("tally.server")
 MAX_BODY = 8 * 1024 * 1024
 PARTITIONS_AHEAD_SECONDS = 6 * 3600
 WARM_CHECK_SECONDS = 300  # how often the dashboard warmer looks whether a day has begun
+EMBEDDED_CHECK_SECONDS = 5  # how often the embedded PostgreSQL is looked at (and started again if it died)
 
 
 async def database_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    embedded = None
+    embedded = watchdog = None
+    opened: list[asyncpg.Pool] = []
     dsn = settings.database_url
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = await asyncio.to_thread(embedded.start)
+
+        async def revive() -> None:
+            """A server that died is started again (until then requests needing it answer 503); the pools'
+            connections to the dead one are replaced at once rather than each failing one request."""
+            if await asyncio.to_thread(embedded.revive):
+                for opened_pool in opened:
+                    await opened_pool.expire_connections()
+
+        watchdog = Timer("embedded-postgres", EMBEDDED_CHECK_SECONDS, revive, delay_first=True)
+        watchdog.start()
     try:
         async with connecting_to_postgres(dsn, embedded_in=embedded and embedded.data_dir):
             pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max)
         # asyncpg logs a traceback for every failed attempt to reconnect its floor: one line per outage.
         pools = [pool]  # this app's pools with a floor (other apps' pools log through the same logger)
+        opened.append(pool)
         pool_log = logging.getLogger("asyncpg.pool")
         floor = app[OUTAGES].log_filter("Failed to restore the pool connection floor", "requests needing it answer 503",
                                         applies=lambda: maintaining_pool() in pools)
@@ -97,6 +110,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
                 dsn, min_size=min(settings.flushes_in_flight, settings.write_pool_max),
                 max_size=settings.write_pool_max)
             pools.append(write_pool)
+            opened += [report_pool, write_pool]
             app[POOL] = pool
             app[REPORT_POOL] = report_pool
             app[WRITE_POOL] = write_pool
@@ -118,6 +132,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
             pool_log.removeFilter(floor)
     finally:
         if embedded is not None:
+            await watchdog.stop()
             await asyncio.to_thread(embedded.stop)
 
 

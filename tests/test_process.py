@@ -1,4 +1,5 @@
-"""The real server process: SIGTERM drains acknowledged work; the embedded default starts from nothing."""
+"""The real server process: SIGTERM drains acknowledged work; the embedded default starts from nothing and
+starts its PostgreSQL again when it dies."""
 
 import asyncio
 import json
@@ -49,7 +50,7 @@ async def test_sigterm_flushes_everything_acknowledged(database_url, make_key, w
     assert set(acked) <= stored
 
 
-async def test_embedded_default_starts_from_an_empty_folder_and_keeps_data(tmp_path):
+async def test_embedded_default_starts_from_an_empty_folder_keeps_data_and_outlives_its_postgresql(tmp_path):
     env = {"TALLY_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": ""}
     proc, base = await asyncio.to_thread(server_process.start, env, 120)
     try:
@@ -68,11 +69,28 @@ async def test_embedded_default_starts_from_an_empty_folder_and_keeps_data(tmp_p
 
     proc, base = await asyncio.to_thread(server_process.start, env, 120)
     try:
-        async with aiohttp.ClientSession() as http, http.get(f"{base}/v1/events", headers=bearer(key)) as r:
-            body = await r.json()
-        assert [e["event"] for e in body["data"]] == ["hi"]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/v1/events", headers=bearer(key)) as r:
+                body = await r.json()
+            assert [e["event"] for e in body["data"]] == ["hi"]
+
+            # The embedded PostgreSQL dies (an OOM kill): the server starts it again and answers as before.
+            postmaster = int((tmp_path / "data" / "pgdata" / "postmaster.pid").read_text().split()[0])
+            os.kill(postmaster, signal.SIGKILL)
+            statuses = []
+            for _ in range(600):
+                again = {"event": "again", "user_id": "me"}
+                async with http.post(f"{base}/v1/events", headers=bearer(key), json=again) as r:
+                    statuses.append(r.status)
+                if r.status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}, statuses
+            async with http.get(f"{base}/v1/events", headers=bearer(key)) as r:
+                assert [e["event"] for e in (await r.json())["data"]] == ["again", "hi"]
     finally:
-        await asyncio.to_thread(server_process.stop, proc)
+        log = await asyncio.to_thread(server_process.stop, proc)
+    assert "embedded postgresql had stopped; started it again" in log
 
 
 async def test_serve_logs_where_it_listens_once_ready(database_url):
