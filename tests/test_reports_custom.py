@@ -198,3 +198,24 @@ async def test_statistics_migration_applies_on_postgresql_18(customer_pg_dsn):
         await conn.close()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+# --- locks the service takes (security walk-through F1) --------------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT pg_advisory_xact_lock({victim}, 0)",            # the erasure lock every keyed flush takes shared
+    "SELECT pg_advisory_lock({victim}, 0)",
+    "SELECT pg_advisory_xact_lock_shared({victim}, 0)",
+    "SELECT pg_try_advisory_xact_lock(7264002, 1)",          # the analytics mirror's lock
+    "SELECT pg_try_advisory_lock(hashtext('tally_event_partitions'))",
+    "SELECT pg_advisory_lock(7264001)",                      # migrations
+])
+async def test_custom_sql_cannot_take_advisory_locks(sandbox, pool, sql):
+    """Custom SQL holding one of the service's advisory locks for its 5 s stopped another workspace's
+    ingestion (and every analytics read behind the mirror's lock): the functions are not the reader's."""
+    _, _, run_sql, victim = sandbox
+    error = (await run_sql(sql.replace("{victim}", str(victim)), status=400))["error"]
+    assert error["code"] == "invalid_sql" and "permission denied for function pg_" in error["message"], error
+    async with pool.acquire() as conn:  # the service itself still takes them
+        assert await conn.fetchval("SELECT pg_try_advisory_lock($1, 0)", victim) is True
+        await conn.execute("SELECT pg_advisory_unlock($1, 0)", victim)
