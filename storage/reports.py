@@ -182,6 +182,19 @@ async def run_custom_sql(
                 if record["t"] is None:
                     raise ResultTooLarge
                 texts.append(record["t"])
-    rows = [[value for _, value in json.loads(t, object_pairs_hook=list, parse_int=_json_int)]
+    rows = [[_objects(value) for _, value in json.loads(t, object_pairs_hook=_Pairs, parse_int=_json_int)]
             for t in texts[:max_rows]]
     return columns, rows, len(texts) > max_rows
+
+
+class _Pairs(list):
+    """A JSON object as its (name, value) pairs: a row keeps its order and its duplicate column names."""
+
+
+def _objects(value: object) -> object:
+    """Objects inside a cell become dicts again (only the row itself needs its pairs)."""
+    if isinstance(value, _Pairs):
+        return {k: _objects(v) for k, v in value}
+    if isinstance(value, list):
+        return [_objects(v) for v in value]
+    return value

@@ -43,6 +43,17 @@ async def test_custom_sql_sees_its_own_workspace_and_env(sandbox):
     assert empty["columns"] == ["event", "n", "n"] and empty["rows"] == []
 
 
+async def test_json_values_keep_their_shape(sandbox):
+    """Objects inside a cell are objects, as GET /v1/events shows them (they came back as lists of pairs),
+    arrays stay arrays, and a row's duplicate column names still each keep their value."""
+    _, _, run_sql, _ = sandbox
+    result = await run_sql("SELECT properties, '[[\"a\", 1]]'::jsonb AS pairs, "
+                           "'{\"x\": {\"y\": [1, {\"z\": null}]}}'::json AS nested, 1 AS n, 2 AS n "
+                           "FROM events WHERE user_id = 'mine1'")
+    assert result["columns"] == ["properties", "pairs", "nested", "n", "n"]
+    assert result["rows"] == [[{"plan": "pro"}, [["a", 1]], {"x": {"y": [1, {"z": None}]}}, 1, 2]]
+
+
 async def test_row_cap_truncates(sandbox):
     _, _, run_sql, _ = sandbox
     result = await run_sql("SELECT g FROM generate_series(1, 100) g")
