@@ -165,3 +165,26 @@ def test_next_slot_boundaries():
     assert next_slot("monthly", wed) == datetime(2024, 2, 1, tzinfo=UTC)
     assert next_slot("monthly", datetime(2024, 12, 15, tzinfo=UTC)) == datetime(2025, 1, 1, tzinfo=UTC)
     assert next_slot("daily", datetime(2024, 1, 1, tzinfo=UTC)) == datetime(2024, 1, 2, tzinfo=UTC)
+
+
+async def test_a_name_with_line_breaks_is_delivered_with_others_in_the_same_round(app_client, smtp):
+    """A report name may hold CR/LF; it went into the Subject header as is, the mail library refused it and
+    the exception ended the whole round, so the deliveries after it (any workspace's) waited too
+    (security walk-through)."""
+    client, key = app_client
+    inbox, _ = smtp
+    odd = await create_report(client, key, {
+        **REPORT, "name": "Signups\r\nBcc: evil@example.com", "schedule": {"frequency": "daily",
+                                                                        "recipients": [inbox.to("a")]}})
+    plain = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("b")]}})
+    for report in (odd, plain):
+        await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    got = {rcpts[0]: message for rcpts, message in inbox.messages}
+    assert sorted(got) == [inbox.to("a"), inbox.to("b")]
+    assert got[inbox.to("a")]["Subject"] == "Tally report: Signups Bcc: evil@example.com"
+    assert got[inbox.to("a")]["Bcc"] is None
+    for report in (odd, plain):
+        _, deliveries = await stored(client, report["id"])
+        assert [d["status"] for d in deliveries] == ["sent"]

@@ -70,7 +70,8 @@ def _slug(name: str) -> str:
 async def build_message(*, sender: str, recipients: list[str], report_name: str, fmt: str, result: Result,
                         message_id: str) -> EmailMessage:
     msg = EmailMessage()
-    msg["Subject"] = f"Tally report: {report_name}"
+    # A name may hold line breaks, which a header cannot: they become spaces (the mail library raised).
+    msg["Subject"] = "Tally report: " + " ".join(report_name.split())
     msg["From"] = sender
     msg["To"] = ", ".join(recipients)
     msg["Date"] = formatdate(usegmt=True)
