@@ -188,3 +188,21 @@ async def test_a_name_with_line_breaks_is_delivered_with_others_in_the_same_roun
     for report in (odd, plain):
         _, deliveries = await stored(client, report["id"])
         assert [d["status"] for d in deliveries] == ["sent"]
+
+
+async def test_csv_attachment_defuses_formulas_and_writes_json_cells(app_client, smtp, pool, database_url, workspace):
+    """The emailed CSV follows the export's rule (docs/decisions.md, "CSV formula injection"): a text cell
+    a spreadsheet would run as a formula starts with a quote. Before, event values went in as they were."""
+    client, key = app_client
+    inbox, _ = smtp
+    await seed(pool, await workspace_id(database_url, workspace), [
+        ("signup", "u3", "2024-03-01T11:00:00Z", {"company": '=HYPERLINK("http://evil.example","x")'})])
+    report = await create_report(client, key, {
+        **REPORT, "config": {**REPORT["config"], "group_by": "properties.company"},
+        "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(_, message)] = inbox.messages
+    _, _, body = attachment(message)
+    rows = list(csv.reader(io.StringIO(body if isinstance(body, str) else body.decode())))
+    assert ["2024-03-01T00:00:00.000Z", "signup", '\'=HYPERLINK("http://evil.example","x")', "1"] in rows

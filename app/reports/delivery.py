@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import csv
 import io
 import re
 from email.message import EmailMessage
@@ -12,6 +11,7 @@ from urllib.parse import unquote, urlparse
 
 import aiosmtplib
 
+from app.csv_cells import csv_line
 from app.reports.runner import Result
 from app.responses import iso_ms
 
@@ -19,13 +19,11 @@ PDF_MAX_ROWS = 2_000  # a PDF is for reading; the CSV carries everything
 
 
 def to_csv(result: Result) -> bytes:
-    out = io.StringIO()
-    writer = csv.writer(out)
+    """As the event export writes CSV: formulas defused, objects and arrays as JSON, NULL as empty."""
     body = result.json()
-    writer.writerow(body["columns"])
-    for row in body["rows"]:
-        writer.writerow("" if v is None else v for v in row)
-    return out.getvalue().encode()
+    lines = [csv_line(body["columns"])]
+    lines.extend(csv_line(["" if v is None else v for v in row]) for row in body["rows"])
+    return "".join(lines).encode()
 
 
 def to_pdf(title: str, result: Result) -> bytes:
