@@ -54,6 +54,17 @@ async def test_json_values_keep_their_shape(sandbox):
     assert result["rows"] == [[{"plan": "pro"}, [["a", 1]], {"x": {"y": [1, {"z": None}]}}, 1, 2]]
 
 
+async def test_columns_of_types_the_driver_looks_up(sandbox):
+    """Arrays, ranges and composite types make the driver look their types up while describing, which set
+    jit off with set_config(): refused to the report role since migration 0027, so the describing is done
+    as the service role first (it only parses, nothing runs), then as the reader."""
+    _, _, run_sql, _ = sandbox
+    result = await run_sql("SELECT array[1, null, 3] AS a, '{}'::int[] AS e, int4range(1, 5) AS r, "
+                           "array[row(1, 'x')] AS c")
+    assert result["columns"] == ["a", "e", "r", "c"]
+    assert result["rows"] == [[[1, None, 3], [], "[1,5)", [{"f1": 1, "f2": "x"}]]]
+
+
 async def test_row_cap_truncates(sandbox):
     _, _, run_sql, _ = sandbox
     result = await run_sql("SELECT g FROM generate_series(1, 100) g")
