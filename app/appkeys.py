@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from app.dashboard_warmer import DashboardWarmer
     from app.keys import KeyCache
     from app.ratelimit import MemoryLimiter, RedisLimiter
+    from app.reports.slots import ReportSlots
     from app.scheduler import Scheduler
     from app.settings import Settings
     from app.site_runtime import SiteRuntime
@@ -26,6 +27,8 @@ SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 POOL: web.AppKey[asyncpg.Pool] = web.AppKey("pool")
 # Custom-SQL and built-in report runs: a small pool of its own (settings.report_pool_max).
 REPORT_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("report_pool")
+# Report runs each workspace has going in this process (app.reports.slots).
+REPORT_SLOTS: web.AppKey[ReportSlots] = web.AppKey("report_slots")
 # The actors' writes: cached plans, no reset on release (storage.db.create_writer_pool).
 WRITE_POOL: web.AppKey[asyncpg.Pool] = web.AppKey("write_pool")
 # The DSN the pool uses (the embedded server's when DATABASE_URL is unset): data sources may not reach it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import logging
 import re
@@ -230,14 +231,25 @@ async def _set_plan(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _create_user(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
-    from app.dashboard_session import hash_password
+async def _create_user(conn: asyncpg.Connection, args: argparse.Namespace, *, redis_url: str | None = None) -> int:
+    from redis.exceptions import RedisError
+
+    from app.dashboard_session import end_account_sessions, hash_password
 
     if "@" not in args.email or len(args.password) < 8:
         print("need an email address and a password of at least 8 characters", file=sys.stderr)
         return 2
-    await accounts.upsert_account(conn, args.email.strip().lower(), hash_password(args.password), args.workspace)
+    account_id = await accounts.upsert_account(conn, args.email.strip().lower(), hash_password(args.password),
+                                               args.workspace)
     print(f"user {args.email} in workspace {args.workspace}")
+    # A reset password ends the sessions signed in with the old one (a new account has none).
+    try:
+        ended = await end_account_sessions(conn, redis_url, account_id)
+    except (RedisError, OSError) as exc:
+        print(f"the password is set, but its signed-in sessions could not be ended: Redis: {exc}", file=sys.stderr)
+        return 1
+    if ended:
+        print(f"{ended} signed-in sessions ended")
     return 0
 
 
@@ -316,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
             except ValueError as exc:
                 parser().error(str(exc))
         command = COMMANDS[args.command]
+        if args.command == "create-user":
+            command = functools.partial(_create_user, redis_url=settings.redis_url)
         code = asyncio.run(_with_db(settings, lambda conn: command(conn, args)))
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)

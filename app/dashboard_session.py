@@ -8,6 +8,7 @@ cookie stops working. Signing in always starts a new id (no session fixation).
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -172,3 +173,24 @@ async def current_account(request: web.Request) -> Account:
     if not isinstance(account_id, int):
         raise SiteError(401, "unauthorized")
     return Account(account_id, session.get("email", ""), session["workspace_id"])
+
+
+async def end_account_sessions(conn: asyncpg.Connection, redis_url: str | None, account_id: int) -> int:
+    """End every signed-in session of an account, wherever sessions live (a password reset: a session
+    opened with the old password must not outlive it). Redis keeps no index by account, so its session
+    keys are scanned; resets are rare and made from the command line."""
+    ended = await dashboard_sessions.delete_for_account(conn, account_id)
+    if redis_url:
+        redis = Redis.from_url(redis_url)
+        try:
+            async for key in redis.scan_iter(match=f"{COOKIE}_*", count=1000):
+                data = await redis.get(key)
+                try:
+                    owner = json.loads(data)["session"]["account_id"] if data else None
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if owner == account_id:
+                    ended += await redis.delete(key)
+        finally:
+            await redis.aclose()
+    return ended

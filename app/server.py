@@ -32,6 +32,7 @@ from app.appkeys import (
     POOL,
     REDIS,
     REPORT_POOL,
+    REPORT_SLOTS,
     SCHEDULER,
     SETTINGS,
     SITE_RUNTIME,
@@ -47,6 +48,7 @@ from app.keys import KeyCache
 from app.middlewares import nosniff, root_middleware, site_api_middleware
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
+from app.reports.slots import ReportSlots
 from app.routes import setup_routes
 from app.scheduler import Scheduler
 from app.segment import upkeep as segment_upkeep
@@ -113,6 +115,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
             opened += [report_pool, write_pool]
             app[POOL] = pool
             app[REPORT_POOL] = report_pool
+            app[REPORT_SLOTS] = ReportSlots(settings.report_pool_max)
             app[WRITE_POOL] = write_pool
             app[DATABASE_DSN] = dsn
             app[PARTITION_CACHE] = PartitionCache()

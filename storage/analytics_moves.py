@@ -1,4 +1,4 @@
-"""Events moved to another user in PostgreSQL (a Segment alias, migration 0025), made so in the analytics store.
+"""Events moved to another user in PostgreSQL (a Segment alias, migration 0028), made so in the analytics store.
 
 The alias lists the moved events in the outbox, so a round writes their new version like any new event; the
 store then holds both versions (same sorting key, so a merge would collapse them some day, but a funnel or

@@ -29,3 +29,12 @@ async def delete(conn: asyncpg.Connection, key_hash: bytes) -> None:
 
 async def purge_expired(conn: asyncpg.Connection) -> None:
     await conn.execute("DELETE FROM dashboard_sessions WHERE expires_at <= now()")
+
+
+async def delete_for_account(conn: asyncpg.Connection, account_id: int) -> int:
+    """End every session of one account (its password was reset); returns how many there were."""
+    status = await conn.execute(
+        "DELETE FROM dashboard_sessions WHERE (data::jsonb #>> '{session,account_id}') = $1::bigint::text",
+        account_id,
+    )
+    return int(status.split()[-1])

@@ -167,10 +167,14 @@ async def run_custom_sql(
             "SELECT set_config('statement_timeout', $1, true), set_config('search_path', $2, true)",
             str(max(1, timeout_ms)), SANDBOX_SEARCH_PATH,
         )
+        # Describe (never execute) the same subquery run_sql() wraps, for the column names: rows come back
+        # as JSON objects, which cannot say what an empty result's columns were. A text with several
+        # statements fails here ("cannot insert multiple commands"). First as the service: asyncpg looks
+        # up types it has no codec for (arrays, ranges, composites) with set_config('jit', ...), which the
+        # reader may not call (migration 0027); a prepare only parses, so nothing of the text runs. Then
+        # as the reader, whose result is used, with every type already known.
+        await conn.prepare(f"SELECT * FROM (\n{sql}\n) q")
         await conn.execute("SET LOCAL ROLE tally_report_reader")
-        # Describe (never execute) the same subquery run_sql() wraps, as the reader, for the column
-        # names: rows come back as JSON objects, which cannot say what an empty result's columns were.
-        # A text with several statements fails here ("cannot insert multiple commands").
         described = await conn.prepare(f"SELECT * FROM (\n{sql}\n) q")
         columns = [a.name for a in described.get_attributes()]
         texts: list[str] = []

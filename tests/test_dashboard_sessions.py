@@ -70,3 +70,45 @@ async def test_sign_in_issues_a_new_session_id(mode_client, database_url):
 
 async def test_a_made_up_cookie_is_signed_out(mode_client):
     assert (await _me(mode_client, secrets.token_urlsafe(32))).status == 401
+
+
+@pytest.mark.parametrize("mode", ["postgres", "redis"])
+async def test_a_password_reset_ends_the_accounts_sessions(make_client, settings, database_url, tmp_path, mode):
+    """`tally create-user` on an existing email resets its password (README); the account's sessions went
+    on for their 30 days, so a reset after a leak left the intruder signed in (security walk-through)."""
+    from tests.test_dependency_outages import OwnRedis
+
+    own = OwnRedis()  # the reset scans every session key: not the machine's shared Redis, which other runs use
+    if mode == "redis":
+        own.start()
+    redis_url = own.url if mode == "redis" else ""
+    try:
+        await _reset_ends_sessions(make_client, settings, database_url, tmp_path, redis_url)
+    finally:
+        own.kill()
+
+
+async def _reset_ends_sessions(make_client, settings, database_url, tmp_path, redis_url: str) -> None:
+    import asyncio
+    import os
+    import subprocess
+    import sys
+
+    client = await make_client(dataclasses.replace(settings, redis_url=redis_url or None))
+    email, other = await _account(database_url), await _account(database_url)
+    signed_in = []
+    for who in (email, email, other):  # three browsers: a sign-in ends the session its browser carried
+        client.session.cookie_jar.clear()
+        signed_in.append(await _sign_in(client, who))
+    *cookies, kept = signed_in
+    assert all([(await _me(client, c)).status == 200 for c in signed_in])
+    env = {**os.environ, "DATABASE_URL": database_url, "TALLY_DATA_DIR": str(tmp_path),
+           "REDIS_URL": redis_url}
+    args = [sys.executable, "-m", "app", "create-user", "--workspace", f"ws-{secrets.token_hex(4)}", "--email", email,
+            "--password", "a new long password"]
+    done = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "2 signed-in sessions ended" in done.stdout
+    for cookie in cookies:
+        assert (await _me(client, cookie)).status == 401
+    assert (await _me(client, kept)).status == 200

@@ -122,6 +122,12 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
      "options.properties[...]"),
     ({"type": "salesforce", "credentials": {"access_token": "tok"}, "options": {"table": "Account"}},
      "credentials.instance_url"),
+    # A user name and password in the URL: the connectors send their own Authorization header, which
+    # aiohttp refuses beside URL credentials ("unexpected ValueError while syncing" before).
+    ({"type": "stripe", "credentials": {"api_key": "sk_test_abcdef"},
+      "options": {"base_url": "http://user:pw@api.example.com"}}, "options.base_url"),
+    ({"type": "salesforce", "credentials": {"access_token": "tok", "instance_url": "https://u@acme.example.com"},
+      "options": {"table": "Account"}}, "credentials.instance_url"),
 ])
 async def test_validation_names_the_field(client, make_key, body, field):
     key = await make_key("admin,read")

@@ -45,6 +45,47 @@ async def test_partitions_are_created_on_demand_for_old_months(client, make_key)
     assert listed["data"][0]["timestamp"] == "2003-02-14T12:00:00.000Z"
 
 
+async def test_a_new_partition_waits_for_no_reader(client, make_key, database_url):
+    """Security walk-through F2: `CREATE TABLE … PARTITION OF events` took ACCESS EXCLUSIVE on events, so a
+    back-dated event waited for any read of events in progress (a custom SQL report, up to its timeout)
+    and every other workspace's flush queued behind it. The partition is now attached, which lets
+    readers and writers of the other partitions go on."""
+    from tests.conftest import bearer
+
+    key, other = await make_key("write"), await make_key("write", workspace_name=f"other-{secrets.token_hex(4)}")
+    reader = await asyncpg.connect(database_url)
+    for year, mon in ((y, m) for y in range(2000, 2003) for m in range(1, 13)):  # a month with no partition yet
+        if await reader.fetchval("SELECT to_regclass($1)", f"events_{year}_{mon:02d}") is None:
+            break
+    month = f"{year}-{mon:02d}-15T12:00:00Z"
+    try:
+        async with reader.transaction():
+            await reader.fetchval("SELECT count(*) FROM events")  # holds ACCESS SHARE until the end
+
+            async def post(k: str, body: dict) -> int:
+                resp = await client.post("/v1/events", headers=bearer(k), json=body)
+                return resp.status
+
+            statuses = await asyncio.wait_for(asyncio.gather(
+                post(key, {"event": "backfill", "user_id": "u", "timestamp": month}),
+                post(other, {"event": "today", "user_id": "v"}),
+            ), timeout=3)
+            assert statuses == [200, 200]
+    finally:
+        await reader.close()
+    conn = await asyncpg.connect(database_url)
+    try:
+        part = "events_" + month[:7].replace("-", "_")
+        bound = await conn.fetchval("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = $1", part)
+        assert bound is not None and bound.startswith("FOR VALUES FROM")
+        indexes = await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE tablename = $1", part)
+        assert indexes == await conn.fetchval(
+            "SELECT count(*) FROM pg_partitioned_table p JOIN pg_index i ON i.indrelid = p.partrelid "
+            "WHERE p.partrelid = 'events'::regclass")
+    finally:
+        await conn.close()
+
+
 async def test_profiles_alias_started_after_their_last_event_are_repaired(pg_admin_dsn):
     """Migration 0024: a profile made by alias before it began at its events' earliest receive time, after
     its last event; the migration starts it at its first event."""

@@ -113,12 +113,21 @@ async def test_exports_per_account_are_limited_and_a_stalled_one_times_out(make_
 
 async def test_sleeping_custom_reports_leave_other_tenants_answering(
         make_client, settings, make_key, database_url, workspace, pool):
+    """One workspace's runs hold at most report_pool_max - 1 report connections (more answer 429 at once,
+    not queued), so another workspace's report still gets one: before, twelve sleeping runs of one tenant
+    held the pool and queued ahead of everyone (security walk-through F3)."""
     client = await make_client(dataclasses.replace(settings, custom_sql_timeout_seconds=600,
                                                    report_timeout_seconds=600, key_cache_seconds=0))
     key = await make_key("read,write")
-    await set_plan(database_url, workspace, "enterprise")
+    other_ws = f"other-{secrets.token_hex(4)}"
+    other = await make_key("read,write", workspace_name=other_ws)
+    for name in (workspace, other_ws):
+        await set_plan(database_url, name, "enterprise")
     report = await create_report(client, key, {"name": "slow", "type": "custom",
                                                "config": {"sql": "SELECT pg_sleep(600) AS slept"}})
+    quick = await create_report(client, other, {"name": "quick", "type": "custom",
+                                                "config": {"sql": "SELECT 1 AS one"}})
+    cap = settings.report_pool_max - 1
     runs = [asyncio.create_task(client.get(f"/v1/reports/{report['id']}/run", headers=bearer(key)))
             for _ in range(12)]
     # pg_stat_activity shows the top-level statement: the sandbox's call of tally_report.run_sql().
@@ -126,20 +135,29 @@ async def test_sleeping_custom_reports_leave_other_tenants_answering(
                 "AND query LIKE '%tally_report.run_sql%' AND pid <> pg_backend_pid()")
     try:
         for _ in range(LIVENESS * 10):
-            if len(await pool.fetch(sleeping)) >= settings.report_pool_max:
+            if len(await pool.fetch(sleeping)) >= cap and sum(run.done() for run in runs) >= 12 - cap:
                 break
             await asyncio.sleep(0.1)
-        assert len(await pool.fetch(sleeping)) >= settings.report_pool_max
+        refused = [await run for run in runs if run.done()]
+        assert len(refused) == 12 - cap and {r.status for r in refused} == {429}
+        body = await refused[0].json()
+        assert body["error"]["code"] == "reports_busy" and refused[0].headers["Retry-After"] == "5"
+        resp = await asyncio.wait_for(client.get(f"/v1/reports/{quick['id']}/run", headers=bearer(other)),
+                                      LIVENESS)
+        assert resp.status == 200 and (await resp.json())["rows"] == [[1]]
         await other_tenant_reads(client, make_key)
-        assert not any(run.done() for run in runs)  # answered while every report was still running
+        assert len(await pool.fetch(sleeping)) == cap  # answered while the slow ones still ran
     finally:
-        for _ in range(LIVENESS * 10):  # end the sleeps (queued runs start and are ended in turn)
+        for _ in range(LIVENESS * 10):  # end the sleeps
             if all(run.done() for run in runs):
                 break
             await pool.execute(f"SELECT pg_cancel_backend(pid) FROM ({sleeping}) s")
             await asyncio.sleep(0.1)
-    statuses = [(await run).status for run in runs]
-    assert set(statuses) == {504}
+    statuses = sorted([(await run).status for run in runs])
+    assert statuses == [429] * (12 - cap) + [504] * cap
+    # The slots came back: the workspace runs again.
+    fast = await create_report(client, key, {"name": "fast", "type": "custom", "config": {"sql": "SELECT 2 AS two"}})
+    assert (await client.get(f"/v1/reports/{fast['id']}/run", headers=bearer(key))).status == 200
 
 
 async def test_report_waits_for_its_own_pool_then_answers_503(make_client, settings, make_key):

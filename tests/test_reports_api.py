@@ -53,6 +53,10 @@ async def test_create_returns_201_with_the_report(client, make_key):
     ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "plan..tier"}}, "config.group_by"),
     ({**VOLUME, "schedule": {"frequency": "hourly", "recipients": ["a@example.com"]}}, "schedule.frequency"),
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["not-an-email"]}}, "schedule.recipients[0]"),
+    # An address at an IP address would have Tally's mail server connect wherever a tenant says, internal
+    # networks included (security walk-through): recipients are at domain names.
+    *[({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["a@example.com", to]}}, "schedule.recipients[1]")
+      for to in ("ops@[127.0.0.1]", "ops@[10.0.0.5]", "ops@127.0.0.1", "ops@169.254.169.254", "ops@[IPv6:::1]")],
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["a@example.com"], "format": "xlsx"}},
      "schedule.format"),
 ])
@@ -61,6 +65,13 @@ async def test_invalid_bodies_are_400_naming_the_field(client, make_key, body, f
     error = (await create_report(client, key, body, status=400))["error"]
     assert error["code"] == "invalid_request"
     assert error["fields"][0]["field"] == field, error
+
+
+async def test_recipients_at_domain_names_are_kept(client, make_key):
+    key = await make_key("read,write")
+    recipients = ["a@example.com", "b@mail.example.co.uk", "c@xn--e1afmkfd.xn--p1ai", "d@пример.рф", "e@10x.example"]
+    report = await create_report(client, key, {**VOLUME, "schedule": {"frequency": "daily", "recipients": recipients}})
+    assert report["schedule"]["recipients"] == recipients
 
 
 async def test_scopes(client, make_key):

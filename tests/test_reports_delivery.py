@@ -202,3 +202,44 @@ def test_a_wide_pdf_keeps_every_column_on_the_page():
     texts = [t for t, _, _ in placed]
     assert all(c in texts for c in columns)
     assert texts.count("cohort") >= 2 and texts.count("2026-10-12T00:00:00.000Z") >= 2
+
+
+async def test_a_name_with_line_breaks_is_delivered_with_others_in_the_same_round(app_client, smtp):
+    """A report name may hold CR/LF; it went into the Subject header as is, the mail library refused it and
+    the exception ended the whole round, so the deliveries after it (any workspace's) waited too
+    (security walk-through)."""
+    client, key = app_client
+    inbox, _ = smtp
+    odd = await create_report(client, key, {
+        **REPORT, "name": "Signups\r\nBcc: evil@example.com", "schedule": {"frequency": "daily",
+                                                                        "recipients": [inbox.to("a")]}})
+    plain = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("b")]}})
+    for report in (odd, plain):
+        await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    got = {rcpts[0]: message for rcpts, message in inbox.messages}
+    assert sorted(got) == [inbox.to("a"), inbox.to("b")]
+    assert got[inbox.to("a")]["Subject"] == "Tally report: Signups Bcc: evil@example.com"
+    assert got[inbox.to("a")]["Bcc"] is None
+    for report in (odd, plain):
+        _, deliveries = await stored(client, report["id"])
+        assert [d["status"] for d in deliveries] == ["sent"]
+
+
+async def test_csv_attachment_defuses_formulas_and_writes_json_cells(app_client, smtp, pool, database_url, workspace):
+    """The emailed CSV follows the export's rule (docs/decisions.md, "CSV formula injection"): a text cell
+    a spreadsheet would run as a formula starts with a quote. Before, event values went in as they were."""
+    client, key = app_client
+    inbox, _ = smtp
+    await seed(pool, await workspace_id(database_url, workspace), [
+        ("signup", "u3", "2024-03-01T11:00:00Z", {"company": '=HYPERLINK("http://evil.example","x")'})])
+    report = await create_report(client, key, {
+        **REPORT, "config": {**REPORT["config"], "group_by": "properties.company"},
+        "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(_, message)] = inbox.messages
+    _, _, body = attachment(message)
+    rows = list(csv.reader(io.StringIO(body if isinstance(body, str) else body.decode())))
+    assert ["2024-03-01T00:00:00.000Z", "signup", '\'=HYPERLINK("http://evil.example","x")', "1"] in rows

@@ -93,8 +93,10 @@ PATHS = {
         "get": {"summary": "Run a report now (scope read)", "security": KEYED,
                 "description": "504 report_timeout past the configured timeout; 400 invalid_sql when custom SQL "
                                "fails; 403 plan_required for custom SQL outside the enterprise plan; 413 "
-                               "result_too_large past TALLY_CUSTOM_SQL_MAX_BYTES; 503 reports_busy (with "
-                               "Retry-After) when every report connection stayed busy.",
+                               "result_too_large past TALLY_CUSTOM_SQL_MAX_BYTES; 429 reports_busy (with Retry-After) "
+                               "when the workspace already runs all but one of the report connections' worth "
+                               "of reports; 503 reports_busy (with Retry-After) when every report connection "
+                               "stayed busy.",
                 "responses": {"200": json_body(ref("ReportResult"), headers=RATE_HEADERS),
                               **keyed_errors(400, 401, 403, 404, 413, 429, 503, 504)}},
     },

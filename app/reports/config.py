@@ -17,7 +17,10 @@ from app.timestamps import parse_timestamp, through
 ReportType = Literal["event_volume", "funnel", "retention", "custom"]
 # NUL characters cannot be stored in PostgreSQL text or jsonb; every free-text field excludes them.
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
-Email = Annotated[str, Meta(max_length=254, pattern=r"^[^@\s<>,;\x00]+@[^@\s<>,;\x00]+\.[^@\s<>,;\x00]+$")]
+# At a domain name: no address literal ([10.0.0.5]) and no IP address as the domain (its last label would
+# be digits), which would have the mail server connect wherever a tenant says, internal networks included.
+_EMAIL = r"^[^@\s<>,;\x00]+@[^@\s<>,;\x00\[\]]+\.[^0-9@\s<>,;\x00\[\].][^@\s<>,;\x00\[\].]*$"
+Email = Annotated[str, Meta(max_length=254, pattern=_EMAIL)]
 # "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name;
 # no key may be empty ("traits." would group every event under null).
 GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s\x00]+(\.[^.\s\x00]+)*$")]

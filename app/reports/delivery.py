@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import csv
 import io
 import re
 from email.message import EmailMessage
@@ -14,6 +13,7 @@ from urllib.parse import unquote, urlparse
 import aiosmtplib
 import orjson
 
+from app.csv_cells import csv_line
 from app.reports.runner import Result
 from app.responses import iso_ms
 
@@ -21,13 +21,11 @@ PDF_MAX_ROWS = 2_000  # a PDF is for reading; the CSV carries everything
 
 
 def to_csv(result: Result) -> bytes:
-    out = io.StringIO()
-    writer = csv.writer(out)
+    """As the event export writes CSV: formulas defused, objects and arrays as JSON, NULL as empty."""
     body = result.json()
-    writer.writerow(body["columns"])
-    for row in body["rows"]:
-        writer.writerow(_text(v) for v in row)
-    return out.getvalue().encode()
+    lines = [csv_line(body["columns"])]
+    lines.extend(csv_line(["" if v is None else v for v in row]) for row in body["rows"])
+    return "".join(lines).encode()
 
 
 def _text(value: Any) -> str:
@@ -124,7 +122,8 @@ def _slug(name: str) -> str:
 async def build_message(*, sender: str, recipients: list[str], report_name: str, fmt: str, result: Result,
                         message_id: str) -> EmailMessage:
     msg = EmailMessage()
-    msg["Subject"] = f"Tally report: {report_name}"
+    # A name may hold line breaks, which a header cannot: they become spaces (the mail library raised).
+    msg["Subject"] = "Tally report: " + " ".join(report_name.split())
     msg["From"] = sender
     msg["To"] = ", ".join(recipients)
     msg["Date"] = formatdate(usegmt=True)

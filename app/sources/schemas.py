@@ -25,7 +25,7 @@ Ident = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][
 Column = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")]
 EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*$")]
 PropertyName = Annotated[str, Meta(min_length=1, max_length=128)]
-Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#]+(/[^\s]*)?$")]
+Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]*)?$")]  # no user:password@
 
 
 def _fail(field: str, message: str) -> ValueError:

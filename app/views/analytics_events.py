@@ -11,6 +11,7 @@ import orjson
 from aiohttp import web
 
 from app.appkeys import POOL, SETTINGS
+from app.csv_cells import csv_line
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
 from app.views.analytics_params import analytics_store, base_params, count_param, offset_param, resolve_site
@@ -62,26 +63,6 @@ def _csv_row(event: dict) -> list:
     props = event["props"]
     cells = ["" if event[c] is None else event[c] for c in EXPORT_COLUMNS[:-1]]
     return [*cells, "" if props is None else orjson.dumps(props).decode()]
-
-
-# A spreadsheet reads a cell starting with one of these as a formula (OWASP "CSV injection").
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-_NEEDS_QUOTES = re.compile(r'[",\r\n]')
-
-
-def csv_cell(value: object) -> str:
-    """One CSV field. Text a spreadsheet would run as a formula gets a leading single quote and is
-    always quoted (OWASP); numbers are written as they are; other text is quoted only when needed."""
-    text = str(value)
-    if isinstance(value, str) and text.startswith(FORMULA_STARTS):
-        return '"\'' + text.replace('"', '""') + '"'
-    if _NEEDS_QUOTES.search(text):
-        return '"' + text.replace('"', '""') + '"'
-    return text
-
-
-def csv_line(cells: list) -> str:
-    return ",".join(csv_cell(c) for c in cells) + "\r\n"
 
 
 def export_filename(site_id: str, range_name: str, fmt: str) -> str:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 from aiohttp import web
 
-from app.appkeys import ANALYTICS, METRICS, MIRROR, POOL, REPORT_POOL, SETTINGS
+from app.appkeys import ANALYTICS, METRICS, MIRROR, POOL, REPORT_POOL, REPORT_SLOTS, SETTINGS
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.reports.config import ReportIn, ReportPatch, Schedule, config_json, parse_config
@@ -122,11 +122,13 @@ async def delete_report(request: web.Request) -> web.Response:
 async def run(request: web.Request) -> web.Response:
     key = key_of(request)
     row = await _stored(request)
-    result = await run_report(  # built-in reports see every event committed before the run
-        request.config_dict[REPORT_POOL], request.config_dict[SETTINGS], request.config_dict[METRICS],
-        workspace_id=key.workspace_id, env=key.env, plan=key.plan, report_type=row["type"], config=row["config"],
-        analytics=request.config_dict[ANALYTICS], catch_up=request.config_dict[MIRROR].catch_up,
-    )
+    with request.config_dict[REPORT_SLOTS].take(key.workspace_id):  # no tenant holds the whole report pool
+        result = await run_report(  # built-in reports see every event committed before the run
+            request.config_dict[REPORT_POOL], request.config_dict[SETTINGS], request.config_dict[METRICS],
+            workspace_id=key.workspace_id, env=key.env, plan=key.plan, report_type=row["type"],
+            config=row["config"], analytics=request.config_dict[ANALYTICS],
+            catch_up=request.config_dict[MIRROR].catch_up,
+        )
     async with request.config_dict[POOL].acquire() as conn:
         await store.mark_run(conn, row["id"], result.generated_at)
     return json_response(result.json())
