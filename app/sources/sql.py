@@ -1,15 +1,20 @@
 """SQL warehouses: PostgreSQL and Redshift (asyncpg), MySQL/MariaDB (aiomysql).
 
 Rows of options.table (or options.query) become events. With options.cursor_column, each sync
-streams only rows whose cursor value is greater than the last one stored, in cursor order; without
-it the source is a one-time import. Pages are committed with their cursor, and a page never ends
-inside a run of equal cursor values, so a sync cut short resumes without gaps. BigQuery and Snowflake
-(app.sources.bigquery, app.sources.snowflake) are SqlConnectors too, with the same rules.
+streams, in cursor order, the rows whose cursor value is at least the last one stored, skipping the
+rows already imported at that value (the cursor keeps their digests), so a row written after a sync
+with the value it ended on (a DATETIME's second, a date) is still imported, once; rows whose cursor
+is NULL are skipped. Without a cursor column the source is a one-time import. Pages are committed with
+their cursor, and a page never ends inside a run of equal cursor values, so a sync cut short resumes
+without gaps. BigQuery and Snowflake (app.sources.bigquery, app.sources.snowflake) are SqlConnectors
+too, with the same rules.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import date, datetime
 from decimal import Decimal
@@ -17,11 +22,12 @@ from typing import Any
 
 import aiomysql
 import asyncpg
+import orjson
 import pymysql
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import decoders
 
-from app.sources.base import Batch, Connector, SourceError, event_name, rows_to_batch
+from app.sources.base import Batch, Connector, SourceError, event_name, jsonable, rows_to_batch
 from app.sources.netguard import UNREACHABLE
 from app.sources.schemas import SqlCredentials
 
@@ -48,6 +54,23 @@ def encode_value(value: Any) -> list:
 def decode_value(pair: list) -> Any:
     kind, raw = pair
     return {"dt": datetime.fromisoformat, "d": date.fromisoformat, "dec": Decimal}.get(kind, lambda v: v)(raw)
+
+
+def row_digest(row: dict) -> str:
+    """A row's content, hashed: tells the rows already imported at the cursor's value from new ones."""
+    text = orjson.dumps(jsonable(row), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+def read_mark(cursor: Any) -> tuple[Any, bool, list[str]]:
+    """A stored cursor as (value or None, whether rows at the value may be new, digests of those imported).
+    {"at": [kind, value], "seen": [...]} is read with >=; a bare [kind, value] (stored before digests
+    were kept) with >, since which rows it covered at that value is not known."""
+    if isinstance(cursor, dict) and "at" in cursor:
+        return decode_value(cursor["at"]), True, list(cursor.get("seen") or [])
+    if isinstance(cursor, list):
+        return decode_value(cursor), False, []
+    return None, False, []
 
 
 class SqlConnector(Connector):
@@ -107,39 +130,56 @@ class SqlConnector(Connector):
         if relation is None or cursor == DONE:
             return 0, cursor
         column = self.options.cursor_column
-        sql, args = f"SELECT * FROM {relation}", []
+        sql, args, seen = f"SELECT * FROM {relation}", [], []
         if column:
-            if cursor is not None:
-                args.append(decode_value(cursor))
-                sql += f" WHERE {self.ident(column)} > {self.placeholder(1)}"
+            value, inclusive, seen = read_mark(cursor)
+            if value is None:
+                sql += f" WHERE {self.ident(column)} IS NOT NULL"
+            else:
+                args.append(value)
+                sql += f" WHERE {self.ident(column)} {'>=' if inclusive else '>'} {self.placeholder(1)}"
             sql += f" ORDER BY {self.ident(column)}"
         async with asyncio.timeout(self.timeout):
             conn = await self.open()
         try:
-            return await self._import(conn, sql, args, cursor)
+            return await self._import(conn, sql, args, cursor, Counter(seen))
         finally:
             await self.close(conn)
 
-    async def _import(self, conn: Any, sql: str, args: list, cursor: Any) -> tuple[int, Any]:
+    async def _import(self, conn: Any, sql: str, args: list, cursor: Any, known: Counter) -> tuple[int, Any]:
+        """Pages of (row, digest, fresh): a row is stale when the previous sync imported it at the cursor's
+        value (its digest is among those the cursor kept, counted, so identical rows each count once)."""
         column, total, pending = self.options.cursor_column, 0, []
         async for rows in self.stream(conn, sql, args):
-            pending.extend(rows)
+            for row in rows:
+                digest = row_digest(row) if column else ""
+                fresh = known[digest] <= 0
+                known[digest] -= 1
+                pending.append((row, digest, fresh))
             if len(pending) < PAGE:
                 continue
             cut = len(pending)
             if column:  # keep the trailing run of equal cursor values for the next page
-                last = pending[-1][self.key(column)]
-                while cut > 0 and pending[cut - 1][self.key(column)] == last:
+                last = pending[-1][0][self.key(column)]
+                while cut > 0 and pending[cut - 1][0][self.key(column)] == last:
                     cut -= 1
                 if cut == 0:
                     continue
             page, pending = pending[:cut], pending[cut:]
-            cursor = encode_value(page[-1][self.key(column)]) if column else {"done": False}
-            await self.sink.commit(self._batch(page, cursor))
-            total += len(page)
-        final = encode_value(pending[-1][self.key(column)]) if column and pending else (cursor if column else DONE)
-        await self.sink.commit(self._batch(pending, final))
-        return total + len(pending), final
+            total += await self._commit(page, self._mark(page) if column else {"done": False})
+        final = self._mark(pending) if column and pending else (cursor if column else DONE)
+        return total + await self._commit(pending, final), final
+
+    async def _commit(self, page: list[tuple[dict, str, bool]], cursor: Any) -> int:
+        rows = [row for row, _, fresh in page if fresh]
+        await self.sink.commit(self._batch(rows, cursor))
+        return len(rows)
+
+    def _mark(self, page: list[tuple[dict, str, bool]]) -> dict:
+        """The cursor after a page: its last value and the digests of every row read at that value."""
+        key = self.key(self.options.cursor_column or "")
+        last = page[-1][0][key]
+        return {"at": encode_value(last), "seen": [digest for row, digest, _ in page if row[key] == last]}
 
     def key(self, column: str) -> str:
         """The key of a column named in options in the rows the peer returns."""

@@ -1,0 +1,74 @@
+"""Incremental SQL syncs at the cursor's edges: rows that arrive after a sync with the cursor value it ended on
+(a second-precision column, a date), rows whose cursor is NULL, and JSON columns as properties."""
+
+from __future__ import annotations
+
+from tests.conftest import bearer
+from tests.test_data_sources import create, wait_status
+from tests.test_data_sources_sql import (  # noqa: F401 (fixtures)
+    add_actions,
+    events,
+    mysql_source,
+    pg_source,
+    scratch_mysql,
+    scratch_pg,
+)
+
+
+async def sync(client, key: str, source_id: str) -> dict:
+    assert (await client.post(f"/v1/data-sources/{source_id}/sync", headers=bearer(key))).status == 202
+    return await wait_status(client, key, source_id, "active", "error")
+
+
+async def test_rows_added_later_with_the_last_cursor_value_are_imported_once(client, make_key, scratch_mysql):  # noqa: F811
+    """A DATETIME cursor holds whole seconds: a row written in the second the last sync ended on is new."""
+    database, conn = scratch_mysql
+    await add_actions(conn, database, ("a", "Buy", "1.00", "2024-02-01 08:00:00"),
+                      ("b", "Buy", "1.00", "2024-02-01 08:00:01"), ("b2", "Buy", "1.00", "2024-02-01 08:00:01"))
+    key = await make_key("admin,read")
+    created = await create(client, key, mysql_source(database, table="actions", cursor_column="created_at",
+                                                     event_name="bought"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    await add_actions(conn, database, ("c", "Buy", "1.00", "2024-02-01 08:00:01"),
+                      ("d", "Buy", "1.00", "2024-02-01 08:00:02"))
+    assert (await sync(client, key, created["id"]))["status"] == "active"
+    assert sorted(e["user_id"] for e in await events(client, key, "bought")) == ["a", "b", "b2", "c", "d"]
+    # Nothing new: nothing imported again, the boundary rows included.
+    await add_actions(conn, database, ("e", "Buy", "1.00", "2024-02-01 08:00:02"))
+    body = await sync(client, key, created["id"])
+    assert body["status"] == "active" and body["rows_imported"] == 6
+    assert sorted(e["user_id"] for e in await events(client, key, "bought")) == ["a", "b", "b2", "c", "d", "e"]
+    body = await sync(client, key, created["id"])
+    assert len(await events(client, key, "bought")) == 6 and body["rows_imported"] == 6
+
+
+async def test_identical_rows_at_the_boundary_each_count(client, make_key, scratch_pg):  # noqa: F811
+    """Two rows alike in every column are two events, also when one arrives after the sync."""
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE visits (user_id text, day date)")
+    await conn.execute("INSERT INTO visits VALUES ('v', '2024-05-01'), ('v', '2024-05-02'), ('v', '2024-05-02')")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table="visits", cursor_column="day",
+                                                  timestamp_column=None, event_name="visited"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    assert len(await events(client, key, "visited")) == 3
+    await conn.execute("INSERT INTO visits VALUES ('v', '2024-05-02')")
+    assert (await sync(client, key, created["id"]))["status"] == "active"
+    assert len(await events(client, key, "visited")) == 4
+
+
+async def test_rows_with_a_null_cursor_are_skipped_not_an_error(client, make_key, scratch_pg):  # noqa: F811
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE orders (id int, user_id text, paid_at timestamptz)")
+    await conn.execute("INSERT INTO orders VALUES (1, 'p1', '2024-06-01T10:00:00Z'), (2, 'p2', NULL), "
+                       "(3, 'p3', '2024-06-02T10:00:00Z')")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table="orders", cursor_column="paid_at",
+                                                  timestamp_column=None, event_name="order_paid"))
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active" and body["status_reason"] is None, body
+    assert sorted(e["user_id"] for e in await events(client, key, "order_paid")) == ["p1", "p3"]
+    # Once paid, the row is imported by the next sync.
+    await conn.execute("UPDATE orders SET paid_at = '2024-06-03T10:00:00Z' WHERE id = 2")
+    assert (await sync(client, key, created["id"]))["status"] == "active"
+    assert sorted(e["user_id"] for e in await events(client, key, "order_paid")) == ["p1", "p2", "p3"]
