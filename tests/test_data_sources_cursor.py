@@ -1,5 +1,5 @@
 """Incremental SQL syncs at the cursor's edges: rows that arrive after a sync with the cursor value it ended on
-(a second-precision column, a date), rows whose cursor is NULL, and JSON columns as properties."""
+(a second-precision column, a date), rows whose cursor is NULL; and JSON columns as properties."""
 
 from __future__ import annotations
 
@@ -72,3 +72,17 @@ async def test_rows_with_a_null_cursor_are_skipped_not_an_error(client, make_key
     await conn.execute("UPDATE orders SET paid_at = '2024-06-03T10:00:00Z' WHERE id = 2")
     assert (await sync(client, key, created["id"]))["status"] == "active"
     assert sorted(e["user_id"] for e in await events(client, key, "order_paid")) == ["p1", "p2", "p3"]
+
+
+async def test_json_columns_become_json_properties(client, make_key, scratch_pg):  # noqa: F811
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE carts (id int, user_id text, items jsonb, meta json)")
+    await conn.execute("""INSERT INTO carts VALUES (1, 'j1', '[{"sku": "A", "qty": 2}]', '{"coupon": "X"}'),
+                          (2, 'j2', 'null', NULL)""")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table="carts", timestamp_column=None,
+                                                  event_name="cart"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    got = {e["user_id"]: e["properties"] for e in await events(client, key, "cart")}
+    assert got["j1"] == {"id": 1, "items": [{"sku": "A", "qty": 2}], "meta": {"coupon": "X"}}
+    assert got["j2"] == {"id": 2, "items": None, "meta": None}

@@ -219,8 +219,12 @@ class PostgresConnector(SqlConnector):
 
     async def read_as_text(self, conn: asyncpg.Connection) -> None:
         """Intervals as PostgreSQL writes them ("100:00:00", "1 mon 2 days 03:00:00"): asyncpg's timedelta
-        turns a month into 30 days, and its text was Python's ("4 days, 4:00:00")."""
+        turns a month into 30 days, and its text was Python's ("4 days, 4:00:00"). json and jsonb values as
+        the JSON they hold, not as their text (asyncpg's default), so a property can be an object."""
         await conn.set_type_codec("interval", schema="pg_catalog", encoder=str, decoder=str, format="text")
+        for name in ("json", "jsonb"):
+            await conn.set_type_codec(name, schema="pg_catalog", encoder=lambda v: orjson.dumps(v).decode(),
+                                      decoder=orjson.loads, format="text")
 
     async def close(self, conn: asyncpg.Connection) -> None:
         await conn.close(timeout=5)
