@@ -1,7 +1,12 @@
 """Incremental SQL syncs at the cursor's edges: rows that arrive after a sync with the cursor value it ended on
-(a second-precision column, a date), rows whose cursor is NULL; and JSON columns as properties."""
+(a second-precision column, a date), rows whose cursor is NULL; JSON columns as properties; a
+connection lost mid-sync."""
 
 from __future__ import annotations
+
+import asyncio
+
+import asyncpg
 
 from tests.conftest import bearer
 from tests.test_data_sources import create, wait_status
@@ -86,3 +91,26 @@ async def test_json_columns_become_json_properties(client, make_key, scratch_pg)
     got = {e["user_id"]: e["properties"] for e in await events(client, key, "cart")}
     assert got["j1"] == {"id": 1, "items": [{"sku": "A", "qty": 2}], "meta": {"coupon": "X"}}
     assert got["j2"] == {"id": 2, "items": None, "meta": None}
+
+
+async def test_a_connection_lost_mid_sync_says_so(client, make_key, scratch_pg, customer_pg_dsn):  # noqa: F811
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE slow (id int, user_id text)")
+    await conn.execute("INSERT INTO slow SELECT g, 'u' || g FROM generate_series(1, 400) g")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table=None, timestamp_column=None,
+                                                  query="SELECT *, pg_sleep(0.01) AS z FROM slow",
+                                                  event_name="slow_row"))
+    await wait_status(client, key, created["id"], "syncing")
+    admin = await asyncpg.connect(customer_pg_dsn)
+    try:
+        for _ in range(200):  # the sync's query, once it runs
+            if await admin.fetchval("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                    "WHERE query LIKE '%pg_sleep(0.01)%' AND pid <> pg_backend_pid()"):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "error"
+    assert body["status_reason"] == f"the connection to 127.0.0.1:{port} was lost during the sync"

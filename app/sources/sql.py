@@ -36,6 +36,7 @@ PAGE = 1000
 MYSQL_DECODERS = {**decoders, FIELD_TYPE.TIME: str}
 CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
+LOST = "the connection to {host}:{port} was lost during the sync"
 
 
 def encode_value(value: Any) -> list:
@@ -242,6 +243,12 @@ class PostgresConnector(SqlConnector):
                     yield page
         except asyncpg.PostgresError as exc:
             raise SourceError(f"query failed: {exc}") from None
+        except (asyncpg.InterfaceError, ConnectionError, OSError):
+            if not conn.is_closed():
+                raise
+            # The server went away mid-read (restarted, failed over, the backend terminated).
+            c = self.credentials
+            raise SourceError(LOST.format(host=c.host, port=c.port or self.default_port)) from None
 
 
 class RedshiftConnector(PostgresConnector):
