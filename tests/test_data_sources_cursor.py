@@ -114,3 +114,18 @@ async def test_a_connection_lost_mid_sync_says_so(client, make_key, scratch_pg, 
     body = await wait_status(client, key, created["id"], "active", "error")
     assert body["status"] == "error"
     assert body["status_reason"] == f"the connection to 127.0.0.1:{port} was lost during the sync"
+
+
+async def test_mysql_timestamps_are_read_in_utc(client, make_key, scratch_mysql):  # noqa: F811
+    """MySQL hands TIMESTAMP values over in the session's time zone, which defaults to the server's; the
+    connector's session is UTC, so a server set to +05:00 no longer shifts every event by five hours. (This
+    machine's server runs in UTC, so the session's zone is what can be checked here.)"""
+    database, conn = scratch_mysql
+    await add_actions(conn, database, ("t1", "Login", "0", "2024-01-01 10:00:00"))
+    key = await make_key("admin,read")
+    created = await create(client, key, mysql_source(
+        database, query="SELECT id, user_id, created_at, @@session.time_zone AS tz FROM actions",
+        event_name="logged_in"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    [event] = await events(client, key, "logged_in")
+    assert event["properties"]["tz"] == "+00:00" and event["timestamp"] == "2024-01-01T10:00:00.000Z"

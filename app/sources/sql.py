@@ -283,6 +283,9 @@ class MysqlConnector(SqlConnector):
                 host=address, port=port, user=c.username, password=c.password,
                 db=c.database, connect_timeout=self.timeout, autocommit=True, charset="utf8mb4",
                 conv=MYSQL_DECODERS,
+                # TIMESTAMP values are sent in the session's zone (the server's by default) as naive
+                # text, and naive times are taken as UTC: the session must be UTC.
+                init_command="SET time_zone = '+00:00'",
             )
         except pymysql.err.OperationalError as exc:
             if exc.args and isinstance(exc.args[0], int) and exc.args[0] < CLIENT_ERRORS:
