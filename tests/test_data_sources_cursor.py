@@ -129,3 +129,30 @@ async def test_mysql_timestamps_are_read_in_utc(client, make_key, scratch_mysql)
     assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
     [event] = await events(client, key, "logged_in")
     assert event["properties"]["tz"] == "+00:00" and event["timestamp"] == "2024-01-01T10:00:00.000Z"
+
+
+async def test_lookback_imports_rows_committed_late_with_an_earlier_cursor(client, make_key, scratch_pg):  # noqa: F811
+    """created_at DEFAULT now() is the transaction's start: a transaction that commits after a sync can hold
+    a row older than the cursor. lookback_seconds reads that far back again and skips what it imported."""
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE ev (user_id text, created_at timestamptz)")
+    await conn.execute("INSERT INTO ev VALUES ('a', '2024-07-01T10:00:00Z'), ('c', '2024-07-01T10:00:10Z')")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table="ev", cursor_column="created_at",
+                                                  timestamp_column=None, event_name="ev", lookback_seconds=60))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "active"
+    await conn.execute("INSERT INTO ev VALUES ('b', '2024-07-01T10:00:05Z'), ('old', '2024-07-01T09:58:00Z')")
+    body = await sync(client, key, created["id"])
+    assert body["status"] == "active" and body["rows_imported"] == 3
+    assert sorted(e["user_id"] for e in await events(client, key, "ev")) == ["a", "b", "c"]  # 'old': past it
+    assert (await sync(client, key, created["id"]))["rows_imported"] == 3
+
+
+async def test_lookback_needs_a_cursor_column(client, make_key, scratch_pg):  # noqa: F811
+    database, _, port = scratch_pg
+    key = await make_key("admin,read")
+    resp = await client.post("/v1/data-sources", headers=bearer(key), json=pg_source(
+        database, port, cursor_column=None, timestamp_column=None, lookback_seconds=60))
+    assert resp.status == 400
+    [field] = (await resp.json())["error"]["fields"]
+    assert field == {"field": "options.lookback_seconds", "message": "needs cursor_column"}

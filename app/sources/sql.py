@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -61,6 +62,15 @@ def row_digest(row: dict) -> str:
     """A row's content, hashed: tells the rows already imported at the cursor's value from new ones."""
     text = orjson.dumps(jsonable(row), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+def looked_back(value: Any, seconds: int) -> Any:
+    """The cursor value `seconds` before `value` (whole days before a date)."""
+    if isinstance(value, datetime):
+        return value - timedelta(seconds=seconds)
+    if isinstance(value, date):
+        return value - timedelta(days=math.ceil(seconds / 86_400))
+    raise SourceError("options.lookback_seconds needs a date or date-time cursor_column")
 
 
 def read_mark(cursor: Any) -> tuple[Any, bool, list[str]]:
@@ -134,6 +144,8 @@ class SqlConnector(Connector):
         sql, args, seen = f"SELECT * FROM {relation}", [], []
         if column:
             value, inclusive, seen = read_mark(cursor)
+            if value is not None and inclusive and self.options.lookback_seconds:
+                value = looked_back(value, self.options.lookback_seconds)
             if value is None:
                 sql += f" WHERE {self.ident(column)} IS NOT NULL"
             else:
@@ -151,6 +163,7 @@ class SqlConnector(Connector):
         """Pages of (row, digest, fresh): a row is stale when the previous sync imported it at the cursor's
         value (its digest is among those the cursor kept, counted, so identical rows each count once)."""
         column, total, pending = self.options.cursor_column, 0, []
+        self._window: list[tuple[Any, str]] = []  # (value, digest) of committed rows the next mark may keep
         async for rows in self.stream(conn, sql, args):
             for row in rows:
                 digest = row_digest(row) if column else ""
@@ -177,10 +190,14 @@ class SqlConnector(Connector):
         return len(rows)
 
     def _mark(self, page: list[tuple[dict, str, bool]]) -> dict:
-        """The cursor after a page: its last value and the digests of every row read at that value."""
+        """The cursor after a page: its last value and the digests of every row read (this sync or the
+        previous one) from that value, or from lookback_seconds before it, on."""
         key = self.key(self.options.cursor_column or "")
         last = page[-1][0][key]
-        return {"at": encode_value(last), "seen": [digest for row, digest, _ in page if row[key] == last]}
+        floor = looked_back(last, self.options.lookback_seconds) if self.options.lookback_seconds else last
+        self._window = [(v, d) for v, d in self._window if v >= floor]
+        self._window += [(row[key], digest) for row, digest, _ in page if row[key] >= floor]
+        return {"at": encode_value(last), "seen": [digest for _, digest in self._window]}
 
     def key(self, column: str) -> str:
         """The key of a column named in options in the rows the peer returns."""
