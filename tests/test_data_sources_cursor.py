@@ -156,3 +156,27 @@ async def test_lookback_needs_a_cursor_column(client, make_key, scratch_pg):  # 
     assert resp.status == 400
     [field] = (await resp.json())["error"]["fields"]
     assert field == {"field": "options.lookback_seconds", "message": "needs cursor_column"}
+
+
+async def test_event_times_in_epoch_units_and_out_of_range(client, make_key, scratch_pg):  # noqa: F811
+    """Epoch numbers in seconds, milliseconds or microseconds are times; a time Tally cannot hold (before
+    2000, past tomorrow, infinity) is the import time, as a NULL one is, its value kept in the properties."""
+    database, conn, port = scratch_pg
+    await conn.execute("CREATE TABLE t (id int, user_id text, at_num bigint, at timestamptz)")
+    await conn.execute("""INSERT INTO t VALUES (1, 's', 1704103200, '2024-01-01T10:00:00Z'),
+                          (2, 'ms', 1704103200123, '0001-01-01T00:00:00Z'), (3, 'us', 1704103200123456, 'infinity'),
+                          (4, 'far', 99999999999999999, '9999-12-31T00:00:00Z')""")
+    key = await make_key("admin,read")
+    for column in ("at_num", "at"):
+        created = await create(client, key, pg_source(database, port, table="t", timestamp_column=column,
+                                                      event_name=f"t_{column}"))
+        body = await wait_status(client, key, created["id"], "active", "error")
+        assert body["status"] == "active", body
+    by_number = {e["user_id"]: e["timestamp"] for e in await events(client, key, "t_at_num")}
+    assert by_number["s"] == "2024-01-01T10:00:00.000Z" and by_number["ms"] == "2024-01-01T10:00:00.123Z"
+    assert by_number["us"] == "2024-01-01T10:00:00.123Z" and by_number["far"] > "2026"  # the import time
+    by_time = {e["user_id"]: e for e in await events(client, key, "t_at")}
+    assert by_time["s"]["timestamp"] == "2024-01-01T10:00:00.000Z"
+    assert {u: by_time[u]["timestamp"][:4] for u in ("ms", "us", "far")} == {u: body["created_at"][:4]
+                                                                             for u in ("ms", "us", "far")}
+    assert by_time["ms"]["properties"]["at"].startswith("0001-01-01")
