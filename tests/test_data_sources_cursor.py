@@ -180,3 +180,16 @@ async def test_event_times_in_epoch_units_and_out_of_range(client, make_key, scr
     assert {u: by_time[u]["timestamp"][:4] for u in ("ms", "us", "far")} == {u: body["created_at"][:4]
                                                                              for u in ("ms", "us", "far")}
     assert by_time["ms"]["properties"]["at"].startswith("0001-01-01")
+
+
+async def test_nul_characters_in_mysql_text_do_not_fail_the_sync(client, make_key, scratch_mysql):  # noqa: F811
+    """MySQL text may hold U+0000, which PostgreSQL cannot store: it becomes U+FFFD (ids stay distinct)."""
+    database, conn = scratch_mysql
+    await add_actions(conn, database, ("n1", "a\x00b", "1.00", "2024-02-01 08:00:00"),
+                      ("u\x00", "ok", "1.00", "2024-02-01 08:00:01"))
+    key = await make_key("admin,read")
+    created = await create(client, key, mysql_source(database, table="actions", event_name="noted"))
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    got = {e["user_id"]: e["properties"]["action"] for e in await events(client, key, "noted")}
+    assert got == {"n1": "a\ufffdb", "u\ufffd": "ok"}

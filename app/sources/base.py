@@ -118,9 +118,16 @@ def event_time(value: object, now: datetime) -> datetime:
     return ts if ts is not None and EARLIEST <= ts <= now + FUTURE_SKEW else now
 
 
+def text(value: str) -> str:
+    """Text PostgreSQL can store: U+0000 (which MySQL text may hold) becomes U+FFFD, so values stay distinct."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
 def jsonable(value: Any) -> Any:
     """A database value as something JSON can hold."""
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):
+        return text(value)
+    if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, datetime | date | time):
         return value.isoformat()
@@ -133,7 +140,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {text(str(k)): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set):
         return [jsonable(v) for v in value]
     return str(value)
@@ -171,7 +178,7 @@ def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_n
             props = {prop: jsonable(row.get(column)) for prop, column in mapping.items()}
         else:
             props = {k: jsonable(v) for k, v in row.items() if k not in (event_col, user_col)}
-        events.append(Imported(name, None if user is None else str(user), props, ts))
+        events.append(Imported(name, None if user is None else text(str(user)), props, ts))
     return Batch(events=events, cursor=cursor)
 
 
