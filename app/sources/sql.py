@@ -194,9 +194,12 @@ class SqlConnector(Connector):
         previous one) from that value, or from lookback_seconds before it, on."""
         key = self.key(self.options.cursor_column or "")
         last = page[-1][0][key]
-        floor = looked_back(last, self.options.lookback_seconds) if self.options.lookback_seconds else last
-        self._window = [(v, d) for v, d in self._window if v >= floor]
-        self._window += [(row[key], digest) for row, digest, _ in page if row[key] >= floor]
+        if self.options.lookback_seconds:
+            floor = looked_back(last, self.options.lookback_seconds)
+            self._window = [(v, d) for v, d in self._window if v >= floor]
+            self._window += [(row[key], digest) for row, digest, _ in page if row[key] >= floor]
+        else:  # equality: a TIME cursor arrives as text, which does not sort as its values do
+            self._window = [(row[key], digest) for row, digest, _ in page if row[key] == last]
         return {"at": encode_value(last), "seen": [digest for _, digest in self._window]}
 
     def key(self, column: str) -> str:
