@@ -197,7 +197,7 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             erasures = await conn.fetch(_ERASURES)
             for e in erasures:
                 await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "
-                                         "AND (user_id = {u:String} OR actor = concat('anon:', {u:String}))",
+                                         "AND user_id = {u:String}",
                                          {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
             if erasures:
                 await conn.execute(_ERASED, [e["seq"] for e in erasures])

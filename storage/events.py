@@ -118,10 +118,9 @@ async def list_events(
 
 async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str,
                      erased_at: datetime) -> None:
-    """Delete a user's profile and events (those sent under it as an anonymous id too). The exclusive
-    lock waits for in-flight flushes; the tombstone makes later flushes drop events received before now.
-    The erasure is queued for the analytics store in the same transaction (storage/analytics_mirror.py
-    applies it)."""
+    """Delete a user's profile and events. The exclusive lock waits for in-flight flushes; the
+    tombstone makes later flushes drop events received before now. The erasure is queued for the
+    analytics store in the same transaction (storage/analytics_mirror.py applies it)."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, env))
         await conn.execute(
@@ -131,13 +130,6 @@ async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user
         )
         await conn.execute(
             "DELETE FROM events WHERE workspace_id = $1 AND env = $2 AND user_id = $3",
-            workspace_id, env, user_id,
-        )
-        # The id may be an anonymous one with a profile (Segment's identify of an anonymousId): its
-        # anonymous keyed events are that person's too, as alias takes them (events_ws_anonymous).
-        await conn.execute(
-            "DELETE FROM events WHERE workspace_id = $1 AND env = $2 AND user_id IS NULL AND anonymous_id = $3 "
-            "AND site_id IS NULL",
             workspace_id, env, user_id,
         )
         await conn.execute(

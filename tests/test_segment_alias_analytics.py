@@ -54,19 +54,3 @@ async def test_erasing_the_aliased_user_leaves_no_anonymous_copy(client, make_ke
     assert await funnel(client, key) == [0, 0]
     assert await copies(client, database_url, workspace) == []
     assert await copies(client, database_url, workspace, final=True) == []
-
-
-async def test_erasing_an_anonymous_profile_erases_its_events(client, make_key, workspace, database_url, pool):
-    """identify with only an anonymousId makes a profile under that id (so a later alias can merge it), and
-    GET /v1/users/{id} shows it: erasing it must take the events sent under that anonymousId too."""
-    key = await make_key("read,write,admin")
-    h = basic((await create_source(client, key))["write_key"])
-    await send(client, h, "track", anonymousId="anon_g", event="Signup Started", timestamp=f"{DAY}T08:00:00Z",
-               properties={"email": "g@example.com"})
-    await send(client, h, "identify", anonymousId="anon_g", traits={"email": "g@example.com"})
-    assert await funnel(client, key) == [1, 0]
-    assert (await client.get("/v1/users/anon_g", headers=bearer(key))).status == 200
-    assert (await client.delete("/v1/users/anon_g", headers=bearer(key))).status == 204
-    assert await pool.fetchval("SELECT count(*) FROM events WHERE anonymous_id = 'anon_g'") == 0
-    assert await funnel(client, key) == [0, 0]
-    assert await copies(client, database_url, workspace) == []
