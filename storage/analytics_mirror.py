@@ -8,8 +8,7 @@ DELETE see the same rows), under an advisory lock, so rounds of all processes ru
 before the COMMIT leaves the rows listed and the next round writes them again; the store's
 ReplacingMergeTree tables collapse such copies by event id and every read uses FINAL, so nothing counts
 twice. Erasures are queued the same way (`analytics_erasures`) and applied in a round after its inserts, so
-a batch read before an erasure committed cannot bring the user back. Events an alias moved to another user are
-listed again, and their stale copies deleted after the inserts (storage/analytics_aliases.py).
+a batch read before an erasure committed cannot bring the user back.
 
 No event passes through Python one by one: PostgreSQL writes the CSV, and the store's `events_in` views
 derive every column the reads need (page key, referrer host, visitor hash) from the raw fields. `rebuild`
@@ -28,7 +27,6 @@ from datetime import UTC, datetime, time, timedelta
 import asyncpg
 
 from storage import clickhouse_layout, clickhouse_schema
-from storage.analytics_aliases import drop_stale_copies
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
@@ -193,7 +191,6 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             if bound is not None:
                 await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
                 done = int(await conn.fetchval(_DONE, bound))
-            await drop_stale_copies(conn, store)
             erasures = await conn.fetch(_ERASURES)
             for e in erasures:
                 await store.delete_where("keyed_events", "workspace_id = {w:UInt64} AND env = {e:String} "

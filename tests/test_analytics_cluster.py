@@ -44,10 +44,6 @@ from tests.test_analytics_visits import (  # noqa: F401
     test_entry_and_exit_pages_match_postgresql,
 )
 from tests.test_reports_engine import data, test_reports_match_a_direct_computation_and_ignore_copied_events  # noqa: F401
-from tests.test_segment_alias_analytics import (  # noqa: F401
-    test_alias_after_the_anonymous_events_were_mirrored,
-    test_erasing_the_aliased_user_leaves_no_anonymous_copy,
-)
 
 
 @pytest.fixture
