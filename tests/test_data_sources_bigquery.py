@@ -65,7 +65,8 @@ async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, 
     # The first sync ran one query (plus the check's dry run) and read its later pages by page token.
     assert [q.get("dryRun", False) for q in fake.queries] == [True, False]
 
-    # Incremental: only rows past the stored cursor, asked for with a typed TIMESTAMP parameter.
+    # Incremental: rows from the stored cursor on (those already imported at it are skipped), asked for
+    # with a typed TIMESTAMP parameter.
     add_signups(fake, (6, "u5", "pro", "2024-03-05T10:00:00Z"))
     assert (await client.post(f"/v1/data-sources/{created['id']}/sync", headers=bearer(admin))).status == 202
     body = await wait_status(client, admin, created["id"], "active")
@@ -73,7 +74,7 @@ async def test_bigquery_first_sync_pages_then_incremental(client, make_key, bq, 
     got = await events(client, admin, "signed_up")
     assert len(got) == 6 and got[0]["user_id"] == "u5"
     last = fake.queries[-1]
-    assert "WHERE `created_at` > ?" in last["query"]
+    assert "WHERE `created_at` >= ?" in last["query"]
     assert last["queryParameters"][0]["parameterType"]["type"] == "TIMESTAMP"
     profile = await (await client.get("/v1/users/u1", headers=bearer(admin))).json()
     assert profile["event_count"] == 2

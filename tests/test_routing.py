@@ -51,6 +51,8 @@ V1 = {
     ("POST", "/v1/group"): "segment",
     ("POST", "/v1/alias"): "segment",
     ("POST", "/v1/batch"): "segment",
+    ("POST", "/v1/import"): "segment",
+    ("POST", "/v1/import/"): "segment",
     ("POST", "/v1/t"): "segment",
     ("POST", "/v1/i"): "segment",
     ("POST", "/v1/p"): "segment",
@@ -166,7 +168,7 @@ async def test_every_v1_route_refuses_a_missing_key_and_a_missing_scope(proxied,
         # Segment's calls may carry their write key in the body: give them one without it.
         payload = None
         if access.startswith("segment"):
-            payload = b'{"batch": []}' if path == "/v1/batch" else b"{}"
+            payload = b'{"batch": []}' if path.startswith(("/v1/batch", "/v1/import")) else b"{}"
         resp = await proxied.request(method, url, data=payload, headers={"X-Forwarded-For": next(addresses)})
         assert resp.status == 401, (method, path, await resp.text())
         if access.startswith("segment"):

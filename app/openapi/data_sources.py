@@ -94,13 +94,16 @@ SCHEMAS = {
                                "with an optional cursor_column for incremental sync (salesforce: SystemModstamp "
                                "by default); event_column or event_name; user_id_column (default user_id); "
                                "timestamp_column (default cursor_column); properties (property name -> column: "
-                               "only these columns, renamed; default every other column); base_url overrides "
+                               "only these columns, renamed; default every other column); lookback_seconds (SQL "
+                               "types with a date or date-time cursor_column: re-read that far before the last "
+                               "value, skipping rows already imported); base_url overrides "
                                "the provider's API (or Salesforce login) host.",
                 "properties": {
                     **{k: {"type": "string"} for k in (
                         "table", "query", "cursor_column", "timestamp_column", "event_column", "event_name",
                         "user_id_column", "base_url")},
                     "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "lookback_seconds": {"type": "integer", "minimum": 0, "maximum": 604800},
                 },
             },
             "schedule": ref("DataSourceSchedule"),

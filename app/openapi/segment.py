@@ -41,6 +41,11 @@ PATHS["/v1/batch"] = {"post": {
                        "writeKey": {"type": "string"}, "context": _OBJ, "integrations": _OBJ}}}}},
     "responses": {"200": json_body(ref("SegmentAccepted"), headers=RATE_HEADERS), **_ERRORS},
 }}
+# Segment's import endpoint: the batch call, where analytics-ruby (/v1/import) and analytics-java
+# (/v1/import/) send their batches.
+for _path in ("/v1/import", "/v1/import/"):
+    PATHS[_path] = {"post": {**PATHS["/v1/batch"]["post"],
+                             "summary": "The batch call under Segment's import path (analytics-ruby, analytics-java)"}}
 
 SCHEMAS = {
     "SegmentMessage": {"type": "object", "additionalProperties": True, "properties": {

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.event_names import snake_case
+from app.schemas import EARLIEST, FUTURE_SKEW
 from app.sources.schemas import Options, Secret
 
 if TYPE_CHECKING:
@@ -87,8 +88,8 @@ def utc(value: object) -> datetime | None:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     if isinstance(value, date):
         return datetime.combine(value, time(), UTC)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        return epoch(value)
     if isinstance(value, str):
         try:
             return utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
@@ -97,9 +98,36 @@ def utc(value: object) -> datetime | None:
     return None
 
 
+def epoch(value: float | Decimal) -> datetime | None:
+    """An epoch number in seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude as
+    ingestion APIs do (10^11 seconds is the year 5138); None when no unit makes it a date."""
+    number = float(value)
+    for scale in (1, 1e3, 1e6, 1e9):
+        if abs(number) < 1e11 * scale:
+            try:
+                return datetime.fromtimestamp(number / scale, UTC)
+            except (OverflowError, OSError, ValueError):
+                return None
+    return None
+
+
+def event_time(value: object, now: datetime) -> datetime:
+    """A row's event time; the import time when it has none Tally can hold: NULL, unreadable, or outside
+    the keyed API's window (from 2000-01-01 to a day from now), e.g. a 9999-12-31 "never" or infinity."""
+    ts = utc(value)
+    return ts if ts is not None and EARLIEST <= ts <= now + FUTURE_SKEW else now
+
+
+def text(value: str) -> str:
+    """Text PostgreSQL can store: U+0000 (which MySQL text may hold) becomes U+FFFD, so values stay distinct."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
 def jsonable(value: Any) -> Any:
     """A database value as something JSON can hold."""
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):
+        return text(value)
+    if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, datetime | date | time):
         return value.isoformat()
@@ -112,7 +140,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {text(str(k)): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set):
         return [jsonable(v) for v in value]
     return str(value)
@@ -145,12 +173,12 @@ def rows_to_batch(rows: Iterable[dict[str, Any]], options: Options, *, default_n
         # Without a name in its column, a row is named as it would be without event_column.
         name = event_name(row.get(event_col), default_name) if event_col else (options.event_name or default_name)
         user = row.get(user_col)
-        ts = utc(row.get(ts_col)) if ts_col else None
+        ts = event_time(row.get(ts_col), now) if ts_col else now
         if options.properties is not None:
             props = {prop: jsonable(row.get(column)) for prop, column in mapping.items()}
         else:
             props = {k: jsonable(v) for k, v in row.items() if k not in (event_col, user_col)}
-        events.append(Imported(name, None if user is None else str(user), props, ts or now))
+        events.append(Imported(name, None if user is None else text(str(user)), props, ts))
     return Batch(events=events, cursor=cursor)
 
 

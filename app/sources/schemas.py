@@ -173,12 +173,17 @@ class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     # property name -> column: when given, only these columns become event properties, under these names.
     properties: dict[PropertyName, Column] | None = None
     base_url: Url | None = None
+    # Re-read rows whose cursor is this much before the last one imported (skipping those imported): rows
+    # committed after a sync with an older cursor value (a transaction's now(), a serial taken early).
+    lookback_seconds: Annotated[int, Meta(ge=0, le=7 * 86_400)] | None = None
 
     def __post_init__(self) -> None:
         if self.table is not None and self.query is not None:
             raise _fail("query", "give either table or query, not both")
         if self.event_column is not None and self.event_name is not None:
             raise _fail("event_name", "give either event_column or event_name, not both")
+        if self.lookback_seconds and self.cursor_column is None:
+            raise _fail("lookback_seconds", "needs cursor_column")
 
 
 def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:

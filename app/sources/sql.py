@@ -1,27 +1,34 @@
 """SQL warehouses: PostgreSQL and Redshift (asyncpg), MySQL/MariaDB (aiomysql).
 
 Rows of options.table (or options.query) become events. With options.cursor_column, each sync
-streams only rows whose cursor value is greater than the last one stored, in cursor order; without
-it the source is a one-time import. Pages are committed with their cursor, and a page never ends
-inside a run of equal cursor values, so a sync cut short resumes without gaps. BigQuery and Snowflake
-(app.sources.bigquery, app.sources.snowflake) are SqlConnectors too, with the same rules.
+streams, in cursor order, the rows whose cursor value is at least the last one stored, skipping the
+rows already imported at that value (the cursor keeps their digests), so a row written after a sync
+with the value it ended on (a DATETIME's second, a date) is still imported, once; rows whose cursor
+is NULL are skipped. Without a cursor column the source is a one-time import. Pages are committed with
+their cursor, and a page never ends inside a run of equal cursor values, so a sync cut short resumes
+without gaps. BigQuery and Snowflake (app.sources.bigquery, app.sources.snowflake) are SqlConnectors
+too, with the same rules.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
+from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import aiomysql
 import asyncpg
+import orjson
 import pymysql
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import decoders
 
-from app.sources.base import Batch, Connector, SourceError, event_name, rows_to_batch
+from app.sources.base import Batch, Connector, SourceError, event_name, jsonable, rows_to_batch
 from app.sources.netguard import UNREACHABLE
 from app.sources.schemas import SqlCredentials
 
@@ -30,6 +37,7 @@ PAGE = 1000
 MYSQL_DECODERS = {**decoders, FIELD_TYPE.TIME: str}
 CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
+LOST = "the connection to {host}:{port} was lost during the sync"
 
 
 def encode_value(value: Any) -> list:
@@ -48,6 +56,32 @@ def encode_value(value: Any) -> list:
 def decode_value(pair: list) -> Any:
     kind, raw = pair
     return {"dt": datetime.fromisoformat, "d": date.fromisoformat, "dec": Decimal}.get(kind, lambda v: v)(raw)
+
+
+def row_digest(row: dict) -> str:
+    """A row's content, hashed: tells the rows already imported at the cursor's value from new ones."""
+    text = orjson.dumps(jsonable(row), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+def looked_back(value: Any, seconds: int) -> Any:
+    """The cursor value `seconds` before `value` (whole days before a date)."""
+    if isinstance(value, datetime):
+        return value - timedelta(seconds=seconds)
+    if isinstance(value, date):
+        return value - timedelta(days=math.ceil(seconds / 86_400))
+    raise SourceError("options.lookback_seconds needs a date or date-time cursor_column")
+
+
+def read_mark(cursor: Any) -> tuple[Any, bool, list[str]]:
+    """A stored cursor as (value or None, whether rows at the value may be new, digests of those imported).
+    {"at": [kind, value], "seen": [...]} is read with >=; a bare [kind, value] (stored before digests
+    were kept) with >, since which rows it covered at that value is not known."""
+    if isinstance(cursor, dict) and "at" in cursor:
+        return decode_value(cursor["at"]), True, list(cursor.get("seen") or [])
+    if isinstance(cursor, list):
+        return decode_value(cursor), False, []
+    return None, False, []
 
 
 class SqlConnector(Connector):
@@ -107,39 +141,66 @@ class SqlConnector(Connector):
         if relation is None or cursor == DONE:
             return 0, cursor
         column = self.options.cursor_column
-        sql, args = f"SELECT * FROM {relation}", []
+        sql, args, seen = f"SELECT * FROM {relation}", [], []
         if column:
-            if cursor is not None:
-                args.append(decode_value(cursor))
-                sql += f" WHERE {self.ident(column)} > {self.placeholder(1)}"
+            value, inclusive, seen = read_mark(cursor)
+            if value is not None and inclusive and self.options.lookback_seconds:
+                value = looked_back(value, self.options.lookback_seconds)
+            if value is None:
+                sql += f" WHERE {self.ident(column)} IS NOT NULL"
+            else:
+                args.append(value)
+                sql += f" WHERE {self.ident(column)} {'>=' if inclusive else '>'} {self.placeholder(1)}"
             sql += f" ORDER BY {self.ident(column)}"
         async with asyncio.timeout(self.timeout):
             conn = await self.open()
         try:
-            return await self._import(conn, sql, args, cursor)
+            return await self._import(conn, sql, args, cursor, Counter(seen))
         finally:
             await self.close(conn)
 
-    async def _import(self, conn: Any, sql: str, args: list, cursor: Any) -> tuple[int, Any]:
+    async def _import(self, conn: Any, sql: str, args: list, cursor: Any, known: Counter) -> tuple[int, Any]:
+        """Pages of (row, digest, fresh): a row is stale when the previous sync imported it at the cursor's
+        value (its digest is among those the cursor kept, counted, so identical rows each count once)."""
         column, total, pending = self.options.cursor_column, 0, []
+        self._window: list[tuple[Any, str]] = []  # (value, digest) of committed rows the next mark may keep
         async for rows in self.stream(conn, sql, args):
-            pending.extend(rows)
+            for row in rows:
+                digest = row_digest(row) if column else ""
+                fresh = known[digest] <= 0
+                known[digest] -= 1
+                pending.append((row, digest, fresh))
             if len(pending) < PAGE:
                 continue
             cut = len(pending)
             if column:  # keep the trailing run of equal cursor values for the next page
-                last = pending[-1][self.key(column)]
-                while cut > 0 and pending[cut - 1][self.key(column)] == last:
+                last = pending[-1][0][self.key(column)]
+                while cut > 0 and pending[cut - 1][0][self.key(column)] == last:
                     cut -= 1
                 if cut == 0:
                     continue
             page, pending = pending[:cut], pending[cut:]
-            cursor = encode_value(page[-1][self.key(column)]) if column else {"done": False}
-            await self.sink.commit(self._batch(page, cursor))
-            total += len(page)
-        final = encode_value(pending[-1][self.key(column)]) if column and pending else (cursor if column else DONE)
-        await self.sink.commit(self._batch(pending, final))
-        return total + len(pending), final
+            total += await self._commit(page, self._mark(page) if column else {"done": False})
+        final = self._mark(pending) if column and pending else (cursor if column else DONE)
+        return total + await self._commit(pending, final), final
+
+    async def _commit(self, page: list[tuple[dict, str, bool]], cursor: Any) -> int:
+        rows = [row for row, _, fresh in page if fresh]
+        await self.sink.commit(self._batch(rows, cursor))
+        return len(rows)
+
+    def _mark(self, page: list[tuple[dict, str, bool]]) -> dict:
+        """The cursor after a page: its last value and the digests of every row read (this sync or the
+        previous one) from that value, or from lookback_seconds before it, on."""
+        key = self.key(self.options.cursor_column or "")
+        last = page[-1][0][key]
+        if self.options.lookback_seconds:
+            floor = looked_back(last, self.options.lookback_seconds)
+            self._window = [(v, d) for v, d in self._window if v >= floor]
+            self._window += [(row[key], digest) for row, digest, _ in page if row[key] >= floor]
+        else:  # equality: a TIME cursor arrives as text, which does not sort as its values do
+            self._window = [(row[key], digest) for row, digest, _ in page if row[key] == last]
+        return {"at": encode_value(last), "seen": [digest for _, digest in self._window]}
 
     def key(self, column: str) -> str:
         """The key of a column named in options in the rows the peer returns."""
@@ -179,8 +240,12 @@ class PostgresConnector(SqlConnector):
 
     async def read_as_text(self, conn: asyncpg.Connection) -> None:
         """Intervals as PostgreSQL writes them ("100:00:00", "1 mon 2 days 03:00:00"): asyncpg's timedelta
-        turns a month into 30 days, and its text was Python's ("4 days, 4:00:00")."""
+        turns a month into 30 days, and its text was Python's ("4 days, 4:00:00"). json and jsonb values as
+        the JSON they hold, not as their text (asyncpg's default), so a property can be an object."""
         await conn.set_type_codec("interval", schema="pg_catalog", encoder=str, decoder=str, format="text")
+        for name in ("json", "jsonb"):
+            await conn.set_type_codec(name, schema="pg_catalog", encoder=lambda v: orjson.dumps(v).decode(),
+                                      decoder=orjson.loads, format="text")
 
     async def close(self, conn: asyncpg.Connection) -> None:
         await conn.close(timeout=5)
@@ -198,6 +263,12 @@ class PostgresConnector(SqlConnector):
                     yield page
         except asyncpg.PostgresError as exc:
             raise SourceError(f"query failed: {exc}") from None
+        except (asyncpg.InterfaceError, ConnectionError, OSError):
+            if not conn.is_closed():
+                raise
+            # The server went away mid-read (restarted, failed over, the backend terminated).
+            c = self.credentials
+            raise SourceError(LOST.format(host=c.host, port=c.port or self.default_port)) from None
 
 
 class RedshiftConnector(PostgresConnector):
@@ -232,6 +303,9 @@ class MysqlConnector(SqlConnector):
                 host=address, port=port, user=c.username, password=c.password,
                 db=c.database, connect_timeout=self.timeout, autocommit=True, charset="utf8mb4",
                 conv=MYSQL_DECODERS,
+                # TIMESTAMP values are sent in the session's zone (the server's by default) as naive
+                # text, and naive times are taken as UTC: the session must be UTC.
+                init_command="SET time_zone = '+00:00'",
             )
         except pymysql.err.OperationalError as exc:
             if exc.args and isinstance(exc.args[0], int) and exc.args[0] < CLIENT_ERRORS:

@@ -40,6 +40,7 @@ from app.views.events import commit
 
 # The rate-limit group Segment calls count against, per source (they carry no Tally key).
 GROUP = "events"
+IMPORT_PATHS = ("/import", "/import/")
 
 
 class SegmentError(Exception):
@@ -180,3 +181,7 @@ def setup_segment_routes(router: web.UrlDispatcher) -> None:
             router.add_post(f"/{kind}", _segment_route(kind))
     for short, kind in SHORT_PATHS.items():
         router.add_post(f"/{short}", _segment_route(kind))
+    # Segment's import endpoint is the batch call: analytics-ruby posts to /v1/import, analytics-java to
+    # /v1/import/.
+    for path in IMPORT_PATHS:
+        router.add_post(path, _segment_route("batch"))
