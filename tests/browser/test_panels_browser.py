@@ -339,3 +339,18 @@ def test_goals_are_managed_from_the_goals_panel(page: Page, live_server, account
     expect_rows(page, "goals", [("Visit /pri*", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
     stored = page.request.get(f"{live_server.base_url}/api/sites/{site_id}/goals").json()["goals"]
     assert [(g["goal_type"], g["page_path"], g["event_name"]) for g in stored] == [("page", "/pri*", None)]
+
+
+def test_panels_side_by_side_start_on_one_line(page: Page, live_server, account):
+    # `section.card + section.card` gave every panel but the first a top margin, so Pages sat a margin
+    # lower than Sources beside it (and shorter, the row being as tall as Sources).
+    site_id = open_site(page, live_server, account, goals=False)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    expect_rows(page, "pages", [("/", "4"), ("/pricing", "3"), ("/blog/a", "2")])
+    boxes = {name: panel(page, name).bounding_box() for name in ("sources", "pages", "locations", "devices")}
+    assert boxes["sources"]["y"] == boxes["pages"]["y"], boxes
+    assert boxes["sources"]["height"] == boxes["pages"]["height"], boxes
+    assert boxes["locations"]["y"] == boxes["devices"]["y"], boxes
+    # The grid's own gap separates the rows, not the gap plus a margin.
+    gap = page.locator(".panels").evaluate("el => parseFloat(getComputedStyle(el).rowGap)")
+    assert boxes["locations"]["y"] - (boxes["sources"]["y"] + boxes["sources"]["height"]) == gap, boxes
