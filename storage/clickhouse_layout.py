@@ -20,6 +20,7 @@ from storage.clickhouse_schema import (
     LC_SITE_COLUMNS,
     ORIGIN,
     ORIGIN_TABLE,
+    PAGE_KEY_MARK,
     ROW_GRANULES,
     SESSION_STATES,
     SITE_FROM_INPUT,
@@ -110,8 +111,31 @@ def ensure_schema(store: AnalyticsStore) -> None:
     store.command_sync(f"CREATE TABLE IF NOT EXISTS {store.database}.events_in{store.on_cluster} {INPUT_TABLE}")
     for view, target, select in (("site_events_in_mv", "site_events", SITE_FROM_INPUT),
                                  ("keyed_events_in_mv", "keyed_events", KEYED_FROM_INPUT)):
+        create = (f"TO {store.table(target)} AS " + select.format(source=f"{store.database}.events_in"))
+        if view == "site_events_in_mv" and _stale_page_key(store, view):
+            _replace_view(store, view, create)
         store.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {store.database}.{view}{store.on_cluster} "
-                           f"TO {store.table(target)} AS " + select.format(source=f"{store.database}.events_in"))
+                           + create)
+
+
+def _stale_page_key(store: AnalyticsStore, view: str) -> bool:
+    """Whether the input view exists with a page key from before hash routes were pages."""
+    query = store.client.command("SELECT any(create_table_query) FROM system.tables "
+                                 "WHERE database = {db:String} AND name = {view:String}",
+                                 parameters={"db": store.database, "view": view})
+    return bool(query) and PAGE_KEY_MARK not in query
+
+
+def _replace_view(store: AnalyticsStore, view: str, create: str) -> None:
+    """The new view is made beside the old one and renamed in its place, so every insert goes through one
+    of them (one going through both is collapsed by event id). Rows stored before keep their page until
+    `tally analytics rebuild`."""
+    log.info("analytics store: the site events' input view is made again (hash routes are pages)")
+    name = f"{store.database}.{view}"
+    store.command_sync(f"DROP VIEW IF EXISTS {name}_next{store.on_cluster}")
+    store.command_sync(f"CREATE MATERIALIZED VIEW {name}_next{store.on_cluster} " + create)
+    store.command_sync(f"DROP VIEW {name}{store.on_cluster}")
+    store.command_sync(f"RENAME TABLE {name}_next TO {name}{store.on_cluster}")
 
 
 def _resort(store: AnalyticsStore, name: str, order: str) -> None:

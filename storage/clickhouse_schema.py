@@ -31,9 +31,14 @@ def _key_hash(column: str) -> str:
     return f"if({column} = '', 0, greatest(cityHash64({column}), 1))"
 
 
-# The page: the path without query string or fragment. The referrer host: lower-cased, without scheme,
-# user info, port and "www."; the site's own domain is excluded at read time (a site's domain may change).
-PAGE_KEY = r"replaceRegexpOne(path, '(?s)[?#].*', '')"
+# The page: the path without query string or fragment, but with a hash route (`#/settings`, `#!/x`, what
+# Plausible's hash mode sends), which is a page of a hash-routed app as in Plausible's lists; an anchor
+# (`#top`) and a route's own query string are cut. Keep in step with actors.realtime.page_key.
+# The referrer host: lower-cased, without scheme, user info, port and "www."; the site's own domain is
+# excluded at read time (a site's domain may change).
+PAGE_KEY = r"replaceRegexpOne(path, '(?s)^([^?#]*)(?:[?][^#]*)?(#!?/[^?]+)?.*$', '\1\2')"
+# What only the current PAGE_KEY's text holds: an input view made without it is made again.
+PAGE_KEY_MARK = "#!?/"
 REFERRER_HOST = (r"replaceRegexpOne(lower(referrer), "
                  r"'(?s)^(?:.*?://)?(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1')")
 SITE_FROM_INPUT = (
