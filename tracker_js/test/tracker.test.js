@@ -261,6 +261,35 @@ describe('automatic pageviews (SPA)', () => {
     assert.equal(w.sent[3].body.u, 'https://shop.example.com/blog/post')
   })
 
+  test('hash: true makes each hash route a page: hashchange sends a pageview, p keeps the hash', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/app/#/home' })
+    createTracker({ site: 'site-1', api: API, hash: true }, w)
+    w.location.assign('#/settings') // a hash router's link: the browser fires hashchange
+    w.dispatch('hashchange', {})
+    w.dispatch('popstate', {}) // Chrome also fires popstate for it: no duplicate
+    w.location.assign('#/settings')
+    w.dispatch('hashchange', {}) // same route: no duplicate
+    w.history.pushState({}, '', '/app/?x=1#/settings') // query changed
+    assert.deepEqual(
+      bodies(w).map((b) => [b.n, b.p]),
+      [
+        ['pageview', '/app/#/home'],
+        ['pageview', '/app/#/settings'],
+        ['pageview', '/app/?x=1#/settings'],
+      ],
+    )
+    manual(w, { hash: true }).track('signup')
+    assert.equal(w.sent.at(-1).body.p, '/app/?x=1#/settings', 'custom events carry the route too')
+  })
+
+  test('without hash, a hashchange sends nothing and p has no hash', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/app/#/home' })
+    createTracker({ site: 'site-1', api: API }, w)
+    w.location.assign('#/settings')
+    w.dispatch('hashchange', {})
+    assert.deepEqual(bodies(w).map((b) => b.p), ['/app/'])
+  })
+
   test('wrapped history methods still work and keep their this/arguments', () => {
     const w = fakeWindow({ url: 'https://shop.example.com/' })
     createTracker({ site: 'site-1', api: API }, w)
@@ -474,6 +503,14 @@ describe('script tag (boot)', () => {
       ],
     )
     assert.equal(w.tally.q, undefined, 'the stub is replaced')
+  })
+
+  test('data-hash="true" tracks hash routes', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/#/a', script: { site: 'abc', hash: 'true' } })
+    boot(w)
+    w.location.assign('#/b')
+    w.dispatch('hashchange', {})
+    assert.deepEqual(bodies(w).map((b) => b.p), ['/#/a', '/#/b'])
   })
 
   test('data-auto="false" disables automatic pageviews but keeps outbound tracking', () => {
