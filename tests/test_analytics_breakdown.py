@@ -183,6 +183,10 @@ async def test_compare_with_the_previous_period(client, site):
     _, quiet = await get(client, "overview", [("siteId", site.site_id), ("range", "24h"),
                                               ("compare", "year_over_year")])
     assert quiet["comparison"]["totalEvents"] == 0 and quiet["change"]["totalEvents"] is None
+    # A period without visits has no bounce rate: no change in points against its 0 (the dashboard said
+    # "+50 pts vs 0%"), as the visit duration has none.
+    assert quiet["bounceRate"] > 0 and quiet["comparison"]["sessions"] == 0
+    assert quiet["change"]["bounceRate"] is None and quiet["change"]["avgSessionDuration"] is None
     status, bad = await get(client, "overview", [("siteId", site.site_id), ("compare", "nope")])
     assert (status, bad["error"]) == (400, "invalid compare")
 

@@ -266,6 +266,11 @@ def test_a_shared_url_opens_filtered_and_the_comparison_shows_changes(page: Page
     # The comparison follows the filters: in Germany, 3 visitors now against 2 before.
     panel(page, "locations").locator("button.toprow[data-key=DE]").click()
     expect(page.locator("[data-stat=uniqueVisitors] .stat-change")).to_have_text("+50% vs 2")
+    # In France (C) the previous period had no visit, hence no bounce rate or visit duration: not "0%".
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h&compare=previous_period&filter=country%3D%3DFR")
+    for stat, text in (("uniqueVisitors", "new vs 0"), ("bounceRate", "new vs \u2014"),
+                       ("avgSessionDuration", "new vs \u2014")):
+        expect(page.locator(f"[data-stat={stat}] .stat-change")).to_have_text(text)
     page.reload()
     expect(page.locator("label.compare input")).to_be_checked()
     page.locator("label.compare input").uncheck()
