@@ -53,10 +53,11 @@ function stat(label, value, id, data, format) {
   return el
 }
 
-export function exportLinks(siteId, range) {
+// The export takes the range and an event name (what the event log filters by), not the other filters.
+export function exportLinks(siteId, range, eventName = '') {
   const link = (format) => h('a', {
     class: 'button small', download: true, text: `Export ${format.toUpperCase()}`,
-    href: '/api/analytics/export?' + qs({ siteId, range, format }),
+    href: '/api/analytics/export?' + qs({ siteId, range, eventName, format }),
   })
   return h('div', { class: 'row exports' }, link('csv'), link('json'))
 }
@@ -98,7 +99,7 @@ export function renderOverview(container, siteId) {
     compare.addEventListener('change', () => setFilter('compare', compare.checked ? COMPARE : ''))
     controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
       h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
-      h('span', { class: 'spacer' }), live, exportLinks(siteId, state.range))
+      h('span', { class: 'spacer' }), live, exportLinks(siteId, state.range, state.eventName))
     const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
     chips.replaceChildren(...legacy, ...terms,
       ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
