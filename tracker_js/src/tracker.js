@@ -120,14 +120,17 @@ export function createTracker(o, w = window) {
 }
 
 // Automatic events, built on the public track(): pageviews on load and on
-// SPA navigation (deduplicated on pathname+search, plus the hash with hash
-// routing), and outbound link clicks.
+// SPA navigation (deduplicated on the page: the pathname, plus the hash route
+// with hash routing), and outbound link clicks.
 function autotrack(t, w, pageviews, outbound, hash) {
   const loc = w.location
   if (pageviews) {
     let last
     const page = () => {
-      const p = path(loc, hash)
+      // The page is the pathname (with hash routing, plus the route without its query), as in the
+      // dashboard's page lists and in Plausible: a query change (a search box writing each keystroke to
+      // ?q=, a sort or filter) is the same page, not another pageview.
+      const p = loc.pathname + (hash ? loc.hash.split('?')[0] : '')
       if (p != last) {
         last = p
         t.track('pageview')
