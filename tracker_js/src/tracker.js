@@ -146,6 +146,8 @@ function autotrack(t, w, pageviews, outbound, hash) {
       }
     }
     w.addEventListener('popstate', page)
+    // Back/forward to a page kept in the back/forward cache runs no script again: it is shown anew.
+    w.addEventListener('pageshow', (e) => e.persisted && ((last = 0), page()))
     // A hash router's navigation fires hashchange (and, in most browsers, popstate: deduplicated).
     if (hash) w.addEventListener('hashchange', page)
     page()

@@ -262,6 +262,15 @@ describe('automatic pageviews (SPA)', () => {
     assert.equal(w.sent[2].body.u, 'https://shop.example.com/blog/post')
   })
 
+  test('a page restored from the back/forward cache sends a pageview again', () => {
+    // Back to a page kept in the bfcache runs no script: only pageshow (persisted) says it is shown.
+    const w = fakeWindow({ url: 'https://shop.example.com/about' })
+    createTracker({ site: 'site-1', api: API }, w)
+    w.dispatch('pageshow', { persisted: false }) // the first load's own pageshow: already counted
+    w.dispatch('pageshow', { persisted: true })
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.p]), [['pageview', '/about'], ['pageview', '/about']])
+  })
+
   test('a search box that writes each keystroke to the query sends one pageview', () => {
     const w = fakeWindow({ url: 'https://shop.example.com/search' })
     createTracker({ site: 'site-1', api: API }, w)
