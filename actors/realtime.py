@@ -22,13 +22,14 @@ MAX_WINDOW = 3600
 RECENT = 20
 TOP_PAGES = 10
 PAGEVIEW = "pageview"
-_QUERY_OR_FRAGMENT = re.compile(r"[?#]")
+_PAGE = re.compile(r"([^?#]*)(?:\?[^#]*)?(#!?/[^?]+)?", re.S)
 
 
 def page_key(path: str) -> str:
-    """The page a path counts under in every page list: without query string or fragment, as
-    storage.clickhouse_schema.PAGE_KEY derives it ('' when nothing is left: no page)."""
-    return _QUERY_OR_FRAGMENT.split(path, maxsplit=1)[0]
+    """The page a path counts under in every page list: without query string or fragment but with a hash
+    route (`/app#/settings`), as storage.clickhouse_schema.PAGE_KEY derives it ('' when nothing is left)."""
+    m = _PAGE.match(path)
+    return m[1] + (m[2] or "") if m else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,13 +180,16 @@ async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, 
                           goals: list[Goal]) -> list[dict]:
     """Per goal: unique conversions (visitors), total conversions (events) and the conversion rate, the
     share of all visitors matching the other filters. A goal filter narrows the conversions but not that
-    base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible)."""
+    base: under `goal==signup` the signup row keeps the rate it has without the filter (as in Plausible).
+    Only the goals the goal terms keep are listed (`==` its goal, `!=` the others), as Plausible does: another
+    goal's row would count the events that are both goals, 0 for goals that cannot overlap."""
+    goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
+    goals = [g for g in goals if all((g.name == t.term.value) == (t.term.op == "==") for t in goal_terms)]
     if not goals:
         return []
     q, table = Params(), store.table("site_events")
     base = filters.without_goals().terms()
     cond = where(q, table, site_id, start, end, base)
-    goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
     chosen = " AND ".join(event_conditions(q, goal_terms)) or "1"
     parts = []
     for g in goals:

@@ -27,11 +27,11 @@ async def list_events(conn: asyncpg.Connection, site_id: str, start: datetime, e
     )
 
 
-async def export_page(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime,
+async def export_page(conn: asyncpg.Connection, site_id: str, start: datetime, end: datetime, name: str | None,
                       after: tuple[datetime, str] | None, limit: int) -> list[asyncpg.Record]:
-    """One page of an export, newest first, strictly after `after` = (ts, id) of the previous page's
-    last row (keyset paging: every page is a short indexed query of its own)."""
-    where, args = _scope(site_id, start, end, None)
+    """One page of an export (of the events named `name`, or all), newest first, strictly after `after` =
+    (ts, id) of the previous page's last row (keyset paging: every page is a short indexed query of its own)."""
+    where, args = _scope(site_id, start, end, name)
     if after is not None:
         where += f" AND (ts, id) < (${len(args) + 1}, ${len(args) + 2})"
         args.extend(after)

@@ -113,8 +113,9 @@ def ensure_schema(store: AnalyticsStore) -> None:
         query = select.format(source=f"{store.database}.events_in")
         store.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {store.database}.{view}{store.on_cluster} "
                            f"TO {store.table(target)} AS " + query)
-        # A store from before a derivation changed (the referrer host) gets the view's query replaced in
-        # place, so no insert meets a missing view; rows written before keep theirs until a rebuild.
+        # A store from before a derivation changed (the page key with hash routes, the referrer host) gets
+        # the view's query replaced in place, so no insert meets a missing view; rows written before keep
+        # theirs until a rebuild.
         same = store.client.query(
             "SELECT count() FROM system.tables WHERE database = {db:String} AND name = {view:String} "
             "AND as_select = formatQuerySingleLine({query:String})",

@@ -31,11 +31,14 @@ def _key_hash(column: str) -> str:
     return f"if({column} = '', 0, greatest(cityHash64({column}), 1))"
 
 
-# The page: the path without query string or fragment. The referrer host: lower-cased, without scheme,
-# user info, port and "www."; the site's own domain is excluded at read time (a site's domain may change).
-# A referrer that is not an absolute URL (no `scheme://`, e.g. "not a url" from a server-side sender) has
-# no host, as in Plausible, rather than becoming a top referrer named by its text.
-PAGE_KEY = r"replaceRegexpOne(path, '(?s)[?#].*', '')"
+# The page: the path without query string or fragment, but with a hash route (`#/settings`, `#!/x`, what
+# Plausible's hash mode sends), which is a page of a hash-routed app as in Plausible's lists; an anchor
+# (`#top`) and a route's own query string are cut. Keep in step with actors.realtime.page_key.
+# The referrer host: lower-cased, without scheme, user info, port and "www."; the site's own domain is
+# excluded at read time (a site's domain may change). A referrer that is not an absolute URL (no
+# `scheme://`, e.g. "not a url" from a server-side sender) has no host, as in Plausible, rather than
+# becoming a top referrer named by its text.
+PAGE_KEY = r"replaceRegexpOne(path, '(?s)^([^?#]*)(?:[?][^#]*)?(#!?/[^?]+)?.*$', '\1\2')"
 REFERRER_HOST = (r"if(match(referrer, '^[A-Za-z][A-Za-z0-9+.-]*://'), replaceRegexpOne(lower(referrer), "
                  r"'(?s)^[^:]*://(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1'), '')")
 SITE_FROM_INPUT = (

@@ -139,13 +139,14 @@ async def test_goals_in_breakdowns_and_filters(client, site, database_url):
         {"key": "signup", "visitors": 1, "events": 1, "conversion_rate": 33.33},
     ]
     # A goal filter narrows the conversions, not the base of the rate (the dashboard's Goals panel keeps
-    # showing the chosen goal's own rate).
+    # showing the chosen goal's own rate). It lists the goals the filter keeps, as Plausible does: the
+    # other goal's row read "0 conversions" though its visitor had converted on both.
     _, chosen = await get(client, "breakdown", [*base, ("property", "goal"), ("filter", "goal==signup"),
                                                 ("metrics", "visitors,events,conversion_rate")])
-    assert chosen["data"] == [
-        {"key": "signup", "visitors": 1, "events": 1, "conversion_rate": 33.33},
-        {"key": "Visit /pricing", "visitors": 0, "events": 0, "conversion_rate": 0.0},
-    ]
+    assert chosen["data"] == [{"key": "signup", "visitors": 1, "events": 1, "conversion_rate": 33.33}]
+    _, others = await get(client, "breakdown", [*base, ("property", "goal"), ("filter", "goal!=signup"),
+                                                ("metrics", "visitors,events,conversion_rate")])
+    assert others["data"] == [{"key": "Visit /pricing", "visitors": 1, "events": 1, "conversion_rate": 33.33}]
     _, pages = await get(client, "breakdown", [*base, ("property", "page"), ("filter", "goal==signup"),
                                                ("metrics", "visitors,conversion_rate")])
     assert pages["data"] == [{"key": "/pricing", "visitors": 1, "conversion_rate": 100.0}]
@@ -183,6 +184,10 @@ async def test_compare_with_the_previous_period(client, site):
     _, quiet = await get(client, "overview", [("siteId", site.site_id), ("range", "24h"),
                                               ("compare", "year_over_year")])
     assert quiet["comparison"]["totalEvents"] == 0 and quiet["change"]["totalEvents"] is None
+    # A period without visits has no bounce rate: no change in points against its 0 (the dashboard said
+    # "+50 pts vs 0%"), as the visit duration has none.
+    assert quiet["bounceRate"] > 0 and quiet["comparison"]["sessions"] == 0
+    assert quiet["change"]["bounceRate"] is None and quiet["change"]["avgSessionDuration"] is None
     status, bad = await get(client, "overview", [("siteId", site.site_id), ("compare", "nope")])
     assert (status, bad["error"]) == (400, "invalid compare")
 

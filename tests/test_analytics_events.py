@@ -87,6 +87,16 @@ async def test_export_json_and_limits(client, site):
     assert resp.status == 400 and (await resp.json())["error"] == "invalid format"
 
 
+async def test_export_takes_the_event_logs_event_name(client, site):
+    """The event log filtered by a name exports what it lists, not every event of the range."""
+    params = {"siteId": site.site_id, "range": "90d", "eventName": "signup"}
+    listed = await (await client.get("/api/analytics/events", params=params)).json()
+    resp = await client.get("/api/analytics/export", params={**params, "format": "json"})
+    assert resp.status == 200
+    rows = orjson.loads(await resp.read())
+    assert [r["id"] for r in rows] == [e["id"] for e in listed["events"]] == [site.ids[4]]
+
+
 async def test_export_of_empty_window_is_header_or_empty_array(client, site, database_url, workspace):
     conn = await asyncpg.connect(database_url)
     try:

@@ -254,3 +254,26 @@ async def test_development_mirrors_the_origin(client, database_url, workspace):
     resp = await send(client, {"n": "pageview", "u": f"https://{domain}/", "d": domain}, {"Origin": origin})
     assert resp.status == 202
     assert resp.headers["Access-Control-Allow-Origin"] == origin
+
+
+async def test_hash_routes_are_pages_of_their_own(client, database_url, workspace, login):
+    """In hash mode each `#/route` is a page, as in Plausible's dashboard, in every page list and in
+    realtime; an anchor (`#top`) and a query string inside the route still count under their page."""
+    await login()
+    site, domain = await register_site(database_url, workspace)
+    for url in ("/app/", "/app/#/settings", "/app/#/settings?tab=2", "/app/#!/billing", "/app/#top", "/app/#/"):
+        assert (await send(client, {"n": "pageview", "u": f"https://{domain}{url}", "d": domain, "h": 1})).status == 202
+    q = {"siteId": site, "range": "24h"}
+    top = await (await client.get("/api/analytics/top-pages", params=q)).json()
+    assert [(r["key"], r["count"]) for r in top["data"]] == [("/app/", 3), ("/app/#/settings", 2),
+                                                             ("/app/#!/billing", 1)]
+    for prop, keys in (("page", ["/app/", "/app/#!/billing", "/app/#/settings"]), ("entry_page", ["/app/"]),
+                       ("exit_page", ["/app/"])):
+        body = await (await client.get("/api/analytics/breakdown", params={**q, "property": prop})).json()
+        assert [r["key"] for r in body["data"]] == keys, prop
+    body = await (await client.get("/api/analytics/overview",
+                                   params={**q, "filter": "page==/app/#/settings"})).json()
+    assert body["totalPageviews"] == 2
+    live = await (await client.get("/api/analytics/realtime", params={"siteId": site})).json()
+    assert live["topActivePages"] == [{"key": "/app/", "count": 3}, {"key": "/app/#/settings", "count": 2},
+                                      {"key": "/app/#!/billing", "count": 1}]

@@ -90,7 +90,8 @@ PATHS = {
     "/api/analytics/export": _get(
         "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>); "
         "429 past TALLY_EXPORTS_PER_ACCOUNT exports at once",
-        [query("format", {"type": "string", "enum": ["csv", "json"], "default": "csv"}), _limit(10_000, 50_000)],
+        [query("format", {"type": "string", "enum": ["csv", "json"], "default": "csv"}), _limit(10_000, 50_000),
+         _EVENT],
         {"description": "CSV with a header row (id, createdAt, name, url, path, referrer, title, viewportW, "
                         "sessionId, country, props as JSON; text cells starting with = + - @ tab or CR get a "
                         "leading ' and stay quoted) or a JSON array of the same objects",

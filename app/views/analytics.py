@@ -141,6 +141,8 @@ async def overview(request: web.Request) -> web.Response:
         before = await _headline(db, site, prev.start, prev.end, filters)
         body["comparison"] = {**before, "from": iso_ms(prev.start), "to": iso_ms(prev.end), "mode": mode}
         body["change"] = {k: change(body[k], before[k], points=k == "bounceRate") for k in before}
+        if not (body["sessions"] and before["sessions"]):
+            body["change"]["bounceRate"] = None  # a period without visits has no bounce rate to move from or to
     return json_response(body)
 
 

@@ -102,6 +102,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     if fmt not in _CONTENT_TYPES:
         raise SiteError(400, "invalid format", allowed=list(_CONTENT_TYPES))
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
+    name = request.query.get("eventName") or None  # as the event log: it exports what the log lists
     site = await resolve_site(request, base)
     account = await current_account(request)
     settings = request.config_dict[SETTINGS]
@@ -119,7 +120,7 @@ async def export(request: web.Request) -> web.StreamResponse:
         try:
             while True:
                 async with request.config_dict[POOL].acquire() as conn:
-                    rows = await store.export_page(conn, site.id, w.start, w.end, after,
+                    rows = await store.export_page(conn, site.id, w.start, w.end, name, after,
                                                    min(EXPORT_PAGE, limit - sent))
                 last = sent + len(rows) >= limit or len(rows) < EXPORT_PAGE
                 async with asyncio.timeout(settings.export_write_timeout_seconds):

@@ -244,6 +244,13 @@ def test_tracked_visit_shows_up_everywhere(page: Page, live_server, account, scr
     page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=24h")
     expect(page.locator("table.log tbody tr")).to_have_count(8)
     page.screenshot(path=screenshots / "events.png", full_page=True)
+    # Filtered by a name, the log exports what it lists (the export had every event of the range).
+    page.fill("form.filter-form input", "signup")
+    page.click("form.filter-form button")
+    expect(page.locator("table.log tbody tr")).to_have_count(1)
+    href = page.locator("a", has_text="Export JSON").get_attribute("href")
+    exported = page.request.get(live_server.base_url + href).json()
+    assert [e["name"] for e in exported] == ["signup"], href
 
 
 def test_api_keys_create_once_list_and_revoke(page: Page, live_server, account, screenshots: Path):

@@ -266,6 +266,11 @@ def test_a_shared_url_opens_filtered_and_the_comparison_shows_changes(page: Page
     # The comparison follows the filters: in Germany, 3 visitors now against 2 before.
     panel(page, "locations").locator("button.toprow[data-key=DE]").click()
     expect(page.locator("[data-stat=uniqueVisitors] .stat-change")).to_have_text("+50% vs 2")
+    # In France (C) the previous period had no visit, hence no bounce rate or visit duration: not "0%".
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h&compare=previous_period&filter=country%3D%3DFR")
+    for stat, text in (("uniqueVisitors", "new vs 0"), ("bounceRate", "new vs \u2014"),
+                       ("avgSessionDuration", "new vs \u2014")):
+        expect(page.locator(f"[data-stat={stat}] .stat-change")).to_have_text(text)
     page.reload()
     expect(page.locator("label.compare input")).to_be_checked()
     page.locator("label.compare input").uncheck()
@@ -283,8 +288,8 @@ def test_goal_drill_down_by_property(page: Page, live_server, account, screensho
     expect(page.locator(".chip > .ellipsis")).to_have_text(["Goal is signup"])
     expect(page.locator("section.card h3", has_text="events")).to_have_text("“signup” events")
     expect_stats(page, "3", "0", "3", "33.3%")  # of A, C and E, only E's visit had one pageview
-    expect_rows(page, "goals", [("signup", "3", "3", "50%"), ("Visit /pricing", "0", "0", "0%")],
-                ("visitors", "events", "conversion_rate"))
+    # Only the chosen goal: A and C also visited /pricing, which a "Visit /pricing 0" row denied.
+    expect_rows(page, "goals", [("signup", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
     expect_rows(page, "sources", [("Organic Search", "1"), ("Organic Social", "1"), ("Referral", "1")])
 
     # Properties of the goal's conversions: `plan` and `variant` (three each; the first by name is shown).
@@ -339,3 +344,18 @@ def test_goals_are_managed_from_the_goals_panel(page: Page, live_server, account
     expect_rows(page, "goals", [("Visit /pri*", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
     stored = page.request.get(f"{live_server.base_url}/api/sites/{site_id}/goals").json()["goals"]
     assert [(g["goal_type"], g["page_path"], g["event_name"]) for g in stored] == [("page", "/pri*", None)]
+
+
+def test_panels_side_by_side_start_on_one_line(page: Page, live_server, account):
+    # `section.card + section.card` gave every panel but the first a top margin, so Pages sat a margin
+    # lower than Sources beside it (and shorter, the row being as tall as Sources).
+    site_id = open_site(page, live_server, account, goals=False)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    expect_rows(page, "pages", [("/", "4"), ("/pricing", "3"), ("/blog/a", "2")])
+    boxes = {name: panel(page, name).bounding_box() for name in ("sources", "pages", "locations", "devices")}
+    assert boxes["sources"]["y"] == boxes["pages"]["y"], boxes
+    assert boxes["sources"]["height"] == boxes["pages"]["height"], boxes
+    assert boxes["locations"]["y"] == boxes["devices"]["y"], boxes
+    # The grid's own gap separates the rows, not the gap plus a margin.
+    gap = page.locator(".panels").evaluate("el => parseFloat(getComputedStyle(el).rowGap)")
+    assert boxes["locations"]["y"] - (boxes["sources"]["y"] + boxes["sources"]["height"]) == gap, boxes

@@ -108,3 +108,18 @@ def test_a_site_that_does_not_exist_offers_nothing(page: Page, live_server: Live
                 expect(page.locator(f"#view {control}")).to_have_count(0)
     page.wait_for_timeout(500)
     assert reads == []
+
+
+def test_dashboard_pages_load_without_console_errors(page: Page, live_server: LiveServer, account):
+    # Chromium asks every origin for /favicon.ico unless the page names an icon: its 404 was a console
+    # error on every page of the dashboard.
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(f"{m.text} @ {page.url}"))
+    page.goto(f"{live_server.base_url}/login")
+    expect(page.locator("form")).to_be_visible()
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"clean-{secrets.token_hex(4)}.example.com")
+    for tail in ("", "/realtime", "/events"):
+        page.goto(f"{live_server.base_url}/app/sites/{site_id}{tail}?range=24h")
+        page.wait_for_load_state("networkidle")
+    assert errors == []

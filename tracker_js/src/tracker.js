@@ -17,7 +17,8 @@ const LIMITS = { n: 64, u: 2048, p: 2048, r: 2048, t: 512, sid: 64 }
 
 const LOCAL_HOST = /^(localhost|127\.0\.0\.1|\[::1\])$/
 
-const path = (loc) => loc.pathname + loc.search
+// With hash routing (`hash: true`) the hash is part of the page: `/app/#/settings`.
+const path = (loc, hash) => loc.pathname + loc.search + (hash ? loc.hash : '')
 
 // A visit ends after this long without events (as on the server).
 const IDLE_MS = 30 * 60 * 1000
@@ -28,7 +29,7 @@ const newSid = (w) =>
 
 /**
  * createTracker({ site, api, defaultProps, beforeSend, auto, outbound,
- *                 respectDnt, allowLocalhost })
+ *                 respectDnt, allowLocalhost, hash })
  * Returns { track, identify, reset, setDefaultProps }.
  */
 export function createTracker(o, w = window) {
@@ -68,7 +69,7 @@ export function createTracker(o, w = window) {
       s: o.site,
       n: '' + name,
       u: loc.href,
-      p: path(loc),
+      p: path(loc, o.hash),
       r: doc.referrer,
       t: doc.title,
       w: w.innerWidth,
@@ -114,18 +115,22 @@ export function createTracker(o, w = window) {
       Object.assign(defaults, props)
     },
   }
-  autotrack(t, w, o.auto !== false, o.outbound !== false)
+  autotrack(t, w, o.auto !== false, o.outbound !== false, o.hash)
   return t
 }
 
 // Automatic events, built on the public track(): pageviews on load and on
-// SPA navigation (deduplicated on pathname+search), and outbound link clicks.
-function autotrack(t, w, pageviews, outbound) {
+// SPA navigation (deduplicated on the page: the pathname, plus the hash route
+// with hash routing), and outbound link clicks.
+function autotrack(t, w, pageviews, outbound, hash) {
   const loc = w.location
   if (pageviews) {
     let last
     const page = () => {
-      const p = path(loc)
+      // The page is the pathname (with hash routing, plus the route without its query), as in the
+      // dashboard's page lists and in Plausible: a query change (a search box writing each keystroke to
+      // ?q=, a sort or filter) is the same page, not another pageview.
+      const p = loc.pathname + (hash ? loc.hash.split('?')[0] : '')
       if (p != last) {
         last = p
         t.track('pageview')
@@ -141,6 +146,10 @@ function autotrack(t, w, pageviews, outbound) {
       }
     }
     w.addEventListener('popstate', page)
+    // Back/forward to a page kept in the back/forward cache runs no script again: it is shown anew.
+    w.addEventListener('pageshow', (e) => e.persisted && ((last = 0), page()))
+    // A hash router's navigation fires hashchange (and, in most browsers, popstate: deduplicated).
+    if (hash) w.addEventListener('hashchange', page)
     page()
   }
   if (outbound) {
@@ -157,7 +166,7 @@ function autotrack(t, w, pageviews, outbound) {
 
 // Script-tag setup: <script defer src=".../tracker.js" data-site="ID"
 // data-api="https://host" data-respect-dnt="true" data-allow-localhost="true"
-// data-auto="false">. Replays calls queued in window.tally.q, in order.
+// data-auto="false" data-hash="true">. Replays calls queued in window.tally.q, in order.
 export function boot(w = window) {
   const s = w.document.currentScript
   const attr = (k) => s && s.getAttribute('data-' + k)
@@ -168,6 +177,7 @@ export function boot(w = window) {
       api: attr('api') || (s && s.src ? new URL(s.src).origin : ''),
       respectDnt: attr('respect-dnt') == 'true',
       allowLocalhost: attr('allow-localhost') == 'true',
+      hash: attr('hash') == 'true',
       auto: false,
       outbound: false,
     },
@@ -182,5 +192,5 @@ export function boot(w = window) {
   w.Tally = { createTracker: (o) => createTracker(o, w) }
   // Replay first, so queued setDefaultProps/identify precede the first pageview.
   for (const args of queue) tally.apply(0, args)
-  autotrack(t, w, attr('auto') != 'false', true)
+  autotrack(t, w, attr('auto') != 'false', true, attr('hash') == 'true')
 }

@@ -237,28 +237,77 @@ describe('beforeSend', () => {
 })
 
 describe('automatic pageviews (SPA)', () => {
-  test('pushState / replaceState / popstate send pageviews, deduplicated on pathname+search', () => {
-    const w = fakeWindow({ url: 'https://shop.example.com/' })
+  test('pushState / replaceState / popstate send pageviews, deduplicated on the page (pathname)', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/?utm_source=news' })
     createTracker({ site: 'site-1', api: API }, w)
     const h = w.history
     h.pushState({}, '', '/about')
     h.pushState({}, '', '/about') // same path: no duplicate
     h.pushState({}, '', '/about#team') // hash only: no duplicate
     h.replaceState({ s: 1 }, '') // state only: no duplicate
-    h.replaceState({}, '', '/about?tab=2') // query changed
+    h.replaceState({}, '', '/about?tab=2') // query only: the same page, as in Plausible
     h.pushState({}, '', '/blog/post')
-    w.goBack() // popstate back to /about?tab=2
+    w.goBack() // popstate back to /about?tab=2: another page than /blog/post
+    h.replaceState({}, '', '/login') // a redirect: another page
     assert.deepEqual(
       bodies(w).map((b) => [b.n, b.p]),
       [
-        ['pageview', '/'],
+        ['pageview', '/?utm_source=news'],
         ['pageview', '/about'],
-        ['pageview', '/about?tab=2'],
         ['pageview', '/blog/post'],
         ['pageview', '/about?tab=2'],
+        ['pageview', '/login'],
       ],
     )
-    assert.equal(w.sent[3].body.u, 'https://shop.example.com/blog/post')
+    assert.equal(w.sent[2].body.u, 'https://shop.example.com/blog/post')
+  })
+
+  test('a page restored from the back/forward cache sends a pageview again', () => {
+    // Back to a page kept in the bfcache runs no script: only pageshow (persisted) says it is shown.
+    const w = fakeWindow({ url: 'https://shop.example.com/about' })
+    createTracker({ site: 'site-1', api: API }, w)
+    w.dispatch('pageshow', { persisted: false }) // the first load's own pageshow: already counted
+    w.dispatch('pageshow', { persisted: true })
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.p]), [['pageview', '/about'], ['pageview', '/about']])
+  })
+
+  test('a search box that writes each keystroke to the query sends one pageview', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/search' })
+    createTracker({ site: 'site-1', api: API }, w)
+    for (const q of ['s', 'sh', 'sho', 'shoes']) w.history.replaceState(null, '', '/search?q=' + q)
+    w.history.pushState(null, '', '/search?q=shoes&sort=price')
+    assert.deepEqual(bodies(w).map((b) => b.p), ['/search'])
+  })
+
+  test('hash: true makes each hash route a page: hashchange sends a pageview, p keeps the hash', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/app/#/home' })
+    createTracker({ site: 'site-1', api: API, hash: true }, w)
+    w.location.assign('#/settings') // a hash router's link: the browser fires hashchange
+    w.dispatch('hashchange', {})
+    w.dispatch('popstate', {}) // Chrome also fires popstate for it: no duplicate
+    w.location.assign('#/settings')
+    w.dispatch('hashchange', {}) // same route: no duplicate
+    w.history.pushState({}, '', '/app/?x=1#/settings?tab=2') // queries only: the same page
+    w.location.assign('#/billing')
+    w.dispatch('hashchange', {})
+    assert.deepEqual(
+      bodies(w).map((b) => [b.n, b.p]),
+      [
+        ['pageview', '/app/#/home'],
+        ['pageview', '/app/#/settings'],
+        ['pageview', '/app/?x=1#/billing'],
+      ],
+    )
+    manual(w, { hash: true }).track('signup')
+    assert.equal(w.sent.at(-1).body.p, '/app/?x=1#/billing', 'custom events carry the route too')
+  })
+
+  test('without hash, a hashchange sends nothing and p has no hash', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/app/#/home' })
+    createTracker({ site: 'site-1', api: API }, w)
+    w.location.assign('#/settings')
+    w.dispatch('hashchange', {})
+    assert.deepEqual(bodies(w).map((b) => b.p), ['/app/'])
   })
 
   test('wrapped history methods still work and keep their this/arguments', () => {
@@ -474,6 +523,14 @@ describe('script tag (boot)', () => {
       ],
     )
     assert.equal(w.tally.q, undefined, 'the stub is replaced')
+  })
+
+  test('data-hash="true" tracks hash routes', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/#/a', script: { site: 'abc', hash: 'true' } })
+    boot(w)
+    w.location.assign('#/b')
+    w.dispatch('hashchange', {})
+    assert.deepEqual(bodies(w).map((b) => b.p), ['/#/a', '/#/b'])
   })
 
   test('data-auto="false" disables automatic pageviews but keeps outbound tracking', () => {

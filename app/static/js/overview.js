@@ -38,22 +38,26 @@ function stat(label, value, id, data, format) {
   const el = h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: format(value) }))
   if (data.comparison) {
     const delta = data.change[id]
-    const before = data.comparison[id]
+    // A period without visits has no bounce rate or visit duration (not 0).
+    const before = (id === 'bounceRate' || id === 'avgSessionDuration') && !data.comparison.sessions ? null : data.comparison[id]
+    const shown = before === null ? '—' : format(before)
     const points = id === 'bounceRate'
-    const text = delta === null ? 'new' : `${delta > 0 ? '+' : delta < 0 ? '−' : '±'}${number(Math.abs(delta))}${points ? ' pts' : '%'}`
+    // No change: the previous period had none ("new"), or, for the bounce rate, one period had no visits.
+    const text = delta === null ? (points && !data.sessions ? '—' : 'new') : `${delta > 0 ? '+' : delta < 0 ? '−' : '±'}${number(Math.abs(delta))}${points ? ' pts' : '%'}`
     // Fewer bounces are good; more of everything else is.
     const good = delta !== null && delta !== 0 && (points ? delta < 0 : delta > 0)
     const bad = delta !== null && delta !== 0 && !good
-    el.append(h('div', { class: `stat-change${good ? ' good' : ''}${bad ? ' bad' : ''}`, title: `Previous period: ${format(before)}` },
-      h('span', { class: 'delta', text }), h('span', { class: 'muted', text: ` vs ${format(before)}` })))
+    el.append(h('div', { class: `stat-change${good ? ' good' : ''}${bad ? ' bad' : ''}`, title: `Previous period: ${shown}` },
+      h('span', { class: 'delta', text }), h('span', { class: 'muted', text: ` vs ${shown}` })))
   }
   return el
 }
 
-export function exportLinks(siteId, range) {
+// The export takes the range and an event name (what the event log filters by), not the other filters.
+export function exportLinks(siteId, range, eventName = '') {
   const link = (format) => h('a', {
     class: 'button small', download: true, text: `Export ${format.toUpperCase()}`,
-    href: '/api/analytics/export?' + qs({ siteId, range, format }),
+    href: '/api/analytics/export?' + qs({ siteId, range, eventName, format }),
   })
   return h('div', { class: 'row exports' }, link('csv'), link('json'))
 }
@@ -95,7 +99,7 @@ export function renderOverview(container, siteId) {
     compare.addEventListener('change', () => setFilter('compare', compare.checked ? COMPARE : ''))
     controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
       h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
-      h('span', { class: 'spacer' }), live, exportLinks(siteId, state.range))
+      h('span', { class: 'spacer' }), live, exportLinks(siteId, state.range, state.eventName))
     const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
     chips.replaceChildren(...legacy, ...terms,
       ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
