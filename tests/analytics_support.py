@@ -13,6 +13,8 @@ import asyncpg
 from app.views.analytics_params import Window, window_for
 from storage import analytics_mirror
 from storage import events as events_store
+from storage.clickhouse import AnalyticsStore
+from storage.clickhouse_layout import ensure_schema
 from storage.db import init_connection
 from storage.events import EventRow
 from storage.ids import new_id
@@ -50,6 +52,14 @@ class SiteFixture:
     now: datetime
     ids: dict[int, str]  # fixture key -> stored event id
     ts: dict[int, datetime]
+
+
+def store_of_its_own(shared: AnalyticsStore, name: str, cluster: str | None) -> AnalyticsStore:
+    """A store in a database of its own on the run's engine (plain, or in cluster mode), its tables made."""
+    store = AnalyticsStore(shared.client, f"{shared.database}_{name}_{secrets.token_hex(3)}", cluster,
+                           query_settings=dict(shared.query_settings))
+    ensure_schema(store)
+    return store
 
 
 async def create_site(conn: asyncpg.Connection, workspace: str) -> tuple[str, str, int]:

@@ -21,16 +21,13 @@ from storage.analytics_mirror import StoreMismatch
 from storage.clickhouse import AnalyticsStore
 from storage.clickhouse_layout import ensure_schema
 from storage.migrate import migrate
+from tests.analytics_support import store_of_its_own
 from tests.conftest import TEST_CLUSTER, bearer
 
 
 @pytest.fixture(params=["plain", "cluster"])
 def own_store(request, analytics_store: AnalyticsStore) -> AnalyticsStore:
-    cluster = TEST_CLUSTER if request.param == "cluster" else None
-    store = AnalyticsStore(analytics_store.client, f"{analytics_store.database}_origin_{secrets.token_hex(3)}",
-                           cluster, query_settings=dict(analytics_store.query_settings))
-    ensure_schema(store)
-    return store
+    return store_of_its_own(analytics_store, "origin", TEST_CLUSTER if request.param == "cluster" else None)
 
 
 @pytest.fixture

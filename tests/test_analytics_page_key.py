@@ -10,6 +10,7 @@ import pytest
 from storage.clickhouse import AnalyticsStore
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import PAGE_KEY, SITE_FROM_INPUT
+from tests.analytics_support import store_of_its_own
 from tests.conftest import TEST_CLUSTER
 
 OLD_PAGE_KEY = r"replaceRegexpOne(path, '(?s)[?#].*', '')"
@@ -19,11 +20,7 @@ PATHS = {"/app/#/settings?tab=2": "/app/#/settings", "/app/#!/billing": "/app/#!
 
 @pytest.fixture(params=["plain", "cluster"])
 def own_store(request, analytics_store: AnalyticsStore) -> AnalyticsStore:
-    cluster = TEST_CLUSTER if request.param == "cluster" else None
-    store = AnalyticsStore(analytics_store.client, f"{analytics_store.database}_pk_{secrets.token_hex(3)}",
-                           cluster, query_settings=dict(analytics_store.query_settings))
-    ensure_schema(store)
-    return store
+    return store_of_its_own(analytics_store, "pk", TEST_CLUSTER if request.param == "cluster" else None)
 
 
 async def pages(store: AnalyticsStore) -> dict[str, str]:
