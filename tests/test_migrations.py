@@ -107,3 +107,33 @@ async def test_profiles_alias_started_after_their_last_event_are_repaired(pg_adm
     finally:
         await conn.close()
         await drop_database(pg_admin_dsn, dsn)
+
+
+async def test_processes_making_the_same_partition_at_once_all_succeed(database_url):
+    """Two flushes meet a month without a partition: the second waits for the first's lock, and once the
+    first has committed it must find the partition made, not fail with "already exists" (the check after
+    the lock read the catalog as it was before the lock was granted: every batch but one failed, found by
+    bench/actor_path.py)."""
+    first, second = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+    try:
+        await migrate(first)
+        for year, mon in ((y, m) for y in range(2003, 2006) for m in range(1, 13)):  # a month with none yet
+            if await first.fetchval("SELECT to_regclass($1)", f"events_{year}_{mon:02d}") is None:
+                break
+        month = datetime(year, mon, 10, tzinfo=UTC)
+        async with first.transaction():
+            await first.execute("SELECT tally_ensure_event_partition($1)", month)
+            waiting = asyncio.create_task(second.execute("SELECT tally_ensure_event_partition($1)", month))
+            for _ in range(200):  # until the second waits for the first's lock
+                if await first.fetchval("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1",
+                                        second.get_server_pid()) == "Lock":
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the second never waited for the first's lock")
+        await asyncio.wait_for(waiting, timeout=10)  # no error
+        assert await second.fetchval("SELECT count(*) FROM pg_inherits WHERE inhrelid = to_regclass($1)",
+                                     f"events_{year}_{mon:02d}") == 1
+    finally:
+        await first.close()
+        await second.close()

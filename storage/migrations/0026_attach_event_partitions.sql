@@ -4,7 +4,10 @@
 -- (found by a walk-through: one back-dated event held another workspace's ingestion for seconds).
 -- ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on events, which conflicts with neither reads nor
 -- COPY; the new, empty table is locked alone, and its indexes and the parent's triggers come with the
--- attachment. The advisory lock still keeps processes that make the same month at once from colliding.
+-- attachment. The advisory lock still keeps processes that make the same month at once from colliding;
+-- after it, the month is looked for with a query, whose snapshot is taken then: to_regclass reads the
+-- catalog as this backend last saw it, which an advisory lock does not refresh, so a process that waited
+-- for another's lock found no table and failed on CREATE ("already exists").
 CREATE OR REPLACE FUNCTION tally_ensure_event_partition(month_start timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -16,7 +19,8 @@ BEGIN
         RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('tally_event_partitions'));
-    IF to_regclass(part) IS NOT NULL THEN
+    IF EXISTS (SELECT 1 FROM pg_class WHERE relname = part
+               AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'events'::regclass)) THEN
         RETURN;  -- another process made it while this one waited
     END IF;
     EXECUTE format('CREATE TABLE %I (LIKE events INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE '
