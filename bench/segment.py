@@ -16,7 +16,9 @@ import asyncio
 import base64
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -115,10 +117,13 @@ def main() -> None:
     dsn = urlparse(ADMIN)._replace(path=f"/{name}").geturl()
     rounds: dict[str, list[dict]] = {"native": [], "segment": []}
     proc = None
+    data_dir = tempfile.mkdtemp(prefix="tally-bench-data-")
     try:
-        key, _ = asyncio.run(setup(dsn))
+        key = asyncio.run(setup(dsn))[0][0]  # a key of the workspace the Segment source is made in
         port = free_port()
-        env = {"DATABASE_URL": dsn, "TALLY_ACCESS_LOG": "0", "TALLY_ENV": "development"}
+        # A data folder of its own: the default (./.tally-data) would keep an analytics store tied to the
+        # run's database, which a later run (another database) is refused.
+        env = {"DATABASE_URL": dsn, "TALLY_ACCESS_LOG": "0", "TALLY_ENV": "development", "TALLY_DATA_DIR": data_dir}
         proc = start([sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port)], env, port)
         write_key = asyncio.run(create_source(dsn, port))
         basic = "Basic " + base64.b64encode(f"{write_key}:".encode()).decode()
@@ -138,6 +143,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=60)
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        shutil.rmtree(data_dir, ignore_errors=True)
 
     acknowledged = sum((r["requests"] - r["non2xx"]) * args.batch for k in rounds for r in rounds[k])
     print(f"\nwrk -t2 -c{c} -d{d}s on loopback, {os.cpu_count()} cores; {args.batch} events per request; "
