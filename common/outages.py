@@ -30,10 +30,11 @@ RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients
 
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
 REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-# Errors that mean "PostgreSQL cannot be reached" (a connection refused, reset or dropped mid-query).
+# Errors that mean "PostgreSQL cannot be reached" (a connection refused, reset or dropped mid-query, or
+# ended by a server going away: a shutdown, or a postmaster that died, ends each backend with 57P01/57P02).
 POSTGRES_UNREACHABLE: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError, asyncpg.ConnectionFailureError,
-    asyncpg.InterfaceError, ConnectionError,
+    asyncpg.InterfaceError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError, ConnectionError,
 )
 
 
