@@ -13,8 +13,10 @@ _NEEDS_QUOTES = re.compile(r'[",\r\n]')
 
 def csv_cell(value: object) -> str:
     """One CSV field. Text a spreadsheet would run as a formula gets a leading single quote and is
-    always quoted (OWASP); numbers are written as they are; booleans, objects and arrays as their JSON
-    text; other text is quoted only when needed."""
+    always quoted (OWASP); NULL is empty; numbers are written as they are; booleans, objects and arrays as
+    their JSON text; other text is quoted only when needed."""
+    if value is None:
+        return ""
     if isinstance(value, dict | list | bool):
         value = orjson.dumps(value).decode()
     text = str(value)
