@@ -1,10 +1,13 @@
-"""The client's address, trusting X-Forwarded-For only from configured proxies."""
+"""The client's address and the service's root as the client sees it, trusting X-Forwarded-* only from
+configured proxies."""
 
 from __future__ import annotations
 
 import ipaddress
 
 from aiohttp import web
+
+from app.appkeys import SETTINGS
 
 
 def _trusted(remote: str, proxies: tuple[str, ...]) -> bool:
@@ -30,3 +33,13 @@ def client_ip(request: web.Request, trusted_proxies: tuple[str, ...]) -> str:
             if not _trusted(hop, trusted_proxies):
                 return hop
     return remote
+
+
+def base_url(request: web.Request) -> str:
+    """The service root as the caller sees it; X-Forwarded-Proto/Host only from trusted proxies."""
+    scheme, host = request.scheme, request.host
+    proxies = request.config_dict[SETTINGS].trusted_proxies
+    if proxies and _trusted(request.remote or "", proxies):
+        scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
+        host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
+    return f"{scheme}://{host}"

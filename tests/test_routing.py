@@ -59,6 +59,12 @@ V1 = {
     ("POST", "/v1/s"): "segment",
     ("POST", "/v1/g"): "segment",
     ("POST", "/v1/a"): "segment",
+    ("POST", "/v1/b"): "segment",
+    ("GET", "/v1/projects/{write_key}/settings"): "segment",
+    # analytics.js's preflights: a browser sends them without credentials (app.views.segment.preflight).
+    **{("OPTIONS", f"/v1/{path}"): "segment" for path in (
+        "track", "page", "screen", "group", "alias", "identify", "batch", "t", "i", "p", "s", "g", "a", "b",
+        "import", "import/")},
 }
 
 API = {
@@ -164,11 +170,13 @@ async def test_every_v1_route_refuses_a_missing_key_and_a_missing_scope(proxied,
     keys = {scope: await make_key(",".join(s for s in ("read", "write", "admin") if s != scope))
             for scope in ("read", "write", "admin")}
     for (method, path), access in V1.items():
+        if method == "OPTIONS":
+            continue  # a CORS preflight never carries credentials (tests/test_segment_paths.py)
         url = _concrete(path)
         # Segment's calls may carry their write key in the body: give them one without it.
         payload = None
         if access.startswith("segment"):
-            payload = b'{"batch": []}' if path.startswith(("/v1/batch", "/v1/import")) else b"{}"
+            payload = b'{"batch": []}' if path.startswith(("/v1/batch", "/v1/import", "/v1/b")) else b"{}"
         resp = await proxied.request(method, url, data=payload, headers={"X-Forwarded-For": next(addresses)})
         assert resp.status == 401, (method, path, await resp.text())
         if access.startswith("segment"):

@@ -42,10 +42,30 @@ PATHS["/v1/batch"] = {"post": {
     "responses": {"200": json_body(ref("SegmentAccepted"), headers=RATE_HEADERS), **_ERRORS},
 }}
 # Segment's import endpoint: the batch call, where analytics-ruby (/v1/import) and analytics-java
-# (/v1/import/) send their batches.
+# (/v1/import/) send their batches; analytics.js's batching mode posts it to /v1/b.
 for _path in ("/v1/import", "/v1/import/"):
     PATHS[_path] = {"post": {**PATHS["/v1/batch"]["post"],
                              "summary": "The batch call under Segment's import path (analytics-ruby, analytics-java)"}}
+PATHS["/v1/b"] = {"post": {**PATHS["/v1/batch"]["post"], "summary": "The batch call (analytics.js's batching mode)"}}
+
+_CORS = {"Access-Control-Allow-Origin": {"schema": {"type": "string"}, "description": "the request's Origin"}}
+PATHS["/v1/identify"] = {}  # its POST is in app.openapi.core; the fragments are merged per method
+for _item in PATHS.values():
+    _item["options"] = {
+        "summary": "CORS preflight for analytics.js in a browser: any origin (cached 24 hours)",
+        "responses": {"204": {"description": "allowed", "headers": {
+            **_CORS, "Access-Control-Allow-Methods": {"schema": {"type": "string"}},
+            "Access-Control-Allow-Headers": {"schema": {"type": "string"}},
+            "Access-Control-Max-Age": {"schema": {"type": "string", "const": "86400"}}}}},
+    }
+PATHS["/v1/projects/{write_key}/settings"] = {"get": {
+    "summary": "analytics.js's settings, for `cdnURL` pointed at this service",
+    "description": "Names this service as analytics.js's one destination and turns off its telemetry to Segment.",
+    "parameters": [{"name": "write_key", "in": "path", "required": True, "schema": {"type": "string"}}],
+    "responses": {"200": json_body({"type": "object", "required": ["integrations"], "properties": {
+        "integrations": _OBJ, "metrics": _OBJ}}, headers=RATE_HEADERS),
+        **{s: _ERRORS[s] for s in ("401", "403", "429")}},
+}}
 
 SCHEMAS = {
     "SegmentMessage": {"type": "object", "additionalProperties": True, "properties": {

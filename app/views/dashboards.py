@@ -12,11 +12,11 @@ import msgspec
 from aiohttp import web
 from msgspec import UNSET, Meta, UnsetType
 
-from app.appkeys import POOL, SETTINGS
+from app.appkeys import POOL
 from app.auth import key_of, requires
 from app.bodies import field_of, read_body, reject_unstorable
 from app.input_rules import decode_json
-from app.net import _trusted
+from app.net import base_url
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
 from app.schemas import EventName
 from app.timestamps import through
@@ -146,16 +146,6 @@ def chart_json(row) -> dict:
     if row["type"] == "funnel":
         out["steps"] = row["steps"] or []
     return out
-
-
-def base_url(request: web.Request) -> str:
-    """The service root as the caller sees it; X-Forwarded-Proto/Host only from trusted proxies."""
-    scheme, host = request.scheme, request.host
-    proxies = request.config_dict[SETTINGS].trusted_proxies
-    if proxies and _trusted(request.remote or "", proxies):
-        scheme = request.headers.get("X-Forwarded-Proto", scheme).split(",")[0].strip() or scheme
-        host = request.headers.get("X-Forwarded-Host", host).split(",")[0].strip() or host
-    return f"{scheme}://{host}"
 
 
 def dashboard_json(request: web.Request, row, charts) -> dict:

@@ -1,5 +1,5 @@
 """The Segment HTTP Tracking API: POST /v1/track, /identify, /page, /screen, /group, /alias, /batch and the
-analytics.js short forms /v1/t, /i, /p, /s, /g, /a.
+analytics.js short forms /v1/t, /i, /p, /s, /g, /a and /b (its batching mode), with CORS for analytics.js.
 
 These calls carry a Segment write key (HTTP Basic user name, or `writeKey` in the body), not a Tally key,
 so they bypass the keyed middleware (app.auth) and authenticate, rate-limit and answer here, in Segment's
@@ -19,8 +19,9 @@ from actors.workspace import SEGMENT
 from app.appkeys import LIMITER, METRICS, SETTINGS
 from app.auth import auth_scheme, requires
 from app.bodies import read_body
+from app.cors import ALLOW_METHODS, MAX_AGE
 from app.input_rules import decode_json
-from app.net import client_ip
+from app.net import base_url, client_ip
 from app.plans import ANONYMOUS, limits_for
 from app.responses import ApiError, json_response
 from app.segment.messages import (
@@ -40,7 +41,14 @@ from app.views.events import commit
 
 # The rate-limit group Segment calls count against, per source (they carry no Tally key).
 GROUP = "events"
-IMPORT_PATHS = ("/import", "/import/")
+# The batch call's other paths: analytics.js's batching mode posts to /v1/b, analytics-ruby to /v1/import
+# and analytics-java to /v1/import/ (Segment's import endpoint, the batch call under its older name).
+BATCH_PATHS = ("/b", "/import", "/import/")
+
+# analytics.js posts from the customer's pages to another origin, with its write key in an Authorization
+# header (and X-Retry-Count on retries), so every call is preflighted. A write key is public in those pages
+# anyway: any origin may call, as on Segment's own API. No Allow-Credentials: these routes read no cookie.
+CORS_ALLOW_HEADERS = "Authorization, Content-Type, X-Retry-Count"
 
 
 class SegmentError(Exception):
@@ -143,17 +151,39 @@ async def _batch(request: web.Request) -> web.Response:
     return json_response(answer, headers=headers)
 
 
+def _cors(request: web.Request) -> dict[str, str]:
+    """The page's Origin mirrored, on every answer (errors too: the SDK drops a 400 it can read, and would
+    retry what the browser hides from it as a network error)."""
+    origin = request.headers.get("Origin")
+    return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"} if origin else {}
+
+
+async def preflight(request: web.Request) -> web.Response:
+    """OPTIONS on a Segment path: any origin, POST, the headers analytics.js sends (and any header the
+    page's own `headers` setting adds, mirrored from the request)."""
+    asked = request.headers.get("Access-Control-Request-Headers", "").strip()
+    return web.Response(status=204, headers={
+        **_cors(request), "Access-Control-Allow-Methods": ALLOW_METHODS,
+        "Access-Control-Allow-Headers": f"{CORS_ALLOW_HEADERS}, {asked}" if asked else CORS_ALLOW_HEADERS,
+        "Access-Control-Max-Age": MAX_AGE})
+
+
+preflight.tally_segment = "always"  # type: ignore[attr-defined]  # no key: app.auth leaves it to us
+
+
 def _segment_route(kind: str):
     async def handler(request: web.Request) -> web.Response:
         try:
-            return await (_batch(request) if kind == "batch" else _single(request, kind))
+            response = await (_batch(request) if kind == "batch" else _single(request, kind))
         except SegmentError as exc:
             headers = exc.headers
             if "X-RateLimit-Limit" not in headers:
                 # Rejected before its write key was known: counts against the client IP's allowance.
                 ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
                 headers = {**headers, **(await request.config_dict[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()}
-            return json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
+            response = json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
+        response.headers.update(_cors(request))
+        return response
 
     handler.tally_segment = "always"  # type: ignore[attr-defined]  # app.auth leaves these to us
     handler.__name__ = f"segment_{kind}"
@@ -161,6 +191,31 @@ def _segment_route(kind: str):
 
 
 _segment_identify = _segment_route("identify")
+
+
+async def project_settings(request: web.Request) -> web.Response:
+    """GET /v1/projects/{write_key}/settings: what analytics.js loads from its CDN before it sends anything,
+    served here so that a page needs only `cdnURL` pointed at Tally. It names this service (as the browser
+    addressed it) as the one destination, so calls come back to the Segment routes, and turns off the
+    SDK's telemetry to Segment. Authenticated and rate-limited like a call: an unknown key is a 401, a paused
+    source a 403 (analytics.js then sends nothing)."""
+    try:
+        _, headers = await _authenticate(request, request.match_info["write_key"])
+    except SegmentError as exc:
+        response = json_response({"code": exc.code, "message": exc.message}, exc.status, exc.headers)
+    else:
+        scheme, _, host = base_url(request).partition("://")
+        response = json_response({
+            "integrations": {"Segment.io": {"apiKey": request.match_info["write_key"], "apiHost": f"{host}/v1",
+                                            "protocol": scheme}},
+            # analytics.js otherwise sends its own usage counters to Segment's API (api.segment.io/v1/m).
+            "metrics": {"sampleRate": 0}, "plan": {}, "remotePlugins": [],
+        }, headers={**headers, "Cache-Control": "public, max-age=300"})
+    response.headers.update(_cors(request))
+    return response
+
+
+project_settings.tally_segment = "always"  # type: ignore[attr-defined]
 
 
 @requires("write", "identify")
@@ -175,13 +230,14 @@ identify.tally_segment = "unless_bearer"  # type: ignore[attr-defined]
 
 
 def setup_segment_routes(router: web.UrlDispatcher) -> None:
-    """Every Segment path but /v1/identify, which app.routes maps to identify() above."""
+    """Every Segment path but /v1/identify's POST, which app.routes maps to identify() above."""
     for kind in (*TYPES, "batch"):
         if kind != "identify":
             router.add_post(f"/{kind}", _segment_route(kind))
     for short, kind in SHORT_PATHS.items():
         router.add_post(f"/{short}", _segment_route(kind))
-    # Segment's import endpoint is the batch call: analytics-ruby posts to /v1/import, analytics-java to
-    # /v1/import/.
-    for path in IMPORT_PATHS:
+    for path in BATCH_PATHS:
         router.add_post(path, _segment_route("batch"))
+    for path in (*(f"/{kind}" for kind in (*TYPES, "batch")), *(f"/{s}" for s in SHORT_PATHS), *BATCH_PATHS):
+        router.add_route("OPTIONS", path, preflight)
+    router.add_get("/projects/{write_key}/settings", project_settings)
