@@ -3,6 +3,7 @@
 import asyncio
 
 import asyncpg
+import pytest
 
 from tests.conftest import bearer
 
@@ -156,8 +157,13 @@ async def test_erasure_racing_with_ingestion_leaves_nothing_received_before_it(c
     assert all(r["received_at"] > erased_at for r in survivors)
 
 
-async def test_a_flush_waiting_on_an_erasure_sees_its_tombstone(client, make_key, database_url, workspace):
-    """The flush reads tombstones after it gets the erasure lock, not from a snapshot taken before."""
+@pytest.mark.parametrize("sent", [{"user_id": "late"}, {"anonymous_id": "late"}], ids=["user id", "anonymous id"])
+async def test_a_flush_waiting_on_an_erasure_drops_the_ids_events_received_before_it(client, make_key, database_url,
+                                                                                     workspace, sent):
+    """The flush reads tombstones after it gets the erasure lock, not from a snapshot taken before. An event of
+    the erased id received before the erasure and flushed after it is dropped, whether the id is
+    its user id or, with no user id, its anonymous id (an anonymous id's events are erased too); an event of
+    another user with that anonymous id is not."""
     from datetime import UTC, datetime, timedelta
 
     from storage.events import erasure_lock_key
@@ -173,14 +179,15 @@ async def test_a_flush_waiting_on_an_erasure_sees_its_tombstone(client, make_key
         await eraser.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
         await eraser.execute("INSERT INTO erasures (workspace_id, env, user_id, erased_at) VALUES ($1, 'live', "
                              "'late', $2)", workspace_id, datetime.now(UTC) + timedelta(seconds=30))
-        sending = asyncio.create_task(client.post("/v1/events", headers=bearer(key),
-                                                  json={"event": "in_flight", "user_id": "late"}))
+        sending = asyncio.create_task(client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+            {"event": "in_flight", **sent}, {"event": "kept", "user_id": "someone", "anonymous_id": "late"}]}))
         await asyncio.sleep(0.3)
         assert not sending.done()  # the flush waits for the erasure
         await tx.commit()
         assert (await sending).status == 200
-        assert await eraser.fetchval("SELECT count(*) FROM events WHERE workspace_id = $1 AND user_id = 'late'",
-                                     workspace_id) == 0
+        rows = await eraser.fetch("SELECT name, user_id, anonymous_id FROM events WHERE workspace_id = $1 "
+                                  "AND name IN ('in_flight', 'kept')", workspace_id)
+        assert [tuple(r) for r in rows] == [("kept", "someone", "late")]
     finally:
         await eraser.close()
 
