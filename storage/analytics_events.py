@@ -39,3 +39,17 @@ async def export_page(conn: asyncpg.Connection, site_id: str, start: datetime, e
         f"SELECT {COLUMNS} FROM events WHERE {where} ORDER BY ts DESC, id DESC LIMIT ${len(args) + 1}",
         *args, limit,
     )
+
+
+async def events_by_keys(conn: asyncpg.Connection, site_id: str,
+                         keys: list[tuple[datetime, str]]) -> list[asyncpg.Record]:
+    """The stored events of these (ts, id) keys (a page the analytics store matched), newest first; the
+    keys' time span bounds the index scan."""
+    if not keys:
+        return []
+    stamps = [ts for ts, _ in keys]
+    return await conn.fetch(
+        f"SELECT {COLUMNS} FROM events WHERE site_id = $1 AND ts >= $2 AND ts <= $3 "
+        "AND (ts, id) IN (SELECT * FROM unnest($4::timestamptz[], $5::text[])) ORDER BY ts DESC, id DESC",
+        site_id, min(stamps), max(stamps), stamps, [event_id for _, event_id in keys],
+    )

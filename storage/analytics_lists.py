@@ -1,12 +1,13 @@
 """Time series and top lists of the site analytics API on the analytics store, under the filters of
-storage/analytics.py (whose rules on FINAL and bound parameters hold here too), and the event log's count."""
+storage/analytics.py (whose rules on FINAL and bound parameters hold here too), the event log's count, and the
+keys of the events a filtered export lists."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from storage import analytics_days
-from storage.analytics import BUCKET, SHORT_WINDOW, Filters, term, where
+from storage.analytics import BUCKET, SHORT_WINDOW, TS, Filters, term, where
 from storage.clickhouse import AnalyticsStore, Params
 from storage.site_filters import Filter
 
@@ -87,3 +88,18 @@ async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
     return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
+
+
+async def matching_event_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
+                              after: tuple[datetime, str] | None, limit: int) -> list[tuple[datetime, str]]:
+    """The (ts, id) keys of a window's events matching the filters, newest first, strictly before `after`:
+    an export under the overview's filters pages through them and reads the rows from PostgreSQL. A copy
+    of an event has the same key: DISTINCT, no FINAL."""
+    q, table = Params(), store.table("site_events")
+    cond = where(q, table, site_id, start, end, filters.terms())
+    if after is not None:
+        cond += f" AND (ts, id) < ({q.bind(after[0], TS)}, {q.bind(after[1])})"
+    rows = await store.query(f"SELECT DISTINCT ts, id FROM {table} WHERE {cond} ORDER BY ts DESC, id DESC "
+                             f"LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    # The client returns the UTC times without their zone.
+    return [(ts if ts.tzinfo else ts.replace(tzinfo=UTC), event_id) for ts, event_id in rows]

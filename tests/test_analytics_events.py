@@ -97,6 +97,31 @@ async def test_export_takes_the_event_logs_event_name(client, site):
     assert [r["id"] for r in rows] == [e["id"] for e in listed["events"]] == [site.ids[4]]
 
 
+async def test_export_takes_the_overviews_filters(client, site, monkeypatch):
+    """The overview's filters narrow its export as they narrow its numbers: the spec's path/referrer/country
+    parameters and `filter=` terms of any dimension, paged newest first (pages of two here)."""
+    from app.views import analytics_events
+
+    monkeypatch.setattr(analytics_events, "EXPORT_PAGE", 2)
+
+    async def exported(**params: str | list) -> list[str]:
+        resp = await client.get("/api/analytics/export", params=[
+            ("siteId", site.site_id), ("range", "90d"), ("format", "json"),
+            *((k, x) for k, v in params.items() for x in (v if isinstance(v, list) else [v]))])
+        assert resp.status == 200, await resp.text()
+        return [r["id"] for r in orjson.loads(await resp.read())]
+
+    ids = site.ids
+    assert await exported(country="US", filter="page==/") == [ids[1], ids[8], ids[6]]
+    assert await exported(eventName="pageview", filter="country==US") == [ids[k] for k in (9, 2, 1, 6)]
+    assert await exported(eventName="pageview", filter="country==US", limit="3") == [ids[k] for k in (9, 2, 1)]
+    assert await exported(filter=["event!=pageview", "country!=DE"]) == [ids[4], ids[8]]
+    assert await exported(path="blog") == [ids[5]]
+    assert await exported(filter="browser==Lynx") == []
+    resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "filter": "shoe==1"})
+    assert resp.status == 400 and (await resp.json())["error"] == "invalid filter"
+
+
 async def test_export_of_empty_window_is_header_or_empty_array(client, site, database_url, workspace):
     conn = await asyncpg.connect(database_url)
     try:

@@ -14,9 +14,17 @@ from app.appkeys import POOL, SETTINGS
 from app.csv_cells import csv_line
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
-from app.views.analytics_params import analytics_store, base_params, count_param, offset_param, resolve_site
+from app.views.analytics_params import (
+    analytics_store,
+    base_params,
+    count_param,
+    offset_param,
+    resolve_site,
+    site_and_filters,
+)
 from storage import analytics_events as store
 from storage import analytics_lists
+from storage.site_filters import Filter
 
 LOG_DEFAULT, LOG_MAX = 50, 500
 EXPORT_DEFAULT, EXPORT_MAX = 10_000, 50_000
@@ -89,14 +97,18 @@ EXPORT_SLOTS: web.AppKey[ExportSlots] = web.AppKey("export_slots", ExportSlots)
 
 async def export(request: web.Request) -> web.StreamResponse:
     """Pages through the window with keyset queries, each on a pool connection held only for that
-    query: a client that reads slowly (or never) holds no database connection, only its slot."""
+    query: a client that reads slowly (or never) holds no database connection, only its slot. Under the
+    overview's filters (beyond an event name) each page's keys come from the analytics store, which knows
+    every filter's dimensions, and its rows from PostgreSQL."""
     base = await base_params(request)
     fmt = request.query.get("format") or "csv"
     if fmt not in _CONTENT_TYPES:
         raise SiteError(400, "invalid format", allowed=list(_CONTENT_TYPES))
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
-    name = request.query.get("eventName") or None  # as the event log: it exports what the log lists
-    site = await resolve_site(request, base)
+    site, filters = await site_and_filters(request, base)
+    name = filters.name  # as the event log: it exports what the log lists
+    narrowed = filters.terms() != ([Filter("event", "==", name)] if name else [])
+    db = await analytics_store(request) if narrowed else None
     account = await current_account(request)
     settings = request.config_dict[SETTINGS]
     w = base.window
@@ -112,16 +124,23 @@ async def export(request: web.Request) -> web.StreamResponse:
         after, sent = None, 0
         try:
             while True:
-                async with request.config_dict[POOL].acquire() as conn:
-                    rows = await store.export_page(conn, site.id, w.start, w.end, name, after,
-                                                   min(EXPORT_PAGE, limit - sent))
-                last = sent + len(rows) >= limit or len(rows) < EXPORT_PAGE
+                size = min(EXPORT_PAGE, limit - sent)
+                if db is None:
+                    async with request.config_dict[POOL].acquire() as conn:
+                        rows = await store.export_page(conn, site.id, w.start, w.end, name, after, size)
+                    keys = [(r["ts"], r["id"]) for r in rows]
+                else:
+                    keys = await analytics_lists.matching_event_keys(db, site.id, w.start, w.end, filters, after,
+                                                                     size)
+                    async with request.config_dict[POOL].acquire() as conn:
+                        rows = await store.events_by_keys(conn, site.id, keys)
+                last = sent + len(keys) >= limit or len(keys) < EXPORT_PAGE
                 async with asyncio.timeout(settings.export_write_timeout_seconds):
                     await response.write(encode(rows, first=sent == 0, last=last))
                 if last:
                     break
-                sent += len(rows)
-                after = (rows[-1]["ts"], rows[-1]["id"])
+                sent += len(keys)
+                after = keys[-1]
         except TimeoutError:
             # The client stopped reading: drop the connection rather than wait on it forever.
             if request.transport is not None:

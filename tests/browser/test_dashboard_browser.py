@@ -208,6 +208,12 @@ def test_tracked_visit_shows_up_everywhere(page: Page, live_server, account, scr
     expect(page.locator(".chip > .ellipsis")).to_have_text(["Page contains: shop/product"])
     expect(page.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
     expect(page.locator("[data-panel=pages] button.toprow .key")).to_have_text(["/__site__/shop/product"])
+    # The export lists the events behind what the page shows: the filter goes with it.
+    export = page.locator("a", has_text="Export JSON")
+    assert export.get_attribute("href") == (f"/api/analytics/export?siteId={site_id}&range=24h&path=shop%2Fproduct"
+                                            "&format=json")
+    exported = page.request.get(live_server.base_url + export.get_attribute("href")).json()
+    assert exported and {e["path"].split("?")[0] for e in exported} == {"/__site__/shop/product"}
     page.locator(".chip button").click()
     expect(page.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("3")
 

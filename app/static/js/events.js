@@ -39,7 +39,7 @@ export function renderEvents(container, siteId) {
       sizes.map((n) => h('option', { value: n, selected: n === pageSize, text: `${n} per page` })))
     size.addEventListener('change', () => { pageSize = Number(size.value); offset = 0; remember(); load() })
     controls.replaceChildren(rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
-      size, h('span', { class: 'spacer' }), exportLinks(siteId, state.range, state.eventName))
+      size, h('span', { class: 'spacer' }), exportLinks(siteId, { range: state.range, eventName: state.eventName }))
   }
 
   async function load() {

@@ -53,11 +53,11 @@ function stat(label, value, id, data, format) {
   return el
 }
 
-// The export takes the range and an event name (what the event log filters by), not the other filters.
-export function exportLinks(siteId, range, eventName = '') {
+// The export lists the events behind what the page shows: its range and every filter it applies.
+export function exportLinks(siteId, { range, eventName = '', path = '', referrer = '', country = '', filters = [] }) {
   const link = (format) => h('a', {
     class: 'button small', download: true, text: `Export ${format.toUpperCase()}`,
-    href: '/api/analytics/export?' + qs({ siteId, range, eventName, format }),
+    href: '/api/analytics/export?' + qs({ siteId, range, eventName, path, referrer, country, filter: filters, format }),
   })
   return h('div', { class: 'row exports' }, link('csv'), link('json'))
 }
@@ -99,7 +99,7 @@ export function renderOverview(container, siteId) {
     compare.addEventListener('change', () => setFilter('compare', compare.checked ? COMPARE : ''))
     controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
       h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
-      h('span', { class: 'spacer' }), live, exportLinks(siteId, state.range, state.eventName))
+      h('span', { class: 'spacer' }), live, exportLinks(siteId, state))
     const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
     chips.replaceChildren(...legacy, ...terms,
       ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
