@@ -217,3 +217,18 @@ async def test_write_only_key_cannot_schedule_mailed_results(client, make_key, d
         await conn.close()
     assert all(r["schedule"] is None for r in rows)
     assert all("login" not in str(r["config"]) for r in rows)
+
+
+@pytest.mark.parametrize("field", ["name", "type", "config"])
+async def test_patch_with_a_required_field_null_is_400_and_changes_nothing(client, make_key, field):
+    """null does not mean "leave it": a required field cannot be cleared, so null is refused naming the field
+    (it was silently ignored). Only schedule takes null, to remove the schedule."""
+    key = await make_key("read,write")
+    report = await create_report(client, key, {
+        **VOLUME, "schedule": {"frequency": "daily", "recipients": ["ops@example.com"]}})
+    resp = await client.patch(f"/v1/reports/{report['id']}", headers=bearer(key), json={field: None})
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == field
+    after = await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json()
+    assert after == report

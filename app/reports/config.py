@@ -139,11 +139,12 @@ class ReportIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ReportPatch(msgspec.Struct, forbid_unknown_fields=True):
-    """Fields present replace the stored ones; schedule null removes the schedule."""
+    """Fields present replace the stored ones; schedule null removes the schedule. name, type and config
+    are required fields, so null for one is a 400 naming it rather than "leave it as it is"."""
 
-    name: Name | None = None
-    type: ReportType | None = None
-    config: dict[str, Any] | None = None
+    name: Name | msgspec.UnsetType = msgspec.UNSET
+    type: ReportType | msgspec.UnsetType = msgspec.UNSET
+    config: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     schedule: Schedule | msgspec.UnsetType | None = msgspec.UNSET
 
 
