@@ -68,8 +68,13 @@ class EventVolumeConfig(_Ranged):
 
     def __post_init__(self) -> None:
         self._check_range()
+        # Checked at every run too (runs parse the stored config): without `to` the range grows with now, so an
+        # hourly report passes the cap some 416 days after its `from`, and `from` is what to change.
         start, end = self.window(datetime.now(UTC))
         if (end - start) / INTERVALS[self.interval] > MAX_BUCKETS:
+            if self.from_ is not None and self.to is None:
+                raise _at("from", f"more than {MAX_BUCKETS} {self.interval} buckets from `from` to now (to defaults "
+                                  "to now); give a later from, a to, or a wider interval")
             raise _at("interval", f"more than {MAX_BUCKETS} {self.interval} buckets; use a wider interval")
 
 
