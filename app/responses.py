@@ -29,6 +29,14 @@ def iso_ms(value: datetime | None) -> str | None:
     return value.isoformat(timespec="milliseconds")[:-6] + "Z"  # drop "+00:00"
 
 
+def iso_exact(value: datetime) -> str:
+    """As iso_ms, with microseconds when the value has digits finer than the millisecond (a custom SQL result),
+    so that writing it loses nothing."""
+    if value.microsecond % 1000 == 0:
+        return iso_ms(value)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
 class ApiError(Exception):
     """A keyed-API failure: rendered as {"error": {"code", "message", ...}}."""
 

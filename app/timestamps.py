@@ -13,6 +13,7 @@ _ISO_8601 = re.compile(
     r"\d{4}-?\d{2}-?\d{2}"
     r"(?:[Tt ]\d{2}(?::?\d{2}(?::?\d{2}(?:[.,]\d+)?)?)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)?)?"
 )
+_DATE = re.compile(r"\d{4}-?\d{2}-?\d{2}")
 MAX_LENGTH = 64
 
 _REST_OF_MILLISECOND = timedelta(microseconds=999)
@@ -26,6 +27,12 @@ def parse_timestamp(text: str) -> datetime:
     if len(text) > MAX_LENGTH or not _ISO_8601.fullmatch(text):
         raise ValueError(f"not an ISO 8601 date-time: {text[:MAX_LENGTH]!r}")
     return datetime.fromisoformat(text.upper())  # 3.11's fromisoformat wants T and Z in capitals
+
+
+def is_date(text: str) -> bool:
+    """Whether the text is a calendar date alone ("2026-11-25", "20261125"), which parse_timestamp reads
+    as that day's midnight."""
+    return _DATE.fullmatch(text) is not None
 
 
 def through(to: datetime) -> datetime:

@@ -127,7 +127,8 @@ async def event_volume(
     settings: dict | None = None,
 ) -> list[VolumeRow]:
     """Every bucket from start to end for each event (zeros included); with a grouping, each
-    (event, group) pair that occurs."""
+    (event, group) pair that occurs, and an event with no group in the range has the null group (0 in
+    every bucket), so grouped rows cover the buckets and events ungrouped ones do."""
     b = Params()
     scope = _scope(b, store, workspace_id, env)
     if group_kind == "properties":
@@ -147,8 +148,10 @@ async def event_volume(
     if group_kind == "traits":
         rows = [(bucket, name, index.label(g), n) for bucket, name, g, n in rows]
     counts = {(_epoch(bucket), name, g): n for bucket, name, g, n in rows}
-    keys = sorted({(e, g) for _, e, g in counts}, key=lambda k: (k[0], _grp_order(k[1]))) if group_kind \
-        else [(e, None) for e in sorted(set(events))]
+    keys = {(e, g) for _, e, g in counts} if group_kind else set()
+    named = {e for e, _ in keys}
+    keys |= {(e, None) for e in events if e not in named}
+    keys = sorted(keys, key=lambda k: (k[0], _grp_order(k[1])))
     out, at, step = [], truncate(start, interval), _STEP[interval]
     while at <= end:
         out.extend(VolumeRow(at, e, g, counts.get((at, e, g), 0)) for e, g in keys)

@@ -176,7 +176,9 @@ async def run_custom_sql(
         await conn.prepare(f"SELECT * FROM (\n{sql}\n) q")
         await conn.execute("SET LOCAL ROLE tally_report_reader")
         described = await conn.prepare(f"SELECT * FROM (\n{sql}\n) q")
-        columns = [a.name for a in described.get_attributes()]
+        attributes = described.get_attributes()
+        columns = [a.name for a in attributes]
+        instants = [a.type.name in ("timestamptz", "timestamptz[]") for a in attributes]
         texts: list[str] = []
         cursor = await conn.cursor(_CAPPED_ROWS, sql, max_rows + 1, max_bytes)
         while len(texts) <= max_rows:
@@ -187,13 +189,27 @@ async def run_custom_sql(
                 if record["t"] is None:
                     raise ResultTooLarge
                 texts.append(record["t"])
-    rows = [[_plain(value) for _, value in json.loads(t, object_pairs_hook=_Pairs, parse_int=_json_int)]
+    rows = [[_instant(value) if instant else _plain(value) for instant, (_, value) in zip(
+                instants, json.loads(t, object_pairs_hook=_Pairs, parse_int=_json_int), strict=True)]
             for t in texts[:max_rows]]
     return columns, rows, len(texts) > max_rows
 
 
 class _Pairs(list):
     """A JSON object read as its (key, value) pairs: a row keeps its columns in order, duplicates included."""
+
+
+def _instant(value: Any) -> Any:
+    """A timestamptz cell (or array of them) as a datetime, which the API writes as every timestamp it writes;
+    PostgreSQL's JSON wrote it in the session's zone. Values Python cannot hold (infinity, BC) stay text."""
+    if isinstance(value, list):
+        return [_instant(v) for v in value]
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _plain(value: Any) -> Any:

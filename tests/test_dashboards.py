@@ -319,3 +319,21 @@ async def test_write_only_key_cannot_define_or_share_what_it_cannot_read(client,
     assert [tuple(r) for r in await stored()] == before
     # Taking exposure away stays a write-only operation.
     assert (await client.delete(f"{dash}/share", headers=bearer(write))).status == 204
+
+
+async def test_patch_with_a_required_field_null_is_400_and_changes_nothing(client, make_key):
+    """A dashboard's name and a chart's title, type, event and filters are required: null is refused naming
+    the field (as for reports); description null still clears it (test_patch_dashboard)."""
+    key = await make_key("read,write")
+    made = await _create(client, key, description="old", charts=[CHART])
+    path = f"/v1/dashboards/{made['id']}"
+    resp = await client.patch(path, headers=bearer(key), json={"name": None, "description": None})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == "name"
+    for field in ("title", "type", "event", "filters"):
+        resp = await client.patch(f"{path}/charts/{made['charts'][0]['id']}", headers=bearer(key),
+                                  json={field: None})
+        assert resp.status == 400, field
+        assert (await resp.json())["error"]["fields"][0]["field"] == field
+    assert await (await client.get(path, headers=bearer(key))).json() == made

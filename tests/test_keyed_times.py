@@ -114,9 +114,37 @@ async def test_other_timestamps_are_the_spec_400_naming_the_field(client, make_k
     batch = await (await client.post("/v1/events/batch", headers=bearer(key), json={
         "events": [{"event": "e", "user_id": "u", "timestamp": sent}]})).json()
     assert batch["failed"] == 1 and "timestamp" in batch["errors"][0]["message"]
+    if sent == "2025-11-25":
+        return  # a report config takes a date alone (test_a_date_alone_is_utc_midnight_in_reports_and_charts)
     report = await create_report(client, key, {"name": "g", "type": "funnel",
                                                "config": {"events": ["a", "b"], "to": sent}}, status=400)
     assert report["error"]["fields"][0]["field"] == "config.to"
+    if sent == "2025-11-25T10:00:00":
+        assert "Z or an offset" in report["error"]["message"]
+
+
+async def test_a_date_alone_is_utc_midnight_in_reports_and_charts(client, key):
+    """A report config's from/to may be a date alone, as chart data's and GET /v1/events' bounds may: UTC
+    midnight, a `to` covering that instant (its millisecond), not the whole day, as those bounds do. Report
+    configs refused it."""
+    config = {"events": ["precision"], "from": "2025-05-31", "to": "2025-06-01"}
+    report = await create_report(client, key, {"name": "d", "type": "event_volume", "config": config})
+    assert (report["config"]["from"], report["config"]["to"]) == ("2025-05-31T00:00:00Z", "2025-06-01T00:00:00Z")
+    made = await (await client.post("/v1/dashboards", headers=bearer(key), json={
+        "name": "d", "charts": [{"title": "t", "type": "line", "event": "precision"}]})).json()
+    chart = f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}/data"
+    for to, counts in (("2025-06-01", [0, 0]), ("2025-06-02", [0, 1, 0])):
+        rows = (await run_report(client, key, (await create_report(client, key, {
+            "name": "d", "type": "event_volume", "config": {**config, "to": to}}))["id"]))["rows"]
+        assert [r[2] for r in rows] == counts, to
+        body = await (await client.get(chart, headers=bearer(key), params={"from": "2025-05-31", "to": to})).json()
+        assert [p["value"] for p in body["series"][0]["points"]] == counts, to
+        assert [r[0] for r in rows] == [p["timestamp"] for p in body["series"][0]["points"]]
+    for type_, config in (("funnel", {"events": ["precision", "later"]}),
+                          ("retention", {"start_event": "precision", "return_event": "later"})):
+        report = await create_report(client, key, {"name": "d", "type": type_,
+                                                   "config": {**config, "from": "20250601", "to": "2025-06-02"}})
+        assert (report["config"]["from"], report["config"]["to"]) == ("2025-06-01T00:00:00Z", "2025-06-02T00:00:00Z")
 
 
 @pytest.mark.parametrize("sent", GARBAGE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -217,3 +218,46 @@ async def test_write_only_key_cannot_schedule_mailed_results(client, make_key, d
         await conn.close()
     assert all(r["schedule"] is None for r in rows)
     assert all("login" not in str(r["config"]) for r in rows)
+
+
+@pytest.mark.parametrize("field", ["name", "type", "config"])
+async def test_patch_with_a_required_field_null_is_400_and_changes_nothing(client, make_key, field):
+    """null does not mean "leave it": a required field cannot be cleared, so null is refused naming the field
+    (it was silently ignored). Only schedule takes null, to remove the schedule."""
+    key = await make_key("read,write")
+    report = await create_report(client, key, {
+        **VOLUME, "schedule": {"frequency": "daily", "recipients": ["ops@example.com"]}})
+    resp = await client.patch(f"/v1/reports/{report['id']}", headers=bearer(key), json={field: None})
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == field
+    after = await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json()
+    assert after == report
+
+
+def _days_ago(days: int) -> str:
+    return (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+async def test_an_hourly_report_open_to_now_past_the_bucket_cap_is_400_naming_from(client, make_key, pool):
+    """Without `to` the range runs to now and grows each day: an hourly report with a fixed `from` passes
+    10,000 buckets after about 416 days. Creating one already past it, and running one that has grown past
+    it, is a 400 naming config.from (it named config.interval, whose change is not the only remedy)."""
+    key = await make_key("read,write")
+    hourly = {"name": "Hourly", "type": "event_volume", "config": {"events": ["signup"], "interval": "hour"}}
+    error = (await create_report(client, key, {
+        **hourly, "config": {**hourly["config"], "from": _days_ago(420)}}, status=400))["error"]
+    assert error["fields"][0]["field"] == "config.from", error
+    assert "to defaults to now" in error["message"]
+    # Both bounds given: the range is fixed, the interval is what to change.
+    error = (await create_report(client, key, {**hourly, "config": {
+        **hourly["config"], "from": "2020-01-01T00:00:00Z", "to": "2022-01-01T00:00:00Z"}}, status=400))["error"]
+    assert error["fields"][0]["field"] == "config.interval"
+
+    report = await create_report(client, key, {**hourly, "config": {**hourly["config"], "from": _days_ago(400)}})
+    async with pool.acquire() as conn:  # the days pass
+        await conn.execute("UPDATE reports SET config = jsonb_set(config, '{from}', to_jsonb($2::text)) WHERE id = $1",
+                           report["id"], _days_ago(420))
+    error = (await run_report(client, key, report["id"], status=400))["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == "config.from"
+    assert (await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json())["last_run_at"] is None

@@ -247,3 +247,25 @@ async def test_custom_sql_cannot_take_advisory_locks(sandbox, pool, sql):
     async with pool.acquire() as conn:  # the service itself still takes them
         assert await conn.fetchval("SELECT pg_try_advisory_lock($1, 0)", victim) is True
         await conn.execute("SELECT pg_advisory_unlock($1, 0)", victim)
+
+
+async def test_timestamps_are_written_as_the_rest_of_the_api_writes_them(sandbox):
+    """A timestamptz cell is UTC with Z and milliseconds, as GET /v1/events lists the same event (PostgreSQL's
+    JSON wrote +00:00 and microseconds, in the session's zone), with microseconds kept when the value has
+    them: the customer's own SQL made them, and an equality on the value must still match it. Text and JSON
+    that look like times, and times without a zone (a wall-clock time the SQL made), stay as they are."""
+    client, key, run_sql, _ = sandbox
+    result = await run_sql("SELECT user_id, timestamp FROM events ORDER BY user_id")
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert result["rows"] == sorted([e["user_id"], e["timestamp"]] for e in listed["data"])
+    assert result["rows"][0] == ["mine1", "2024-03-01T10:00:00.000Z"]
+    result = await run_sql(
+        "SELECT '2024-03-01 10:00:00.123456+00'::timestamptz AS exact, '2024-03-01 12:00:00.5+02'::timestamptz AS ms,"
+        " array['2024-03-01 10:00:00+00', null]::timestamptz[] AS arr, 'infinity'::timestamptz AS inf,"
+        " '2024-03-01 10:00:00.123456'::timestamp AS naive, '2024-03-01'::date AS d,"
+        " '2024-03-01T10:00:00+00:00' AS txt, '{\"t\": \"2024-03-01T10:00:00+00:00\"}'::jsonb AS j")
+    assert result["rows"] == [["2024-03-01T10:00:00.123456Z", "2024-03-01T10:00:00.500Z",
+                               ["2024-03-01T10:00:00.000Z", None], "infinity", "2024-03-01T10:00:00.123456",
+                               "2024-03-01", "2024-03-01T10:00:00+00:00", {"t": "2024-03-01T10:00:00+00:00"}]]
+    exact = await run_sql("SELECT count(*) AS n FROM events WHERE timestamp = '2024-03-01T10:00:00.000Z'")
+    assert exact["rows"] == [[1]]

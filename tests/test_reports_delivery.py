@@ -243,3 +243,29 @@ async def test_csv_attachment_defuses_formulas_and_writes_json_cells(app_client,
     _, _, body = attachment(message)
     rows = list(csv.reader(io.StringIO(body if isinstance(body, str) else body.decode())))
     assert ["2024-03-01T00:00:00.000Z", "signup", '\'=HYPERLINK("http://evil.example","x")', "1"] in rows
+
+
+async def test_a_report_grown_past_the_bucket_cap_fails_its_delivery_once_saying_why(app_client, smtp):
+    """An hourly report without `to` passes 10,000 buckets about 416 days after its `from`: its scheduled
+    delivery is failed at once with the reason (not retried, nothing sent), and the schedule stays, so the
+    slot after a fix delivers."""
+    client, key = app_client
+    inbox, _ = smtp
+    start = (datetime.now(UTC) - timedelta(days=400)).isoformat(timespec="seconds")
+    report = await create_report(client, key, {
+        "name": "Hourly", "type": "event_volume", "config": {"events": ["signup"], "interval": "hour", "from": start},
+        "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")]}})
+    async with client.app[POOL].acquire() as conn:  # the days pass
+        await conn.execute("UPDATE reports SET config = jsonb_set(config, '{from}', to_jsonb($2::text)) WHERE id = $1",
+                           report["id"], (datetime.now(UTC) - timedelta(days=420)).isoformat())
+    await make_due(client, report["id"], timedelta(minutes=1))
+    for _ in range(2):
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+    assert inbox.messages == []
+    async with client.app[POOL].acquire() as conn:
+        [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
+                                      report["id"])
+        next_run_at = await conn.fetchval("SELECT next_run_at FROM reports WHERE id = $1", report["id"])
+    assert (delivery["status"], delivery["attempts"]) == ("failed", 1)
+    assert delivery["error"].startswith("report: invalid_request: config.from: "), delivery["error"]
+    assert next_run_at == next_slot("daily", datetime.now(UTC))

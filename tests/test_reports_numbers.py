@@ -85,6 +85,29 @@ async def test_event_volume_grouped_by_user_trait(client, volume_data):
     assert [r[3] for r in result["rows"][8:]] == [0, 0, 0, 0]
 
 
+
+@pytest.mark.parametrize("group_by", ["properties.plan", "traits.plan"])
+async def test_grouped_event_volume_covers_every_bucket_of_every_event(client, volume_data, group_by):
+    """An event with no group in the range (none at all, or none of that name) still has a row in every
+    bucket, in the null group with 0, so a chart client gets the same buckets and events as ungrouped, and the
+    grouped counts of each (bucket, event) add up to the ungrouped one. An empty range gave no rows at all."""
+    config = {"events": ["signup", "purchase", "refund"], **RANGE}
+    plain = await create_report(client, volume_data, {"name": "All", "type": "event_volume", "config": config})
+    grouped = await create_report(client, volume_data, {
+        "name": "By", "type": "event_volume", "config": {**config, "group_by": group_by}})
+    totals = {}
+    for bucket, event, _, n in (await run_report(client, volume_data, grouped["id"]))["rows"]:
+        totals[bucket, event] = totals.get((bucket, event), 0) + n
+    assert totals == {(b, e): n for b, e, n in (await run_report(client, volume_data, plain["id"]))["rows"]}
+    rows = (await run_report(client, volume_data, grouped["id"]))["rows"]
+    assert [r for r in rows if r[1] == "refund"] == [[D1, "refund", None, 0], [D2, "refund", None, 0],
+                                                      [D3, "refund", None, 0]]
+
+    empty = {**config, "from": "2023-01-01T00:00:00Z", "to": "2023-01-02T00:00:00Z", "group_by": group_by}
+    report = await create_report(client, volume_data, {"name": "None", "type": "event_volume", "config": empty})
+    assert (await run_report(client, volume_data, report["id"]))["rows"] == [
+        [f"2023-01-0{d}T00:00:00.000Z", e, None, 0] for d in (1, 2) for e in ("purchase", "refund", "signup")]
+
 @pytest.fixture
 async def funnel_data(ctx, pool):
     key, ws, _ = ctx

@@ -12,7 +12,7 @@ from msgspec import Meta
 from app.bodies import field_of
 from app.responses import invalid
 from app.schemas import EventName
-from app.timestamps import parse_timestamp, through
+from app.timestamps import is_date, parse_timestamp, through
 
 ReportType = Literal["event_volume", "funnel", "retention", "custom"]
 # NUL characters cannot be stored in PostgreSQL text or jsonb; every free-text field excludes them.
@@ -24,7 +24,8 @@ Email = Annotated[str, Meta(max_length=254, pattern=_EMAIL)]
 # "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name;
 # no key may be empty ("traits." would group every event under null).
 GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^.\s\x00]+(\.[^.\s\x00]+)*$")]
-Timestamp = Annotated[datetime, Meta(tz=True)]
+Timestamp = Annotated[datetime, Meta(tz=True, description="ISO 8601 with Z or an offset, or a date alone (UTC "
+                                                          "midnight; a `to` covers that instant, not the day)")]
 
 DEFAULT_RANGE = timedelta(days=30)
 EARLIEST, LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
@@ -67,8 +68,13 @@ class EventVolumeConfig(_Ranged):
 
     def __post_init__(self) -> None:
         self._check_range()
+        # Checked at every run too (runs parse the stored config): without `to` the range grows with now, so an
+        # hourly report passes the cap some 416 days after its `from`, and `from` is what to change.
         start, end = self.window(datetime.now(UTC))
         if (end - start) / INTERVALS[self.interval] > MAX_BUCKETS:
+            if self.from_ is not None and self.to is None:
+                raise _at("from", f"more than {MAX_BUCKETS} {self.interval} buckets from `from` to now (to defaults "
+                                  "to now); give a later from, a to, or a wider interval")
             raise _at("interval", f"more than {MAX_BUCKETS} {self.interval} buckets; use a wider interval")
 
 
@@ -139,26 +145,37 @@ class ReportIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ReportPatch(msgspec.Struct, forbid_unknown_fields=True):
-    """Fields present replace the stored ones; schedule null removes the schedule."""
+    """Fields present replace the stored ones; schedule null removes the schedule. name, type and config
+    are required fields, so null for one is a 400 naming it rather than "leave it as it is"."""
 
-    name: Name | None = None
-    type: ReportType | None = None
-    config: dict[str, Any] | None = None
+    name: Name | msgspec.UnsetType = msgspec.UNSET
+    type: ReportType | msgspec.UnsetType = msgspec.UNSET
+    config: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     schedule: Schedule | msgspec.UnsetType | None = msgspec.UNSET
 
 
 def _bounds_parsed(config: dict[str, Any]) -> dict[str, Any]:
     """from/to read by app/timestamps.py, as event timestamps are (msgspec's own parser takes RFC 3339 only);
-    the Struct then checks them as datetimes (a timezone, the range)."""
+    the Struct then checks them as datetimes (the range). A date alone is UTC midnight, as in chart data's and
+    GET /v1/events' bounds; a date-time needs a zone: a saved report re-runs it for months, and a client's
+    local time would shift every run without a word."""
     parsed = dict(config)
     for name in ("from", "to"):
-        if isinstance(parsed.get(name), str):
-            try:
-                parsed[name] = parse_timestamp(parsed[name])
-            except ValueError:
-                field = f"config.{name}"
-                raise invalid(f"{field}: not an ISO 8601 date-time",
-                              fields=[{"field": field, "message": "not an ISO 8601 date-time"}]) from None
+        text = parsed.get(name)
+        if not isinstance(text, str):
+            continue
+        field = f"config.{name}"
+        try:
+            value = parse_timestamp(text)
+        except ValueError:
+            raise invalid(f"{field}: not an ISO 8601 date-time",
+                          fields=[{"field": field, "message": "not an ISO 8601 date-time"}]) from None
+        if value.tzinfo is None:
+            if not is_date(text):
+                message = "a date-time needs Z or an offset (a date alone is UTC midnight)"
+                raise invalid(f"{field}: {message}", fields=[{"field": field, "message": message}])
+            value = value.replace(tzinfo=UTC)
+        parsed[name] = value
     return parsed
 
 

@@ -19,7 +19,7 @@ from app.reports.config import (
     RetentionConfig,
     parse_config,
 )
-from app.responses import ApiError, iso_ms
+from app.responses import ApiError, iso_exact, iso_ms
 from app.settings import Settings
 from common.metrics import Metrics
 from storage import report_queries as q
@@ -51,7 +51,9 @@ class Result:
 
 def _cell(value: Any) -> Any:
     if isinstance(value, datetime):
-        return iso_ms(value)
+        return iso_exact(value)
+    if isinstance(value, list):  # a custom SQL array of timestamps
+        return [_cell(v) for v in value]
     if isinstance(value, date):
         return value.isoformat()
     return value

@@ -89,18 +89,20 @@ async def patch_report(request: web.Request) -> web.Response:
     key = key_of(request)
     body = decode(await read_body(request, BODY_LIMIT), ReportPatch)
     row = await _stored(request)
-    report_type = body.type or row["type"]
-    if report_type != row["type"] or body.config is not None:
+    report_type = row["type"] if body.type is msgspec.UNSET else body.type
+    new_config = body.config is not msgspec.UNSET
+    if report_type != row["type"] or new_config:
         require_plan(report_type, key.plan)
-    config = config_json(parse_config(report_type, body.config if body.config is not None else row["config"]))
+    config = config_json(parse_config(report_type, body.config if new_config else row["config"]))
     if body.schedule is msgspec.UNSET:
         schedule, next_run_at = row["schedule"], row["next_run_at"]
     else:
         schedule, next_run_at = _schedule(body.schedule)
     _mailing_needs_read(key, schedule)
+    name = row["name"] if body.name is msgspec.UNSET else body.name
     async with request.config_dict[POOL].acquire() as conn:
         updated = await store.update_report(
-            conn, key.workspace_id, key.env, row["id"], name=body.name or row["name"], type_=report_type,
+            conn, key.workspace_id, key.env, row["id"], name=name, type_=report_type,
             config=config, schedule=schedule, next_run_at=next_run_at,
         )
     if updated is None:
