@@ -1,5 +1,6 @@
 """Stripe through the official SDK (`stripe`): customers become user profiles (user id = Stripe customer
-id), charges become events charge_succeeded / charge_failed / charge_pending.
+id), charges become events charge_succeeded / charge_failed / charge_pending, refunds become events
+charge_refunded (a refund made after its charge was imported is picked up by its own `created`).
 
 Incremental by `created`: the cursor keeps, per object, the newest created second and the ids seen in
 it, and the next sync asks for created >= that second and skips those ids (Stripe timestamps are
@@ -95,7 +96,9 @@ class StripeConnector(Connector):
             v1 = client.v1
             for kind, lister, to_batch, params in (
                     ("customers", v1.customers.list_async, self._customers, {}),
-                    ("charges", v1.charges.list_async, self._charges, {})):
+                    ("charges", v1.charges.list_async, self._charges, {}),
+                    # The charge, for its customer: a refund names only the charge.
+                    ("refunds", v1.refunds.list_async, self._refunds, {"expand": ["data.charge"]})):
                 items, mark = await self._list_new(lister, params, cursor.get(kind))
                 cursor[kind] = mark
                 await self.sink.commit(Batch(**to_batch(items), cursor=dict(cursor)))
@@ -150,6 +153,19 @@ class StripeConnector(Connector):
             name = f"charge_{ch.get('status') or 'created'}"
             events.append(Imported(name, object_id(ch.get("customer")), props,
                                    datetime.fromtimestamp(ch["created"], UTC)))
+        return {"events": events}
+
+    @staticmethod
+    def _refunds(items: list[dict]) -> dict:
+        events = []
+        for r in items:
+            charge = r.get("charge")
+            customer = object_id(charge.get("customer")) if isinstance(charge, dict) else None
+            props = {
+                "refund_id": r["id"], "charge_id": object_id(charge), "amount": r.get("amount"),
+                "currency": r.get("currency"), "status": r.get("status"), "reason": r.get("reason"),
+            }
+            events.append(Imported("charge_refunded", customer, props, datetime.fromtimestamp(r["created"], UTC)))
         return {"events": events}
 
 
