@@ -18,6 +18,8 @@ class FakeStripe:
     customers: list[dict] = field(default_factory=list)
     charges: list[dict] = field(default_factory=list)
     refunds: list[dict] = field(default_factory=list)  # `charge` holds the charge's id, as Stripe stores it
+    # A restricted key without refunds read access: /v1/refunds answers Stripe's 403.
+    refunds_forbidden: bool = False
     requests: int = 0
     # When set, /v1/charges answers only once the test sets it (to act while a sync is mid-way).
     charges_gate: asyncio.Event | None = None
@@ -27,7 +29,7 @@ class FakeStripe:
         app = web.Application()
         app.router.add_get("/v1/customers", self._lister(lambda: self.customers))
         app.router.add_get("/v1/charges", self._gated(self._lister(lambda: self.charges)))
-        app.router.add_get("/v1/refunds", self._lister(lambda: self.refunds))
+        app.router.add_get("/v1/refunds", self._forbiddable(self._lister(lambda: self.refunds)))
         return app
 
     def _gated(self, handler):
@@ -35,6 +37,16 @@ class FakeStripe:
             self.charges_asked.set()
             if self.charges_gate is not None:
                 await self.charges_gate.wait()
+            return await handler(request)
+
+        return handle
+
+    def _forbiddable(self, handler):
+        async def handle(request: web.Request) -> web.Response:
+            if self.refunds_forbidden:
+                return web.json_response({"error": {"type": "invalid_request_error", "message": (
+                    "The provided key 'rk_test_****abcd' does not have the required permissions for this endpoint. "
+                    "Having the 'rak_refund_read' permission would allow this request to continue.")}}, status=403)
             return await handler(request)
 
         return handle

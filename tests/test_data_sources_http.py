@@ -141,6 +141,20 @@ async def test_stripe_refund_made_after_its_charge_was_imported_is_an_event_once
     assert len(await named(client, key, "charge_succeeded")) == 3
 
 
+async def test_stripe_key_without_refunds_access_keeps_customers_and_charges_and_says_why(client, make_key, stripe):
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    fake.refunds_forbidden = True
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "error")
+    assert body["status_reason"].startswith("Stripe rejected the credentials (HTTP 403): The provided key "), body
+    assert "rak_refund_read" in body["status_reason"]
+    assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
+    assert (await client.get("/v1/users/cus_1", headers=bearer(key))).status == 200
+
+
 @pytest.mark.parametrize("action", ["delete", "pause"])
 async def test_delete_or_pause_during_a_sync_stops_it(client, make_key, stripe, action):
     fake, url = stripe
