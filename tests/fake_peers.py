@@ -1,5 +1,7 @@
 """Local stand-ins for Stripe's and HubSpot's HTTP APIs (aiohttp servers on loopback), with the
-paging, filtering and auth behaviour the connectors rely on."""
+paging, filtering and auth behaviour the connectors rely on. FakeStripe answers as Stripe's API does
+for the official SDK: list objects (`object: "list"`, `data`, `has_more`, `url`), newest first, paged
+by `starting_after`, filtered by `created[gte]`, with `expand[]=data.charge` on refunds."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ class FakeStripe:
     api_key: str
     customers: list[dict] = field(default_factory=list)
     charges: list[dict] = field(default_factory=list)
+    refunds: list[dict] = field(default_factory=list)  # `charge` holds the charge's id, as Stripe stores it
+    # A restricted key without refunds read access: /v1/refunds answers Stripe's 403.
+    refunds_forbidden: bool = False
     requests: int = 0
     # When set, /v1/charges answers only once the test sets it (to act while a sync is mid-way).
     charges_gate: asyncio.Event | None = None
@@ -24,6 +29,7 @@ class FakeStripe:
         app = web.Application()
         app.router.add_get("/v1/customers", self._lister(lambda: self.customers))
         app.router.add_get("/v1/charges", self._gated(self._lister(lambda: self.charges)))
+        app.router.add_get("/v1/refunds", self._forbiddable(self._lister(lambda: self.refunds)))
         return app
 
     def _gated(self, handler):
@@ -35,13 +41,25 @@ class FakeStripe:
 
         return handle
 
+    def _forbiddable(self, handler):
+        async def handle(request: web.Request) -> web.Response:
+            if self.refunds_forbidden:
+                return web.json_response({"error": {"type": "invalid_request_error", "message": (
+                    "The provided key 'rk_test_****abcd' does not have the required permissions for this endpoint. "
+                    "Having the 'rak_refund_read' permission would allow this request to continue.")}}, status=403)
+            return await handler(request)
+
+        return handle
+
     def _lister(self, objects):
         async def handle(request: web.Request) -> web.Response:
             self.requests += 1
             if request.headers.get("Authorization") != f"Bearer {self.api_key}":
                 # Stripe masks the key in its message; so does the fake.
+                sent = request.headers.get("Authorization", "").removeprefix("Bearer ")
                 return web.json_response({"error": {"type": "invalid_request_error",
-                                                    "message": "Invalid API Key provided"}}, status=401)
+                                                    "message": f"Invalid API Key provided: {sent[:8]}****{sent[-4:]}"}},
+                                         status=401)
             q = request.query
             limit = int(q.get("limit", "10"))
             items = sorted(objects(), key=lambda o: (o["created"], o["id"]), reverse=True)  # newest first
@@ -50,7 +68,12 @@ class FakeStripe:
             if "starting_after" in q:
                 ids = [o["id"] for o in items]
                 items = items[ids.index(q["starting_after"]) + 1:]
-            return web.json_response({"object": "list", "data": items[:limit], "has_more": len(items) > limit,
+            page = items[:limit]
+            # The SDK encodes lists with indices: expand[0]=data.charge.
+            if "data.charge" in [v for k, v in q.items() if k == "expand[]" or k.startswith("expand[")]:
+                charges = {c["id"]: c for c in self.charges}
+                page = [{**o, "charge": charges.get(o["charge"], o["charge"])} for o in page]
+            return web.json_response({"object": "list", "data": page, "has_more": len(items) > limit,
                                       "url": request.path})
 
         return handle

@@ -78,7 +78,9 @@ async def test_stripe_rejected_key_is_error(client, make_key, stripe):
                                          "credentials": {"api_key": "sk_test_WrongKey999"},
                                          "options": {"base_url": url}})
     body = await wait_status(client, key, created["id"], "error")
-    assert body["status_reason"] == "Stripe rejected the credentials (HTTP 401)"
+    # Stripe's own message, passed on by the SDK (Stripe masks the key in it).
+    assert body["status_reason"] == ("Stripe rejected the credentials (HTTP 401): "
+                                     "Invalid API Key provided: sk_test_****y999")
 
 
 async def wait_idle(client) -> None:
@@ -87,6 +89,70 @@ async def wait_idle(client) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("background runs did not finish")
+
+
+def refund(n: int, ch: int, created: int, amount: int = 500) -> dict:
+    return {"id": f"re_{n}", "object": "refund", "amount": amount, "currency": "usd", "charge": f"ch_{ch}",
+            "status": "succeeded", "reason": "requested_by_customer", "created": created}
+
+
+async def sync_again(client, key: str, source_id: str) -> dict:
+    assert (await client.post(f"/v1/data-sources/{source_id}/sync", headers=bearer(key))).status == 202
+    body = await wait_status(client, key, source_id, "active", "error")
+    await wait_idle(client)
+    return body
+
+
+async def test_stripe_refund_made_after_its_charge_was_imported_is_an_event_once(client, make_key, stripe,
+                                                                                 monkeypatch):
+    fake, url = stripe
+    monkeypatch.setattr("app.sources.stripe.PAGE", 2)
+    fake.customers = [customer(1, 1_700_000_000), customer(2, 1_700_000_000)]
+    fake.charges = [charge(1, 1, 1_700_000_100), charge(2, 2, 1_700_000_200), charge(3, 2, 1_700_000_300)]
+    fake.refunds = [refund(1, 1, 1_700_000_150, amount=300)]
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active", body
+    [first] = await named(client, key, "charge_refunded")
+    assert first["user_id"] == "cus_1"
+    assert first["properties"] == {"refund_id": "re_1", "charge_id": "ch_1", "amount": 300, "currency": "usd",
+                                   "status": "succeeded", "reason": "requested_by_customer"}
+    imported = body["rows_imported"]
+
+    # Charges already imported are refunded later: their refunds come in by their own `created`.
+    fake.refunds.append(refund(2, 2, 1_700_000_900))
+    body = await sync_again(client, key, created["id"])
+    assert body["status"] == "active", body
+    refunds = await named(client, key, "charge_refunded")
+    assert [(e["properties"]["refund_id"], e["user_id"]) for e in refunds] == [("re_2", "cus_2"), ("re_1", "cus_1")]
+    assert body["rows_imported"] == imported + 1
+    # One more in the newest second already synced: imported, and the earlier one not again.
+    fake.refunds.append(refund(3, 3, 1_700_000_900))
+    body = await sync_again(client, key, created["id"])
+    assert sorted(e["properties"]["refund_id"] for e in await named(client, key, "charge_refunded")) == [
+        "re_1", "re_2", "re_3"]
+    assert body["rows_imported"] == imported + 2
+    # Nothing new: nothing imported.
+    body = await sync_again(client, key, created["id"])
+    assert body["rows_imported"] == imported + 2
+    assert len(await named(client, key, "charge_refunded")) == 3
+    assert len(await named(client, key, "charge_succeeded")) == 3
+
+
+async def test_stripe_key_without_refunds_access_keeps_customers_and_charges_and_says_why(client, make_key, stripe):
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    fake.refunds_forbidden = True
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "error")
+    assert body["status_reason"].startswith("Stripe rejected the credentials (HTTP 403): The provided key "), body
+    assert "rak_refund_read" in body["status_reason"]
+    assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
+    assert (await client.get("/v1/users/cus_1", headers=bearer(key))).status == 200
 
 
 @pytest.mark.parametrize("action", ["delete", "pause"])

@@ -1,62 +1,125 @@
-"""Stripe: customers become user profiles (user id = Stripe customer id), charges become events
-charge_succeeded / charge_failed / charge_pending.
+"""Stripe through the official SDK (`stripe`): customers become user profiles (user id = Stripe customer
+id), charges become events charge_succeeded / charge_failed / charge_pending, refunds become events
+charge_refunded (a refund made after its charge was imported is picked up by its own `created`).
 
 Incremental by `created`: the cursor keeps, per object, the newest created second and the ids seen in
 it, and the next sync asks for created >= that second and skips those ids (Stripe timestamps are
 whole seconds, so `>` alone could miss objects created in the same second after a sync).
+
+The SDK's aiohttp client runs on the event loop over the network policy's guarded connector, so every
+connection (redirect hops included) is checked as the other HTTP connectors' are.
 """
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
-from app.sources.base import Batch, Connector, Imported
-from app.sources.http import Peer
+import aiohttp
+import stripe
+
+from app.sources.base import Batch, Connector, Imported, SourceError
+from app.sources.netguard import DestinationRefused, GuardedConnector
 from app.sources.schemas import StripeCredentials
 
 BASE_URL = "https://api.stripe.com"
 PAGE = 100
+SYNC_RETRIES = 2  # the SDK's own retries (connection errors, 409, 5xx, Stripe-Should-Retry); a check fails at once
+DETAIL_CHARS = 300  # of Stripe's error message in status_reason
+
+
+class GuardedStripeHTTP(stripe.AIOHTTPClient):
+    """The SDK's aiohttp client on a guarded session; a connection the policy refused raises
+    DestinationRefused instead of a (retried) APIConnectionError."""
+
+    def __init__(self, connector: GuardedConnector, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.connector = connector
+
+    def _handle_request_error(self, e: Exception) -> NoReturn:
+        if self.connector.refused:
+            raise DestinationRefused from None
+        super()._handle_request_error(e)
 
 
 class StripeConnector(Connector):
     credentials: StripeCredentials
 
-    def peer(self) -> Peer:
-        return Peer(self.options.base_url or BASE_URL, "Stripe", self.timeout, self.guard)
-
     @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.credentials.api_key}"}
+    def base_url(self) -> str:
+        return (self.options.base_url or BASE_URL).rstrip("/")
+
+    @asynccontextmanager
+    async def client(self, *, retries: int) -> AsyncIterator[stripe.StripeClient]:
+        # The SDK's own CA bundle, as its default clients use.
+        connector = self.guard.aiohttp_connector(ssl=ssl.create_default_context(cafile=stripe.ca_bundle_path))
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            http = GuardedStripeHTTP(connector, session=session, timeout=timeout)
+            yield stripe.StripeClient(self.credentials.api_key, base_addresses={"api": self.base_url},
+                                      http_client=http, max_network_retries=retries)
+
+    async def _call(self, fn: Callable[[], Awaitable[stripe.ListObject]]) -> stripe.ListObject:
+        try:
+            return await fn()
+        except stripe.StripeError as exc:
+            raise self._reason(exc) from None
+
+    def _reason(self, exc: stripe.StripeError) -> SourceError:
+        """An SDK exception as a SourceError with a reason fit for status_reason (the runner scrubs secrets)."""
+        if isinstance(exc, stripe.APIConnectionError):
+            # One text for refused, reset and timed out: the reason would tell port states apart.
+            return SourceError(f"could not reach Stripe at {self.base_url}")
+        status = exc.http_status
+        # Stripe's own message when the answer was a Stripe error object, not the body of whatever answered.
+        message = exc.error.message if exc.error is not None and exc.error.message else None
+        detail = f": {message[:DETAIL_CHARS]}" if message else ""
+        if isinstance(exc, stripe.AuthenticationError | stripe.PermissionError):
+            return SourceError(f"Stripe rejected the credentials (HTTP {status}){detail}")
+        if isinstance(exc, stripe.RateLimitError):
+            return SourceError(f"Stripe rate-limited the sync (HTTP {status}); it will retry on schedule")
+        if status is not None:
+            return SourceError(f"Stripe answered HTTP {status}{detail}")
+        return SourceError(f"Stripe call failed: {type(exc).__name__}{detail}")
 
     async def check(self) -> None:
-        async with self.peer() as peer:
-            await peer.call("GET", "/v1/customers", headers=self.headers, params={"limit": "1"})
+        async with self.client(retries=0) as client:
+            await self._call(lambda: client.v1.customers.list_async({"limit": 1}))
 
     async def sync(self, cursor: Any) -> tuple[int, Any]:
         cursor = dict(cursor or {})
         total = 0
-        async with self.peer() as peer:
-            for kind, to_batch in (("customers", self._customers), ("charges", self._charges)):
-                items, mark = await self._list_new(peer, kind, cursor.get(kind))
+        async with self.client(retries=SYNC_RETRIES) as client:
+            v1 = client.v1
+            for kind, lister, to_batch, params in (
+                    ("customers", v1.customers.list_async, self._customers, {}),
+                    ("charges", v1.charges.list_async, self._charges, {}),
+                    # The charge, for its customer: a refund names only the charge.
+                    ("refunds", v1.refunds.list_async, self._refunds, {"expand": ["data.charge"]})):
+                items, mark = await self._list_new(lister, params, cursor.get(kind))
                 cursor[kind] = mark
                 await self.sink.commit(Batch(**to_batch(items), cursor=dict(cursor)))
                 total += len(items)
         return total, cursor
 
-    async def _list_new(self, peer: Peer, kind: str, mark: dict | None) -> tuple[list[dict], dict | None]:
-        params: dict[str, str] = {"limit": str(PAGE)}
+    async def _list_new(self, lister: Callable[[dict], Awaitable[stripe.ListObject]], params: dict,
+                        mark: dict | None) -> tuple[list[dict], dict | None]:
+        params = {**params, "limit": PAGE}
         seen: set[str] = set()
         if mark:
-            params["created[gte]"] = str(mark["t"])
+            params["created"] = {"gte": mark["t"]}
             seen = set(mark["ids"])
         items: list[dict] = []
         while True:
-            page = await peer.call("GET", f"/v1/{kind}", headers=self.headers, params=params)
-            items.extend(o for o in page.get("data", []) if o.get("id") not in seen)
-            if not page.get("has_more") or not page.get("data"):
+            page = await self._call(lambda: lister(params))
+            data = [o.to_dict() for o in page.data]
+            items.extend(o for o in data if o.get("id") not in seen)
+            if not page.has_more or not data:
                 break
-            params["starting_after"] = page["data"][-1]["id"]
+            params["starting_after"] = data[-1]["id"]
         if not items:
             return [], mark
         newest = max(o["created"] for o in items)
@@ -82,14 +145,32 @@ class StripeConnector(Connector):
     def _charges(items: list[dict]) -> dict:
         events = []
         for ch in items:
-            customer = ch.get("customer")
-            if isinstance(customer, dict):
-                customer = customer.get("id")
             props = {
                 "charge_id": ch["id"], "amount": ch.get("amount"), "currency": ch.get("currency"),
                 "status": ch.get("status"), "paid": ch.get("paid"), "refunded": ch.get("refunded"),
                 "amount_refunded": ch.get("amount_refunded"), "description": ch.get("description"),
             }
             name = f"charge_{ch.get('status') or 'created'}"
-            events.append(Imported(name, customer, props, datetime.fromtimestamp(ch["created"], UTC)))
+            events.append(Imported(name, object_id(ch.get("customer")), props,
+                                   datetime.fromtimestamp(ch["created"], UTC)))
         return {"events": events}
+
+    @staticmethod
+    def _refunds(items: list[dict]) -> dict:
+        events = []
+        for r in items:
+            charge = r.get("charge")
+            customer = object_id(charge.get("customer")) if isinstance(charge, dict) else None
+            props = {
+                "refund_id": r["id"], "charge_id": object_id(charge), "amount": r.get("amount"),
+                "currency": r.get("currency"), "status": r.get("status"), "reason": r.get("reason"),
+            }
+            events.append(Imported("charge_refunded", customer, props, datetime.fromtimestamp(r["created"], UTC)))
+        return {"events": events}
+
+
+def object_id(value: object) -> str | None:
+    """The id of a reference Stripe sends as an id or, expanded, as the object."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) else None
