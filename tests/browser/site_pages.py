@@ -3,6 +3,7 @@
 /__site__/shop?site=ID   script-tag install with the queue stub, a SPA link, a custom event and an outbound link
 /__site__/hooks?site=ID  Tally.createTracker with a beforeSend hook that edits, cancels and throws
 /__site__/landing        where the outbound link goes (another host name: localhost instead of 127.0.0.1)
+/__site__/links?site=ID  script-tag install with file downloads on, a download link and a tagged button
 /__doh__?name=D&type=TXT a fake DNS-over-HTTPS JSON resolver answering the TXT records in `TXT_RECORDS`
 """
 
@@ -74,6 +75,24 @@ async def hooks(request: web.Request) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
+async def links(request: web.Request) -> web.Response:
+    site = _site(request)
+    body = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>Links</title>
+<script defer src="/tracker.js" data-site="{site}" data-allow-localhost="true" data-auto="false"
+        data-downloads="true"></script>
+</head><body>
+<a id="download" href="/__site__/files/guide.pdf" download>Guide (PDF)</a>
+<a id="page" href="#top">Top</a>
+<button id="tagged" type="button" data-tally-event="Signup" data-tally-prop-plan="pro"><b>Sign up</b></button>
+</body></html>"""
+    return web.Response(text=body, content_type="text/html")
+
+
+async def file(request: web.Request) -> web.Response:
+    return web.Response(body=b"%PDF-1.4\n", content_type="application/pdf")
+
+
 async def landing(request: web.Request) -> web.Response:
     return web.Response(text="<!doctype html><title>Partner</title><h1>Partner site</h1>", content_type="text/html")
 
@@ -89,5 +108,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/__site__/shop/{tail:.*}", shop)
     router.add_get("/__site__/hooks", hooks)
     router.add_get("/__site__/landing", landing)
+    router.add_get("/__site__/links", links)
+    router.add_get("/__site__/files/{name}", file)
     router.add_get("/__doh__", doh)
 

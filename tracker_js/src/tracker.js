@@ -27,8 +27,11 @@ const IDLE_MS = 30 * 60 * 1000
 const newSid = (w) =>
   Array.from(w.crypto.getRandomValues(new Uint8Array(16)), (b) => (b + 256).toString(16).slice(1)).join('')
 
+// File types whose link clicks count as downloads with `downloads: true` (Plausible's default list).
+const DOWNLOADS = 'pdf,xlsx,docx,txt,rtf,csv,exe,key,pps,ppt,pptx,7z,pkg,rar,gz,zip,avi,mov,mp4,mpeg,wmv,midi,mp3,wav,wma,dmg'
+
 /**
- * createTracker({ site, api, defaultProps, beforeSend, auto, outbound,
+ * createTracker({ site, api, defaultProps, beforeSend, auto, outbound, downloads, tagged,
  *                 respectDnt, allowLocalhost, hash })
  * Returns { track, identify, reset, setDefaultProps }.
  */
@@ -115,14 +118,15 @@ export function createTracker(o, w = window) {
       Object.assign(defaults, props)
     },
   }
-  autotrack(t, w, o.auto !== false, o.outbound !== false, o.hash)
+  autotrack(t, w, o.auto !== false, o.outbound !== false, o.hash, o.downloads, o.tagged !== false)
   return t
 }
 
 // Automatic events, built on the public track(): pageviews on load and on
 // SPA navigation (deduplicated on the page: the pathname, plus the hash route
-// with hash routing), and outbound link clicks.
-function autotrack(t, w, pageviews, outbound, hash) {
+// with hash routing), clicks on elements tagged data-tally-event, and link
+// clicks: file downloads (opt-in) and outbound links.
+function autotrack(t, w, pageviews, outbound, hash, downloads, tagged) {
   const loc = w.location
   if (pageviews) {
     let last
@@ -152,21 +156,36 @@ function autotrack(t, w, pageviews, outbound, hash) {
     if (hash) w.addEventListener('hashchange', page)
     page()
   }
-  if (outbound) {
-    const click = (e) => {
-      const a = e.target && e.target.closest && e.target.closest('a[href]')
-      // hostname is '' for mailto:, tel:, javascript: links: not outbound.
-      if (a && a.hostname && a.hostname != loc.hostname) t.track('outbound', { url: a.href })
+  // true: the default file types; a string or an array: those ('pdf,zip').
+  const types = downloads && ('' + (downloads === true ? DOWNLOADS : downloads)).toLowerCase().split(/[\s,]+/)
+  const click = (e) => {
+    const el = e.target && e.target.closest && e.target
+    if (!el) return
+    // A tagged element (or one inside it) sends its event, with its data-tally-prop-* attributes as props,
+    // and nothing else: the page author named what the click means.
+    const tag = tagged && el.closest('[data-tally-event]')
+    if (tag) {
+      const props = {}
+      for (const a of tag.attributes) if (a.name.startsWith('data-tally-prop-')) props[a.name.slice(16)] = a.value
+      return t.track(tag.getAttribute('data-tally-event'), props)
     }
-    w.document.addEventListener('click', click)
-    // middle-click opens the link in a new tab
-    w.document.addEventListener('auxclick', (e) => e.button == 1 && click(e))
+    const a = el.closest('a[href]')
+    if (!a) return
+    const file = a.pathname.split('/').pop().split('.')
+    if (types && file.length > 1 && types.includes(file.pop().toLowerCase())) t.track('file_download', { url: a.href })
+    // hostname is '' for mailto:, tel:, javascript: links: not outbound.
+    else if (outbound && a.hostname && a.hostname != loc.hostname) t.track('outbound', { url: a.href })
   }
+  if (!outbound && !types && !tagged) return
+  w.document.addEventListener('click', click)
+  // middle-click opens the link in a new tab
+  w.document.addEventListener('auxclick', (e) => e.button == 1 && click(e))
 }
 
 // Script-tag setup: <script defer src=".../tracker.js" data-site="ID"
 // data-api="https://host" data-respect-dnt="true" data-allow-localhost="true"
-// data-auto="false" data-hash="true">. Replays calls queued in window.tally.q, in order.
+// data-auto="false" data-hash="true" data-downloads="true" (or "pdf,zip")>.
+// Replays calls queued in window.tally.q, in order.
 export function boot(w = window) {
   const s = w.document.currentScript
   const attr = (k) => s && s.getAttribute('data-' + k)
@@ -180,6 +199,7 @@ export function boot(w = window) {
       hash: attr('hash') == 'true',
       auto: false,
       outbound: false,
+      tagged: false,
     },
     w,
   )
@@ -192,5 +212,6 @@ export function boot(w = window) {
   w.Tally = { createTracker: (o) => createTracker(o, w) }
   // Replay first, so queued setDefaultProps/identify precede the first pageview.
   for (const args of queue) tally.apply(0, args)
-  autotrack(t, w, attr('auto') != 'false', true, attr('hash') == 'true')
+  const d = attr('downloads')
+  autotrack(t, w, attr('auto') != 'false', true, attr('hash') == 'true', d == 'true' || (d != 'false' && d), true)
 }

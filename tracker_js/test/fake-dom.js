@@ -49,8 +49,8 @@ class Location {
   }
 }
 
-// Elements support getAttribute, parentNode and closest('tag[attr]') /
-// closest('tag') / closest('[attr]'); <a> gets href/hostname like a browser.
+// Elements support getAttribute, attributes, parentNode and closest('tag[attr]') /
+// closest('tag') / closest('[attr]'); <a> gets href/hostname/pathname like a browser.
 class Element {
   constructor(doc, tag, attrs = {}, parent = null) {
     this.ownerDocument = doc
@@ -79,6 +79,12 @@ class Element {
   }
   get hostname() {
     return this.tagName === 'A' && this._url ? this._url.hostname : undefined
+  }
+  get pathname() {
+    return this.tagName === 'A' && this._url ? this._url.pathname : undefined
+  }
+  get attributes() {
+    return Object.entries(this.attrs).map(([name, value]) => ({ name, value: String(value) }))
   }
 }
 

@@ -379,6 +379,73 @@ describe('outbound links', () => {
   })
 })
 
+describe('file downloads', () => {
+  const setup = (opts) => {
+    const w = fakeWindow()
+    createTracker({ site: 'site-1', api: API, auto: false, ...opts }, w)
+    const el = (tag, attrs, parent = w.document.body) => w.document.createElement(tag, attrs, parent)
+    return { w, el }
+  }
+
+  test('off by default: a link to a file on another host is an outbound click', () => {
+    const { w, el } = setup()
+    w.click(el('a', { href: '/files/report.pdf' }))
+    w.click(el('a', { href: 'https://cdn.other.example/app.dmg' }))
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.props]), [['outbound', { url: 'https://cdn.other.example/app.dmg' }]])
+  })
+
+  test('downloads: true counts links to the default file types, on any host, as file_download only', () => {
+    const { w, el } = setup({ downloads: true })
+    w.click(el('a', { href: '/files/Report.PDF?v=2#p3' }))
+    w.click(el('a', { href: 'https://cdn.other.example/app.dmg' }))
+    w.click(el('a', { href: '/blog/pdf' })) // no extension
+    w.click(el('a', { href: '/page.html' })) // not a listed type
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.props]), [
+      ['file_download', { url: 'https://shop.example.com/files/Report.PDF?v=2#p3' }],
+      ['file_download', { url: 'https://cdn.other.example/app.dmg' }],
+    ])
+  })
+
+  test('a list of types replaces the default one', () => {
+    const { w, el } = setup({ downloads: 'epub, MOBI' })
+    for (const href of ['/book.epub', '/book.mobi', '/book.pdf']) w.click(el('a', { href }))
+    assert.deepEqual(bodies(w).map((b) => b.props.url), ['https://shop.example.com/book.epub', 'https://shop.example.com/book.mobi'])
+  })
+
+  test('the script tag takes data-downloads', () => {
+    for (const [value, sent] of [['true', ['file_download']], ['zip', ['file_download']], ['false', []], [undefined, []]]) {
+      const w = fakeWindow({ script: { site: 'abc', auto: 'false', ...(value ? { downloads: value } : {}) } })
+      boot(w)
+      w.click(w.document.createElement('a', { href: '/a.zip' }, w.document.body))
+      assert.deepEqual(names(w), sent, `data-downloads=${value}`)
+    }
+  })
+})
+
+describe('tagged elements', () => {
+  test('a click in an element with data-tally-event sends that event with its data-tally-prop-* props', () => {
+    const w = fakeWindow()
+    createTracker({ site: 'site-1', api: API, auto: false }, w)
+    const button = w.document.createElement('button', { 'data-tally-event': 'Signup', 'data-tally-prop-plan': 'pro',
+      'data-tally-prop-seats': 3, class: 'cta' }, w.document.body)
+    w.click(w.document.createElement('span', {}, button))
+    // A tagged outbound link sends its own event only.
+    w.click(w.document.createElement('a', { href: 'https://other.example/', 'data-tally-event': 'Partner' }, w.document.body))
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.props]), [['Signup', { plan: 'pro', seats: '3' }], ['Partner', {}]])
+  })
+
+  test('once per click with the script tag; tagged: false turns it off', () => {
+    const w = fakeWindow({ script: { site: 'abc', auto: 'false' } })
+    boot(w)
+    w.click(w.document.createElement('button', { 'data-tally-event': 'Signup' }, w.document.body))
+    assert.deepEqual(names(w), ['Signup'])
+    const w2 = fakeWindow()
+    createTracker({ site: 'site-1', api: API, auto: false, tagged: false }, w2)
+    w2.click(w2.document.createElement('button', { 'data-tally-event': 'Signup' }, w2.document.body))
+    assert.equal(w2.sent.length, 0)
+  })
+})
+
 describe('opt-outs', () => {
   test('localStorage tally_ignore = "true" disables sending, checked at send time', () => {
     const w = fakeWindow({ storage: { tally_ignore: 'true' } })
