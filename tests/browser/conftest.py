@@ -11,6 +11,7 @@ Screenshots go to a temporary folder; with TALLY_SCREENSHOTS=1 they refresh docs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -150,6 +151,38 @@ def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory,
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()
+
+
+@contextlib.contextmanager
+def customer_site(live_server: LiveServer, script_path: str, script: str,
+                  extra: dict[str, str] | None = None) -> Iterator[dict]:
+    """A customer website on another port of the loopback (another origin than Tally's): `script` (a bundled
+    third-party tracker) at `script_path`, the HTML of `extra`'s paths, and `pages["html"]` at every other
+    path. Yields {"pages", "port", "base"}."""
+    pages: dict[str, str] = {}
+
+    async def page(request: web.Request) -> web.Response:
+        html = (extra or {}).get(request.path, pages.get("html", ""))
+        return web.Response(text=html, content_type="text/html")
+
+    async def bundle(request: web.Request) -> web.Response:
+        return web.Response(text=script, content_type="text/javascript")
+
+    async def start() -> tuple[web.AppRunner, int]:
+        app = web.Application()
+        app.router.add_get(script_path, bundle)
+        app.router.add_get("/{tail:.*}", page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner, site._server.sockets[0].getsockname()[1]
+
+    runner, port = live_server.run(start())
+    try:
+        yield {"pages": pages, "port": port, "base": f"http://127.0.0.1:{port}"}
+    finally:
+        live_server.run(runner.cleanup())
 
 
 @pytest.fixture(autouse=True)

@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from playwright.sync_api import Page
 
 from app.appkeys import POOL
-from tests.browser.conftest import DESKTOP_UA, LiveServer, wait_for
+from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, wait_for
 
 PROJECT = Path(__file__).parent / "plausible"
 ENTRY = 'import Plausible from "plausible-tracker"; window.Plausible = Plausible\n'
@@ -71,32 +70,9 @@ def customer_page(domain: str, api_host: str, outbound: str) -> str:
 
 @pytest.fixture
 def site_server(live_server: LiveServer, tracker_bundle: str) -> Iterator[dict]:
-    """A customer website on another port of the loopback (another origin than Tally's)."""
-    pages: dict[str, str] = {}
-
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text=pages["html"], content_type="text/html")
-
-    async def partner(request: web.Request) -> web.Response:
-        return web.Response(text="<!doctype html><title>Partner</title><h1>Partner</h1>", content_type="text/html")
-
-    async def script(request: web.Request) -> web.Response:
-        return web.Response(text=tracker_bundle, content_type="text/javascript")
-
-    async def start() -> tuple[web.AppRunner, int]:
-        app = web.Application()
-        app.router.add_get("/plausible.js", script)
-        app.router.add_get("/partner", partner)
-        app.router.add_get("/{tail:.*}", page)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return runner, site._server.sockets[0].getsockname()[1]
-
-    runner, port = live_server.run(start())
-    yield {"pages": pages, "port": port, "base": f"http://127.0.0.1:{port}"}
-    live_server.run(runner.cleanup())
+    partner = "<!doctype html><title>Partner</title><h1>Partner</h1>"
+    with customer_site(live_server, "/plausible.js", tracker_bundle, {"/partner": partner}) as site:
+        yield site
 
 
 def test_plausible_tracker_events_land_in_tally(page: Page, live_server: LiveServer, account, site_server):

@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from playwright.sync_api import Page
 
-from tests.browser.conftest import DESKTOP_UA, LiveServer, wait_for
+from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, wait_for
 
 PROJECT = Path(__file__).parent / "segment"
 ENTRY = 'import { AnalyticsBrowser } from "@segment/analytics-next"; window.AnalyticsBrowser = AnalyticsBrowser\n'
@@ -63,28 +62,8 @@ def customer_page(write_key: str, cdn_url: str, user_id: str, batching: bool) ->
 
 @pytest.fixture
 def shop(live_server: LiveServer, analytics_bundle: str) -> Iterator[dict]:
-    """A customer website on another port of the loopback (another origin than Tally's)."""
-    pages: dict[str, str] = {}
-
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text=pages["html"], content_type="text/html")
-
-    async def script(request: web.Request) -> web.Response:
-        return web.Response(text=analytics_bundle, content_type="text/javascript")
-
-    async def start() -> tuple[web.AppRunner, int]:
-        app = web.Application()
-        app.router.add_get("/analytics.js", script)
-        app.router.add_get("/{tail:.*}", page)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return runner, site._server.sockets[0].getsockname()[1]
-
-    runner, port = live_server.run(start())
-    yield {"pages": pages, "base": f"http://127.0.0.1:{port}"}
-    live_server.run(runner.cleanup())
+    with customer_site(live_server, "/analytics.js", analytics_bundle) as site:
+        yield site
 
 
 @pytest.fixture
