@@ -13,6 +13,7 @@ from storage import users as user_store
 from storage.events import EventRow
 
 EVENTS = "events"
+# Tally's identify: items are (user id, traits to merge, time, anonymous id to merge into the user or None).
 IDENTIFY = "identify"
 # Segment calls (app.segment.messages): items are (source_id, message_id or None, op, data).
 SEGMENT = "segment"
@@ -61,18 +62,20 @@ class WorkspaceActor(Actor):
         records: list[EventRow] = []
         traits: dict[str, tuple[dict, datetime]] = {}
         segment: list[tuple] = []
+        merges: list[tuple[str, str]] = []  # (anonymous id, user id) of identify calls, run as aliases
         for msg in batch:
             if msg.kind == EVENTS:
                 records.extend(msg.items)
             elif msg.kind == IDENTIFY:
-                _merge_traits(traits, msg.items)
+                _merge_traits(traits, [(user_id, new, at) for user_id, new, at, _ in msg.items])
+                merges.extend((anon, user_id) for user_id, _, _, anon in msg.items if anon and anon != user_id)
             else:
                 segment.extend(msg.items)
         stamps = {r.ts for r in records}
         stamps.update(item[3].ts for item in segment if item[2] == OP_EVENT)
         await self.partitions.ensure(self.pool, stamps)
         async with self.connection() as conn:
-            if not traits and not segment:
+            if not traits and not segment and not merges:
                 # One statement: the events trigger checks erasures and keeps profiles (migration 0009).
                 await event_store.copy_events(conn, records)
                 return
@@ -87,7 +90,7 @@ class WorkspaceActor(Actor):
                 if records:
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, traits)
-                for previous, target in aliases:
+                for previous, target in [*aliases, *merges]:
                     await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
                 if segment:
                     await segment_store.touch_sources(conn, [item[0] for item in segment], datetime.now(UTC))

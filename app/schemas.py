@@ -59,6 +59,8 @@ class BatchIn(msgspec.Struct):
 class IdentifyIn(msgspec.Struct, dict=True):
     user_id: Identifier
     traits: dict[str, Any] = {}
+    # The id the client sent events under before it knew the user: merged into the user, as an alias.
+    anonymous_id: Identifier | None = None
     timestamp: TimestampText | None = None  # as sent; `at` is its time
 
     def __post_init__(self) -> None:

@@ -213,3 +213,39 @@ async def test_erasing_an_anonymous_id_deletes_its_anonymous_events_everywhere(c
     listed = await (await client.get("/v1/events", headers=bearer(key))).json()
     assert [(e["event"], e["user_id"]) for e in listed["data"]] == [("signup", "keeps")]  # a user's event stays
     assert await counts() == {"signup": 1, "page_viewed": 0}
+
+
+async def test_identify_with_an_anonymous_id_merges_its_events_into_the_user(client, make_key):
+    """A client that tracked a visitor anonymously names the anonymous id when it identifies them (as PostHog's
+    and Mixpanel's identify do): the anonymous events become the user's, in the event list, the profile and
+    the reports, so a funnel from an anonymous first step to a signed-in last one counts one user."""
+    from tests.reports_support import create_report, run_report
+
+    key = await make_key("read,write,admin")
+    await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": "landing_viewed", "anonymous_id": "anon-7", "timestamp": "2026-10-23T10:00:00Z"},
+        {"event": "signup", "anonymous_id": "anon-7", "timestamp": "2026-10-23T10:05:00Z"},
+        {"event": "landing_viewed", "anonymous_id": "anon-8", "timestamp": "2026-10-23T10:06:00Z"}]})
+    report = await create_report(client, key, {"name": "F", "type": "funnel", "config": {
+        "events": ["landing_viewed", "signup", "purchase"], "from": "2026-10-23T00:00:00Z",
+        "to": "2026-10-23T23:59:59Z"}})
+    assert [row[2] for row in (await run_report(client, key, report["id"]))["rows"]] == [2, 1, 0]
+
+    resp = await client.post("/v1/identify", headers=bearer(key), json={
+        "user_id": "u-7", "anonymous_id": "anon-7", "traits": {"plan": "pro"}, "timestamp": "2026-10-23T10:07:00Z"})
+    assert resp.status == 200 and (await resp.json())["id"] == "u-7"
+    await client.post("/v1/events", headers=bearer(key), json={
+        "event": "purchase", "user_id": "u-7", "timestamp": "2026-10-23T10:10:00Z"})
+
+    listed = await (await client.get("/v1/events", headers=bearer(key), params={"user_id": "u-7"})).json()
+    assert [e["event"] for e in listed["data"]] == ["purchase", "signup", "landing_viewed"]
+    profile = await (await client.get("/v1/users/u-7", headers=bearer(key))).json()
+    assert (profile["traits"], profile["event_count"], profile["created_at"]) == (
+        {"plan": "pro"}, 3, "2026-10-23T10:00:00.000Z")
+    assert [row[2] for row in (await run_report(client, key, report["id"]))["rows"]] == [2, 1, 1]
+    # The other visitor stays anonymous; identifying a user with its own id as anonymous id changes nothing.
+    anon = await (await client.get("/v1/events", headers=bearer(key), params={"user_id": "anon-8"})).json()
+    assert anon["data"] == []
+    resp = await client.post("/v1/identify", headers=bearer(key), json={"user_id": "u-7", "anonymous_id": "u-7"})
+    assert resp.status == 200
+    assert (await (await client.get("/v1/users/u-7", headers=bearer(key))).json())["event_count"] == 3

@@ -114,7 +114,9 @@ SCHEMAS = {
         "anonymous_id": {"type": ["string", "null"]}, "properties": _JSON_OBJ, "timestamp": _TS,
         "received_at": _TS}},
     "IdentifyIn": {"type": "object", "required": ["user_id"], "properties": {
-        "user_id": _ID, "traits": _JSON_OBJ, "timestamp": _TS}},
+        "user_id": _ID, "traits": _JSON_OBJ, "timestamp": _TS,
+        "anonymous_id": {**_ID, "description": "the id events were sent under before the user was known: "
+                                               "its events and profile merge into the user's (as an alias)"}}},
     "Identified": {"type": "object", "required": ["id", "status", "received_at"], "properties": {
         "id": {"type": "string"}, "status": {"const": "identified"}, "received_at": _TS}},
     "UserProfile": {"type": "object", "required": ["id", "traits", "created_at", "last_seen_at", "event_count"],
