@@ -87,13 +87,16 @@ class WorkspaceActor(Actor):
                 return
             async with conn.transaction():
                 aliases = await self._segment_ops(conn, segment, records, traits) if segment else []
+                if segment:
+                    # The sources' rows before any profile's, as in STORE_EVENTS (whose profile upkeep runs in
+                    # the events trigger, after its touch): the other order deadlocked a flush of analytics.js's
+                    # identify against one of its track for the same user on a source's first calls.
+                    await segment_store.touch_sources(conn, [item[0] for item in segment], datetime.now(UTC))
                 if records:
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, traits)
                 for previous, target in [*aliases, *merges]:
                     await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
-                if segment:
-                    await segment_store.touch_sources(conn, [item[0] for item in segment], datetime.now(UTC))
 
     async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[EventRow],
                            traits: dict[str, tuple[dict, datetime]]) -> list[tuple[str, str]]:

@@ -41,7 +41,9 @@ WHERE id = ANY({ids}::text[]) AND type = 'segment'
 TOUCH = _TOUCH_SET.format(ids="$1", delivered="$2")
 
 # Events only (every call a track, page or screen): claim, store and touch in one statement, so one round
-# trip and one implicit transaction, like a /v1/events flush. The unreferenced touch runs last. The rows
+# trip and one implicit transaction, like a /v1/events flush. The unreferenced touch runs after the insert
+# and before the insert's AFTER triggers (the profile upkeep): a source's row is locked before a profile's,
+# the order every Segment flush keeps (actors/workspace.py). The rows
 # travel as one jsonb array: asyncpg's array encoding checks every element against abstract base classes,
 # which cost twice the COPY of the same rows.
 STORE_EVENTS = f"""
