@@ -2,8 +2,11 @@
 id = HubSpot contact id; traits from the contact's properties). Credentials are a private-app access
 token, or an OAuth app's client id/secret with a refresh token exchanged for an access token on each run.
 
-Incremental by updatedAt: every contact is listed, and only those updated after the cursor are
-merged (trait merging is idempotent, so a contact counted twice changes nothing).
+Incremental by updatedAt: every contact is listed, and those updated since the cursor are merged. The
+cursor is the newest updatedAt seen with the ids (and a digest of the properties) of the contacts at
+that very millisecond, and a sync reads from that millisecond on (>=), skipping only those unchanged, so
+a contact updated in the cursor's millisecond after a sync is not skipped for good. A cursor stored as
+an ISO string (before digests were kept) is read with `>` once.
 
 The library blocks (urllib3), so each call runs in a worker thread; its connections go through the
 network policy (guard.guard_pool_manager on the pool manager of each API client it builds).
@@ -27,6 +30,7 @@ from urllib3.util.retry import Retry
 
 from app.sources.base import Batch, Connector, SourceError, utc
 from app.sources.schemas import OAuthCredentials
+from app.sources.sql import row_digest
 
 BASE_URL = "https://api.hubapi.com"
 PROPERTIES = ["email", "firstname", "lastname", "company", "phone", "lifecyclestage", "createdate"]
@@ -38,6 +42,15 @@ ONE_ATTEMPT = Retry(total=10, connect=0, read=0, status=0, other=0, redirect=10)
 USER_AGENT = f"hubspot-api-client-python; {metadata.version('hubspot-api-client')}"
 
 T = TypeVar("T")
+
+
+def read_cursor(cursor: Any) -> tuple[datetime | None, dict[str, str] | None]:
+    """(newest updatedAt imported, {contact id: properties digest} at it); None for the digests of a
+    cursor stored as an ISO string, read with `>` as it was written."""
+    if isinstance(cursor, dict):
+        seen = cursor.get("seen")
+        return utc(cursor.get("t")), {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+    return (utc(cursor) if cursor else None), None
 
 
 class HubSpotConnector(Connector):
@@ -116,8 +129,8 @@ class HubSpotConnector(Connector):
             await self._contacts_page(contacts, None, limit=1)
 
     async def sync(self, cursor: Any) -> tuple[int, Any]:
-        since = utc(cursor) if cursor else None
-        newest = since
+        since, seen = read_cursor(cursor)
+        newest, at_newest = since, {}
         traits: dict[str, tuple[dict, datetime]] = {}
         after = None
         with self._contacts(await self.token()) as contacts:
@@ -126,14 +139,19 @@ class HubSpotConnector(Connector):
                 for contact in page.results:
                     contact_id = str(contact.id)
                     updated = utc(contact.updated_at) or datetime.now(UTC)
-                    if since is not None and updated <= since:
+                    if since is not None and updated < since:
                         continue
-                    newest = max(newest, updated) if newest else updated
-                    traits[contact_id] = self._traits(contact)
+                    digest = row_digest(contact.properties or {})
+                    if since is None or updated > since or (seen is not None and seen.get(contact_id) != digest):
+                        traits[contact_id] = self._traits(contact)
+                    if newest is None or updated > newest:
+                        newest, at_newest = updated, {}
+                    if updated == newest:
+                        at_newest[contact_id] = digest
                 after = page.paging.next.after if page.paging and page.paging.next else None
                 if not after:
                     break
-        mark = newest.isoformat() if newest else None
+        mark = {"t": newest.isoformat(), "seen": at_newest} if newest else None
         await self.sink.commit(Batch(traits=traits, cursor=mark))
         return len(traits), mark
 
