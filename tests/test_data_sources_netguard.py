@@ -32,6 +32,12 @@ def hubspot_source(url: str) -> dict:
             "options": {"base_url": url}}
 
 
+def salesforce_source(url: str) -> dict:
+    """simple-salesforce runs on the policy's requests session."""
+    return {"name": "sf", "type": "salesforce", "credentials": {"access_token": "00Dprobe!token", "instance_url": url},
+            "options": {"table": "Account"}}
+
+
 def own_db_source(database_url: str, host: str | None = None) -> dict:
     """The issue's attack: a postgres source pointed at the database Tally itself uses."""
     db = urlparse(database_url)
@@ -112,7 +118,7 @@ async def test_redis_server_is_refused_when_tally_uses_redis(make_client, settin
         "password": "redis-probe-pw"}})
 
 
-@pytest.mark.parametrize("make_source", [stripe_source, hubspot_source])
+@pytest.mark.parametrize("make_source", [stripe_source, hubspot_source, salesforce_source])
 async def test_http_base_url_at_tallys_own_database_is_refused(client, make_key, database_url, make_source):
     db = urlparse(database_url)
     key = await make_key("admin,read")
@@ -120,8 +126,9 @@ async def test_http_base_url_at_tallys_own_database_is_refused(client, make_key,
     await refused(client, key, make_source(f"http://localhost:{db.port or 5432}"))
 
 
-@pytest.mark.parametrize(("make_source", "path"), [(stripe_source, "/v1/customers"),
-                                                   (hubspot_source, "/crm/v3/objects/contacts")])
+@pytest.mark.parametrize(("make_source", "path"), [
+    (stripe_source, "/v1/customers"), (hubspot_source, "/crm/v3/objects/contacts"),
+    (salesforce_source, "/services/data/v61.0/sobjects/Account/describe")])
 async def test_http_redirect_to_tallys_own_database_is_refused(client, make_key, database_url, make_source, path):
     db = urlparse(database_url)
     target = f"http://{db.hostname}:{db.port or 5432}{path}"
@@ -145,6 +152,7 @@ async def test_production_refuses_private_and_link_local_base_urls(production, m
     key = await make_key("admin,read")
     await refused(client, key, stripe_source(url))
     await refused(client, key, hubspot_source(url))
+    await refused(client, key, salesforce_source(url))
 
 
 async def test_production_refuses_loopback_by_address_and_by_name(production, make_key, stripe):
@@ -153,6 +161,7 @@ async def test_production_refuses_loopback_by_address_and_by_name(production, ma
     await refused(client, key, stripe_source(stripe))
     await refused(client, key, stripe_source(stripe.replace("127.0.0.1", "localhost")))
     await refused(client, key, hubspot_source(stripe.replace("127.0.0.1", "localhost")))
+    await refused(client, key, salesforce_source(stripe.replace("127.0.0.1", "localhost")))
     await refused(client, key, {"name": "db", "type": "mysql", "credentials": {
         "host": "localhost", "port": 3306, "database": "mysql", "username": "root", "password": ""}})
 
