@@ -86,6 +86,7 @@ class FakeHubSpot:
     client_secret: str = "hub-client-secret"
     refresh_token: str = "hub-refresh-token"
     contacts: list[dict] = field(default_factory=list)
+    token_answer: dict | None = None  # answered to a good refresh token instead of HubSpot's own
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -98,14 +99,18 @@ class FakeHubSpot:
         if (form.get("grant_type"), form.get("client_id"), form.get("client_secret"), form.get("refresh_token")) != (
                 "refresh_token", self.client_id, self.client_secret, self.refresh_token):
             return web.json_response({"status": "BAD_REFRESH_TOKEN"}, status=400)
-        return web.json_response({"access_token": self.access_token, "expires_in": 1800})
+        if self.token_answer is not None:
+            return web.json_response(self.token_answer)
+        # HubSpot's whole answer: the client library refuses one without refresh_token or token_type.
+        return web.json_response({"access_token": self.access_token, "refresh_token": self.refresh_token,
+                                  "token_type": "bearer", "expires_in": 1800})
 
     async def _contacts(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {self.access_token}":
             return web.json_response({"status": "error", "category": "INVALID_AUTHENTICATION"}, status=401)
         limit = int(request.query.get("limit", "10"))
         start = int(request.query.get("after", "0"))
-        page = self.contacts[start:start + limit]
+        page = [{"archived": False, **c} for c in self.contacts[start:start + limit]]
         body: dict = {"results": page}
         if start + limit < len(self.contacts):
             body["paging"] = {"next": {"after": str(start + limit)}}

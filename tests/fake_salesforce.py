@@ -50,6 +50,7 @@ class FakeSalesforce:
         app.router.add_post("/services/oauth2/token", self.token)
         app.router.add_get(API + "/sobjects/{object}/describe", self.guarded(self.describe))
         app.router.add_get(API + "/query", self.guarded(self.query))
+        app.router.add_get(API + "/query/", self.guarded(self.query))  # simple-salesforce's spelling
         app.router.add_get(API + "/query/{locator}", self.guarded(self.more))
         return app
 

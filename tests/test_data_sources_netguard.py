@@ -26,6 +26,18 @@ def stripe_source(url: str) -> dict:
     return {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY}, "options": {"base_url": url}}
 
 
+def hubspot_source(url: str) -> dict:
+    """HubSpot's client library keeps its own urllib3 pools; the policy guards them too."""
+    return {"name": "crm", "type": "hubspot", "credentials": {"access_token": "pat-na1-probe"},
+            "options": {"base_url": url}}
+
+
+def salesforce_source(url: str) -> dict:
+    """simple-salesforce runs on the policy's requests session."""
+    return {"name": "sf", "type": "salesforce", "credentials": {"access_token": "00Dprobe!token", "instance_url": url},
+            "options": {"table": "Account"}}
+
+
 def own_db_source(database_url: str, host: str | None = None) -> dict:
     """The issue's attack: a postgres source pointed at the database Tally itself uses."""
     db = urlparse(database_url)
@@ -106,22 +118,26 @@ async def test_redis_server_is_refused_when_tally_uses_redis(make_client, settin
         "password": "redis-probe-pw"}})
 
 
-async def test_http_base_url_at_tallys_own_database_is_refused(client, make_key, database_url):
+@pytest.mark.parametrize("make_source", [stripe_source, hubspot_source, salesforce_source])
+async def test_http_base_url_at_tallys_own_database_is_refused(client, make_key, database_url, make_source):
     db = urlparse(database_url)
     key = await make_key("admin,read")
-    await refused(client, key, stripe_source(f"http://{db.hostname}:{db.port or 5432}"))
-    await refused(client, key, stripe_source(f"http://localhost:{db.port or 5432}"))
+    await refused(client, key, make_source(f"http://{db.hostname}:{db.port or 5432}"))
+    await refused(client, key, make_source(f"http://localhost:{db.port or 5432}"))
 
 
-async def test_http_redirect_to_tallys_own_database_is_refused(client, make_key, database_url):
+@pytest.mark.parametrize(("make_source", "path"), [
+    (stripe_source, "/v1/customers"), (hubspot_source, "/crm/v3/objects/contacts"),
+    (salesforce_source, "/services/data/v61.0/sobjects/Account/describe")])
+async def test_http_redirect_to_tallys_own_database_is_refused(client, make_key, database_url, make_source, path):
     db = urlparse(database_url)
-    target = f"http://{db.hostname}:{db.port or 5432}/v1/customers"
+    target = f"http://{db.hostname}:{db.port or 5432}{path}"
     app = web.Application()
-    app.router.add_get("/v1/customers", redirect_to(target))
+    app.router.add_get(path, redirect_to(target))
     server = await serve(app)
     try:
         key = await make_key("admin,read")
-        await refused(client, key, stripe_source(base_url(server)))
+        await refused(client, key, make_source(base_url(server)))
     finally:
         await server.close()
 
@@ -135,6 +151,8 @@ async def test_production_refuses_private_and_link_local_base_urls(production, m
     client = await production()
     key = await make_key("admin,read")
     await refused(client, key, stripe_source(url))
+    await refused(client, key, hubspot_source(url))
+    await refused(client, key, salesforce_source(url))
 
 
 async def test_production_refuses_loopback_by_address_and_by_name(production, make_key, stripe):
@@ -142,6 +160,8 @@ async def test_production_refuses_loopback_by_address_and_by_name(production, ma
     key = await make_key("admin,read")
     await refused(client, key, stripe_source(stripe))
     await refused(client, key, stripe_source(stripe.replace("127.0.0.1", "localhost")))
+    await refused(client, key, hubspot_source(stripe.replace("127.0.0.1", "localhost")))
+    await refused(client, key, salesforce_source(stripe.replace("127.0.0.1", "localhost")))
     await refused(client, key, {"name": "db", "type": "mysql", "credentials": {
         "host": "localhost", "port": 3306, "database": "mysql", "username": "root", "password": ""}})
 

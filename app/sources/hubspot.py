@@ -1,79 +1,168 @@
-"""HubSpot: contacts become user profiles (user id = HubSpot contact id; traits from the contact's
-properties). Credentials are a private-app access token, or an OAuth app's client id/secret with a
-refresh token exchanged for an access token on each run.
+"""HubSpot through its official client library (hubspot-api-client): contacts become user profiles (user
+id = HubSpot contact id; traits from the contact's properties). Credentials are a private-app access
+token, or an OAuth app's client id/secret with a refresh token exchanged for an access token on each run.
 
-Incremental by updatedAt: every contact is listed, and only those updated after the cursor are
-merged (trait merging is idempotent, so a contact counted twice changes nothing).
+Incremental by updatedAt: every contact is listed, and those updated since the cursor are merged. The
+cursor is the newest updatedAt seen with the ids (and a digest of the properties) of the contacts at
+that very millisecond, and a sync reads from that millisecond on (>=), skipping only those unchanged, so
+a contact updated in the cursor's millisecond after a sync is not skipped for good. A cursor stored as
+an ISO string (before digests were kept) is read with `>` once.
+
+The library blocks (urllib3), so each call runs in a worker thread; its connections go through the
+network policy (guard.guard_pool_manager on the pool manager of each API client it builds).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from importlib import metadata
+from types import ModuleType
+from typing import Any, TypeVar
+
+import urllib3
+from hubspot import HubSpot
+from hubspot.crm.contacts.exceptions import ApiException as ContactsError
+from hubspot.oauth.exceptions import ApiException as OAuthError
+from urllib3.util.retry import Retry
 
 from app.sources.base import Batch, Connector, SourceError, utc
-from app.sources.http import Peer
 from app.sources.schemas import OAuthCredentials
+from app.sources.sql import row_digest
 
 BASE_URL = "https://api.hubapi.com"
-PROPERTIES = "email,firstname,lastname,company,phone,lifecyclestage,createdate"
+PROPERTIES = ["email", "firstname", "lastname", "company", "phone", "lifecyclestage", "createdate"]
 PAGE = 100
+TOKEN_CALL = "POST /oauth/v1/token"
+CONTACTS_CALL = "GET /crm/v3/objects/contacts"
+# One attempt per call (a scheduled sync is the retry), redirects followed: each hop is guarded too.
+ONE_ATTEMPT = Retry(total=10, connect=0, read=0, status=0, other=0, redirect=10)
+USER_AGENT = f"hubspot-api-client-python; {metadata.version('hubspot-api-client')}"
+
+T = TypeVar("T")
+
+
+def read_cursor(cursor: Any) -> tuple[datetime | None, dict[str, str] | None]:
+    """(newest updatedAt imported, {contact id: properties digest} at it); None for the digests of a
+    cursor stored as an ISO string, read with `>` as it was written."""
+    if isinstance(cursor, dict):
+        seen = cursor.get("seen")
+        return utc(cursor.get("t")), {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+    return (utc(cursor) if cursor else None), None
 
 
 class HubSpotConnector(Connector):
     credentials: OAuthCredentials
 
-    def peer(self) -> Peer:
-        return Peer(self.options.base_url or BASE_URL, "HubSpot", self.timeout, self.guard)
+    @property
+    def base_url(self) -> str:
+        return (self.options.base_url or BASE_URL).rstrip("/")
 
-    async def token(self, peer: Peer) -> str:
+    # --- the library, guarded --------------------------------------------------------------------------
+    def _client(self, access_token: str | None = None) -> HubSpot:
+        return HubSpot(access_token=access_token, host=self.base_url, retry=ONE_ATTEMPT, api_factory=self._api)
+
+    def _api(self, package: ModuleType, api_name: str, config: dict[str, Any]) -> Any:
+        """The library's hook for building each API client (as its default factory does), here with its
+        urllib3 pool manager guarded by the network policy."""
+        configuration = package.Configuration(host=config["host"])
+        configuration.access_token = config.get("access_token")
+        configuration.retries = config["retry"]
+        client = package.ApiClient(configuration=configuration)
+        client.user_agent = USER_AGENT
+        self.guard.guard_pool_manager(client.rest_client.pool_manager)
+        return getattr(package, api_name)(api_client=client)
+
+    async def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, _request_timeout=self.timeout, **kwargs)
+        except (ContactsError, OAuthError) as exc:
+            status = exc.status or 0
+            if status == 0:  # the library's wrapping of a TLS failure
+                raise SourceError(f"could not reach HubSpot at {self.base_url}") from None
+            if status in (401, 403):
+                raise SourceError(f"HubSpot rejected the credentials (HTTP {status})") from None
+            if status == 429:
+                raise SourceError("HubSpot rate-limited the sync (HTTP 429); it will retry on schedule") from None
+            raise SourceError(f"HubSpot answered HTTP {status} to {what}") from None
+        except urllib3.exceptions.HTTPError:
+            # One text for refused, reset and timed out: the reason would tell port states apart.
+            raise SourceError(f"could not reach HubSpot at {self.base_url}") from None
+
+    async def token(self) -> str:
         c = self.credentials
         if c.access_token:
             return c.access_token
-        form = {"grant_type": "refresh_token", "client_id": c.client_id, "client_secret": c.client_secret,
-                "refresh_token": c.refresh_token}
-        answer = await peer.call("POST", "/oauth/v1/token", headers={}, data=form)
-        token = answer.get("access_token") if isinstance(answer, dict) else None
-        if not token:
+        tokens = self._client().oauth.tokens_api
+        try:
+            answer = await self._call(TOKEN_CALL, tokens.create, grant_type="refresh_token", client_id=c.client_id,
+                                      client_secret=c.client_secret, refresh_token=c.refresh_token)
+        except ValueError:  # an answer without the fields the library requires
+            answer = None
+        finally:
+            tokens.api_client.rest_client.pool_manager.clear()
+        if answer is None or not answer.access_token:
             raise SourceError("HubSpot did not return an access token for the refresh token")
-        return token
+        return answer.access_token
 
+    async def _contacts_page(self, contacts: Any, after: str | None, limit: int = PAGE) -> Any:
+        try:
+            return await self._call(CONTACTS_CALL, contacts.get_page, limit=limit, properties=PROPERTIES,
+                                    after=after)
+        except ValueError:  # an answer without the fields the library requires
+            raise SourceError(f"HubSpot's answer to {CONTACTS_CALL} could not be read") from None
+
+    @contextmanager
+    def _contacts(self, access_token: str) -> Iterator[Any]:
+        """The contacts API for one run; its connections are closed at the end of it."""
+        contacts = self._client(access_token).crm.contacts.basic_api
+        try:
+            yield contacts
+        finally:
+            contacts.api_client.rest_client.pool_manager.clear()
+
+    # --- the connector ---------------------------------------------------------------------------------
     async def check(self) -> None:
-        async with self.peer() as peer:
-            headers = {"Authorization": f"Bearer {await self.token(peer)}"}
-            await peer.call("GET", "/crm/v3/objects/contacts", headers=headers, params={"limit": "1"})
+        with self._contacts(await self.token()) as contacts:
+            await self._contacts_page(contacts, None, limit=1)
 
     async def sync(self, cursor: Any) -> tuple[int, Any]:
-        since = utc(cursor) if cursor else None
-        newest = since
+        since, seen = read_cursor(cursor)
+        newest, at_newest = since, {}
         traits: dict[str, tuple[dict, datetime]] = {}
-        async with self.peer() as peer:
-            headers = {"Authorization": f"Bearer {await self.token(peer)}"}
-            params = {"limit": str(PAGE), "properties": PROPERTIES, "archived": "false"}
+        after = None
+        with self._contacts(await self.token()) as contacts:
             while True:
-                page = await peer.call("GET", "/crm/v3/objects/contacts", headers=headers, params=params)
-                for contact in page.get("results", []):
-                    updated = utc(contact.get("updatedAt")) or datetime.now(UTC)
-                    if since is not None and updated <= since:
+                page = await self._contacts_page(contacts, after)
+                for contact in page.results:
+                    contact_id = str(contact.id)
+                    updated = utc(contact.updated_at) or datetime.now(UTC)
+                    if since is not None and updated < since:
                         continue
-                    newest = max(newest, updated) if newest else updated
-                    traits[str(contact["id"])] = self._traits(contact)
-                after = ((page.get("paging") or {}).get("next") or {}).get("after")
+                    digest = row_digest(contact.properties or {})
+                    if since is None or updated > since or (seen is not None and seen.get(contact_id) != digest):
+                        traits[contact_id] = self._traits(contact)
+                    if newest is None or updated > newest:
+                        newest, at_newest = updated, {}
+                    if updated == newest:
+                        at_newest[contact_id] = digest
+                after = page.paging.next.after if page.paging and page.paging.next else None
                 if not after:
                     break
-                params["after"] = after
-        mark = newest.isoformat() if newest else None
+        mark = {"t": newest.isoformat(), "seen": at_newest} if newest else None
         await self.sink.commit(Batch(traits=traits, cursor=mark))
         return len(traits), mark
 
     @staticmethod
-    def _traits(contact: dict) -> tuple[dict, datetime]:
-        props = {k: v for k, v in (contact.get("properties") or {}).items() if v not in (None, "")}
-        created = utc(contact.get("createdAt")) or datetime.now(UTC)
+    def _traits(contact: Any) -> tuple[dict, datetime]:
+        props = {k: v for k, v in (contact.properties or {}).items() if v not in (None, "")}
+        created = utc(contact.created_at) or datetime.now(UTC)
         name = " ".join(p for p in (props.get("firstname"), props.get("lastname")) if p)
         values = {
             **{k: v for k, v in props.items() if k not in ("hs_object_id", "createdate", "lastmodifieddate")},
-            "hubspot_contact_id": str(contact["id"]),
+            "hubspot_contact_id": str(contact.id),
             "created_at": created.isoformat().replace("+00:00", "Z"),
         }
         if name:

@@ -24,6 +24,7 @@ API (connectors use these; every connector gets the app's guard as self.guard):
     guard.aiohttp_connector(**tcp_kwargs) -> aiohttp.TCPConnector    # every hop/redirect checked
     guard.requests_session() -> requests.Session                     # for requests-based vendor SDKs
     GuardedHTTPAdapter(guard)                                         # mount on your own Session
+    guard.guard_pool_manager(urllib3.PoolManager) -> the same manager # for SDKs on urllib3 directly
     DestinationRefused (a SourceError), REFUSED (its fixed message), UNREACHABLE (generic connect text)
     canonical(address) -> IPv4Address | IPv6Address                  # the address a check judges
 A connector that opens its own sockets resolves with guard.resolve() and connects to an address it
@@ -46,6 +47,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.poolmanager import PoolManager, ProxyManager
 
 from app.sources.base import SourceError
 from storage.clickhouse import server_endpoint
@@ -243,6 +245,15 @@ class NetGuard:
         session.mount("https://", adapter)
         return session
 
+    def guard_pool_manager(self, manager: PoolManager) -> PoolManager:
+        """Make every connection of a urllib3 PoolManager an SDK built (redirect hops to other hosts
+        included) resolve, check and connect to the checked address, as GuardedHTTPAdapter does."""
+        if isinstance(manager, ProxyManager):  # the proxy would be the peer checked, not the host
+            raise TypeError("a ProxyManager cannot be guarded")
+        manager.clear()  # pools opened before now would keep unguarded connection classes
+        manager.pool_classes_by_scheme = guarded_pool_classes(self)
+        return manager
+
 
 # --- aiohttp ---------------------------------------------------------------------------------------
 
@@ -308,6 +319,14 @@ class _GuardedConnectionMixin:
             self._dns_host = name
 
 
+def guarded_pool_classes(guard: NetGuard) -> dict[str, type[HTTPConnectionPool]]:
+    """urllib3 pool classes (for PoolManager.pool_classes_by_scheme) whose connections go through guard."""
+    http = type("GuardedHTTPConnection", (_GuardedConnectionMixin, HTTPConnection), {"guard": guard})
+    https = type("GuardedHTTPSConnection", (_GuardedConnectionMixin, HTTPSConnection), {"guard": guard})
+    return {"http": type("GuardedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),
+            "https": type("GuardedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": https})}
+
+
 class GuardedHTTPAdapter(HTTPAdapter):
     """A requests adapter whose connections resolve, check and then connect to the checked address.
     A refused destination raises DestinationRefused out of session.request()."""
@@ -318,12 +337,7 @@ class GuardedHTTPAdapter(HTTPAdapter):
 
     def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        http = type("GuardedHTTPConnection", (_GuardedConnectionMixin, HTTPConnection), {"guard": self.guard})
-        https = type("GuardedHTTPSConnection", (_GuardedConnectionMixin, HTTPSConnection), {"guard": self.guard})
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": type("GuardedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),
-            "https": type("GuardedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": https}),
-        }
+        self.poolmanager.pool_classes_by_scheme = guarded_pool_classes(self.guard)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -1,8 +1,12 @@
-"""Salesforce over its REST API (aiohttp): records of a standard or custom object (options.table, e.g.
-`Opportunity` or `Invoice__c`) or of a SOQL query (options.query) become events by the shared options
-model. Credentials are an access token with the org's instance_url, or a connected app's client
-id/secret with a refresh token, exchanged at login.salesforce.com (options.base_url: another login
-host, e.g. https://test.salesforce.com for a sandbox) for a token and the org's instance.
+"""Salesforce through simple-salesforce (its REST client, on a requests session the network policy
+guards): records of a standard or custom object (options.table, e.g. `Opportunity` or `Invoice__c`) or of
+a SOQL query (options.query) become events by the shared options model. Credentials are an access token
+with the org's instance_url, or a connected app's client id/secret with a refresh token, exchanged at
+login.salesforce.com (options.base_url: another login host, e.g. https://test.salesforce.com for a
+sandbox) for a token and the org's instance; simple-salesforce has no refresh-token grant, so that one
+POST is made here, on the same guarded session.
+
+The library blocks (requests), so each call runs in a worker thread.
 
 Incremental on SystemModstamp (or options.cursor_column, a date/time field): each sync asks for the
 records changed after the last (cursor value, Id) stored, ordered by both, follows nextRecordsUrl page
@@ -17,17 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
 import msgspec
+import requests
+from simple_salesforce import Salesforce
+from simple_salesforce.exceptions import SalesforceError
 
 from app.sources.base import Connector, SourceError, event_name, rows_to_batch, utc
-from app.sources.http import Answer, Peer
+from app.sources.netguard import DestinationRefused
 from app.sources.schemas import SalesforceCredentials
 
 LOGIN_URL = "https://login.salesforce.com"
-API = "/services/data/v61.0"
+VERSION = "61.0"
+API = f"/services/data/v{VERSION}"
 DEFAULT_CURSOR = "SystemModstamp"
 RETRIES = 3
 MAX_RETRY_WAIT = 30.0
@@ -36,10 +45,10 @@ USAGE_STOP = 0.9
 # Compound and binary fields cannot be listed in a multi-record query (their parts can).
 UNQUERYABLE = {"address", "location", "base64"}
 RECORD_ID = re.compile(r"^[A-Za-z0-9]{15,18}$")
+NEXT_RECORDS = re.compile(rf"^{re.escape(API)}/query/(?P<locator>[A-Za-z0-9-]+)$")
 SOQL = re.compile(r"^\s*SELECT\s+(?P<select>.+?)\s+FROM\s+(?P<object>[A-Za-z][A-Za-z0-9_]*)"
                   r"(?:\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
 CLAUSES = re.compile(r"\b(ORDER\s+BY|LIMIT|OFFSET|GROUP\s+BY|HAVING|FOR\s+(VIEW|REFERENCE|UPDATE))\b", re.I)
-USAGE = re.compile(r"api-usage=(\d+)/(\d+)")
 
 
 class NotFound(SourceError):
@@ -73,54 +82,85 @@ def soql_literal(value: str, kind: str) -> str:
 
 
 class Org:
-    """Requests to one org's REST API with its token, honouring its rate-limit answers."""
+    """One org's REST API through simple-salesforce, on a session from the network policy (every
+    connection checked, redirect hops included), honouring the org's rate-limit answers."""
 
-    def __init__(self, peer: Peer, token: str) -> None:
-        self.peer = peer
-        self.headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        self.usage: tuple[int, int] | None = None
+    def __init__(self, session: requests.Session, token: str, instance: str, timeout: float) -> None:
+        self.instance = instance.rstrip("/")
+        self.timeout = timeout
+        self.retry_after: str | None = None
+        session.hooks["response"].append(self._answered)  # the library's errors keep no headers
+        self.sf = Salesforce(instance_url=self.instance, session_id=token, session=session, version=VERSION,
+                             object_pairs_hook=dict)
+        # The library writes https://<host> URLs; an instance URL's own scheme is kept (a local fake's is http).
+        self.sf.base_url = f"{self.instance}{API}/"
 
-    async def get(self, path: str, params: dict[str, str] | None = None) -> Any:
+    def _answered(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        self.retry_after = response.headers.get("Retry-After")
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         for attempt in range(RETRIES + 1):
-            answer = await self.peer.request("GET", path, headers=self.headers, params=params)
-            if found := USAGE.search(answer.headers.get("Sforce-Limit-Info", "")):
-                self.usage = (int(found.group(1)), int(found.group(2)))
-            if answer.status < 300:
-                return answer.body
-            wait = self._retry_wait(answer, attempt)
-            if wait is None:
-                raise self._failure(answer)
+            try:
+                return await asyncio.to_thread(fn, *args, timeout=self.timeout)
+            except SalesforceError as exc:
+                wait = self._retry_wait(exc.status, attempt)
+                if wait is None:
+                    raise self._failure(exc) from None
+            except requests.JSONDecodeError:
+                raise SourceError("Salesforce answered with something other than JSON") from None
+            except DestinationRefused:
+                raise
+            except (requests.RequestException, SourceError):  # SourceError: the policy found no address
+                # One text for refused, reset and timed out: the reason would tell port states apart.
+                raise SourceError(f"could not reach Salesforce at {self.instance}") from None
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _retry_wait(answer: Answer, attempt: int) -> float | None:
-        if answer.status not in (429, 503) or attempt >= RETRIES:
+    async def describe(self, name: str) -> dict:
+        return await self.call(self.sf.restful, f"sobjects/{name}/describe") or {}
+
+    async def query(self, soql: str) -> Any:
+        return await self.call(self.sf.query, soql)
+
+    async def more(self, next_url: str) -> Any:
+        """The page a nextRecordsUrl names (matching NEXT_RECORDS), by its locator under this instance."""
+        found = NEXT_RECORDS.match(next_url)
+        assert found is not None
+        return await self.call(self.sf.query_more, found.group("locator"))
+
+    def _retry_wait(self, status: int, attempt: int) -> float | None:
+        if status not in (429, 503) or attempt >= RETRIES:
             return None
         try:
-            wait = float(answer.headers.get("Retry-After", 2**attempt))
+            wait = float(self.retry_after or 2**attempt)
         except ValueError:
             wait = float(2**attempt)
         return wait if 0 <= wait <= MAX_RETRY_WAIT else None
 
     @staticmethod
-    def _failure(answer: Answer) -> SourceError:
-        code, message = error_of(answer.body)
+    def _failure(exc: SalesforceError) -> SourceError:
+        code, message = error_of(exc.content)
         if code == "REQUEST_LIMIT_EXCEEDED":
             return SourceError("Salesforce's API request limit for the org is used up (REQUEST_LIMIT_EXCEEDED); "
                                "the import carries on from where it stopped at the next scheduled sync")
-        if answer.status == 401:
+        if exc.status == 401:
             return SourceError(f"Salesforce rejected the access token ({code or 'HTTP 401'})")
-        if answer.status in (429, 503):
-            return SourceError(f"Salesforce kept answering HTTP {answer.status} (busy); "
+        if exc.status in (429, 503):
+            return SourceError(f"Salesforce kept answering HTTP {exc.status} (busy); "
                                "the next scheduled sync tries again")
         detail = f" ({code}): {message}" if code or message else ""
-        if answer.status == 404:
+        if exc.status == 404:
             return NotFound(f"Salesforce answered HTTP 404{detail}")
-        return SourceError(f"Salesforce answered HTTP {answer.status}{detail}")
+        return SourceError(f"Salesforce answered HTTP {exc.status}{detail}")
+
+    @property
+    def usage(self) -> tuple[int, int] | None:
+        found = self.sf.api_usage.get("api-usage")
+        return (found.used, found.total) if found else None
 
     def nearly_out(self) -> bool:
-        return self.usage is not None and self.usage[1] > 0 and self.usage[0] >= self.usage[1] * USAGE_STOP
+        usage = self.usage
+        return usage is not None and usage[1] > 0 and usage[0] >= usage[1] * USAGE_STOP
 
 
 class Plan(msgspec.Struct):
@@ -137,27 +177,36 @@ class Plan(msgspec.Struct):
 class SalesforceConnector(Connector):
     credentials: SalesforceCredentials
 
-    def peer(self, base_url: str) -> Peer:
-        """Every connection to Salesforce (login host and the org's instance) is made by a Peer from here,
-        whose connector the network policy checks."""
-        return Peer(base_url, "Salesforce", self.timeout, self.guard)
+    def session(self) -> requests.Session:
+        """Every connection to Salesforce (login host and the org's instance) is made on a session from
+        here, which the network policy guards."""
+        return self.guard.requests_session()
 
-    async def _login(self) -> tuple[str, str]:
+    async def _login(self, session: requests.Session) -> tuple[str, str]:
         """(access token, instance URL)."""
         c = self.credentials
         if c.access_token:
             assert c.instance_url is not None
             return c.access_token, c.instance_url
-        async with self.peer(self.options.base_url or LOGIN_URL) as login:
-            form = {"grant_type": "refresh_token", "client_id": c.client_id, "client_secret": c.client_secret,
-                    "refresh_token": c.refresh_token}
-            answer = await login.request("POST", "/services/oauth2/token", headers={"Accept": "application/json"},
-                                         data=form)
-        body = answer.body if isinstance(answer.body, dict) else {}
-        token, instance = body.get("access_token"), body.get("instance_url")
-        if answer.status >= 300 or not isinstance(token, str) or not isinstance(instance, str):
-            code, message = error_of(answer.body)
-            detail = f": {code}" + (f" ({message})" if message else "") if code else f" (HTTP {answer.status})"
+        login = (self.options.base_url or LOGIN_URL).rstrip("/")
+        form = {"grant_type": "refresh_token", "client_id": c.client_id, "client_secret": c.client_secret,
+                "refresh_token": c.refresh_token}
+        try:
+            answer = await asyncio.to_thread(session.post, f"{login}/services/oauth2/token", data=form,
+                                             headers={"Accept": "application/json"}, timeout=self.timeout)
+        except DestinationRefused:
+            raise
+        except (requests.RequestException, SourceError):  # SourceError: the policy found no address
+            raise SourceError(f"could not reach Salesforce at {login}") from None
+        try:
+            body = answer.json()
+        except ValueError:
+            body = None
+        fields = body if isinstance(body, dict) else {}
+        token, instance = fields.get("access_token"), fields.get("instance_url")
+        if answer.status_code >= 300 or not isinstance(token, str) or not isinstance(instance, str):
+            code, message = error_of(body)
+            detail = f": {code}" + (f" ({message})" if message else "") if code else f" (HTTP {answer.status_code})"
             raise SourceError(f"Salesforce refused the refresh token{detail}")
         if not re.match(r"^https?://[^\s/?#]+/?$", instance):
             raise SourceError("Salesforce's token answer named no usable instance_url")
@@ -179,7 +228,7 @@ class SalesforceConnector(Connector):
         else:
             raise SourceError("options.table (a Salesforce object, such as Account) or options.query is needed")
         try:
-            described = await org.get(f"{API}/sobjects/{name}/describe")
+            described = await org.describe(name)
         except NotFound:
             raise SourceError(f"Salesforce has no object {name} (or this user may not see it)") from None
         fields = {f["name"].lower(): f for f in described.get("fields", []) if isinstance(f, dict) and "name" in f}
@@ -217,23 +266,23 @@ class SalesforceConnector(Connector):
                 f"ORDER BY {plan.cursor_field} ASC, Id ASC")
 
     async def check(self) -> None:
-        token, instance = await self._login()
-        async with self.peer(instance) as peer:
-            org = Org(peer, token)
+        with self.session() as session:
+            token, instance = await self._login(session)
+            org = Org(session, token, instance, self.timeout)
             plan = await self._plan(org)
             # Running the query for one record proves the SOQL (a custom query's fields and conditions).
-            await org.get(f"{API}/query", {"q": self._soql(plan, None) + " LIMIT 1"})
+            await org.query(self._soql(plan, None) + " LIMIT 1")
 
     async def sync(self, cursor: Any) -> tuple[int, Any]:
-        token, instance = await self._login()
         total = 0
-        async with self.peer(instance) as peer:
-            org = Org(peer, token)
+        with self.session() as session:
+            token, instance = await self._login(session)
+            org = Org(session, token, instance, self.timeout)
             plan = await self._plan(org)
             options = msgspec.structs.replace(self.options, cursor_column=plan.cursor_field)
             key = plan.fields.get
             default_name = event_name(plan.object, "salesforce_record")
-            page = await org.get(f"{API}/query", {"q": self._soql(plan, cursor)})
+            page = await org.query(self._soql(plan, cursor))
             while True:
                 records = [strip_attributes(r) for r in page.get("records", []) if isinstance(r, dict)]
                 if records:
@@ -243,11 +292,11 @@ class SalesforceConnector(Connector):
                                                          key=lambda c: key(c.lower(), c)))
                     total += len(records)
                 next_url = page.get("nextRecordsUrl")
-                if page.get("done", True) or not isinstance(next_url, str) or not next_url.startswith(API):
+                if page.get("done", True) or not isinstance(next_url, str) or not NEXT_RECORDS.match(next_url):
                     break
                 if org.nearly_out():
                     used, limit = org.usage or (0, 0)
                     raise SourceError(f"stopped at {used} of the org's {limit} daily Salesforce API requests, to "
                                       "leave the rest to its other integrations; the next scheduled sync carries on")
-                page = await org.get(next_url)
+                page = await org.more(next_url)
         return total, cursor
