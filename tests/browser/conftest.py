@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import os
 import secrets
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -151,6 +155,22 @@ def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory,
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()
+
+
+def npm_bundle(project: Path, package: str, entry: str) -> str:
+    """`entry` bundled by esbuild into one script, from the packages `project`'s lockfile pins. npm ci runs
+    once, under a lock: the suite's workers may build the same project's bundle at the same time."""
+    with open(Path(tempfile.gettempdir()) / f"tally-npm-{project.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (project / "node_modules" / package).exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                pytest.skip(f"npm is needed to install {package} ({project})")
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=project, check=True, timeout=300)
+    built = subprocess.run([str(project / "node_modules" / ".bin" / "esbuild"), "--bundle", "--format=iife",
+                            "--target=es2017", "--log-level=warning"],
+                           input=entry, cwd=project, capture_output=True, text=True, check=True, timeout=120)
+    return built.stdout
 
 
 @contextlib.contextmanager

@@ -10,8 +10,6 @@ rows, visit dimensions included.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 from playwright.sync_api import Page
 
 from app.appkeys import POOL
-from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, wait_for
+from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, npm_bundle, wait_for
 
 PROJECT = Path(__file__).parent / "plausible"
 ENTRY = 'import Plausible from "plausible-tracker"; window.Plausible = Plausible\n'
@@ -38,15 +36,7 @@ def browser_context_args() -> dict:
 @pytest.fixture(scope="module")
 def tracker_bundle() -> str:
     """plausible-tracker as one script defining window.Plausible, built from the lockfile's version."""
-    if not (PROJECT / "node_modules" / "plausible-tracker").exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is needed to install plausible-tracker (tests/browser/plausible)")
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=PROJECT, check=True, timeout=300)
-    built = subprocess.run([str(PROJECT / "node_modules" / ".bin" / "esbuild"), "--bundle", "--format=iife",
-                            "--target=es2017", "--log-level=warning"],
-                           input=ENTRY, cwd=PROJECT, capture_output=True, text=True, check=True, timeout=120)
-    return built.stdout
+    return npm_bundle(PROJECT, "plausible-tracker", ENTRY)
 
 
 def customer_page(domain: str, api_host: str, outbound: str) -> str:

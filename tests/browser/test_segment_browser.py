@@ -11,15 +11,13 @@ The calls are read back through the keyed API.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, wait_for
+from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, npm_bundle, wait_for
 
 PROJECT = Path(__file__).parent / "segment"
 ENTRY = 'import { AnalyticsBrowser } from "@segment/analytics-next"; window.AnalyticsBrowser = AnalyticsBrowser\n'
@@ -33,15 +31,7 @@ def browser_context_args() -> dict:
 @pytest.fixture(scope="module")
 def analytics_bundle() -> str:
     """analytics-next as one script defining window.AnalyticsBrowser, built from the lockfile's version."""
-    if not (PROJECT / "node_modules" / "@segment" / "analytics-next").exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is needed to install @segment/analytics-next (tests/browser/segment)")
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=PROJECT, check=True, timeout=300)
-    built = subprocess.run([str(PROJECT / "node_modules" / ".bin" / "esbuild"), "--bundle", "--format=iife",
-                            "--target=es2017", "--log-level=warning"],
-                           input=ENTRY, cwd=PROJECT, capture_output=True, text=True, check=True, timeout=120)
-    return built.stdout
+    return npm_bundle(PROJECT, "@segment/analytics-next", ENTRY)
 
 
 def customer_page(write_key: str, cdn_url: str, user_id: str, batching: bool) -> str:
