@@ -49,7 +49,8 @@ PATHS = {
         },
     },
     "/api/analytics/realtime": {"get": {
-        "summary": "Live activity of a site over the last `window` seconds (no database query)",
+        "summary": "Live activity of a site over the last `window` seconds (no database query); through a "
+                   "shared link's token, recentEvents is empty",
         "tags": ["site analytics"], "security": SESSION,
         "parameters": [
             query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)"),

@@ -50,7 +50,10 @@ async def realtime(request: web.Request) -> web.Response:
     site = await site_in_workspace(request, site_id, who.workspace_id)
     runtime = request.config_dict[SITE_RUNTIME]
     now_ms = int(runtime.clock().timestamp() * 1000)
-    return json_response(render(await runtime.realtime.snapshot(site.id, now_ms, window)))
+    body = render(await runtime.realtime.snapshot(site.id, now_ms, window))
+    if who.site_id is not None:
+        body["recentEvents"] = []  # single events are the event log's, which a shared link cannot read
+    return json_response(body)
 
 
 def _live_event(e: LiveEvent) -> dict:
