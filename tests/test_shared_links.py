@@ -3,6 +3,7 @@ overview without a session and nothing else (no other site, workspace, event log
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -76,6 +77,17 @@ async def test_bad_input_changes_nothing(client, site, database_url):
         assert [i["field"] for i in (await resp.json())["issues"]] == [issue]
     resp = await client.post(links_path(site), data=b"{", headers={"Content-Type": "application/json"})
     assert resp.status == 400 and await resp.json() == {"error": "invalid json"}
+    resp = await client.post(links_path(site), data=b'{"name": "' + b"x" * 5000 + b'"}')
+    assert resp.status == 413 and (await resp.json())["error"] == "payload too large"
+
+    async def chunked():  # a body that arrives in pieces is read whole
+        for piece in (b'{"na', b'me": "in', b' pieces"}'):
+            yield piece
+            await asyncio.sleep(0.05)  # lets the server see each piece on its own
+
+    resp = await client.post(links_path(site), data=chunked(), headers={"Content-Type": "application/json"})
+    assert resp.status == 201 and (await resp.json())["name"] == "in pieces"
+    await client.delete(links_path(site, (await resp.json())["id"]))
     resp = await client.post(links_path(site), json={}, headers={"Origin": "https://evil.example"})
     assert resp.status == 403 and await resp.json() == {"error": "cross-origin request refused"}
     assert await stored_links(database_url, site) == []

@@ -69,9 +69,12 @@ async def _own_site(request: web.Request):
 
 async def _name(request: web.Request) -> str:
     """`name` from an optional JSON object body; empty or absent gives the default name."""
-    raw = await request.content.read(BODY_LIMIT + 1)
-    if len(raw) > BODY_LIMIT:
-        raise SiteError(413, "payload too large", limit=BODY_LIMIT)
+    # StreamReader.read(n) returns what has arrived so far: read until EOF or past the limit.
+    raw = bytearray()
+    while chunk := await request.content.read(BODY_LIMIT + 1 - len(raw)):
+        raw += chunk
+        if len(raw) > BODY_LIMIT:
+            raise SiteError(413, "payload too large", limit=BODY_LIMIT)
     if not raw.strip():
         return DEFAULT_NAME
     try:
