@@ -4,6 +4,7 @@ context (no sign-in), it shows the overview of the events the test sent, read-on
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 from playwright.sync_api import Browser, Page, expect
 
@@ -12,7 +13,7 @@ from tests.browser.test_dashboard_browser import add_site, sign_in
 
 
 def test_a_shared_link_shows_the_overview_without_signing_in(page: Page, browser: Browser, browser_context_args: dict,
-                                                             live_server: LiveServer, account):
+                                                             live_server: LiveServer, account, screenshots: Path):
     base = live_server.base_url
     sign_in(page, live_server, account)
     domain = f"shared-{secrets.token_hex(4)}.example.com"
@@ -56,6 +57,8 @@ def test_a_shared_link_shows_the_overview_without_signing_in(page: Page, browser
         expect(shared.locator("details.shared-links")).to_have_count(0)
         expect(shared.locator("a[href^='/app']")).to_have_count(0)
         assert errors == []
+        shared.screenshot(path=screenshots / "shared-link.png", full_page=True)
+        page.screenshot(path=screenshots / "shared-links-control.png", full_page=True)
 
         # Revoked from the dashboard: the link's page is gone.
         link.get_by_role("button", name="Revoke For the board").click()
