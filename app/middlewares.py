@@ -19,6 +19,7 @@ from app.input_rules import storable_path_ids
 from app.outages import unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 from app.same_origin import refuse_cross_origin
+from app.shared_access import refuse_token_elsewhere
 
 log = logging.getLogger("tally.http")
 
@@ -105,7 +106,8 @@ def root_middleware(sessions: Middleware) -> Middleware:
 
 def site_api_middleware(sessions: Middleware) -> Middleware:
     """The /api sub-application's layer, in this order: failures as JSON in the site API's flat shape
-    {"error": "..."}, the same-origin rule (app/same_origin.py), path ids, and the dashboard session.
+    {"error": "..."}, the same-origin rule (app/same_origin.py), a shared link's token only where a
+    handler is @shareable (app/shared_access.py), path ids, and the dashboard session.
     Key-less ingestion (handlers marked @ingestion) skips the same-origin rule and the session: any page
     may send events, and the tracker's hot path reads no session."""
 
@@ -115,6 +117,7 @@ def site_api_middleware(sessions: Middleware) -> Middleware:
             ingestion = is_ingestion(request)
             if not ingestion:
                 refuse_cross_origin(request)
+                refuse_token_elsewhere(request)
             if not storable_path_ids(request.match_info.values()):
                 raise SiteError(404, "not found")
             if ingestion:

@@ -1,6 +1,7 @@
-"""Every route of the service, in one table: the top-level routes (operations, pages, public dashboards),
-the keyed API's sub-application mounted at /v1 and the site API's at /api. Route setup only adds routes:
-the applications, their middlewares and everything long-lived are made in app/server.py."""
+"""Every route of the service, in one table: the top-level routes (operations, pages, public dashboards,
+shared links' pages), the keyed API's sub-application mounted at /v1 and the site API's at /api. Route
+setup only adds routes: the applications, their middlewares and everything long-lived are made in
+app/server.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from app.views.pages import setup_page_routes
 from app.views.public_dashboards import setup_public_dashboard_routes
 from app.views.reports import setup_report_routes
 from app.views.segment import setup_segment_routes
+from app.views.shared_links import setup_share_page, setup_shared_link_routes
 from app.views.sites import setup_site_api
 
 
@@ -28,6 +30,7 @@ def setup_routes(root: web.Application, v1: web.Application, api: web.Applicatio
     r.add_get("/openapi.json", health.openapi)
     setup_public_dashboard_routes(r)
     setup_page_routes(r)
+    setup_share_page(r)
 
     k = v1.router
     k.add_post("/events", events.post_event)
@@ -51,3 +54,4 @@ def setup_routes(root: web.Application, v1: web.Application, api: web.Applicatio
     setup_site_api(s)
     plausible.setup(s)
     setup_goal_routes(s)
+    setup_shared_link_routes(s)

@@ -97,13 +97,17 @@ API = {
     ("POST", "/api/sites/{site_id}/goals"): "session",
     ("DELETE", "/api/sites/{site_id}/goals"): "session",
     ("DELETE", "/api/sites/{site_id}/goals/{goal_id}"): "session",
+    ("GET", "/api/sites/{site_id}/shared-links"): "session",
+    ("POST", "/api/sites/{site_id}/shared-links"): "session",
+    ("DELETE", "/api/sites/{site_id}/shared-links/{link_id}"): "session",
 }
 
 ROOT = {
     ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"), ("GET", "/openapi.json"),
     ("GET", "/public/dashboards/{token}"), ("GET", "/public/dashboards/{token}/data"),
     ("GET", "/public/assets/{name}"), ("GET", "/"), ("GET", "/login"), ("GET", "/app"), ("GET", "/app/{tail}"),
-    ("GET", "/tracker.js"), ("GET", "/static/css"), ("GET", "/static/js"), ("GET", "/static/vendor"),
+    ("GET", "/tracker.js"), ("GET", "/share/{token}"), ("GET", "/static/css"), ("GET", "/static/js"),
+    ("GET", "/static/vendor"),
 }
 
 # /api routes that run under the session but serve a visitor who has none.

@@ -19,6 +19,7 @@ FRAGMENTS = [
     "app.openapi.site_analytics",
     "app.openapi.site_ingest",
     "app.openapi.site_goals",
+    "app.openapi.site_shared_links",
     "app.openapi.reports",
     "app.openapi.segment",
 ]

@@ -44,6 +44,10 @@ def path_param(name: str) -> dict:
 
 KEYED = [{"apiKey": []}]
 SESSION = [{"dashboardSession": []}]
+# The reads a site's shared link may make take its token instead of the session (app/shared_access.py).
+SHARE_AUTH = query("auth", {"type": "string"}, description=(
+    "a shared link's token, instead of a session: reads that link's site only; an unknown or revoked token "
+    "is a 404. Refused (403) on the event log, the export and every other /api route"))
 
 PATHS: dict = {}
 SCHEMAS = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.openapi.common import SESSION, json_body, query, ref, site_errors
+from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_errors
 from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
@@ -21,9 +21,11 @@ def _limit(default: int, maximum: int) -> dict:
                  description=f"values above {maximum} are clamped to {maximum}")
 
 
-def _get(summary: str, params: list, response: dict) -> dict:
+def _get(summary: str, params: list, response: dict, shared: bool = True) -> dict:
+    """A read; `shared`: a shared link's token may make it too."""
     return {"get": {"summary": summary, "tags": ["site analytics"], "security": SESSION,
-                    "parameters": [_SITE, _RANGE, *params], "responses": {"200": response, **_ERRORS}}}
+                    "parameters": [_SITE, _RANGE, *params, *([SHARE_AUTH] if shared else [])],
+                    "responses": {"200": response, **_ERRORS, **(site_errors(429) if shared else {})}}}
 
 
 _TOP = {"type": "object", "required": ["data", "total"],
@@ -86,6 +88,7 @@ PATHS = {
         json_body({"type": "object", "required": ["events", "total", "limit", "offset"], "properties": {
             "events": {"type": "array", "items": ref("StoredEvent")}, "total": {"type": "integer"},
             "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
+        shared=False,
     ),
     "/api/analytics/export": _get(
         "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>); "
@@ -99,9 +102,11 @@ PATHS = {
                      "X-Export-Limit": {"schema": {"type": "integer"}, "description": "effective row limit"}},
          "content": {"text/csv": {"schema": {"type": "string"}},
                      "application/json": {"schema": {"type": "array", "items": ref("StoredEvent")}}}},
+        shared=False,
     ),
 }
-PATHS["/api/analytics/export"]["get"]["responses"].update(site_errors(429))
+PATHS["/api/analytics/export"]["get"]["responses"].update(site_errors(403, 429))
+PATHS["/api/analytics/events"]["get"]["responses"].update(site_errors(403))
 
 SCHEMAS = {
     "Point": {"type": "object", "required": ["timestamp", "value", "label"], "properties": {

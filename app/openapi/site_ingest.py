@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.openapi.common import SESSION, json_body, query, ref, site_errors
+from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_errors
 
 _CORS = {
     "Access-Control-Allow-Origin": {"schema": {"type": "string"},
@@ -49,13 +49,15 @@ PATHS = {
         },
     },
     "/api/analytics/realtime": {"get": {
-        "summary": "Live activity of a site over the last `window` seconds (no database query)",
+        "summary": "Live activity of a site over the last `window` seconds (no database query); through a "
+                   "shared link's token, recentEvents is empty",
         "tags": ["site analytics"], "security": SESSION,
         "parameters": [
             query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)"),
             query("window", {"type": "integer", "minimum": 1, "maximum": 3600, "default": 60}),
+            SHARE_AUTH,
         ],
-        "responses": {"200": json_body(ref("Realtime")), **site_errors(400, 401, 404)},
+        "responses": {"200": json_body(ref("Realtime")), **site_errors(400, 401, 404, 429)},
     }},
     "/api/sites": {
         "get": {"summary": "Sites of your workspace, newest first (at most 50)", "tags": ["sites"],

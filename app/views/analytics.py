@@ -14,6 +14,7 @@ from aiohttp import web
 
 from app.appkeys import WARMER
 from app.responses import SiteError, iso_ms, json_response
+from app.shared_access import shareable
 from app.views import analytics_events
 from app.views.analytics_params import (
     Site,
@@ -260,12 +261,12 @@ async def property_keys(request: web.Request) -> web.Response:
 
 
 def setup_analytics_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/analytics/overview", overview)
-    router.add_get("/analytics/timeseries", timeseries)
-    router.add_get("/analytics/breakdown", breakdown)
-    router.add_get("/analytics/has-values", has_values)
-    router.add_get("/analytics/property-keys", property_keys)
+    router.add_get("/analytics/overview", shareable(overview))
+    router.add_get("/analytics/timeseries", shareable(timeseries))
+    router.add_get("/analytics/breakdown", shareable(breakdown))
+    router.add_get("/analytics/has-values", shareable(has_values))
+    router.add_get("/analytics/property-keys", shareable(property_keys))
     for path, dim in _DIMS.items():
-        router.add_get(f"/analytics/{path}", _top_handler(dim))
+        router.add_get(f"/analytics/{path}", shareable(_top_handler(dim)))
     router.add_get("/analytics/events", analytics_events.events)
     router.add_get("/analytics/export", analytics_events.export)

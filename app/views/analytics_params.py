@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 
 from app.appkeys import ANALYTICS, MIRROR, POOL
-from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError
+from app.shared_access import check_site, reader
 from storage import analytics as store
 from storage.clickhouse import AnalyticsStore
 from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
@@ -70,16 +70,18 @@ class BaseQuery:
 
 
 async def base_params(request: web.Request) -> BaseQuery:
-    """Session (401), then siteId and range (400). The site itself is checked by resolve_site once
-    every other parameter has been validated."""
-    account = await current_account(request)
+    """Session (401) or shared link (404, app/shared_access.py), then siteId and range (400). The site
+    itself is checked by resolve_site once every other parameter has been validated."""
+    who = await reader(request)
     bad = next((name for name, value in request.query.items() if not storable_text(value)), None)
     if bad is not None:  # PostgreSQL text cannot hold it (app/input_rules.py)
         raise SiteError(400, f"invalid {bad}")
     site_id = request.query.get("siteId", "").strip()
     if not site_id:
         raise SiteError(400, "missing siteId")
-    return BaseQuery(account.workspace_id, site_id, range_param(request))
+    window = range_param(request)
+    check_site(who, site_id)
+    return BaseQuery(who.workspace_id, site_id, window)
 
 
 async def resolve_site(request: web.Request, query: BaseQuery) -> Site:

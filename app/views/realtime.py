@@ -8,9 +8,9 @@ from aiohttp import web
 
 from actors.realtime import LiveEvent, RealtimeSnapshot
 from app.appkeys import POOL, SITE_RUNTIME
-from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError, iso_ms, json_response
+from app.shared_access import check_site, reader, shareable
 from app.site_runtime import SiteInfo
 from storage import sites as site_store
 
@@ -41,15 +41,19 @@ def _window(request: web.Request) -> int:
 
 
 async def realtime(request: web.Request) -> web.Response:
-    account = await current_account(request)
+    who = await reader(request)
     site_id = request.query.get("siteId")
     if not site_id:
         raise SiteError(400, "missing siteId")
     window = _window(request)
-    site = await site_in_workspace(request, site_id, account.workspace_id)
+    check_site(who, site_id)
+    site = await site_in_workspace(request, site_id, who.workspace_id)
     runtime = request.config_dict[SITE_RUNTIME]
     now_ms = int(runtime.clock().timestamp() * 1000)
-    return json_response(render(await runtime.realtime.snapshot(site.id, now_ms, window)))
+    body = render(await runtime.realtime.snapshot(site.id, now_ms, window))
+    if who.site_id is not None:
+        body["recentEvents"] = []  # single events are the event log's, which a shared link cannot read
+    return json_response(body)
 
 
 def _live_event(e: LiveEvent) -> dict:
@@ -69,4 +73,4 @@ def render(snap: RealtimeSnapshot) -> dict:
 
 
 def setup(router: web.UrlDispatcher) -> None:
-    router.add_get("/analytics/realtime", realtime)
+    router.add_get("/analytics/realtime", shareable(realtime))

@@ -7,6 +7,13 @@ export class ApiError extends Error {
   }
 }
 
+// On a shared link's page (/share/<token>) every read carries the link's token instead of a session.
+let shareToken = null
+
+export function setShareToken(token) {
+  shareToken = token
+}
+
 function signIn() {
   location.assign('/login?next=' + encodeURIComponent(location.pathname + location.search))
 }
@@ -24,8 +31,9 @@ export async function apiResponse(path, { method = 'GET', json, form, signal } =
   } else if (form !== undefined) {
     init.body = new URLSearchParams(form)
   }
+  if (shareToken) path += (path.includes('?') ? '&' : '?') + 'auth=' + encodeURIComponent(shareToken)
   const resp = await fetch(path, init)
-  if (resp.status === 401) {
+  if (resp.status === 401 && !shareToken) {
     signIn()
     throw new ApiError(401, { error: 'unauthorized' })
   }

@@ -5,6 +5,7 @@ import { timeChart } from './chart.js'
 import { duration, errorBox, h, number, percent, trackerHelp } from './dom.js'
 import { filterChips, termValue, withTerm } from './filters.js'
 import { breakdownPanels, scope } from './panels.js'
+import { sharedLinks } from './shared_links.js'
 import { siteHeader, syncTabs } from './sites.js'
 
 export const RANGES = [['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'Last 7 days'], ['30d', 'Last 30 days'], ['90d', 'Last 90 days']]
@@ -62,18 +63,27 @@ export function exportLinks(siteId, { range, eventName = '', path = '', referrer
   return h('div', { class: 'row exports' }, link('csv'), link('json'))
 }
 
-export function renderOverview(container, siteId) {
+// The page a shared link opens: its site's name and nothing to navigate to.
+function sharedHeader(domain) {
+  return h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('h1', { class: 'ellipsis', text: domain }),
+    h('span', { class: 'badge', text: 'shared, read-only' })))
+}
+
+// `shared`: {domain} on a shared link's page, which reads with the link's token (api.js) and offers no
+// export, goal management, shared links or links to the signed-in pages.
+export function renderOverview(container, siteId, { shared = null } = {}) {
   const state = readState()
   const controls = h('div', { class: 'row controls' })
   const body = h('div', { class: 'overview' })
-  const live = h('a', { class: 'live muted small', href: `/app/sites/${encodeURIComponent(siteId)}/realtime` })
+  const live = shared ? h('span', { class: 'live muted small' }) : h('a', { class: 'live muted small', href: `/app/sites/${encodeURIComponent(siteId)}/realtime` })
   let chart = null
   let alive = true
 
   const chips = h('div', { class: 'row chips', 'aria-label': 'Active filters' })
-  const panels = breakdownPanels({ siteId, state, addFilter: (dimension, value) => { state.filters = withTerm(state.filters, dimension, value); changed() } })
+  const panels = breakdownPanels({ siteId, state, shared: !!shared, addFilter: (dimension, value) => { state.filters = withTerm(state.filters, dimension, value); changed() } })
   let generation = 0
-  container.append(siteHeader(siteId, 'overview'), controls, chips, body)
+  container.append(shared ? sharedHeader(shared.domain) : siteHeader(siteId, 'overview'), controls, chips, body,
+    ...(shared ? [] : [sharedLinks(siteId)]))
 
   const changed = () => {
     writeState(state)
@@ -99,7 +109,7 @@ export function renderOverview(container, siteId) {
     compare.addEventListener('change', () => setFilter('compare', compare.checked ? COMPARE : ''))
     controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
       h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
-      h('span', { class: 'spacer' }), live, exportLinks(siteId, state))
+      h('span', { class: 'spacer' }), live, ...(shared ? [] : [exportLinks(siteId, state)]))
     const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
     chips.replaceChildren(...legacy, ...terms,
       ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
@@ -132,7 +142,7 @@ export function renderOverview(container, siteId) {
         stat('Avg. visit duration', data.avgSessionDuration, 'avgSessionDuration', data, duration))
       chart = timeChart(series ? series.data : data.timeSeries || [], charted || 'Pageviews', series && series.comparison)
       body.replaceChildren(
-        ...(data.totalEvents === 0 && !filtered ? [trackerHelp(siteId)] : []),
+        ...(data.totalEvents === 0 && !filtered && !shared ? [trackerHelp(siteId)] : []),
         stats,
         h('section', { class: 'card' }, h('h3', { text: charted ? `“${charted}” events` : 'Pageviews' }), chart.el),
         panels.el,

@@ -47,7 +47,7 @@ function tabBar(tabs, active, onSelect) {
       dataset: { tab: key }, text: label, onclick: () => onSelect(key) })))
 }
 
-// One tabbed breakdown panel. `ctx`: {siteId, state, addFilter(dimension, value)}. Returns {el, load()}.
+// One tabbed breakdown panel. `ctx`: {siteId, state, shared, addFilter(dimension, value)}. Returns {el, load()}.
 function breakdownPanel(spec, ctx) {
   let active = spec.tabs[0][0]
   let hidden = new Set(spec.optional || [])
@@ -112,6 +112,7 @@ function goalsPanel(ctx) {
     if (!manage.hidden) manage.replaceChildren(goalManager(ctx.siteId, () => load()))
   })
   const el = h('section', { class: 'card panel', dataset: { panel: 'goals' } }, head, manage, body)
+  const tools = ctx.shared ? [] : [manageButton]  // a shared link's page only reads
 
   let generation = 0
   async function load() {
@@ -120,7 +121,7 @@ function goalsPanel(ctx) {
     if (!goal) active = 'goal'
     head.replaceChildren(h('h3', { text: 'Goals' }),
       ...(goal ? [tabBar([['goal', 'Goals'], ['props', 'Properties']], active, (k) => { active = k; load() })] : []),
-      h('span', { class: 'spacer' }), manageButton)
+      h('span', { class: 'spacer' }), ...tools)
     body.classList.add('loading')
     try {
       if (active === 'goal') {
@@ -130,7 +131,7 @@ function goalsPanel(ctx) {
           onPick: (key) => ctx.addFilter('goal', key),
           barOf: (r) => r.conversion_rate,
           labelOf: (key) => key,
-          empty: 'No goals yet. A goal is a custom event or a page visit that counts as a conversion: add one under “Manage goals”.',
+          empty: ctx.shared ? 'No goals.' : 'No goals yet. A goal is a custom event or a page visit that counts as a conversion: add one under “Manage goals”.',
         }))
         if (!goal && data.data.length) body.append(h('p', { class: 'muted small hint', text: 'Click a goal to filter by it and see which property values convert.' }))
         return

@@ -1,0 +1,56 @@
+// A site's shared links, under its overview: create one, copy its URL, revoke it
+// (GET/POST/DELETE /api/sites/{id}/shared-links). A link opens the overview read-only, without signing in.
+import { api } from './api.js'
+import { codeBlock, errorBox, h } from './dom.js'
+
+export function sharedLinks(siteId) {
+  const base = `/api/sites/${encodeURIComponent(siteId)}/shared-links`
+  const list = h('ul', { class: 'goal-list shared-list' })
+  const error = h('p', { class: 'error small', role: 'alert', hidden: true })
+  const name = h('input', { 'aria-label': 'Link name', name: 'link_name', placeholder: 'Name (optional)', autocomplete: 'off', maxlength: 64 })
+  const form = h('form', { class: 'row goal-form' }, name, h('button', { type: 'submit', class: 'small primary', text: 'New shared link' }))
+  const el = h('details', { class: 'card shared-links' },
+    h('summary', { text: 'Shared links' }),
+    h('p', { class: 'muted small', text: 'Anyone with a link sees this overview, read-only, without signing in: not the event log, exports or settings. Revoking a link stops it at once.' }),
+    list, form, error)
+
+  function failed(e) {
+    error.hidden = false
+    error.textContent = (e && e.message) || String(e)
+  }
+
+  async function refresh() {
+    try {
+      const { links } = await api(base)
+      error.hidden = true
+      list.replaceChildren(...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
+        ...links.map((link) => h('li', { class: 'shared-link', dataset: { link: link.id } },
+          h('div', { class: 'row' }, h('strong', { class: 'ellipsis', text: link.name }), h('span', { class: 'spacer' }),
+            h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
+              onclick: async () => {
+                try {
+                  await api(`${base}/${encodeURIComponent(link.id)}`, { method: 'DELETE' })
+                  await refresh()
+                } catch (e) {
+                  failed(e)
+                }
+              } })),
+          codeBlock(link.url, 'Copy link'))))
+    } catch (e) {
+      list.replaceChildren(errorBox(e))
+    }
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault()
+    try {
+      await api(base, { method: 'POST', json: name.value.trim() ? { name: name.value.trim() } : {} })
+      name.value = ''
+      await refresh()
+    } catch (err) {
+      failed(err)
+    }
+  })
+  el.addEventListener('toggle', () => { if (el.open) refresh() })
+  return el
+}
