@@ -9,7 +9,7 @@ import msgspec
 from aiohttp import web
 
 from app.input_rules import MAX_DEPTH, decode_json, problem
-from app.responses import ApiError, invalid
+from app.responses import ApiError, SiteError, invalid
 
 T = TypeVar("T")
 
@@ -53,6 +53,14 @@ async def read_body(request: web.Request, limit: int, too_large: Exception | Non
     if len(body) > limit:
         raise too_large or _too_large(limit)
     return body
+
+
+async def read_site_body(request: web.Request, limit: int) -> bytes:
+    """read_body for the site API's routes, its errors in that API's shape ({"error": ...})."""
+    try:
+        return await read_body(request, limit, SiteError(413, "payload too large", limit=limit))
+    except ApiError as exc:
+        raise SiteError(exc.status, exc.message, headers=exc.headers) from None
 
 
 def _too_large(limit: int) -> ApiError:

@@ -98,3 +98,20 @@ async def test_revoke_stops_the_key_on_v1(client, login, make_client, settings):
     again = await (await client.delete(f"/api/keys/{created['id']}")).json()
     assert again["revokedAt"] == revoked["revokedAt"]
     assert (await client.delete("/api/keys/key_does_not_exist")).status == 404
+
+
+async def test_a_body_arriving_in_pieces_is_read_whole(client, login):
+    """A browser or proxy may send the JSON in several packets: the key is made from all of them."""
+    await login()
+
+    async def pieces():
+        for piece in (b'{"name": "in pi', b'eces", "scop', b'es": ["read"]}'):
+            yield piece
+            await asyncio.sleep(0.05)  # lets the server see each piece on its own
+
+    resp = await client.post("/api/keys", data=pieces(), headers={"Content-Type": "application/json"})
+    assert resp.status == 201, await resp.text()
+    assert [k["name"] for k in (await (await client.get("/api/keys")).json())["keys"]] == ["in pieces"]
+    resp = await client.post("/api/keys", data=b'{"name": "' + b"x" * 20000 + b'", "scopes": ["read"]}',
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 413 and (await resp.json())["error"] == "payload too large"

@@ -16,6 +16,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from app.appkeys import KEYS, POOL
+from app.bodies import read_site_body
 from app.dashboard_session import current_account
 from app.input_rules import decode_json
 from app.keys import SCOPES, create_key
@@ -77,9 +78,7 @@ async def create(request: web.Request) -> web.Response:
     # JSON only: a cross-site HTML form cannot send it, on top of the SameSite=Lax session cookie.
     if request.content_type != "application/json":
         raise SiteError(415, "content-type must be application/json")
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise SiteError(413, "payload too large")
-    data = _parse(await request.content.read(MAX_BODY + 1))
+    data = _parse(await read_site_body(request, MAX_BODY))
     async with request.config_dict[POOL].acquire() as conn:
         workspace = await store.workspace_name(conn, account.workspace_id)
         if workspace is None:

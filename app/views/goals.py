@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from app.appkeys import POOL
+from app.bodies import read_site_body
 from app.dashboard_session import current_account
 from app.input_rules import storable_text
 from app.responses import SiteError, iso_ms, json_response
@@ -54,12 +55,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
         raise SiteError(413, "payload too large", limit=BODY_LIMIT)
     if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
         return dict(await request.post())
-    # StreamReader.read(n) returns what has arrived so far: read until EOF or past the limit.
-    raw = bytearray()
-    while chunk := await request.content.read(BODY_LIMIT + 1 - len(raw)):
-        raw += chunk
-        if len(raw) > BODY_LIMIT:
-            raise SiteError(413, "payload too large", limit=BODY_LIMIT)
+    raw = await read_site_body(request, BODY_LIMIT)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from app.appkeys import POOL
+from app.bodies import read_site_body
 from app.dashboard_session import current_account
 from app.input_rules import storable_text
 from app.net import base_url
@@ -69,12 +70,7 @@ async def _own_site(request: web.Request):
 
 async def _name(request: web.Request) -> str:
     """`name` from an optional JSON object body; empty or absent gives the default name."""
-    # StreamReader.read(n) returns what has arrived so far: read until EOF or past the limit.
-    raw = bytearray()
-    while chunk := await request.content.read(BODY_LIMIT + 1 - len(raw)):
-        raw += chunk
-        if len(raw) > BODY_LIMIT:
-            raise SiteError(413, "payload too large", limit=BODY_LIMIT)
+    raw = await read_site_body(request, BODY_LIMIT)
     if not raw.strip():
         return DEFAULT_NAME
     try:
