@@ -3,10 +3,13 @@ instead of a dashboard session (Plausible's shared-link parameter).
 
 A token reads its one site and only through handlers marked @shareable; the /api layer refuses the
 parameter anywhere else (403), so the event log, the export and every write stay session-only. An unknown,
-malformed or revoked token is the same 404 as another workspace's site."""
+malformed or revoked token is the same 404 as another workspace's site. A link with a password also needs
+its access cookie, which the link's page sets once the password is given (app/views/shared_links.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from dataclasses import dataclass
 
@@ -65,7 +68,29 @@ async def reader(request: web.Request) -> Reader:
     link = await shared_link(request, token)
     if link is None:
         raise SiteError(404, "not found")
+    if not unlocked(request, link):
+        raise SiteError(401, "this shared link needs its password")
     return Reader(link["workspace_id"], link["site_id"])
+
+
+def access_cookie(link) -> str:
+    """The name of a password-protected link's access cookie (per link: several may be open at once)."""
+    return f"tally_share_{link['id']}"
+
+
+def access_value(request: web.Request, link) -> str:
+    """The cookie's value: an HMAC of the token and the password's hash under the service's secret, so it
+    proves the password was given without holding it, and dies with the link."""
+    key = request.config_dict[SETTINGS].secret.encode()
+    return hmac.new(key, f"tally-share:{link['token']}:{link['password_hash']}".encode(), hashlib.sha256).hexdigest()
+
+
+def unlocked(request: web.Request, link) -> bool:
+    """Whether the reader may see the link's site: always without a password, else with its access cookie."""
+    if link["password_hash"] is None:
+        return True
+    given = request.cookies.get(access_cookie(link), "")
+    return hmac.compare_digest(given, access_value(request, link))
 
 
 def check_site(who: Reader, site_id: str) -> None:

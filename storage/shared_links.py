@@ -1,10 +1,11 @@
-"""Shared links of a site (migration 0030): a secret token that reads one site's overview without a session."""
+"""Shared links of a site (migrations 0030, 0031): a secret token that reads one site's overview without a
+session, behind a password when the link has one."""
 
 from __future__ import annotations
 
 import asyncpg
 
-_COLUMNS = "l.id, l.site_id, l.token, l.name, l.created_at"
+_COLUMNS = "l.id, l.site_id, l.token, l.name, l.created_at, l.password_hash"
 
 
 async def list_links(conn: asyncpg.Connection, site_id: str) -> list[asyncpg.Record]:
@@ -22,11 +23,11 @@ async def count_links(conn: asyncpg.Connection, site_id: str) -> int:
 
 
 async def create_link(conn: asyncpg.Connection, link_id: str, site_id: str, token: str,
-                      name: str) -> asyncpg.Record:
+                      name: str, password_hash: str | None = None) -> asyncpg.Record:
     return await conn.fetchrow(
-        f"INSERT INTO site_shared_links AS l (id, site_id, token, name) VALUES ($1, $2, $3, $4) "
+        f"INSERT INTO site_shared_links AS l (id, site_id, token, name, password_hash) VALUES ($1, $2, $3, $4, $5) "
         f"RETURNING {_COLUMNS}",
-        link_id, site_id, token, name)
+        link_id, site_id, token, name, password_hash)
 
 
 async def delete_link(conn: asyncpg.Connection, site_id: str, link_id: str) -> bool:

@@ -106,8 +106,8 @@ ROOT = {
     ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"), ("GET", "/openapi.json"),
     ("GET", "/public/dashboards/{token}"), ("GET", "/public/dashboards/{token}/data"),
     ("GET", "/public/assets/{name}"), ("GET", "/"), ("GET", "/login"), ("GET", "/app"), ("GET", "/app/{tail}"),
-    ("GET", "/tracker.js"), ("GET", "/share/{token}"), ("GET", "/static/css"), ("GET", "/static/js"),
-    ("GET", "/static/vendor"),
+    ("GET", "/tracker.js"), ("GET", "/share/{token}"), ("POST", "/share/{token}"), ("GET", "/static/css"),
+    ("GET", "/static/js"), ("GET", "/static/vendor"),
 }
 
 # /api routes that run under the session but serve a visitor who has none.

@@ -203,3 +203,56 @@ async def test_the_shared_page(client, site):
     assert "noindex" in resp.headers["X-Robots-Tag"] and "script-src 'self'" in resp.headers["Content-Security-Policy"]
     html = await resp.text()
     assert f'data-site-id="{site}"' in html and "/static/js/share.js" in html
+
+
+async def test_a_link_with_a_password_shows_nothing_until_it_is_given(client, site, database_url):
+    """As Plausible's password-protected links: the page is a password form and the token reads nothing until
+    the password is given; then an access cookie (not the password, and per link) opens the page and its
+    reads. The password is stored as an argon2 hash only."""
+    link = await share(client, site, name="Board", password="correct horse 42")
+    open_link = await share(client, site)
+    other = await share(client, site, password="correct horse 42")
+    assert (link["protected"], open_link["protected"]) == (True, False)
+    listed = await (await client.get(links_path(site))).json()
+    assert [x["protected"] for x in listed["links"]] == [True, False, True]
+    conn = await connect(database_url)
+    try:
+        stored = await conn.fetchval("SELECT password_hash FROM site_shared_links WHERE id = $1", link["id"])
+    finally:
+        await conn.close()
+    assert stored.startswith("$argon2") and "correct horse" not in stored
+    for bad in ({"password": "short"}, {"password": 12345678}, {"password": "x" * 129}):
+        resp = await client.post(links_path(site), json=bad)
+        assert resp.status == 400 and (await resp.json())["issues"][0]["field"] == "password", bad
+
+    token = token_of(link)
+    client.session.cookie_jar.clear()
+    page = await client.get(f"/share/{token}")
+    assert page.status == 200 and "name=password" in await page.text() and "data-site-id" not in await page.text()
+    assert "form-action 'self'" in page.headers["Content-Security-Policy"]
+    read = await client.get(f"/api/analytics/overview?siteId={site}&auth={token}")
+    assert read.status == 401 and (await read.json())["error"] == "this shared link needs its password"
+    assert (await client.get(f"/api/analytics/overview?siteId={site}&auth={token_of(open_link)}")).status == 200
+
+    wrong = await client.post(f"/share/{token}", data={"password": "wrong horse 42"}, allow_redirects=False)
+    assert wrong.status == 401 and "Wrong password." in await wrong.text()
+    assert not [c for c in client.session.cookie_jar if c.key.startswith("tally_share_")]
+    right = await client.post(f"/share/{token}", data={"password": "correct horse 42"}, allow_redirects=False)
+    assert right.status == 303 and right.headers["Location"] == f"/share/{token}"
+    cookie = right.cookies[f"tally_share_{link['id']}"]
+    assert cookie["httponly"] and cookie["samesite"] == "Lax" and "correct" not in cookie.value
+    page = await client.get(f"/share/{token}")
+    assert page.status == 200 and f'data-site-id="{site}"' in await page.text()
+    read = await client.get(f"/api/analytics/overview?siteId={site}&auth={token}")
+    assert read.status == 200 and (await read.json())["totalEvents"] == 4
+    # The cookie opens its own link only.
+    assert (await client.get(f"/api/analytics/overview?siteId={site}&auth={token_of(other)}")).status == 401
+
+
+async def test_password_attempts_are_limited(client, site):
+    token = token_of(await share(client, site, password="correct horse 42"))
+    client.session.cookie_jar.clear()
+    # Twelve at once from one address: the per-address pace is 10 a second.
+    answers = await asyncio.gather(*(client.post(f"/share/{token}", data={"password": "guess guess"},
+                                                 allow_redirects=False) for _ in range(12)))
+    assert sorted(a.status for a in answers) == [401] * 10 + [429] * 2

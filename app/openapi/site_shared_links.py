@@ -27,20 +27,32 @@ PATHS = {
                    "tags": _TAGS, "security": SESSION,
                    "responses": {"200": json_body(ref("Deleted")), **site_errors(401, 403, 404)}},
     },
-    "/share/{token}": {"get": {
-        "summary": "A shared link's page: the site's overview, read-only, no sign-in (noindex, no-store, no referrer)",
-        "parameters": [path_param("token")],
+    "/share/{token}": {"parameters": [path_param("token")], "get": {
+        "summary": "A shared link's page: the site's overview, read-only, no sign-in (noindex, no-store, no "
+                   "referrer); for a link with a password, its password form until the link's access cookie is set",
         "responses": {"200": {"description": "HTML page", "content": {"text/html": {"schema": {"type": "string"}}}},
                       "404": {"description": "unknown or revoked link",
                               "content": {"text/html": {"schema": {"type": "string"}}}}},
+    }, "post": {
+        "summary": "The password form of a link with a password: the right one sets the link's access cookie",
+        "requestBody": {"required": True, "content": {"application/x-www-form-urlencoded": {"schema": {
+            "type": "object", "properties": {"password": {"type": "string"}}}}}},
+        "responses": {"303": {"description": "to the page, with the access cookie (HttpOnly, SameSite=Lax, 30 days)"},
+                      "401": {"description": "wrong password: the form again",
+                              "content": {"text/html": {"schema": {"type": "string"}}}},
+                      "404": {"description": "unknown or revoked link",
+                              "content": {"text/html": {"schema": {"type": "string"}}}},
+                      **site_errors(413, 429)},
     }},
 }
 
 SCHEMAS = {
     "SharedLinkIn": {"type": "object", "additionalProperties": False, "properties": {
-        "name": {"type": "string", "maxLength": 64, "description": "default `Shared link`"}}},
-    "SharedLink": {"type": "object", "required": ["id", "name", "url", "createdAt"], "properties": {
-        "id": {"type": "string"}, "name": {"type": "string"},
+        "name": {"type": "string", "maxLength": 64, "description": "default `Shared link`"},
+        "password": {"type": "string", "minLength": 8, "maxLength": 128,
+                     "description": "asked on the link's page before it shows anything (stored as an argon2 hash)"}}},
+    "SharedLink": {"type": "object", "required": ["id", "name", "url", "protected", "createdAt"], "properties": {
+        "id": {"type": "string"}, "name": {"type": "string"}, "protected": {"type": "boolean"},
         "url": {"type": "string", "description": "{base}/share/<token>; the token is the only secret"},
         "createdAt": {"type": "string", "format": "date-time"}}},
 }

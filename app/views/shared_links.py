@@ -1,5 +1,6 @@
 """Shared links of a site (Plausible's): GET/POST /api/sites/{site_id}/shared-links, DELETE …/{link_id},
-and the read-only overview page they open, GET /share/{token}.
+and the read-only overview page they open, GET /share/{token} (with a password: a form first, answered by
+POST /share/{token}, which sets the link's access cookie).
 
 Managing links needs the dashboard session of the site's workspace (404 for any other site, as the goals
 routes). The page needs no session: it is the dashboard's overview module in its shared mode, whose reads
@@ -7,6 +8,7 @@ carry `?auth=<token>` (app/shared_access.py). An unknown or revoked token's page
 
 from __future__ import annotations
 
+import asyncio
 import html
 import secrets
 from typing import Any
@@ -14,13 +16,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from app.appkeys import POOL
+from app.appkeys import LIMITER, POOL, SETTINGS
 from app.bodies import read_site_body
-from app.dashboard_session import current_account
+from app.dashboard_session import check_password, current_account, hash_password
 from app.input_rules import storable_text
-from app.net import base_url
+from app.net import base_url, client_ip
 from app.responses import SiteError, iso_ms, json_response
-from app.shared_access import shared_link
+from app.shared_access import access_cookie, access_value, shared_link, unlocked
 from app.views.pages import STATIC_DIR
 from storage import shared_links as store
 from storage import sites as site_store
@@ -28,8 +30,12 @@ from storage.ids import new_id
 
 MAX_LINKS = 20  # per site
 MAX_NAME = 64
+MIN_PASSWORD, MAX_PASSWORD = 8, 128
 DEFAULT_NAME = "Shared link"
 BODY_LIMIT = 4096
+ACCESS_MAX_AGE = 30 * 24 * 3600  # a password is asked again after 30 days
+# Password attempts per client address (per second, per minute): the login's pace for one address.
+PASSWORD_LIMITS = (10, 30)
 
 # The token is the secret: keep it out of caches, search engines and Referer headers (as the public
 # dashboards do); the CSP is the dashboard's.
@@ -44,6 +50,19 @@ PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "X-Robots-Tag": "noindex, nofollow",
 }
+# The password page posts its form to itself; everything else is as PAGE_HEADERS.
+FORM_HEADERS = {**PAGE_HEADERS,
+                "Content-Security-Policy": PAGE_HEADERS["Content-Security-Policy"].replace(
+                    "form-action 'none'", "form-action 'self'")}
+PASSWORD_PAGE = (
+    "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content='width=device-width'>"
+    "<meta name=robots content='noindex, nofollow'><title>{domain} · Tally</title>"
+    "<link rel=stylesheet href=/static/css/app.css><body class=login-body><main class=login-card>"
+    "<h1 class=brand>{domain}</h1><p class=muted>This shared dashboard asks for a password.</p>"
+    "<form method=post><label>Password <input id=password name=password type=password required "
+    "autocomplete=current-password autofocus></label>{error}<button type=submit class=primary>View dashboard"
+    "</button></form></main></body></html>"
+)
 NOT_SHARED_PAGE = (
     "<!doctype html><html lang=en><meta charset=utf-8><title>Link not found</title>"
     "<h1>Link not found</h1><p>This link is wrong, or it is no longer shared.</p></html>"
@@ -52,7 +71,7 @@ NOT_SHARED_PAGE = (
 
 def link_json(request: web.Request, row) -> dict:
     return {"id": row["id"], "name": row["name"], "url": f"{base_url(request)}/share/{row['token']}",
-            "createdAt": iso_ms(row["created_at"])}
+            "protected": row["password_hash"] is not None, "createdAt": iso_ms(row["created_at"])}
 
 
 async def _own_site(request: web.Request):
@@ -68,27 +87,29 @@ async def _own_site(request: web.Request):
     return row
 
 
-async def _name(request: web.Request) -> str:
-    """`name` from an optional JSON object body; empty or absent gives the default name."""
+async def _fields(request: web.Request) -> tuple[str, str | None]:
+    """(name, password or None) from an optional JSON object body; an empty or absent name gives the default."""
     raw = await read_site_body(request, BODY_LIMIT)
     if not raw.strip():
-        return DEFAULT_NAME
+        return DEFAULT_NAME, None
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise SiteError(400, "invalid json") from None
     if not isinstance(data, dict):
         raise SiteError(400, "invalid payload", issues=[{"field": "", "message": "expected a JSON object"}])
-    unknown = sorted(set(data) - {"name"})
+    unknown = sorted(set(data) - {"name", "password"})
     if unknown:
         raise SiteError(400, "invalid payload", issues=[{"field": f, "message": "unknown field"} for f in unknown])
-    name = data.get("name")
-    if name is None:
-        return DEFAULT_NAME
-    if not isinstance(name, str) or not storable_text(name) or len(name.strip()) > MAX_NAME:
+    name, password = data.get("name"), data.get("password")
+    if name is not None and (not isinstance(name, str) or not storable_text(name) or len(name.strip()) > MAX_NAME):
         raise SiteError(400, "invalid payload",
                         issues=[{"field": "name", "message": f"a string of at most {MAX_NAME} characters"}])
-    return name.strip() or DEFAULT_NAME
+    if password is not None and (not isinstance(password, str) or not storable_text(password)
+                                 or not MIN_PASSWORD <= len(password) <= MAX_PASSWORD):
+        raise SiteError(400, "invalid payload", issues=[
+            {"field": "password", "message": f"a string of {MIN_PASSWORD} to {MAX_PASSWORD} characters"}])
+    return (name or "").strip() or DEFAULT_NAME, password
 
 
 async def list_links(request: web.Request) -> web.Response:
@@ -100,12 +121,15 @@ async def list_links(request: web.Request) -> web.Response:
 
 async def create_link(request: web.Request) -> web.Response:
     site = await _own_site(request)
-    name = await _name(request)
+    name, password = await _fields(request)
+    # argon2 is deliberately slow: off the event loop, as the sign-in's.
+    password_hash = await asyncio.to_thread(hash_password, password) if password is not None else None
     async with request.config_dict[POOL].acquire() as conn, conn.transaction():
         await store.lock_site(conn, site["id"])  # two creations at once cannot pass the cap together
         if await store.count_links(conn, site["id"]) >= MAX_LINKS:
             raise SiteError(409, "too many shared links", limit=MAX_LINKS)
-        row = await store.create_link(conn, new_id("shl"), site["id"], secrets.token_urlsafe(24), name)
+        row = await store.create_link(conn, new_id("shl"), site["id"], secrets.token_urlsafe(24), name,
+                                      password_hash)
     return json_response(link_json(request, row), 201, headers={"Cache-Control": "no-store"})
 
 
@@ -121,13 +145,46 @@ async def delete_link(request: web.Request) -> web.Response:
 
 async def share_page(request: web.Request) -> web.Response:
     """The overview page of a live link, naming its site in data attributes (the CSP allows no inline
-    script); its script reads the token from the path."""
+    script); its script reads the token from the path. A link with a password shows its form until the
+    access cookie is there."""
     link = await shared_link(request, request.match_info["token"])
     if link is None:
         return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
+    if not unlocked(request, link):
+        return _password_page(link, 200)
     page = (STATIC_DIR / "share.html").read_text()
     page = page.replace("{{site_id}}", html.escape(link["site_id"])).replace("{{domain}}", html.escape(link["domain"]))
     return web.Response(text=page, content_type="text/html", headers=PAGE_HEADERS)
+
+
+async def unlock(request: web.Request) -> web.Response:
+    """POST /share/{token}: the password form. The right password sets the link's access cookie and goes
+    back to the page (303); a wrong one shows the form again (401). Attempts are rate-limited per address."""
+    link = await shared_link(request, request.match_info["token"])
+    if link is None:
+        return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
+    ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
+    verdict = await request.config_dict[LIMITER].hit(f"share-password:{ip}", PASSWORD_LIMITS)
+    if not verdict.allowed:
+        raise SiteError(429, "too many password attempts", headers={"Retry-After": str(verdict.retry_after)})
+    if request.content_length is not None and request.content_length > BODY_LIMIT:
+        raise SiteError(413, "payload too large", limit=BODY_LIMIT)
+    password = (await request.post()).get("password")
+    if link["password_hash"] is not None:
+        if not isinstance(password, str) or not await asyncio.to_thread(check_password, link["password_hash"],
+                                                                         password):
+            return _password_page(link, 401, "Wrong password.")
+    response = web.Response(status=303, headers={"Location": f"/share/{link['token']}", "Cache-Control": "no-store"})
+    if link["password_hash"] is not None:
+        response.set_cookie(access_cookie(link), access_value(request, link), max_age=ACCESS_MAX_AGE, path="/",
+                            httponly=True, samesite="Lax", secure=base_url(request).startswith("https://"))
+    return response
+
+
+def _password_page(link, status: int, error: str = "") -> web.Response:
+    body = PASSWORD_PAGE.format(domain=html.escape(link["domain"]),
+                                error=f"<p class=error role=alert>{html.escape(error)}</p>" if error else "")
+    return web.Response(status=status, text=body, content_type="text/html", headers=FORM_HEADERS)
 
 
 def setup_shared_link_routes(router: web.UrlDispatcher) -> None:
@@ -138,3 +195,4 @@ def setup_shared_link_routes(router: web.UrlDispatcher) -> None:
 
 def setup_share_page(router: web.UrlDispatcher) -> None:
     router.add_get("/share/{token}", share_page)
+    router.add_post("/share/{token}", unlock)

@@ -68,3 +68,35 @@ def test_a_shared_link_shows_the_overview_without_signing_in(page: Page, browser
         expect(shared.locator("h1")).to_have_text("Link not found")
     finally:
         context.close()
+
+
+def test_a_shared_link_with_a_password_asks_for_it(page: Page, browser: Browser, browser_context_args: dict,
+                                                    live_server: LiveServer, account):
+    base = live_server.base_url
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"guarded-{secrets.token_hex(4)}.example.com")
+    assert page.request.post(f"{base}/api/service/event", data={"s": site_id, "n": "pageview", "p": "/"}).status == 202
+    page.goto(f"{base}/app/sites/{site_id}")
+    page.click("details.shared-links summary")
+    page.fill("input[name=link_name]", "Board")
+    page.fill("input[name=link_password]", "correct horse 42")
+    page.click("details.shared-links button[type=submit]")
+    link = page.locator("li.shared-link")
+    expect(link).to_contain_text("password")
+    url = link.locator("code").text_content()
+
+    context = browser.new_context(**browser_context_args)
+    try:
+        shared = context.new_page()
+        shared.goto(url + "?range=24h")
+        expect(shared.locator("[data-stat=totalPageviews]")).to_have_count(0)  # nothing before the password
+        shared.fill("#password", "wrong horse 42")
+        shared.click("button[type=submit]")
+        expect(shared.locator("[role=alert]")).to_have_text("Wrong password.")
+        shared.fill("#password", "correct horse 42")
+        shared.click("button[type=submit]")
+        expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+        shared.reload()  # the access cookie keeps it open
+        expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+    finally:
+        context.close()

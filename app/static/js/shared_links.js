@@ -8,10 +8,11 @@ export function sharedLinks(siteId) {
   const list = h('ul', { class: 'goal-list shared-list' })
   const error = h('p', { class: 'error small', role: 'alert', hidden: true })
   const name = h('input', { 'aria-label': 'Link name', name: 'link_name', placeholder: 'Name (optional)', autocomplete: 'off', maxlength: 64 })
-  const form = h('form', { class: 'row goal-form' }, name, h('button', { type: 'submit', class: 'small primary', text: 'New shared link' }))
+  const password = h('input', { 'aria-label': 'Link password', name: 'link_password', type: 'password', placeholder: 'Password (optional)', autocomplete: 'new-password', minlength: 8, maxlength: 128 })
+  const form = h('form', { class: 'row goal-form' }, name, password, h('button', { type: 'submit', class: 'small primary', text: 'New shared link' }))
   const el = h('details', { class: 'card shared-links' },
     h('summary', { text: 'Shared links' }),
-    h('p', { class: 'muted small', text: 'Anyone with a link sees this overview, read-only, without signing in: not the event log, exports or settings. Revoking a link stops it at once.' }),
+    h('p', { class: 'muted small', text: 'Anyone with a link (and its password, when it has one) sees this overview, read-only, without signing in: not the event log, exports or settings. Revoking a link stops it at once.' }),
     list, form, error)
 
   function failed(e) {
@@ -25,7 +26,8 @@ export function sharedLinks(siteId) {
       error.hidden = true
       list.replaceChildren(...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
         ...links.map((link) => h('li', { class: 'shared-link', dataset: { link: link.id } },
-          h('div', { class: 'row' }, h('strong', { class: 'ellipsis', text: link.name }), h('span', { class: 'spacer' }),
+          h('div', { class: 'row' }, h('strong', { class: 'ellipsis', text: link.name }),
+            ...(link.protected ? [h('span', { class: 'badge', text: 'password' })] : []), h('span', { class: 'spacer' }),
             h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
               onclick: async () => {
                 try {
@@ -44,8 +46,12 @@ export function sharedLinks(siteId) {
   form.addEventListener('submit', async (e) => {
     e.preventDefault()
     try {
-      await api(base, { method: 'POST', json: name.value.trim() ? { name: name.value.trim() } : {} })
+      const body = {}
+      if (name.value.trim()) body.name = name.value.trim()
+      if (password.value) body.password = password.value
+      await api(base, { method: 'POST', json: body })
       name.value = ''
+      password.value = ''
       await refresh()
     } catch (err) {
       failed(err)
