@@ -27,7 +27,7 @@ serve: install
 test: dev
 	.ci/services
 	$(BIN)/ruff check app actors storage common tests bench
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 	@if command -v npm >/dev/null 2>&1; then cd tracker_js && npm ci --silent --no-audit --no-fund && npm test --silent; \
 	else echo "node not found: tracker unit tests skipped"; fi
 
