@@ -15,11 +15,10 @@ from aiohttp import web
 
 from app.appkeys import POOL
 from app.bodies import read_site_body
-from app.dashboard_session import current_account
 from app.input_rules import storable_text
 from app.responses import SiteError, iso_ms, json_response
+from app.views.sites import path_site
 from storage import goals as goal_store
-from storage import sites as site_store
 from storage.ids import new_id
 
 MAX_GOALS = 100  # per site
@@ -34,19 +33,6 @@ def goal_json(row) -> dict:
         "goal_type": row["goal_type"], "event_name": row["event_name"], "page_path": row["page_path"],
         "createdAt": iso_ms(row["created_at"]),
     }
-
-
-async def _own_site(request: web.Request):
-    """The path's site when it is in the caller's workspace; the same 404 for an unknown site."""
-    account = await current_account(request)
-    site_id = request.match_info["site_id"]
-    row = None
-    if storable_text(site_id):
-        async with request.config_dict[POOL].acquire() as conn:
-            row = await site_store.site_by_id(conn, site_id)
-    if row is None or row["workspace_id"] != account.workspace_id:
-        raise SiteError(404, "not found")
-    return row
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -105,14 +91,14 @@ def parse_goal(data: dict[str, Any]) -> tuple[str, str | None, str | None]:
 
 
 async def list_goals(request: web.Request) -> web.Response:
-    site = await _own_site(request)
+    site = await path_site(request)
     async with request.config_dict[POOL].acquire() as conn:
         rows = await goal_store.list_goals(conn, site["id"])
     return json_response({"goals": [goal_json(r) for r in rows]})
 
 
 async def create_goal(request: web.Request) -> web.Response:
-    site = await _own_site(request)
+    site = await path_site(request)
     goal_type, event_name, page_path = parse_goal(await _body(request))
     async with request.config_dict[POOL].acquire() as conn:
         existing = await goal_store.find_goal(conn, site["id"], goal_type, event_name, page_path)
@@ -138,13 +124,13 @@ async def _delete(request: web.Request, site_id: str, goal_id: str | None) -> we
 
 async def delete_goal(request: web.Request) -> web.Response:
     """DELETE …/goals/{goal_id}."""
-    site = await _own_site(request)
+    site = await path_site(request)
     return await _delete(request, site["id"], request.match_info["goal_id"])
 
 
 async def delete_goal_by_fields(request: web.Request) -> web.Response:
     """DELETE …/goals with the goal's creation body (or {"id": …}): what a script that POSTed it knows."""
-    site = await _own_site(request)
+    site = await path_site(request)
     data = await _body(request)
     if isinstance(data.get("id"), str):
         return await _delete(request, site["id"], data["id"])

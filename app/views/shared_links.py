@@ -18,14 +18,14 @@ from aiohttp import web
 
 from app.appkeys import LIMITER, POOL, SETTINGS
 from app.bodies import read_site_body
-from app.dashboard_session import check_password, current_account, hash_password
+from app.dashboard_session import check_password, hash_password
 from app.input_rules import storable_text
 from app.net import base_url, client_ip
 from app.responses import SiteError, iso_ms, json_response
 from app.shared_access import access_cookie, access_value, shared_link, unlocked
 from app.views.pages import STATIC_DIR
+from app.views.sites import path_site
 from storage import shared_links as store
-from storage import sites as site_store
 from storage.ids import new_id
 
 MAX_LINKS = 20  # per site
@@ -74,19 +74,6 @@ def link_json(request: web.Request, row) -> dict:
             "protected": row["password_hash"] is not None, "createdAt": iso_ms(row["created_at"])}
 
 
-async def _own_site(request: web.Request):
-    """The path's site when it is in the caller's workspace; the same 404 for an unknown site."""
-    account = await current_account(request)
-    site_id = request.match_info["site_id"]
-    row = None
-    if storable_text(site_id):
-        async with request.config_dict[POOL].acquire() as conn:
-            row = await site_store.site_by_id(conn, site_id)
-    if row is None or row["workspace_id"] != account.workspace_id:
-        raise SiteError(404, "not found")
-    return row
-
-
 async def _fields(request: web.Request) -> tuple[str, str | None]:
     """(name, password or None) from an optional JSON object body; an empty or absent name gives the default."""
     raw = await read_site_body(request, BODY_LIMIT)
@@ -113,14 +100,14 @@ async def _fields(request: web.Request) -> tuple[str, str | None]:
 
 
 async def list_links(request: web.Request) -> web.Response:
-    site = await _own_site(request)
+    site = await path_site(request)
     async with request.config_dict[POOL].acquire() as conn:
         rows = await store.list_links(conn, site["id"])
     return json_response({"links": [link_json(request, r) for r in rows]}, headers={"Cache-Control": "no-store"})
 
 
 async def create_link(request: web.Request) -> web.Response:
-    site = await _own_site(request)
+    site = await path_site(request)
     name, password = await _fields(request)
     # argon2 is deliberately slow: off the event loop, as the sign-in's.
     password_hash = await asyncio.to_thread(hash_password, password) if password is not None else None
@@ -134,7 +121,7 @@ async def create_link(request: web.Request) -> web.Response:
 
 
 async def delete_link(request: web.Request) -> web.Response:
-    site = await _own_site(request)
+    site = await path_site(request)
     link_id = request.match_info["link_id"]
     async with request.config_dict[POOL].acquire() as conn:
         deleted = await store.delete_link(conn, site["id"], link_id)

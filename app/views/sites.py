@@ -126,6 +126,20 @@ async def create_site(request: web.Request) -> web.Response:
     return json_response({"id": row["id"], "domain": row["domain"]})
 
 
+async def path_site(request: web.Request):
+    """The {site_id} path's site when it is in the caller's workspace; the same 404 for an unknown site (the
+    routes under /api/sites/{site_id}/: goals, shared links)."""
+    account = await current_account(request)
+    site_id = request.match_info["site_id"]
+    row = None
+    if storable_text(site_id):
+        async with request.config_dict[POOL].acquire() as conn:
+            row = await site_store.site_by_id(conn, site_id)
+    if row is None or row["workspace_id"] != account.workspace_id:
+        raise SiteError(404, "not found")
+    return row
+
+
 async def _own_site(request: web.Request):
     """The ?site= row when it is in the caller's workspace; None when no such site exists."""
     account = await current_account(request)
