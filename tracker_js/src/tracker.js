@@ -171,7 +171,8 @@ function autotrack(t, w, pageviews, outbound, hash, downloads, tagged) {
     }
     const a = el.closest('a[href]')
     if (!a) return
-    const file = a.pathname.split('/').pop().split('.')
+    // An SVG <a> has no pathname (nor hostname): neither a download nor outbound.
+    const file = (a.pathname || '').split('/').pop().split('.')
     if (types && file.length > 1 && types.includes(file.pop().toLowerCase())) t.track('file_download', { url: a.href })
     // hostname is '' for mailto:, tel:, javascript: links: not outbound.
     else if (outbound && a.hostname && a.hostname != loc.hostname) t.track('outbound', { url: a.href })

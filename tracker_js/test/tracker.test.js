@@ -406,6 +406,15 @@ describe('file downloads', () => {
     ])
   })
 
+  test('an SVG link (no pathname, no hostname) sends nothing and throws nothing', () => {
+    const { w, el } = setup({ downloads: true })
+    const a = el('a', { href: '/a.pdf' })
+    Object.defineProperty(a, 'pathname', { value: undefined })
+    Object.defineProperty(a, 'hostname', { value: undefined })
+    w.click(a)
+    assert.equal(w.sent.length, 0)
+  })
+
   test('a list of types replaces the default one', () => {
     const { w, el } = setup({ downloads: 'epub, MOBI' })
     for (const href of ['/book.epub', '/book.mobi', '/book.pdf']) w.click(el('a', { href }))
