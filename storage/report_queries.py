@@ -225,7 +225,9 @@ async def funnel(
         per = levels.setdefault(g, [0] * len(events))
         for k in range(level):
             per[k] += n
-    if not group_kind and None not in levels:
+    # Every step has a row: ungrouped always, grouped when no user entered at all (the null group, 0), as
+    # grouped event volume keeps its buckets, so a chart client still has the steps to draw.
+    if not levels or (not group_kind and None not in levels):
         levels[None] = [0] * len(events)
     out = []
     for g in sorted(levels, key=_grp_order):

@@ -179,6 +179,20 @@ async def test_funnel_grouped_by_entry_event_property(client, funnel_data):
     ]
 
 
+@pytest.mark.parametrize("group_by", ["traits.plan", "properties.source"])
+async def test_a_grouped_funnel_without_users_keeps_its_steps(client, funnel_data, group_by):
+    """No user entered in the range: the grouped funnel has the ungrouped one's step rows, in the null group
+    (it gave no rows at all, leaving a chart client no steps to draw)."""
+    empty = {**FUNNEL, "from": "2023-01-01T00:00:00Z", "to": "2023-01-02T00:00:00Z"}
+    plain = await create_report(client, funnel_data, {"name": "F", "type": "funnel", "config": empty})
+    grouped = await create_report(client, funnel_data, {
+        "name": "G", "type": "funnel", "config": {**empty, "group_by": group_by}})
+    expected = [[step, event, None, *rest] for step, event, *rest in
+                (await run_report(client, funnel_data, plain["id"]))["rows"]]
+    assert [r[:4] for r in expected] == [[1, "view", None, 0], [2, "signup", None, 0], [3, "purchase", None, 0]]
+    assert (await run_report(client, funnel_data, grouped["id"]))["rows"] == expected
+
+
 async def test_retention_cohorts(client, ctx, pool):
     key, ws, _ = ctx
     await seed(pool, ws, [
