@@ -10,6 +10,7 @@ Messages go through the workspace actor like /v1/events, so a 2xx means they are
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import msgspec
@@ -171,14 +172,15 @@ async def preflight(request: web.Request) -> web.Response:
 preflight.tally_segment = "always"  # type: ignore[attr-defined]  # no key: app.auth leaves it to us
 
 
-def _segment_route(kind: str):
+def _segment_answers(call: Callable[[web.Request], Awaitable[web.Response]]):
+    """A Segment route's handler: `call`'s answer, or its SegmentError in Segment's shape (an error before
+    the write key was known counts against the client IP's allowance), with the page's CORS either way."""
     async def handler(request: web.Request) -> web.Response:
         try:
-            response = await (_batch(request) if kind == "batch" else _single(request, kind))
+            response = await call(request)
         except SegmentError as exc:
             headers = exc.headers
             if "X-RateLimit-Limit" not in headers:
-                # Rejected before its write key was known: counts against the client IP's allowance.
                 ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
                 headers = {**headers, **(await request.config_dict[LIMITER].hit(f"ip:{ip}", ANONYMOUS)).headers()}
             response = json_response({"code": exc.code, "message": exc.message}, exc.status, headers)
@@ -186,36 +188,36 @@ def _segment_route(kind: str):
         return response
 
     handler.tally_segment = "always"  # type: ignore[attr-defined]  # app.auth leaves these to us
-    handler.__name__ = f"segment_{kind}"
+    handler.__name__ = call.__name__
     return handler
+
+
+def _segment_route(kind: str):
+    async def call(request: web.Request) -> web.Response:
+        return await (_batch(request) if kind == "batch" else _single(request, kind))
+
+    call.__name__ = f"segment_{kind}"
+    return _segment_answers(call)
 
 
 _segment_identify = _segment_route("identify")
 
 
+@_segment_answers
 async def project_settings(request: web.Request) -> web.Response:
     """GET /v1/projects/{write_key}/settings: what analytics.js loads from its CDN before it sends anything,
     served here so that a page needs only `cdnURL` pointed at Tally. It names this service (as the browser
     addressed it) as the one destination, so calls come back to the Segment routes, and turns off the
     SDK's telemetry to Segment. Authenticated and rate-limited like a call: an unknown key is a 401, a paused
     source a 403 (analytics.js then sends nothing)."""
-    try:
-        _, headers = await _authenticate(request, request.match_info["write_key"])
-    except SegmentError as exc:
-        response = json_response({"code": exc.code, "message": exc.message}, exc.status, exc.headers)
-    else:
-        scheme, _, host = base_url(request).partition("://")
-        response = json_response({
-            "integrations": {"Segment.io": {"apiKey": request.match_info["write_key"], "apiHost": f"{host}/v1",
-                                            "protocol": scheme}},
-            # analytics.js otherwise sends its own usage counters to Segment's API (api.segment.io/v1/m).
-            "metrics": {"sampleRate": 0}, "plan": {}, "remotePlugins": [],
-        }, headers={**headers, "Cache-Control": "public, max-age=300"})
-    response.headers.update(_cors(request))
-    return response
-
-
-project_settings.tally_segment = "always"  # type: ignore[attr-defined]
+    _, headers = await _authenticate(request, request.match_info["write_key"])
+    scheme, _, host = base_url(request).partition("://")
+    return json_response({
+        "integrations": {"Segment.io": {"apiKey": request.match_info["write_key"], "apiHost": f"{host}/v1",
+                                        "protocol": scheme}},
+        # analytics.js otherwise sends its own usage counters to Segment's API (api.segment.io/v1/m).
+        "metrics": {"sampleRate": 0}, "plan": {}, "remotePlugins": [],
+    }, headers={**headers, "Cache-Control": "public, max-age=300"})
 
 
 @requires("write", "identify")
