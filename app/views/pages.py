@@ -32,12 +32,13 @@ SECURITY_HEADERS = {
 
 
 @cache
-def _page(name: str) -> bytes:
+def static_page(name: str) -> bytes:
+    """A page of app/static, read once per process."""
     return (STATIC_DIR / name).read_bytes()
 
 
 def _html(name: str) -> web.Response:
-    return web.Response(body=_page(name), content_type="text/html", charset="utf-8", headers=SECURITY_HEADERS)
+    return web.Response(body=static_page(name), content_type="text/html", charset="utf-8", headers=SECURITY_HEADERS)
 
 
 async def _signed_in(request: web.Request) -> bool:

@@ -23,7 +23,7 @@ from app.input_rules import storable_text
 from app.net import base_url, client_ip
 from app.responses import SiteError, iso_ms, json_response
 from app.shared_access import access_cookie, access_value, shared_link, unlocked
-from app.views.pages import STATIC_DIR
+from app.views.pages import static_page
 from app.views.sites import path_site
 from storage import shared_links as store
 from storage.ids import new_id
@@ -139,7 +139,7 @@ async def share_page(request: web.Request) -> web.Response:
         return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
     if not unlocked(request, link):
         return _password_page(link, 200)
-    page = (STATIC_DIR / "share.html").read_text()
+    page = static_page("share.html").decode()
     page = page.replace("{{site_id}}", html.escape(link["site_id"])).replace("{{domain}}", html.escape(link["domain"]))
     return web.Response(text=page, content_type="text/html", headers=PAGE_HEADERS)
 
@@ -157,12 +157,11 @@ async def unlock(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > BODY_LIMIT:
         raise SiteError(413, "payload too large", limit=BODY_LIMIT)
     password = (await request.post()).get("password")
+    response = web.Response(status=303, headers={"Location": f"/share/{link['token']}", "Cache-Control": "no-store"})
     if link["password_hash"] is not None:
         if not isinstance(password, str) or not await asyncio.to_thread(check_password, link["password_hash"],
                                                                          password):
             return _password_page(link, 401, "Wrong password.")
-    response = web.Response(status=303, headers={"Location": f"/share/{link['token']}", "Cache-Control": "no-store"})
-    if link["password_hash"] is not None:
         response.set_cookie(access_cookie(link), access_value(request, link), max_age=ACCESS_MAX_AGE, path="/",
                             httponly=True, samesite="Lax", secure=base_url(request).startswith("https://"))
     return response
