@@ -261,3 +261,25 @@ async def test_an_hourly_report_open_to_now_past_the_bucket_cap_is_400_naming_fr
     error = (await run_report(client, key, report["id"], status=400))["error"]
     assert error["code"] == "invalid_request" and error["fields"][0]["field"] == "config.from"
     assert (await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json())["last_run_at"] is None
+
+
+async def test_a_report_grown_past_the_bucket_cap_can_still_be_renamed(client, make_key, pool):
+    """PATCH re-checks the config only when the config or the type changes: a report whose range to now has
+    grown past the cap keeps its config and takes a new name (it answered 400 on config.from), while a
+    config change is still checked."""
+    key = await make_key("read,write")
+    report = await create_report(client, key, {"name": "Hourly", "type": "event_volume", "config": {
+        "events": ["signup"], "interval": "hour", "from": _days_ago(400)}})
+    async with pool.acquire() as conn:  # the days pass
+        await conn.execute("UPDATE reports SET config = jsonb_set(config, '{from}', to_jsonb($2::text)) WHERE id = $1",
+                           report["id"], _days_ago(420))
+        stored = await conn.fetchval("SELECT config FROM reports WHERE id = $1", report["id"])
+    resp = await client.patch(f"/v1/reports/{report['id']}", json={"name": "Hourly, old"}, headers=bearer(key))
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert body["name"] == "Hourly, old" and body["config"]["from"] == stored["from"]
+    resp = await client.patch(f"/v1/reports/{report['id']}", headers=bearer(key), json={
+        "config": {**stored, "interval": "hour"}})
+    assert resp.status == 400 and (await resp.json())["error"]["fields"][0]["field"] == "config.from"
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT name FROM reports WHERE id = $1", report["id"]) == "Hourly, old"

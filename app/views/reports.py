@@ -91,9 +91,12 @@ async def patch_report(request: web.Request) -> web.Response:
     row = await _stored(request)
     report_type = row["type"] if body.type is msgspec.UNSET else body.type
     new_config = body.config is not msgspec.UNSET
+    # The stored config is normalised already. It is re-checked only when it or the type changes, so a
+    # report whose range to now has since grown past the bucket cap can still be renamed or rescheduled.
+    config = row["config"]
     if report_type != row["type"] or new_config:
         require_plan(report_type, key.plan)
-    config = config_json(parse_config(report_type, body.config if new_config else row["config"]))
+        config = config_json(parse_config(report_type, body.config if new_config else row["config"]))
     if body.schedule is msgspec.UNSET:
         schedule, next_run_at = row["schedule"], row["next_run_at"]
     else:
