@@ -30,6 +30,17 @@ async def create_link(conn: asyncpg.Connection, link_id: str, site_id: str, toke
         link_id, site_id, token, name, password_hash)
 
 
+async def update_link(conn: asyncpg.Connection, site_id: str, link_id: str, *, name: str | None,
+                      set_password: bool, password_hash: str | None) -> asyncpg.Record | None:
+    """Rename (name None: keep it) and, with `set_password`, set or remove (None) the password. A new hash
+    also ends every access cookie given for the old one (app/shared_access.py signs the hash)."""
+    return await conn.fetchrow(
+        "UPDATE site_shared_links AS l SET name = coalesce($3, l.name), "
+        "password_hash = CASE WHEN $4 THEN $5 ELSE l.password_hash END "
+        f"WHERE l.site_id = $1 AND l.id = $2 RETURNING {_COLUMNS}",
+        site_id, link_id, name, set_password, password_hash)
+
+
 async def delete_link(conn: asyncpg.Connection, site_id: str, link_id: str) -> bool:
     """Revoke: the row goes, so the token reads nothing from the next request on."""
     status = await conn.execute("DELETE FROM site_shared_links WHERE site_id = $1 AND id = $2", site_id, link_id)

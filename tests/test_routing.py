@@ -99,6 +99,7 @@ API = {
     ("DELETE", "/api/sites/{site_id}/goals/{goal_id}"): "session",
     ("GET", "/api/sites/{site_id}/shared-links"): "session",
     ("POST", "/api/sites/{site_id}/shared-links"): "session",
+    ("PATCH", "/api/sites/{site_id}/shared-links/{link_id}"): "session",
     ("DELETE", "/api/sites/{site_id}/shared-links/{link_id}"): "session",
 }
 

@@ -256,3 +256,50 @@ async def test_password_attempts_are_limited(client, site):
     answers = await asyncio.gather(*(client.post(f"/share/{token}", data={"password": "guess guess"},
                                                  allow_redirects=False) for _ in range(12)))
     assert sorted(a.status for a in answers) == [401] * 10 + [429] * 2
+
+
+async def test_a_links_name_and_password_can_be_changed(client, site, database_url):
+    """PATCH renames a link and sets, changes or removes its password. A new password ends the access the old
+    one gave (the access cookie signs the password's hash); removing it opens the link to anyone holding it."""
+    link = await share(client, site, name="Board", password="correct horse 42")
+    token, path = token_of(link), links_path(site, link["id"])
+    right = await client.post(f"/share/{token}", data={"password": "correct horse 42"}, allow_redirects=False)
+    assert right.status == 303
+    read = f"/api/analytics/overview?siteId={site}&auth={token}"
+    assert (await client.get(read)).status == 200
+
+    resp = await client.patch(path, json={"name": "  Investors ", "password": "battery staple 7"})
+    assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store", await resp.text()
+    changed = await resp.json()
+    assert (changed["name"], changed["protected"], changed["url"]) == ("Investors", True, link["url"])
+    assert (await client.get(read)).status == 401  # the old password's cookie opens nothing now
+    assert (await client.post(f"/share/{token}", data={"password": "correct horse 42"},
+                              allow_redirects=False)).status == 401
+    assert (await client.post(f"/share/{token}", data={"password": "battery staple 7"},
+                              allow_redirects=False)).status == 303
+    assert (await client.get(read)).status == 200
+
+    # A rename alone keeps the password; null removes it.
+    assert (await (await client.patch(path, json={"name": "Board"})).json())["protected"] is True
+    removed = await client.patch(path, json={"password": None})
+    assert removed.status == 200 and (await removed.json())["protected"] is False
+    client.session.cookie_jar.clear()
+    assert (await client.get(read)).status == 200
+    assert await stored_links(database_url, site) == [(link["id"], "Board")]
+
+
+async def test_a_bad_link_change_changes_nothing(client, site, database_url, workspace):
+    link = await share(client, site, name="Board", password="correct horse 42")
+    path = links_path(site, link["id"])
+    for bad, field in (({"password": "short"}, "password"), ({"name": 5}, "name"), ({"token": "x"}, "token")):
+        resp = await client.patch(path, json=bad)
+        assert resp.status == 400 and (await resp.json())["issues"][0]["field"] == field, bad
+    assert (await client.patch(path, data=b"[1]", headers={"Content-Type": "application/json"})).status == 400
+    assert (await client.patch(links_path(site, "shl_nope"), json={"name": "x"})).status == 404
+    other, _ = await register_site(database_url, workspace)
+    assert (await client.patch(links_path(other, link["id"]), json={"name": "x"})).status == 404
+    listed = (await (await client.get(links_path(site))).json())["links"]
+    assert [(x["name"], x["protected"]) for x in listed] == [("Board", True)]
+    client.session.cookie_jar.clear()
+    assert (await client.post(f"/share/{token_of(link)}", data={"password": "correct horse 42"},
+                              allow_redirects=False)).status == 303

@@ -23,6 +23,13 @@ PATHS = {
     },
     "/api/sites/{site_id}/shared-links/{link_id}": {
         "parameters": [path_param("site_id"), path_param("link_id")],
+        "patch": {"summary": "Rename a shared link, or set, change or (null) remove its password: a new password "
+                           "ends the access the earlier one gave",
+                  "tags": _TAGS, "security": SESSION,
+                  "requestBody": {"required": False,
+                                  "content": {"application/json": {"schema": ref("SharedLinkPatch")}}},
+                  "responses": {"200": json_body(ref("SharedLink"), headers=_NO_STORE),
+                                **site_errors(400, 401, 403, 404, 413)}},
         "delete": {"summary": "Revoke a shared link: its URL and token answer 404 from the next request on",
                    "tags": _TAGS, "security": SESSION,
                    "responses": {"200": json_body(ref("Deleted")), **site_errors(401, 403, 404)}},
@@ -51,6 +58,10 @@ SCHEMAS = {
         "name": {"type": "string", "maxLength": 64, "description": "default `Shared link`"},
         "password": {"type": "string", "minLength": 8, "maxLength": 128,
                      "description": "asked on the link's page before it shows anything (stored as an argon2 hash)"}}},
+    "SharedLinkPatch": {"type": "object", "additionalProperties": False, "properties": {
+        "name": {"type": ["string", "null"], "maxLength": 64, "description": "null or blank: `Shared link`"},
+        "password": {"type": ["string", "null"], "minLength": 8, "maxLength": 128,
+                     "description": "a new password, or null to remove it; absent: unchanged"}}},
     "SharedLink": {"type": "object", "required": ["id", "name", "url", "protected", "createdAt"], "properties": {
         "id": {"type": "string"}, "name": {"type": "string"}, "protected": {"type": "boolean"},
         "url": {"type": "string", "description": "{base}/share/<token>; the token is the only secret"},

@@ -1,4 +1,4 @@
-"""Shared links of a site (Plausible's): GET/POST /api/sites/{site_id}/shared-links, DELETE …/{link_id},
+"""Shared links of a site (Plausible's): GET/POST /api/sites/{site_id}/shared-links, PATCH and DELETE …/{link_id},
 and the read-only overview page they open, GET /share/{token} (with a password: a form first, answered by
 POST /share/{token}, which sets the link's access cookie).
 
@@ -74,11 +74,12 @@ def link_json(request: web.Request, row) -> dict:
             "protected": row["password_hash"] is not None, "createdAt": iso_ms(row["created_at"])}
 
 
-async def _fields(request: web.Request) -> tuple[str, str | None]:
-    """(name, password or None) from an optional JSON object body; an empty or absent name gives the default."""
+async def _fields(request: web.Request) -> dict[str, Any]:
+    """The fields an optional JSON object body gives, checked: `name` (None or blank: the default name) and
+    `password` (None: no password)."""
     raw = await read_site_body(request, BODY_LIMIT)
     if not raw.strip():
-        return DEFAULT_NAME, None
+        return {}
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -96,7 +97,14 @@ async def _fields(request: web.Request) -> tuple[str, str | None]:
                                  or not MIN_PASSWORD <= len(password) <= MAX_PASSWORD):
         raise SiteError(400, "invalid payload", issues=[
             {"field": "password", "message": f"a string of {MIN_PASSWORD} to {MAX_PASSWORD} characters"}])
-    return (name or "").strip() or DEFAULT_NAME, password
+    if "name" in data:
+        data["name"] = (name or "").strip() or DEFAULT_NAME
+    return data
+
+
+async def _password_hash(password: str | None) -> str | None:
+    # argon2 is deliberately slow: off the event loop, as the sign-in's.
+    return await asyncio.to_thread(hash_password, password) if password is not None else None
 
 
 async def list_links(request: web.Request) -> web.Response:
@@ -108,9 +116,8 @@ async def list_links(request: web.Request) -> web.Response:
 
 async def create_link(request: web.Request) -> web.Response:
     site = await path_site(request)
-    name, password = await _fields(request)
-    # argon2 is deliberately slow: off the event loop, as the sign-in's.
-    password_hash = await asyncio.to_thread(hash_password, password) if password is not None else None
+    fields = await _fields(request)
+    name, password_hash = fields.get("name", DEFAULT_NAME), await _password_hash(fields.get("password"))
     async with request.config_dict[POOL].acquire() as conn, conn.transaction():
         await store.lock_site(conn, site["id"])  # two creations at once cannot pass the cap together
         if await store.count_links(conn, site["id"]) >= MAX_LINKS:
@@ -118,6 +125,21 @@ async def create_link(request: web.Request) -> web.Response:
         row = await store.create_link(conn, new_id("shl"), site["id"], secrets.token_urlsafe(24), name,
                                       password_hash)
     return json_response(link_json(request, row), 201, headers={"Cache-Control": "no-store"})
+
+
+async def update_link(request: web.Request) -> web.Response:
+    """PATCH: rename the link, or set, change or (`"password": null`) remove its password. A new password
+    ends the access every earlier one gave: their cookies sign the old hash."""
+    site = await path_site(request)
+    fields = await _fields(request)
+    set_password = "password" in fields
+    password_hash = await _password_hash(fields.get("password"))
+    async with request.config_dict[POOL].acquire() as conn:
+        row = await store.update_link(conn, site["id"], request.match_info["link_id"], name=fields.get("name"),
+                                      set_password=set_password, password_hash=password_hash)
+    if row is None:
+        raise SiteError(404, "not found")
+    return json_response(link_json(request, row), headers={"Cache-Control": "no-store"})
 
 
 async def delete_link(request: web.Request) -> web.Response:
@@ -176,6 +198,7 @@ def _password_page(link, status: int, error: str = "") -> web.Response:
 def setup_shared_link_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/sites/{site_id}/shared-links", list_links)
     router.add_post("/sites/{site_id}/shared-links", create_link)
+    router.add_patch("/sites/{site_id}/shared-links/{link_id}", update_link)
     router.add_delete("/sites/{site_id}/shared-links/{link_id}", delete_link)
 
 

@@ -98,5 +98,31 @@ def test_a_shared_link_with_a_password_asks_for_it(page: Page, browser: Browser,
         expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
         shared.reload()  # the access cookie keeps it open
         expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+
+        # A new password, set from the dashboard, ends the old one's access.
+        link.get_by_role("button", name="Password of Board").click()
+        link.get_by_label("New password for Board").fill("battery staple 7")
+        link.get_by_role("button", name="Change password").click()
+        expect(link.get_by_role("button", name="Remove the password of Board")).to_be_hidden()  # redrawn, closed
+        shared.reload()
+        expect(shared.locator("#password")).to_be_visible()
+        shared.fill("#password", "correct horse 42")
+        shared.click("button[type=submit]")
+        expect(shared.locator("[role=alert]")).to_have_text("Wrong password.")
+        shared.fill("#password", "battery staple 7")
+        shared.click("button[type=submit]")
+        expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+
+        # Removed: the link opens without one, in a fresh browser too.
+        link.get_by_role("button", name="Password of Board").click()
+        link.get_by_role("button", name="Remove the password of Board").click()
+        expect(link.locator(".badge")).to_have_count(0)
+        fresh = browser.new_context(**browser_context_args)
+        try:
+            other = fresh.new_page()
+            other.goto(url + "?range=24h")
+            expect(other.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+        finally:
+            fresh.close()
     finally:
         context.close()

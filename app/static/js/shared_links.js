@@ -1,5 +1,5 @@
-// A site's shared links, under its overview: create one, copy its URL, revoke it
-// (GET/POST/DELETE /api/sites/{id}/shared-links). A link opens the overview read-only, without signing in.
+// A site's shared links, under its overview: create one, copy its URL, set or remove its password, revoke it
+// (GET/POST/PATCH/DELETE /api/sites/{id}/shared-links). A link opens the overview read-only, without signing in.
 import { api } from './api.js'
 import { codeBlock, errorBox, h } from './dom.js'
 
@@ -20,24 +20,50 @@ export function sharedLinks(siteId) {
     error.textContent = (e && e.message) || String(e)
   }
 
+  async function act(request) {
+    try {
+      await request()
+      await refresh()
+    } catch (e) {
+      failed(e)
+    }
+  }
+
+  // Set, change or remove a link's password: a new one ends the access the old one gave.
+  function passwordForm(link, path) {
+    const input = h('input', { type: 'password', name: 'new_link_password', 'aria-label': `New password for ${link.name}`, placeholder: 'New password', autocomplete: 'new-password', minlength: 8, maxlength: 128, required: true })
+    const form = h('form', { class: 'row goal-form', hidden: true }, input,
+      h('button', { type: 'submit', class: 'small', text: link.protected ? 'Change password' : 'Set password' }),
+      ...(link.protected
+        ? [h('button', { type: 'button', class: 'link small', text: 'Remove password', 'aria-label': `Remove the password of ${link.name}`,
+            onclick: () => act(() => api(path, { method: 'PATCH', json: { password: null } })) })]
+        : []))
+    form.addEventListener('submit', (e) => {
+      e.preventDefault()
+      act(() => api(path, { method: 'PATCH', json: { password: input.value } }))
+    })
+    return form
+  }
+
+  function linkItem(link) {
+    const path = `${base}/${encodeURIComponent(link.id)}`
+    const form = passwordForm(link, path)
+    return h('li', { class: 'shared-link', dataset: { link: link.id } },
+      h('div', { class: 'row' }, h('strong', { class: 'ellipsis', text: link.name }),
+        ...(link.protected ? [h('span', { class: 'badge', text: 'password' })] : []), h('span', { class: 'spacer' }),
+        h('button', { type: 'button', class: 'link small', text: 'Password', 'aria-label': `Password of ${link.name}`,
+          onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector('input').focus() } }),
+        h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
+          onclick: () => act(() => api(path, { method: 'DELETE' })) })),
+      codeBlock(link.url, 'Copy link'), form)
+  }
+
   async function refresh() {
     try {
       const { links } = await api(base)
       error.hidden = true
       list.replaceChildren(...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
-        ...links.map((link) => h('li', { class: 'shared-link', dataset: { link: link.id } },
-          h('div', { class: 'row' }, h('strong', { class: 'ellipsis', text: link.name }),
-            ...(link.protected ? [h('span', { class: 'badge', text: 'password' })] : []), h('span', { class: 'spacer' }),
-            h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
-              onclick: async () => {
-                try {
-                  await api(`${base}/${encodeURIComponent(link.id)}`, { method: 'DELETE' })
-                  await refresh()
-                } catch (e) {
-                  failed(e)
-                }
-              } })),
-          codeBlock(link.url, 'Copy link'))))
+        ...links.map(linkItem))
     } catch (e) {
       list.replaceChildren(errorBox(e))
     }
