@@ -5,25 +5,22 @@ same path + /data, so revoking also stops an already open page at its next refre
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from aiohttp import web
 
 from app.appkeys import LIMITER, POOL, SETTINGS
 from app.net import client_ip
 from app.plans import ANONYMOUS
 from app.responses import ApiError, iso_ms, json_response, not_found
+from app.shared_access import TOKEN_FORMAT
 from app.views.analytics_params import analytics_store
 from app.views.dashboards import chart_data_json, chart_json, data_range
+from app.views.pages import static_page
 from storage import dashboards as store
 
-STATIC = Path(__file__).resolve().parent.parent / "static"
 ASSETS = {
     "public_dashboard.js": "application/javascript",
     "public_dashboard.css": "text/css",
 }
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
 # The token is the only secret: keep it out of caches, search engines and Referer headers.
 PRIVATE_HEADERS = {"Cache-Control": "no-store", "X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-referrer"}
@@ -48,7 +45,7 @@ async def _rate_limit(request: web.Request) -> None:
 
 
 async def _shared(conn, token: str):
-    if not _TOKEN.match(token):
+    if not TOKEN_FORMAT.match(token):  # the shared links' format: secrets.token_urlsafe
         return None
     return await store.by_token(conn, token)
 
@@ -59,8 +56,8 @@ async def page(request: web.Request) -> web.Response:
         row = await _shared(conn, request.match_info["token"])
     if row is None:
         return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
-    html = (STATIC / "public_dashboard.html").read_text()
-    return web.Response(text=html, content_type="text/html", headers=PAGE_HEADERS)
+    return web.Response(body=static_page("public_dashboard.html"), content_type="text/html", charset="utf-8",
+                        headers=PAGE_HEADERS)
 
 
 async def page_data(request: web.Request) -> web.Response:
@@ -86,7 +83,7 @@ async def asset(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in ASSETS:
         raise not_found("no such asset")
-    return web.Response(body=(STATIC / name).read_bytes(), content_type=ASSETS[name],
+    return web.Response(body=static_page(name), content_type=ASSETS[name],
                         headers={"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"})
 
 
