@@ -70,6 +70,16 @@ def test_a_shared_link_shows_the_overview_without_signing_in(page: Page, browser
         context.close()
 
 
+def unlock(shared: Page, *, wrong: str, right: str) -> None:
+    """On a link's password form: a wrong password shows the form again, the right one the overview."""
+    shared.fill("#password", wrong)
+    shared.click("button[type=submit]")
+    expect(shared.locator("[role=alert]")).to_have_text("Wrong password.")
+    shared.fill("#password", right)
+    shared.click("button[type=submit]")
+    expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+
+
 def test_a_shared_link_with_a_password_asks_for_it(page: Page, browser: Browser, browser_context_args: dict,
                                                     live_server: LiveServer, account):
     base = live_server.base_url
@@ -90,12 +100,7 @@ def test_a_shared_link_with_a_password_asks_for_it(page: Page, browser: Browser,
         shared = context.new_page()
         shared.goto(url + "?range=24h")
         expect(shared.locator("[data-stat=totalPageviews]")).to_have_count(0)  # nothing before the password
-        shared.fill("#password", "wrong horse 42")
-        shared.click("button[type=submit]")
-        expect(shared.locator("[role=alert]")).to_have_text("Wrong password.")
-        shared.fill("#password", "correct horse 42")
-        shared.click("button[type=submit]")
-        expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+        unlock(shared, wrong="wrong horse 42", right="correct horse 42")
         shared.reload()  # the access cookie keeps it open
         expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
 
@@ -105,13 +110,7 @@ def test_a_shared_link_with_a_password_asks_for_it(page: Page, browser: Browser,
         link.get_by_role("button", name="Change password").click()
         expect(link.get_by_role("button", name="Remove the password of Board")).to_be_hidden()  # redrawn, closed
         shared.reload()
-        expect(shared.locator("#password")).to_be_visible()
-        shared.fill("#password", "correct horse 42")
-        shared.click("button[type=submit]")
-        expect(shared.locator("[role=alert]")).to_have_text("Wrong password.")
-        shared.fill("#password", "battery staple 7")
-        shared.click("button[type=submit]")
-        expect(shared.locator("[data-stat=totalPageviews] .stat-value")).to_have_text("1")
+        unlock(shared, wrong="correct horse 42", right="battery staple 7")
 
         # Removed: the link opens without one, in a fresh browser too.
         link.get_by_role("button", name="Password of Board").click()
