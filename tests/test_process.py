@@ -101,7 +101,8 @@ async def test_embedded_default_starts_from_an_empty_folder_keeps_data_and_outli
                     break
                 await asyncio.sleep(0.1)
             else:
-                raise AssertionError("the embedded PostgreSQL was not started again")
+                raise AssertionError("the embedded PostgreSQL was not started again: "
+                                     + "\n".join(server_process.output(proc).splitlines()[-40:]))
             for _ in range(600):
                 status, listed = await answer("GET")
                 if status == 200:
