@@ -28,7 +28,8 @@ async def identify(request: web.Request) -> web.Response:
     key = key_of(request)
     body = decode(await read_body(request, SINGLE_LIMIT), IdentifyIn)
     received = datetime.now(UTC)
-    await commit(request, key, IDENTIFY, [(body.user_id, body.traits, body.at or received, body.anonymous_id)])
+    await commit(request, key, IDENTIFY,
+                 [(body.user_id, body.traits, body.at or received, body.anonymous_id, received)])
     return json_response({"id": body.user_id, "status": "identified", "received_at": iso_ms(received)})
 
 
