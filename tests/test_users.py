@@ -290,3 +290,21 @@ async def test_an_identify_waiting_on_an_erasure_does_not_bring_the_profile_back
         assert moved == 0
     finally:
         await eraser.close()
+
+
+@pytest.mark.parametrize("name", ["traits[plan]", "trait[plan", "trait[]", "trait", "Trait[plan]",
+                                  "trait[" + "k" * 256 + "]"])
+async def test_a_trait_filter_that_is_not_trait_key_is_400_not_ignored(client, make_key, name):
+    """A mistyped trait filter was ignored, so the answer listed every user as if they all matched (a caller
+    acting on "the pro users" acted on everyone): it is a 400 naming the parameter, and so is one trait given
+    twice, whose filters cannot both hold (the last one won)."""
+    key = await make_key("read,write")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "ada", "traits": {"plan": "pro"}})
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "bo", "traits": {"plan": "free"}})
+    resp = await client.get("/v1/users", headers=bearer(key), params={name: "pro"})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == name[:300]
+    twice = await client.get("/v1/users", headers=bearer(key), params=[("trait[plan]", "pro"), ("trait[plan]", "free")])
+    assert twice.status == 400
+    assert (await twice.json())["error"]["fields"][0]["field"] == "trait[plan]"
