@@ -13,12 +13,13 @@ from storage import users as user_store
 from storage.events import EventRow
 
 EVENTS = "events"
-# Tally's identify: items are (user id, traits to merge, time, anonymous id to merge into the user or None).
+# Tally's identify: items are (user id, traits to merge, time, anonymous id to merge into the user or None,
+# receive time).
 IDENTIFY = "identify"
 # Segment calls (app.segment.messages): items are (source_id, message_id or None, op, data).
 SEGMENT = "segment"
 OP_EVENT = "event"  # data: a storage.events.EventRow
-OP_TRAITS = "traits"  # data: (profile id, traits to merge, time)
+OP_TRAITS = "traits"  # data: (profile id, traits to merge, time, receive time)
 OP_ALIAS = "alias"  # data: (previous id, new id)
 
 
@@ -60,15 +61,17 @@ class WorkspaceActor(Actor):
 
     async def flush(self, batch: list[Message]) -> None:
         records: list[EventRow] = []
-        traits: dict[str, tuple[dict, datetime]] = {}
+        traits: list[tuple[str, dict, datetime, datetime]] = []  # (user id, traits, time, received), in call order
         segment: list[tuple] = []
-        merges: list[tuple[str, str]] = []  # (anonymous id, user id) of identify calls, run as aliases
+        # (anonymous id, user id, received) of identify calls, run as aliases
+        merges: list[tuple[str, str, datetime]] = []
         for msg in batch:
             if msg.kind == EVENTS:
                 records.extend(msg.items)
             elif msg.kind == IDENTIFY:
-                _merge_traits(traits, [(user_id, new, at) for user_id, new, at, _ in msg.items])
-                merges.extend((anon, user_id) for user_id, _, _, anon in msg.items if anon and anon != user_id)
+                traits.extend((user_id, new, at, received) for user_id, new, at, _, received in msg.items)
+                merges.extend((anon, user_id, received) for user_id, _, _, anon, received in msg.items
+                              if anon and anon != user_id)
             else:
                 segment.extend(msg.items)
         stamps = {r.ts for r in records}
@@ -94,12 +97,19 @@ class WorkspaceActor(Actor):
                     await segment_store.touch_sources(conn, [item[0] for item in segment], datetime.now(UTC))
                 if records:
                     await event_store.copy_events(conn, records)
-                await user_store.merge_traits(conn, self.workspace_id, self.env, traits)
-                for previous, target in [*aliases, *merges]:
+                if traits or merges:
+                    # Identify calls received before an erasure of their user are dropped, as the events
+                    # trigger drops events: else one waiting in a batch recreates the erased profile.
+                    erased = await user_store.erasures_of(
+                        conn, self.workspace_id, self.env, [t[0] for t in traits] + [m[1] for m in merges])
+                    traits = [t for t in traits if not _covered(erased, t[0], t[3])]
+                    merges = [m for m in merges if not _covered(erased, m[1], m[2])]
+                await user_store.merge_traits(conn, self.workspace_id, self.env, _merged(traits))
+                for previous, target in [*aliases, *((anon, user_id) for anon, user_id, _ in merges)]:
                     await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
 
     async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[EventRow],
-                           traits: dict[str, tuple[dict, datetime]]) -> list[tuple[str, str]]:
+                           traits: list[tuple]) -> list[tuple[str, str]]:
         """Claim the messageIds in this transaction and keep only the messages seen for the first time
         (a retried batch, even one racing its first delivery, stores nothing twice). Events join records and
         traits join traits, in call order; aliases are returned to run once the events are stored."""
@@ -113,7 +123,7 @@ class WorkspaceActor(Actor):
             if op == OP_EVENT:
                 records.append(data)
             elif op == OP_TRAITS:
-                _merge_traits(traits, [data])
+                traits.append(data)
             else:
                 aliases.append(data)
         return aliases
@@ -133,8 +143,16 @@ def _first_of_each(segment: list[tuple]) -> list[tuple]:
     return kept
 
 
-def _merge_traits(traits: dict[str, tuple[dict, datetime]], items: list) -> None:
+def _covered(erased: dict[str, datetime], user_id: str, received: datetime) -> bool:
+    """Whether an erasure of the user came at or after this call was received (the trigger's test)."""
+    at = erased.get(user_id)
+    return at is not None and at >= received
+
+
+def _merged(calls: list[tuple[str, dict, datetime, datetime]]) -> dict[str, tuple[dict, datetime]]:
     """Traits merge in call order; the time kept is the earliest, whatever order the calls came in."""
-    for user_id, new_traits, at in items:
+    traits: dict[str, tuple[dict, datetime]] = {}
+    for user_id, new_traits, at, _ in calls:
         merged, first = traits.get(user_id, ({}, at))
         traits[user_id] = ({**merged, **new_traits}, min(first, at))
+    return traits

@@ -42,12 +42,14 @@ class EventIn(msgspec.Struct, dict=True):
     event: EventName
     user_id: Identifier | None = None
     anonymous_id: Identifier | None = None
-    properties: dict[str, Any] = {}
+    properties: dict[str, Any] | None = {}  # null means none, as for the other optional fields
     timestamp: TimestampText | None = None  # as sent; `at` is its time
 
     def __post_init__(self) -> None:
         if self.user_id is None and self.anonymous_id is None:
             raise ValueError("one of user_id or anonymous_id is required - at `$.user_id`")
+        if self.properties is None:
+            self.properties = {}
         self.at = body_timestamp(self.timestamp)
 
 
@@ -58,10 +60,12 @@ class BatchIn(msgspec.Struct):
 
 class IdentifyIn(msgspec.Struct, dict=True):
     user_id: Identifier
-    traits: dict[str, Any] = {}
+    traits: dict[str, Any] | None = {}  # null means none, as for the other optional fields
     # The id the client sent events under before it knew the user: merged into the user, as an alias.
     anonymous_id: Identifier | None = None
     timestamp: TimestampText | None = None  # as sent; `at` is its time
 
     def __post_init__(self) -> None:
+        if self.traits is None:
+            self.traits = {}
         self.at = body_timestamp(self.timestamp)

@@ -54,8 +54,13 @@ def buckets(start: datetime, end: datetime, interval: str) -> list[datetime]:
 
 
 def _text(value: Any) -> str:
-    """A filter value as ->> renders it: strings as they are, numbers and booleans as JSON text."""
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
+    """A filter value as ->> renders it: strings as they are, numbers and booleans as JSON text (an integer's
+    is its digits, beyond 64 bits too, which orjson refuses)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return orjson.dumps(value).decode()
 
 
 def filter_sql(b: Params, filters: Sequence[Mapping[str, Any]]) -> str:

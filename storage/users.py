@@ -3,9 +3,12 @@ the events trigger's (migration 0009)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 import asyncpg
+
+from storage.events import erasure_lock_key
 
 # created_at is the earliest time the user was seen, so a back-dated identify moves it back (the events
 # trigger does the same for events, migration 0012).
@@ -31,6 +34,23 @@ async def merge_traits(
     await conn.execute(
         UPSERT_TRAITS, workspace_id, env, users, [traits[u][0] for u in users], [traits[u][1] for u in users]
     )
+
+
+ERASURES_OF = """
+SELECT user_id, max(erased_at) AS erased_at FROM erasures
+WHERE workspace_id = $1 AND env = $2 AND user_id = ANY($3::text[])
+GROUP BY user_id
+"""
+
+
+async def erasures_of(conn: asyncpg.Connection, workspace_id: int, env: str,
+                      user_ids: Iterable[str]) -> dict[str, datetime]:
+    """The latest erasure of each of these ids, for dropping identify calls received before it. In the
+    caller's transaction: the erasure lock is taken shared first, as the events trigger takes it (migration
+    0029), so an erasure under way is waited for and its tombstone read (a statement after the lock)."""
+    await conn.execute("SELECT pg_advisory_xact_lock_shared($1, $2)", *erasure_lock_key(workspace_id, env))
+    rows = await conn.fetch(ERASURES_OF, workspace_id, env, sorted(set(user_ids)))
+    return {row["user_id"]: row["erased_at"] for row in rows}
 
 
 async def get_profile(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str):

@@ -180,7 +180,7 @@ async def test_one_flush_stores_keyed_and_segment_events_with_traits_together(po
     keyed = EventRow(new_id("evt"), workspace_id, "live", "keyed", now, now, user_id="u1", properties={})
     segment = EventRow(new_id("evt"), workspace_id, "live", "segment", now, now, user_id="u1", properties={})
     loop = asyncio.get_running_loop()
-    calls = [("src_none", None, OP_EVENT, segment), ("src_none", None, OP_TRAITS, ("u1", {"plan": "pro"}, now))]
+    calls = [("src_none", None, OP_EVENT, segment), ("src_none", None, OP_TRAITS, ("u1", {"plan": "pro"}, now, now))]
     await actor.flush([Message(EVENTS, [keyed], loop.create_future()), Message(SEGMENT, calls, loop.create_future())])
     assert {keyed.id, segment.id} <= await _stored_ids(database_url, workspace_id)
 

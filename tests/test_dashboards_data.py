@@ -101,6 +101,17 @@ async def test_filters_combine_and_numbers_compare_as_text_for_eq(client, key):
     assert _values(body) == {"signup": [1, 0, 0]}
 
 
+async def test_an_eq_filter_on_a_number_beyond_64_bits_matches_it(client, key):
+    """Such numbers are stored (any JSON number round-trips), so a chart may filter on one: its chart data was a
+    500 (the filter value's JSON text could not be written), and now compares as any number does, by its text."""
+    huge = 123456789012345678901234567890
+    await _ingest(client, key, [{"event": "signup", "user_id": "u8", "timestamp": f"{DAY1}T12:00:00Z",
+                                 "properties": {"order": huge}}])
+    for operator, expected in (("eq", [1, 0, 0]), ("neq", [3, 0, 2])):
+        body = await _data(client, key, _line(filters=[{"property": "order", "operator": operator, "value": huge}]))
+        assert _values(body) == {"signup": expected}, operator
+
+
 async def test_group_by_splits_series(client, key):
     body = await _data(client, key, _line(group_by="plan"))
     assert [s["name"] for s in body["series"]] == ["pro", "(none)", "Enterprise", "free"]

@@ -74,6 +74,25 @@ async def test_invalid_event_is_400_naming_the_field(client, make_key, database_
     assert await _count(database_url, key) == 0
 
 
+async def test_null_properties_and_traits_mean_none(client, make_key):
+    """null for an optional field means absent, as it already did for user_id, anonymous_id and timestamp, and as
+    Segment's calls take it: a client that serialises an unset map as null (Jackson's default, Go's nil map)
+    had every such event and identify refused with a 400 on properties or traits."""
+    key = await make_key("read,write")
+    single = await client.post("/v1/events", headers=bearer(key),
+                               json={"event": "signup", "user_id": "u", "properties": None})
+    assert single.status == 200, await single.text()
+    batch = await client.post("/v1/events/batch", headers=bearer(key),
+                              json={"events": [{"event": "login", "user_id": "u", "properties": None}]})
+    assert (await batch.json()) == {"received": 1, "failed": 0}
+    identify = await client.post("/v1/identify", headers=bearer(key), json={"user_id": "u", "traits": None})
+    assert identify.status == 200, await identify.text()
+    listed = await (await client.get("/v1/events", headers=bearer(key))).json()
+    assert [(e["event"], e["properties"]) for e in listed["data"]] == [("login", {}), ("signup", {})]
+    profile = await (await client.get("/v1/users/u", headers=bearer(key))).json()
+    assert profile["traits"] == {} and profile["event_count"] == 2
+
+
 @pytest.mark.parametrize("body", [b"{not json", b"", b"[]", b'"text"'])
 async def test_malformed_json_is_400(client, make_key, body):
     key = await make_key("write")

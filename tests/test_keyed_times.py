@@ -169,3 +169,15 @@ async def test_segment_timestamps_take_the_same_forms(client, make_key):
     assert resp.status == 400 and (await resp.json())["message"].startswith("timestamp:")
     resp = await client.post("/v1/batch", headers=h, json={"sentAt": "soon", "batch": []})
     assert resp.status == 400 and (await resp.json())["message"].startswith("sentAt:")
+
+
+async def test_an_offset_whose_plus_became_a_space_in_the_query_string_is_read_as_its_plus(client, key):
+    """`to=2025-06-01T14:00:00.123+02:00` typed into a URL unencoded reaches the server with a space for its `+`
+    (form encoding), and was a 400 for a timestamp that looks right. After a time, a space then an offset can
+    only be that offset, so it is read as one; a date alone then a time stays date and time."""
+    listed = await client.get("/v1/events?event=precision&from=2025-06-01T14:00:00.123+02:00"
+                              "&to=2025-06-01T14:00:00.123+02:00", headers=bearer(key))
+    assert listed.status == 200, await listed.text()
+    assert [e["timestamp"] for e in (await listed.json())["data"]] == [LISTED]
+    assert await _listed(client, key, to="2025-06-01 14:00:00.122 02:00") == []
+    assert await _listed(client, key, **{"from": "2025-06-01 12:00", "to": "2025-06-01 12:01"}) == [LISTED]

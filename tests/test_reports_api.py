@@ -52,6 +52,9 @@ async def test_create_returns_201_with_the_report(client, make_key):
     ({"name": "x", "type": "funnel", "config": {"events": ["a", "b"], "group_by": "properties."}},
      "config.group_by"),
     ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "plan..tier"}}, "config.group_by"),
+    # Spaces inside a name are a name ("Plan Type"); around it, a typo that would group everything under null.
+    ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "traits.plan "}}, "config.group_by"),
+    ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "traits. plan"}}, "config.group_by"),
     ({**VOLUME, "schedule": {"frequency": "hourly", "recipients": ["a@example.com"]}}, "schedule.frequency"),
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["not-an-email"]}}, "schedule.recipients[0]"),
     # An address at an IP address would have Tally's mail server connect wherever a tenant says, internal
@@ -283,3 +286,21 @@ async def test_a_report_grown_past_the_bucket_cap_can_still_be_renamed(client, m
     assert resp.status == 400 and (await resp.json())["error"]["fields"][0]["field"] == "config.from"
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT name FROM reports WHERE id = $1", report["id"]) == "Hourly, old"
+
+
+@pytest.mark.parametrize("group_by", ["Plan Type", "properties.Plan Type", "traits.Plan Type"])
+async def test_group_by_takes_a_property_or_trait_name_with_spaces(client, make_key, group_by):
+    """Property and trait names are free-form, and names like "Plan Type" are common (Mixpanel's style): a
+    dashboard chart groups by one, and so does a report (its group_by was refused with a 400)."""
+    key = await make_key("read,write")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "ada", "traits": {"Plan Type": "Pro"}})
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "bo", "traits": {"Plan Type": "Free"}})
+    await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": "signup", "user_id": "ada", "properties": {"Plan Type": "Pro"}, "timestamp": "2026-10-23T10:00Z"},
+        {"event": "signup", "user_id": "bo", "properties": {"Plan Type": "Free"}, "timestamp": "2026-10-23T11:00Z"}]})
+    report = await create_report(client, key, {"name": "By plan", "type": "event_volume", "config": {
+        "events": ["signup"], "from": "2026-10-23", "to": "2026-10-23T23:00:00Z", "group_by": group_by}})
+    assert report["config"]["group_by"] == group_by
+    result = await run_report(client, key, report["id"])
+    assert result["columns"] == ["bucket", "event", group_by, "count"]
+    assert sorted((row[2], row[3]) for row in result["rows"]) == [("Free", 1), ("Pro", 1)]

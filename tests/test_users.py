@@ -249,3 +249,62 @@ async def test_identify_with_an_anonymous_id_merges_its_events_into_the_user(cli
     resp = await client.post("/v1/identify", headers=bearer(key), json={"user_id": "u-7", "anonymous_id": "u-7"})
     assert resp.status == 200
     assert (await (await client.get("/v1/users/u-7", headers=bearer(key))).json())["event_count"] == 3
+
+
+@pytest.mark.parametrize("anonymous_id,segment", [(None, False), ("anon-late", False), (None, True)],
+                         ids=["traits", "traits and a merge", "segment identify"])
+async def test_an_identify_waiting_on_an_erasure_does_not_bring_the_profile_back(client, make_key, database_url,
+                                                                                 workspace, anonymous_id, segment):
+    """An identify received before an erasure and flushed after it is dropped, as an event is: its traits (an
+    email, say) would otherwise recreate the erased profile, and its merge would move events into it."""
+    from datetime import UTC, datetime, timedelta
+
+    from storage.events import erasure_lock_key
+    from tests.conftest import connect
+    from tests.test_segment_api import basic, create_source
+
+    key = await make_key("read,write,admin")
+    write_key = (await create_source(client, key))["write_key"] if segment else None
+    await client.post("/v1/events", headers=bearer(key), json={"event": "seen", "anonymous_id": "anon-late"})
+    eraser = await connect(database_url)
+    try:
+        workspace_id = await eraser.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+        tx = eraser.transaction()
+        await tx.start()
+        await eraser.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
+        await eraser.execute("INSERT INTO erasures (workspace_id, env, user_id, erased_at) VALUES ($1, 'live', "
+                             "'late', $2)", workspace_id, datetime.now(UTC) + timedelta(seconds=30))
+        body = {"user_id": "late", "traits": {"email": "late@example.com"}}
+        if anonymous_id:
+            body["anonymous_id"] = anonymous_id
+        if segment:
+            body = {"userId": "late", "traits": {"email": "late@example.com"}}
+        sending = asyncio.create_task(client.post(
+            "/v1/identify", headers=basic(write_key) if segment else bearer(key), json=body))
+        await asyncio.sleep(0.3)
+        await tx.commit()
+        assert (await sending).status == 200
+        assert (await client.get("/v1/users/late", headers=bearer(key))).status == 404
+        moved = await eraser.fetchval("SELECT count(*) FROM events WHERE workspace_id = $1 AND user_id = 'late'",
+                                      workspace_id)
+        assert moved == 0
+    finally:
+        await eraser.close()
+
+
+@pytest.mark.parametrize("name", ["traits[plan]", "trait[plan", "trait[]", "trait", "Trait[plan]",
+                                  "trait[" + "k" * 256 + "]"])
+async def test_a_trait_filter_that_is_not_trait_key_is_400_not_ignored(client, make_key, name):
+    """A mistyped trait filter was ignored, so the answer listed every user as if they all matched (a caller
+    acting on "the pro users" acted on everyone): it is a 400 naming the parameter, and so is one trait given
+    twice, whose filters cannot both hold (the last one won)."""
+    key = await make_key("read,write")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "ada", "traits": {"plan": "pro"}})
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "bo", "traits": {"plan": "free"}})
+    resp = await client.get("/v1/users", headers=bearer(key), params={name: "pro"})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == name[:300]
+    twice = await client.get("/v1/users", headers=bearer(key), params=[("trait[plan]", "pro"), ("trait[plan]", "free")])
+    assert twice.status == 400
+    assert (await twice.json())["error"]["fields"][0]["field"] == "trait[plan]"

@@ -15,6 +15,7 @@ from app.openapi.common import (
 )
 
 _JSON_OBJ = {"type": "object", "additionalProperties": True}
+_JSON_OBJ_OR_NULL = {"type": ["object", "null"], "additionalProperties": True, "description": "null means none"}
 _TS = {"type": "string", "format": "date-time"}
 _ID = {"type": "string", "minLength": 1, "maxLength": 255}
 
@@ -99,7 +100,7 @@ SCHEMAS = {
         "type": "object", "required": ["event"],
         "properties": {
             "event": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$", "minLength": 1, "maxLength": 128},
-            "user_id": _ID, "anonymous_id": _ID, "properties": _JSON_OBJ, "timestamp": _TS,
+            "user_id": _ID, "anonymous_id": _ID, "properties": _JSON_OBJ_OR_NULL, "timestamp": _TS,
         },
     },
     "EventAccepted": {"type": "object", "required": ["id", "status", "received_at"], "properties": {
@@ -114,7 +115,7 @@ SCHEMAS = {
         "anonymous_id": {"type": ["string", "null"]}, "properties": _JSON_OBJ, "timestamp": _TS,
         "received_at": _TS}},
     "IdentifyIn": {"type": "object", "required": ["user_id"], "properties": {
-        "user_id": _ID, "traits": _JSON_OBJ, "timestamp": _TS,
+        "user_id": _ID, "traits": _JSON_OBJ_OR_NULL, "timestamp": _TS,
         "anonymous_id": {**_ID, "description": "the id events were sent under before the user was known: "
                                                "its events and profile merge into the user's (as an alias)"}}},
     "Identified": {"type": "object", "required": ["id", "status", "received_at"], "properties": {

@@ -140,13 +140,13 @@ def to_op(msg: Message, kind: str, source: tuple[str, int, str], batch_sent_at: 
         raise Invalid("userId: one of userId or anonymousId is required")
     ts = event_time(msg, batch_sent_at, received)
     if kind == "identify":
-        return (source_id, message_id, OP_TRAITS, (user_id or anonymous_id, msg.traits or {}, ts))
+        return (source_id, message_id, OP_TRAITS, (user_id or anonymous_id, msg.traits or {}, ts, received))
     if kind == "group":
         group_id = _id(msg.groupId, "groupId")
         if group_id is None:
             raise Invalid("groupId: required for group calls")
         return (source_id, message_id, OP_TRAITS,
-                (user_id or anonymous_id, {"group": {"id": group_id, **(msg.traits or {})}}, ts))
+                (user_id or anonymous_id, {"group": {"id": group_id, **(msg.traits or {})}}, ts, received))
     if kind == "track":
         if not msg.event:
             raise Invalid("event: required for track calls")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -40,10 +41,17 @@ def text_param(request: web.Request, name: str) -> str | None:
     return storable_param(name, value) if value else None
 
 
+# A time, then a space, then an offset: the `+` of "…T10:00:00+02:00" sent unencoded in a query string
+# arrives as a space (form encoding). After a time nothing else can follow, so it is read as the `+`.
+_PLUS_AS_SPACE = re.compile(r"(.+[Tt ]\d{2}(?::?\d{2}(?::?\d{2}(?:[.,]\d+)?)?)?) (\d{2}(?::?\d{2})?)")
+
+
 def time_param(request: web.Request, name: str) -> datetime | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
+    if plus := _PLUS_AS_SPACE.fullmatch(raw):
+        raw = f"{plus.group(1)}+{plus.group(2)}"
     try:
         value = parse_timestamp(raw)
     except ValueError:

@@ -12,7 +12,7 @@ from actors.workspace import IDENTIFY
 from app.appkeys import MIRROR, POOL
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
-from app.responses import iso_ms, json_response, not_found
+from app.responses import invalid, iso_ms, json_response, not_found
 from app.schemas import IdentifyIn
 from app.views.events import SINGLE_LIMIT, commit
 from app.views.params import cursor_param, int_param, page_response, storable_param
@@ -28,7 +28,8 @@ async def identify(request: web.Request) -> web.Response:
     key = key_of(request)
     body = decode(await read_body(request, SINGLE_LIMIT), IdentifyIn)
     received = datetime.now(UTC)
-    await commit(request, key, IDENTIFY, [(body.user_id, body.traits, body.at or received, body.anonymous_id)])
+    await commit(request, key, IDENTIFY,
+                 [(body.user_id, body.traits, body.at or received, body.anonymous_id, received)])
     return json_response({"id": body.user_id, "status": "identified", "received_at": iso_ms(received)})
 
 
@@ -39,15 +40,29 @@ def profile_json(row) -> dict:
     }
 
 
+def _trait_filters(request: web.Request) -> dict[str, str]:
+    """The trait[<key>]=value filters. A parameter that looks meant as one but is not (traits[k], trait[k,
+    trait[], a key past 255 characters) or one key given twice is a 400: ignored, it would list every user."""
+    traits: dict[str, str] = {}
+    for name, value in request.query.items():
+        match = _TRAIT.match(name)
+        if match is None and name.lower().startswith("trait"):
+            raise invalid(f"{name[:300]}: not a filter; filter on a trait with trait[<key>]=<value>",
+                          fields=[{"field": name[:300], "message": "not trait[<key>]"}])
+        if match is None:
+            continue
+        if match.group(1) in traits:
+            raise invalid(f"{name}: given twice; a trait can equal one value",
+                          fields=[{"field": name, "message": "given twice"}])
+        traits[match.group(1)] = storable_param(name, value)
+    return traits
+
+
 @requires("read", "query")
 async def list_users(request: web.Request) -> web.Response:
     key = key_of(request)
     limit = int_param(request, "limit", 100, 1, 1000)
-    traits: dict[str, str] = {}
-    for name, value in request.query.items():
-        match = _TRAIT.match(name)
-        if match:
-            traits[match.group(1)] = storable_param(name, value)
+    traits = _trait_filters(request)
     (after,) = cursor_param(request, int) or (0,)
     async with request.config_dict[POOL].acquire() as conn:
         rows = await user_store.list_profiles(
