@@ -22,6 +22,7 @@ from app.settings import Settings
 from storage.clickhouse import AnalyticsStore, open_store
 from storage.clickhouse_layout import ensure_schema
 from storage.db import close_pool, create_pool
+from tests.embedded_dirs import embedded_dir  # noqa: F401 (a fixture)
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -6,11 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,36 +15,12 @@ import psutil
 import pytest
 
 from app.embedded import EmbeddedPostgres
+from tests.embedded_dirs import alive, postmaster_of
 
 
 @pytest.fixture
-def data_dir():
-    """A folder the server's own unprivileged user can reach (pytest's data_dir is root-only). A server a
-    failed test left running is stopped."""
-    path = Path(tempfile.mkdtemp(prefix="tally-embedded-"))
-    path.chmod(0o755)
-    yield path
-    postmaster = _postmaster(path)
-    if postmaster is not None and _alive(postmaster):
-        postmaster.send_signal(signal.SIGINT)  # fast shutdown
-        psutil.wait_procs([postmaster], timeout=30)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _postmaster(data_dir: Path) -> psutil.Process | None:
-    """The running server of `data_dir`, if any."""
-    pid_file = data_dir / "pgdata" / "postmaster.pid"
-    try:
-        return psutil.Process(int(pid_file.read_text().split()[0]))
-    except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
-        return None
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE  # exited, not yet reaped
-    except psutil.NoSuchProcess:
-        return False
+def data_dir(embedded_dir: Path) -> Path:
+    return embedded_dir
 
 
 def _handles(data_dir: Path) -> list[int]:
@@ -111,7 +84,7 @@ def _embedded_lines(caplog) -> list[str]:
 
 def test_after_a_kill_9_every_clean_stop_stops_the_server_again(data_dir, caplog):
     killed = _holder(data_dir)
-    reused = _postmaster(data_dir)
+    reused = postmaster_of(data_dir)
     killed.kill()  # kill -9: it never takes itself off the server's list of users
     killed.wait()
     assert _handles(data_dir) == [killed.pid]
@@ -120,9 +93,9 @@ def test_after_a_kill_9_every_clean_stop_stops_the_server_again(data_dir, caplog
         with caplog.at_level(logging.INFO):
             caplog.clear()
             embedded.start()
-            postmaster = _postmaster(data_dir)
+            postmaster = postmaster_of(data_dir)
             embedded.stop()
-        assert not _alive(postmaster), "the server outlived a clean stop"
+        assert not alive(postmaster), "the server outlived a clean stop"
         assert _handles(data_dir) == []
         assert _embedded_lines(caplog)[-1] == f"embedded postgresql stopped data_dir={data_dir}"
     assert reused.pid != postmaster.pid  # the first round reused the server the killed process started
@@ -137,14 +110,14 @@ def test_a_stop_beside_another_user_says_it_left_the_server_running(data_dir, ca
             embedded.stop()
         assert _embedded_lines(caplog)[-1] == (f"embedded postgresql left running data_dir={data_dir} "
                                                f"for process {other.pid}")
-        assert _postmaster(data_dir) is not None and _handles(data_dir) == [other.pid]
+        assert postmaster_of(data_dir) is not None and _handles(data_dir) == [other.pid]
         embedded.start()  # this process attaches again
         assert sorted(_handles(data_dir)) == sorted([other.pid, os.getpid()])
         embedded.stop()
     finally:
         other.stdin.close()
         other.wait(60)
-    assert _postmaster(data_dir) is None  # the last user stopped it (its pid file is gone)
+    assert postmaster_of(data_dir) is None  # the last user stopped it (its pid file is gone)
 
 
 def test_a_server_killed_is_started_again_even_when_a_folder_above_was_closed_since(data_dir, caplog):
@@ -157,17 +130,17 @@ def test_a_server_killed_is_started_again_even_when_a_folder_above_was_closed_si
     embedded = EmbeddedPostgres(data_dir)
     embedded.start()
     try:
-        postmaster = _postmaster(data_dir)
+        postmaster = postmaster_of(data_dir)
         postmaster.kill()
         psutil.wait_procs([postmaster], timeout=30)
         data_dir.chmod(0o700)
         for _ in range(100):  # until the killed postmaster is reaped (its pid file names it till then)
-            if not _alive(postmaster) and not psutil.pid_exists(postmaster.pid):
+            if not alive(postmaster) and not psutil.pid_exists(postmaster.pid):
                 break
             time.sleep(0.1)
         with caplog.at_level(logging.INFO):
             assert embedded.revive() is True
-        again = _postmaster(data_dir)
-        assert again is not None and again.pid != postmaster.pid and _alive(again)
+        again = postmaster_of(data_dir)
+        assert again is not None and again.pid != postmaster.pid and alive(again)
     finally:
         embedded.stop()

@@ -52,7 +52,8 @@ async def test_sigterm_flushes_everything_acknowledged(database_url, make_key, w
     assert set(acked) <= stored
 
 
-async def test_embedded_default_starts_from_an_empty_folder_keeps_data_and_outlives_its_postgresql(tmp_path):
+async def test_embedded_default_starts_from_an_empty_folder_keeps_data_and_outlives_its_postgresql(embedded_dir):
+    tmp_path = embedded_dir  # the server's own user must reach it throughout (tests/embedded_dirs.py)
     env = {"TALLY_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": ""}
     proc, base = await asyncio.to_thread(server_process.start, env, 120)
     try:
