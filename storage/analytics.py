@@ -62,8 +62,13 @@ class Filters:
     goals: tuple = ()  # the site's goals (Goal), which `goal` terms name
 
     def without_name(self) -> Filters:
-        return Filters(None, self.path, self.referrer, self.country,
-                       tuple(f for f in self.extra if f.dimension != "event"), self.goals)
+        return Filters(None, self.path, self.referrer, self.country, self.extra, self.goals)
+
+    def counted(self) -> str:
+        """The event the series and top lists count: `eventName`, else an `event==` term's (the same filter
+        in the filter= vocabulary), else pageviews."""
+        return self.name or next((f.value for f in self.extra if f.dimension == "event" and f.op == "=="),
+                                 "pageview")
 
     def without_goals(self) -> Filters:
         return Filters(self.name, self.path, self.referrer, self.country,

@@ -106,6 +106,29 @@ async def test_filters_apply_to_top_lists_and_series(client, site):
     assert sum(p["value"] for p in series["data"]) == 3
 
 
+async def test_an_event_filter_term_counts_as_the_event_name_does(client, site):
+    """`filter=event==signup` is the spec's `eventName=signup` in the filter= vocabulary: the overview's
+    series and top lists, /timeseries and /top-* count the signups, as they do for eventName. They dropped
+    the term and counted every pageview, so the overview read 0 pageviews beside a chart of 4."""
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, named = await get(client, "overview", [*base, ("eventName", "signup")])
+    _, termed = await get(client, "overview", [*base, ("filter", "event==signup")])
+    assert termed == named
+    assert (termed["totalEvents"], termed["totalPageviews"]) == (1, 0)
+    assert sum(p["value"] for p in termed["timeSeries"]) == 1
+    assert [(r["key"], r["count"]) for r in termed["topPages"]] == [("/pricing", 1)]
+    assert [(r["key"], r["count"]) for r in termed["topCountries"]] == [("US", 1)]
+    _, series = await get(client, "timeseries", [*base, ("filter", "event==signup")])
+    assert (sum(p["value"] for p in series["data"]), series["eventName"]) == (1, "signup")
+    _, pages = await get(client, "top-pages", [*base, ("filter", "event==signup")])
+    assert (pages["data"], pages["total"]) == ([{"key": "/pricing", "count": 1, "percentage": 100.0}], 1)
+    # Excluding pageviews leaves none to chart, as the headline says; excluding another event keeps them all.
+    _, none = await get(client, "overview", [*base, ("filter", "event!=pageview")])
+    assert (none["totalPageviews"], sum(p["value"] for p in none["timeSeries"]), none["topPages"]) == (0, 0, [])
+    _, kept = await get(client, "overview", [*base, ("filter", "event!=signup")])
+    assert kept["totalPageviews"] == sum(p["value"] for p in kept["timeSeries"]) == 4
+
+
 @pytest.mark.parametrize("bad", ["bogus==x", "page", "page==", "goal~=x", "props:==x"])
 async def test_bad_filters_are_400(client, site, bad):
     status, body = await get(client, "overview", [("siteId", site.site_id), ("filter", bad)])

@@ -81,7 +81,7 @@ async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: stor
     first, last = w.buckets(w.unit)
     with filter_errors():
         totals, sessions, tops, points = await analytics_overview.overview(
-            db, site.id, w.start, w.end, name=filters.name or "pageview", interval=w.unit, first=first, last=last,
+            db, site.id, w.start, w.end, name=filters.counted(), interval=w.unit, first=first, last=last,
             domain=site.domain, limit=TOP_DEFAULT, filters=filters)
     return {
         **headline(totals, sessions),
@@ -150,9 +150,9 @@ async def overview(request: web.Request) -> web.Response:
 async def timeseries(request: web.Request) -> web.Response:
     base = await base_params(request)
     interval = interval_param(request, base.window)
-    name = request.query.get("eventName") or "pageview"
     mode = compare_param(request)
     site, filters = await site_and_filters(request, base)
+    name = filters.counted()
     db = await analytics_store(request)
     data = await _series(db, site.id, base.window, interval, name, filters)
     body: dict = {"data": data, "interval": interval, "eventName": name}
@@ -167,8 +167,8 @@ async def timeseries(request: web.Request) -> web.Response:
 async def _top_list(request: web.Request, dim: str) -> web.Response:
     base = await base_params(request)
     limit = count_param(request, "limit", TOP_DEFAULT, TOP_MAX)
-    name = request.query.get("eventName") or "pageview"
     site, filters = await site_and_filters(request, base)
+    name = filters.counted()
     w = base.window
     with filter_errors():
         rows, total = await analytics_lists.top(await analytics_store(request), site.id, w.start, w.end, dim=dim,
