@@ -86,6 +86,8 @@ async def test_breakdown_by_entry_and_exit_page(client, site):
     (["page==/pri*"], 2, 1, 1),             # one segment wildcard: /pricing (query string dropped)
     (["page==/**"], 6, 4, 3),
     (["country!=US"], 1, 1, 1),
+    (["country!=us"], 1, 1, 1),             # country codes in any case, as the spec's country parameter
+    (["country==us"], 5, 3, 3),
     (["props:plan==pro"], 1, 0, 1),
     (["entry_page==/live"], 1, 1, 1),
     (["page~=PRIC", "event==signup"], 1, 0, 1),
