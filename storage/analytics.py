@@ -66,9 +66,18 @@ class Filters:
 
     def counted(self) -> str:
         """The event the series and top lists count: `eventName`, else an `event==` term's (the same filter
-        in the filter= vocabulary), else pageviews."""
-        return self.name or next((f.value for f in self.extra if f.dimension == "event" and f.op == "=="),
-                                 "pageview")
+        in the filter= vocabulary), else an event goal's of a `goal==` term, else pageviews."""
+        if self.name:
+            return self.name
+        for f in self.extra:
+            if f.dimension == "event" and f.op == "==":
+                return f.value
+        for f in self.extra:
+            goal = next((g for g in self.goals if g.name == f.value), None) \
+                if f.dimension == "goal" and f.op == "==" else None
+            if goal is not None and goal.event_name is not None:
+                return goal.event_name
+        return "pageview"
 
     def without_goals(self) -> Filters:
         return Filters(self.name, self.path, self.referrer, self.country,

@@ -131,6 +131,23 @@ async def test_an_event_filter_term_counts_as_the_event_name_does(client, site):
     assert kept["totalPageviews"] == sum(p["value"] for p in kept["timeSeries"]) == 4
 
 
+async def test_an_event_goal_filter_counts_the_goals_event(client, site, database_url):
+    """Under `goal==signup` (an event goal) the overview's series and lists, /timeseries and /top-* count the
+    signups, as the dashboard's chart and the page breakdown do (Plausible's conversions by page); they
+    counted pageviews that were signups, i.e. nothing. A page goal's events are pageviews already."""
+    await add_signup_goal(database_url, site.site_id)
+    base = [("siteId", site.site_id), ("range", "24h"), ("filter", "goal==signup")]
+    _, body = await get(client, "overview", base)
+    assert (body["totalEvents"], sum(p["value"] for p in body["timeSeries"])) == (1, 1)
+    assert [(r["key"], r["count"]) for r in body["topPages"]] == [("/pricing", 1)]
+    _, series = await get(client, "timeseries", base)
+    assert (sum(p["value"] for p in series["data"]), series["eventName"]) == (1, "signup")
+    _, pages = await get(client, "top-pages", base)
+    assert pages["total"] == 1
+    _, unknown = await get(client, "overview", [*base[:2], ("filter", "goal==No such goal")])
+    assert (unknown["totalEvents"], sum(p["value"] for p in unknown["timeSeries"]), unknown["topPages"]) == (0, 0, [])
+
+
 @pytest.mark.parametrize("bad", ["bogus==x", "page", "page==", "goal~=x", "props:==x"])
 async def test_bad_filters_are_400(client, site, bad):
     status, body = await get(client, "overview", [("siteId", site.site_id), ("filter", bad)])
