@@ -33,7 +33,8 @@ _TOP = {"type": "object", "required": ["data", "total"],
 
 
 def _top(summary: str) -> dict:
-    return _get(summary, [_limit(20, 100), query("eventName", {"type": "string", "default": "pageview"})],
+    return _get(summary, [_limit(20, 100), query("offset", {"type": "integer", "minimum": 0, "default": 0}),
+                          query("eventName", {"type": "string", "default": "pageview"})],
                 json_body(_TOP))
 
 

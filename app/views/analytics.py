@@ -167,12 +167,14 @@ async def timeseries(request: web.Request) -> web.Response:
 async def _top_list(request: web.Request, dim: str) -> web.Response:
     base = await base_params(request)
     limit = count_param(request, "limit", TOP_DEFAULT, TOP_MAX)
+    offset = offset_param(request)
     site, filters = await site_and_filters(request, base)
     name = filters.counted()
     w = base.window
     with filter_errors():
         rows, total = await analytics_lists.top(await analytics_store(request), site.id, w.start, w.end, dim=dim,
-                                                name=name, domain=site.domain, limit=limit, filters=filters)
+                                                name=name, domain=site.domain, limit=limit, filters=filters,
+                                                offset=offset)
     return json_response({"data": top_rows(rows, total), "total": total})
 
 
