@@ -73,8 +73,8 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
     them (for event dimensions the bounce rate and visit duration are a second query, joining the visits
     of the window); otherwise they read 0."""
     table = store.table("site_events")
-    if prop == "goal":
-        return await _goal_breakdown(store, site_id, start, end, filters, goals)
+    if prop == "goal":  # at most 100 goals a site: every row is computed, then the page of them kept
+        return (await _goal_breakdown(store, site_id, start, end, filters, goals))[offset:offset + limit]
     q = Params()
     if prop in SESSION_DIMENSIONS:
         return await _visit_breakdown(store, site_id, start, end, prop=prop, filters=filters, limit=limit,
@@ -165,14 +165,14 @@ async def have_values(store: AnalyticsStore, site_id: str, start: datetime, end:
 
 
 async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, filters: Filters,
-                        limit: int) -> list[tuple[str, int]]:
+                        limit: int, offset: int = 0) -> list[tuple[str, int]]:
     """The custom property keys of the matching events, with how many events carry each, most used first:
     what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
     rows = await store.query(
         f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
-        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')}", q.params)
+        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt64')}", q.params)
     return [(k, c) for k, c in rows]
 
 

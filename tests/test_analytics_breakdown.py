@@ -208,6 +208,30 @@ async def test_goals_in_breakdowns_and_filters(client, site, database_url):
     assert unknown["totalEvents"] == 0
 
 
+async def test_goal_breakdown_and_property_keys_page_with_limit_and_offset(client, site, database_url):
+    """The goal breakdown and the property keys take limit and offset as every list does: the goals came
+    whole whatever the limit and offset the answer echoed, and property-keys ignored offset."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
+                           f"g1-{site.site_id}", site.site_id)
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, page_path) VALUES ($1, $2, 'page', '/pricing')",
+                           f"g2-{site.site_id}", site.site_id)
+    finally:
+        await conn.close()
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, goals = await get(client, "breakdown", [*base, ("property", "goal"), ("limit", "1"), ("offset", "1")])
+    assert (goals["data"], goals["limit"], goals["offset"]) == ([{"key": "signup", "visitors": 1}], 1, 1)
+    _, first = await get(client, "breakdown", [*base, ("property", "goal"), ("limit", "1")])
+    assert first["data"] == [{"key": "Visit /pricing", "visitors": 1}]
+    _, keys = await get(client, "property-keys", [*base, ("range", "7d")])
+    assert [k["key"] for k in keys["data"]] == ["href", "plan"]
+    _, rest = await get(client, "property-keys", [*base, ("limit", "1"), ("offset", "1")])
+    assert rest == {"data": [{"key": "plan", "events": 1}], "limit": 1}
+    status, bad = await get(client, "property-keys", [*base, ("offset", "-1")])
+    assert (status, bad) == (400, {"error": "invalid offset"})
+
+
 async def test_compare_with_the_previous_period(client, site):
     _, body = await get(client, "overview", [("siteId", site.site_id), ("range", "30d"),
                                              ("compare", "previous_period")])

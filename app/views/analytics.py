@@ -254,11 +254,12 @@ async def property_keys(request: web.Request) -> web.Response:
     events, most used first, so that a dashboard can offer the `props:<key>` breakdowns that have data."""
     base = await base_params(request)
     limit = count_param(request, "limit", PROPERTY_KEYS_DEFAULT, PROPERTY_KEYS_MAX)
+    offset = offset_param(request)
     site, filters = await site_and_filters(request, base)
     w = base.window
     with filter_errors():
         rows = await analytics_breakdown.property_keys(await analytics_store(request), site.id, w.start, w.end,
-                                                       filters=filters, limit=limit)
+                                                       filters=filters, limit=limit, offset=offset)
     return json_response({"data": [{"key": k, "events": n} for k, n in rows], "limit": limit})
 
 
