@@ -12,7 +12,7 @@ import pytest
 from storage import events as events_store
 from storage.events import EventRow
 from storage.ids import new_id
-from tests.analytics_support import D, add_signup_goal, load_fixture
+from tests.analytics_support import D, M, add_signup_goal, load_fixture
 
 
 @pytest.fixture
@@ -230,6 +230,32 @@ async def test_goal_breakdown_and_property_keys_page_with_limit_and_offset(clien
     assert rest == {"data": [{"key": "plan", "events": 1}], "limit": 1}
     status, bad = await get(client, "property-keys", [*base, ("offset", "-1")])
     assert (status, bad) == (400, {"error": "invalid offset"})
+
+
+async def test_referrer_breakdown_leaves_out_the_sites_own_pages(client, site, database_url):
+    """A breakdown by referrer lists where visitors came from, as /top-referrers does and as Plausible's
+    referrer breakdown does: a referrer on the site's own domain or a subdomain (internal navigation, the most
+    common referrer of a multi-page site) is no row. It was listed like any other. Over 30 days the ended
+    days' rows come from cached states, which leave them out too; has-values agrees."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        now = site.now
+        await events_store.copy_events(conn, [
+            EventRow(new_id("evt"), site.workspace_id, "live", "pageview", now - D * i - 3 * M, now - D * i - 3 * M,
+                     site_id=site.site_id, session_id=f"own{i}", path="/next", ip_hash=f"own{i}",
+                     referrer=f"https://{host}{site.domain}/from")
+            for i, host in ((0, ""), (2, "www."), (3, "blog."))])
+    finally:
+        await conn.close()
+    for range_name in ("24h", "30d", "30d"):  # the second 30-day read takes the states the first one made
+        base = [("siteId", site.site_id), ("range", range_name)]
+        for metrics in ("visitors", "visitors,pageviews,bounce_rate"):
+            _, body = await get(client, "breakdown", [*base, ("property", "referrer"), ("metrics", metrics)])
+            keys = [r["key"] for r in body["data"]]
+            assert keys and not any(site.domain in k for k in keys), (range_name, metrics, keys)
+    _, only_own = await get(client, "has-values", [("siteId", site.site_id), ("range", "24h"),
+                                                   ("properties", "referrer"), ("filter", "page==/next")])
+    assert only_own["data"] == {"referrer": False}
 
 
 async def test_compare_with_the_previous_period(client, site):

@@ -211,13 +211,13 @@ async def breakdown(request: web.Request) -> web.Response:
     w = base.window
     with filter_errors():
         reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                               limit=limit, offset=offset, metrics=metrics)]
+                                               limit=limit, offset=offset, metrics=metrics, domain=site.domain)]
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's), read
             # beside the rows on the store's read clients.
             reads.append(analytics_breakdown.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
-                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",)))
+                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",), domain=site.domain))
         rows, *base = await asyncio.gather(*reads)
         if base:
             everyone = {r["key"]: r["visitors"] for r in base[0]}
@@ -242,7 +242,7 @@ async def has_values(request: web.Request) -> web.Response:
     w = base.window
     with filter_errors():
         found = await analytics_breakdown.have_values(await analytics_store(request), site.id, w.start, w.end,
-                                                      props=props, filters=filters)
+                                                      props=props, filters=filters, domain=site.domain)
     return json_response({"data": found})
 
 
