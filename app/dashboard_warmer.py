@@ -22,6 +22,7 @@ from actors.analytics_mirror import Mirror
 from app.views.analytics_params import window_for
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_days, analytics_overview, dashboard_reads
+from storage import sites as site_store
 from storage.clickhouse import AnalyticsStore
 
 log = logging.getLogger("tally.warmer")
@@ -113,8 +114,13 @@ class DashboardWarmer:
             await analytics_overview.visitors(db, site_id, w.start, w.end)
             return
         goals: list[store.Goal] = []
-        if prop == "goal":
-            async with self.pool.acquire() as conn:
+        domain = None
+        async with self.pool.acquire() as conn:
+            if prop == "goal":
                 goals = await store.site_goals(conn, site_id)
+            elif prop == "referrer":  # its rows leave the site's own pages out
+                site = await site_store.site_by_id(conn, site_id)
+                domain = site["domain"] if site else None
         await analytics_breakdown.breakdown(db, site_id, w.start, w.end, prop=prop, goals=goals, limit=1, offset=0,
-                                            filters=store.Filters(goals=tuple(goals)), metrics=("visitors",))
+                                            filters=store.Filters(goals=tuple(goals)), metrics=("visitors",),
+                                            domain=domain)

@@ -62,8 +62,22 @@ class Filters:
     goals: tuple = ()  # the site's goals (Goal), which `goal` terms name
 
     def without_name(self) -> Filters:
-        return Filters(None, self.path, self.referrer, self.country,
-                       tuple(f for f in self.extra if f.dimension != "event"), self.goals)
+        return Filters(None, self.path, self.referrer, self.country, self.extra, self.goals)
+
+    def counted(self) -> str:
+        """The event the series and top lists count: `eventName`, else an `event==` term's (the same filter
+        in the filter= vocabulary), else an event goal's of a `goal==` term, else pageviews."""
+        if self.name:
+            return self.name
+        for f in self.extra:
+            if f.dimension == "event" and f.op == "==":
+                return f.value
+        for f in self.extra:
+            goal = next((g for g in self.goals if g.name == f.value), None) \
+                if f.dimension == "goal" and f.op == "==" else None
+            if goal is not None and goal.event_name is not None:
+                return goal.event_name
+        return "pageview"
 
     def without_goals(self) -> Filters:
         return Filters(self.name, self.path, self.referrer, self.country,

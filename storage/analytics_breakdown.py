@@ -34,7 +34,9 @@ VISIT_STATS = frozenset({"bounce_rate", "visit_duration"})
 PAGEVIEWS = "name = 'pageview'"
 # The page panel's cached states count pageviews: named apart from those of the page key of every event,
 # which stores from before may still hold for two days (site_window_keys's TTL), so none is read for them.
-STATES_DIM = {"page": "page:pageviews"}
+# The referrer's leave the site's own pages out, as the breakdown does (named apart from the states of every
+# referrer that stores from before may hold for two days).
+STATES_DIM = {"page": "page:pageviews", "referrer": "referrer:external"}
 
 
 def counted_events(prop: str, filters: Filters) -> str:
@@ -58,32 +60,38 @@ def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) ->
     return prop == "goal" or (prop in EVENT_DIMENSION_COLUMNS and set(metrics) <= {"visitors"})
 
 
-def _key_expr(q: Params, prop: str) -> str:
+def _key_expr(q: Params, prop: str, domain: str | None = None) -> str:
+    """A breakdown key of an event ('' for none). A referrer on the site's `domain` or a subdomain is
+    internal navigation, not where a visitor came from: none, as in /top-referrers and Plausible."""
     if prop.startswith("props:"):
         return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
+    if prop == "referrer" and domain:
+        d = q.bind(domain.lower())
+        return f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer)"
     return EVENT_DIMENSION_COLUMNS[prop]
 
 
 async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
                     filters: Filters, goals: list[Goal], limit: int, offset: int,
-                    metrics: Collection[str] = METRICS) -> list[dict]:
+                    metrics: Collection[str] = METRICS, domain: str | None = None) -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
     Event dimensions count matching events; entry/exit pages group the visits that started in the window.
     Visitors are always computed (they order the rows); the other metrics only when `metrics` asks for
     them (for event dimensions the bounce rate and visit duration are a second query, joining the visits
     of the window); otherwise they read 0."""
     table = store.table("site_events")
-    if prop == "goal":
-        return await _goal_breakdown(store, site_id, start, end, filters, goals)
+    if prop == "goal":  # at most 100 goals a site: every row is computed, then the page of them kept
+        return (await _goal_breakdown(store, site_id, start, end, filters, goals))[offset:offset + limit]
     q = Params()
     if prop in SESSION_DIMENSIONS:
         return await _visit_breakdown(store, site_id, start, end, prop=prop, filters=filters, limit=limit,
                                       offset=offset, metrics=metrics)
-    if from_window_states(prop, filters, metrics):
-        rows = await _visitors_from_window_states(store, site_id, start, end, prop, limit, offset)
+    # Cached referrer states leave the site's own pages out: without its domain they would not.
+    if from_window_states(prop, filters, metrics) and (prop != "referrer" or domain):
+        rows = await _visitors_from_window_states(store, site_id, start, end, prop, limit, offset, domain)
         if rows is not None:
             return rows
-    key = _key_expr(q, prop)
+    key = _key_expr(q, prop, domain)
     only = counted_events(prop, filters)
     cond = where(q, table, site_id, start, end, filters.terms()) + (f" AND {only}" if only else "")
     # Only what `metrics` needs: distinct visitors and visits are insensitive to a batch's copies, so without
@@ -106,7 +114,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         # number do not (the pairs of 560,000 matching events: 155 -> 98 ms by browser, 70 -> 34 by page).
         q2 = Params()
         visits_sql = sessions_of(q2, store, site_id, start, end, started_in_window=False)
-        key2 = _key_expr(q2, prop)
+        key2 = _key_expr(q2, prop, domain)
         cond2 = where(q2, table, site_id, start, end, filters.terms()) + (f" AND {only}" if only else "")
         keys = list(out)
         listed = q2.bind(keys, "Array(String)")
@@ -121,7 +129,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
 
 
 async def _visitors_from_window_states(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
-                                       prop: str, limit: int, offset: int) -> list[dict] | None:
+                                       prop: str, limit: int, offset: int, domain: str | None) -> list[dict] | None:
     """The unfiltered visitors of each value of an event dimension (what the dashboard's panels ask for), the
     window's ended days from their cached states (analytics_days.key_visitor_states) and the rest from the
     events. None when no cached state may stand for the ended days (a window of less than two of them).
@@ -129,16 +137,16 @@ async def _visitors_from_window_states(store: AnalyticsStore, site_id: str, star
     page 491 -> 190. Making them costs that read's first call of the day, per window and dimension, about
     twice to three times the read they replace (page: 1.4 s)."""
     q, table = Params(), store.table("site_events")
-    column = EVENT_DIMENSION_COLUMNS[prop]
     only = counted_events(prop, Filters())
     cached = await analytics_days.key_visitor_states(q, store, site_id, start, end, STATES_DIM.get(prop, prop),
-                                                     lambda _: column, only=only)
+                                                     lambda params: _key_expr(params, prop, domain), only=only)
     if cached is None:
         return None
     states, other_days = cached
     cond = where(q, table, site_id, start, end, []) + other_days + (f" AND {only}" if only else "")
     rows = await store.query(
-        f"SELECT key, uniqExactMerge(s) AS v FROM (SELECT key, s FROM {states} UNION ALL SELECT {column} AS key, "
+        f"SELECT key, uniqExactMerge(s) AS v FROM (SELECT key, s FROM {states} UNION ALL SELECT "
+        f"{_key_expr(q, prop, domain)} AS key, "
         f"uniqExactStateIf(visitor, visitor != 0) AS s FROM {table} WHERE {cond} AND key != '' GROUP BY key) "
         f"GROUP BY key ORDER BY v DESC, key LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt32')}",
         q.params)
@@ -147,7 +155,7 @@ async def _visitors_from_window_states(store: AnalyticsStore, site_id: str, star
 
 
 async def have_values(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, props: list[str],
-                      filters: Filters) -> dict[str, bool]:
+                      filters: Filters, domain: str | None = None) -> dict[str, bool]:
     """Per event dimension of `props`: whether a breakdown by it would have a row, i.e. whether any matching
     event of the window has a value. One read per dimension, side by side, each stopping at the first such
     event (LIMIT 1; copies change nothing: no FINAL) instead of grouping the window's events: the
@@ -159,20 +167,20 @@ async def have_values(store: AnalyticsStore, site_id: str, start: datetime, end:
         cond = where(q, table, site_id, start, end, filters.terms())
         only = counted_events(prop, filters)
         return bool(await store.query(f"SELECT 1 FROM {table} WHERE {cond}{f' AND {only}' if only else ''} "
-                                      f"AND {_key_expr(q, prop)} != '' LIMIT 1", q.params))
+                                      f"AND {_key_expr(q, prop, domain)} != '' LIMIT 1", q.params))
 
     return dict(zip(props, await asyncio.gather(*(has(p) for p in props)), strict=True))
 
 
 async def property_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, filters: Filters,
-                        limit: int) -> list[tuple[str, int]]:
+                        limit: int, offset: int = 0) -> list[tuple[str, int]]:
     """The custom property keys of the matching events, with how many events carry each, most used first:
     what a `props:<key>` breakdown (the goal drill-down) can be asked for."""
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
     rows = await store.query(
         f"SELECT k, count() AS c FROM {table} FINAL ARRAY JOIN JSONExtractKeys(properties) AS k WHERE {cond} "
-        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')}", q.params)
+        f"GROUP BY k ORDER BY c DESC, k LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt64')}", q.params)
     return [(k, c) for k, c in rows]
 
 

@@ -65,9 +65,10 @@ def filled(counts: dict[int, int], *, interval: str, first: datetime, last: date
 # --- top lists --------------------------------------------------------------------------------------
 
 async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, dim: str, name: str,
-              domain: str | None, limit: int, filters: Filters) -> tuple[list[tuple[str, int]], int]:
-    """The `limit` most frequent non-empty keys of a dimension among events called `name`, and the total
-    over all non-empty keys (the base of the percentages). Referrers from the site itself are left out."""
+              domain: str | None, limit: int, filters: Filters, offset: int = 0) -> tuple[list[tuple[str, int]], int]:
+    """The `limit` most frequent non-empty keys of a dimension among events called `name`, after the first
+    `offset`, and the total over all non-empty keys (the base of the percentages). Referrers from the site
+    itself are left out."""
     q, table = Params(), store.table("site_events")
     terms = [*filters.without_name().terms(), Filter("event", "==", name)]
     cond = where(q, table, site_id, start, end, terms)
@@ -76,9 +77,12 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
     if dim == "r" and domain:
         d = q.bind(domain.lower())
         cond += f" AND referrer_host != {d} AND NOT endsWith(referrer_host, concat('.', {d}))"
-    rows = await store.query(
-        f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
-        f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}", q.params)
+    listed = (f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
+              f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}")
+    rows = await store.query(f"{listed} OFFSET {q.bind(offset, 'UInt64')}", q.params)
+    if not rows and offset:  # past the end of the list: no rows, and the list's total still
+        first = await store.query(listed, q.params)
+        return [], (first[0][2] if first else 0)
     return [(k, c) for k, c, _ in rows], (rows[0][2] if rows else 0)
 
 

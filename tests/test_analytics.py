@@ -184,3 +184,17 @@ async def test_top_limit_validation_and_clamp(client, site):
         assert status == 400 and body == {"error": "invalid limit"}
     status, body = await get(client, "top-pages", siteId=site.site_id, limit="100000")
     assert status == 200 and body["total"] == 6
+
+
+async def test_top_lists_page_with_offset(client, site):
+    """The spec's `offset` pages the list-style endpoints, top lists included: it was ignored, so asking for
+    the rows after the first two gave the first two again. `total` stays the whole list's."""
+    _, body = await get(client, "top-pages", siteId=site.site_id, limit="2", offset="2")
+    assert body == {"data": rows(("/live", 1, 16.67), ("/pricing", 1, 16.67)), "total": 6}
+    _, body = await get(client, "top-countries", siteId=site.site_id, range="90d", offset="1")
+    assert body == {"data": rows(("DE", 2, 28.57), ("FR", 1, 14.29)), "total": 7}
+    _, body = await get(client, "top-referrers", siteId=site.site_id, range="24h", offset="5")
+    assert body == {"data": [], "total": 2}  # past the end: no rows, the total as before
+    for bad in ("-1", "x"):
+        status, body = await get(client, "top-pages", siteId=site.site_id, offset=bad)
+        assert status == 400 and body == {"error": "invalid offset"}

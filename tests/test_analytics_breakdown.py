@@ -12,7 +12,7 @@ import pytest
 from storage import events as events_store
 from storage.events import EventRow
 from storage.ids import new_id
-from tests.analytics_support import D, add_signup_goal, load_fixture
+from tests.analytics_support import D, M, add_signup_goal, load_fixture
 
 
 @pytest.fixture
@@ -86,6 +86,8 @@ async def test_breakdown_by_entry_and_exit_page(client, site):
     (["page==/pri*"], 2, 1, 1),             # one segment wildcard: /pricing (query string dropped)
     (["page==/**"], 6, 4, 3),
     (["country!=US"], 1, 1, 1),
+    (["country!=us"], 1, 1, 1),             # country codes in any case, as the spec's country parameter
+    (["country==us"], 5, 3, 3),
     (["props:plan==pro"], 1, 0, 1),
     (["entry_page==/live"], 1, 1, 1),
     (["page~=PRIC", "event==signup"], 1, 0, 1),
@@ -104,6 +106,46 @@ async def test_filters_apply_to_top_lists_and_series(client, site):
     assert [(r["key"], r["count"]) for r in pages["data"]] == [("/", 1), ("/live", 1), ("/pricing", 1)]
     _, series = await get(client, "timeseries", base)
     assert sum(p["value"] for p in series["data"]) == 3
+
+
+async def test_an_event_filter_term_counts_as_the_event_name_does(client, site):
+    """`filter=event==signup` is the spec's `eventName=signup` in the filter= vocabulary: the overview's
+    series and top lists, /timeseries and /top-* count the signups, as they do for eventName. They dropped
+    the term and counted every pageview, so the overview read 0 pageviews beside a chart of 4."""
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, named = await get(client, "overview", [*base, ("eventName", "signup")])
+    _, termed = await get(client, "overview", [*base, ("filter", "event==signup")])
+    assert termed == named
+    assert (termed["totalEvents"], termed["totalPageviews"]) == (1, 0)
+    assert sum(p["value"] for p in termed["timeSeries"]) == 1
+    assert [(r["key"], r["count"]) for r in termed["topPages"]] == [("/pricing", 1)]
+    assert [(r["key"], r["count"]) for r in termed["topCountries"]] == [("US", 1)]
+    _, series = await get(client, "timeseries", [*base, ("filter", "event==signup")])
+    assert (sum(p["value"] for p in series["data"]), series["eventName"]) == (1, "signup")
+    _, pages = await get(client, "top-pages", [*base, ("filter", "event==signup")])
+    assert (pages["data"], pages["total"]) == ([{"key": "/pricing", "count": 1, "percentage": 100.0}], 1)
+    # Excluding pageviews leaves none to chart, as the headline says; excluding another event keeps them all.
+    _, none = await get(client, "overview", [*base, ("filter", "event!=pageview")])
+    assert (none["totalPageviews"], sum(p["value"] for p in none["timeSeries"]), none["topPages"]) == (0, 0, [])
+    _, kept = await get(client, "overview", [*base, ("filter", "event!=signup")])
+    assert kept["totalPageviews"] == sum(p["value"] for p in kept["timeSeries"]) == 4
+
+
+async def test_an_event_goal_filter_counts_the_goals_event(client, site, database_url):
+    """Under `goal==signup` (an event goal) the overview's series and lists, /timeseries and /top-* count the
+    signups, as the dashboard's chart and the page breakdown do (Plausible's conversions by page); they
+    counted pageviews that were signups, i.e. nothing. A page goal's events are pageviews already."""
+    await add_signup_goal(database_url, site.site_id)
+    base = [("siteId", site.site_id), ("range", "24h"), ("filter", "goal==signup")]
+    _, body = await get(client, "overview", base)
+    assert (body["totalEvents"], sum(p["value"] for p in body["timeSeries"])) == (1, 1)
+    assert [(r["key"], r["count"]) for r in body["topPages"]] == [("/pricing", 1)]
+    _, series = await get(client, "timeseries", base)
+    assert (sum(p["value"] for p in series["data"]), series["eventName"]) == (1, "signup")
+    _, pages = await get(client, "top-pages", base)
+    assert pages["total"] == 1
+    _, unknown = await get(client, "overview", [*base[:2], ("filter", "goal==No such goal")])
+    assert (unknown["totalEvents"], sum(p["value"] for p in unknown["timeSeries"]), unknown["topPages"]) == (0, 0, [])
 
 
 @pytest.mark.parametrize("bad", ["bogus==x", "page", "page==", "goal~=x", "props:==x"])
@@ -164,6 +206,56 @@ async def test_goals_in_breakdowns_and_filters(client, site, database_url):
     assert overview["totalEvents"] == 5
     _, unknown = await get(client, "overview", [*base, ("filter", "goal==No such goal")])
     assert unknown["totalEvents"] == 0
+
+
+async def test_goal_breakdown_and_property_keys_page_with_limit_and_offset(client, site, database_url):
+    """The goal breakdown and the property keys take limit and offset as every list does: the goals came
+    whole whatever the limit and offset the answer echoed, and property-keys ignored offset."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
+                           f"g1-{site.site_id}", site.site_id)
+        await conn.execute("INSERT INTO goals (id, site_id, goal_type, page_path) VALUES ($1, $2, 'page', '/pricing')",
+                           f"g2-{site.site_id}", site.site_id)
+    finally:
+        await conn.close()
+    base = [("siteId", site.site_id), ("range", "24h")]
+    _, goals = await get(client, "breakdown", [*base, ("property", "goal"), ("limit", "1"), ("offset", "1")])
+    assert (goals["data"], goals["limit"], goals["offset"]) == ([{"key": "signup", "visitors": 1}], 1, 1)
+    _, first = await get(client, "breakdown", [*base, ("property", "goal"), ("limit", "1")])
+    assert first["data"] == [{"key": "Visit /pricing", "visitors": 1}]
+    _, keys = await get(client, "property-keys", [*base, ("range", "7d")])
+    assert [k["key"] for k in keys["data"]] == ["href", "plan"]
+    _, rest = await get(client, "property-keys", [*base, ("limit", "1"), ("offset", "1")])
+    assert rest == {"data": [{"key": "plan", "events": 1}], "limit": 1}
+    status, bad = await get(client, "property-keys", [*base, ("offset", "-1")])
+    assert (status, bad) == (400, {"error": "invalid offset"})
+
+
+async def test_referrer_breakdown_leaves_out_the_sites_own_pages(client, site, database_url):
+    """A breakdown by referrer lists where visitors came from, as /top-referrers does and as Plausible's
+    referrer breakdown does: a referrer on the site's own domain or a subdomain (internal navigation, the most
+    common referrer of a multi-page site) is no row. It was listed like any other. Over 30 days the ended
+    days' rows come from cached states, which leave them out too; has-values agrees."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        now = site.now
+        await events_store.copy_events(conn, [
+            EventRow(new_id("evt"), site.workspace_id, "live", "pageview", now - D * i - 3 * M, now - D * i - 3 * M,
+                     site_id=site.site_id, session_id=f"own{i}", path="/next", ip_hash=f"own{i}",
+                     referrer=f"https://{host}{site.domain}/from")
+            for i, host in ((0, ""), (2, "www."), (3, "blog."))])
+    finally:
+        await conn.close()
+    for range_name in ("24h", "30d", "30d"):  # the second 30-day read takes the states the first one made
+        base = [("siteId", site.site_id), ("range", range_name)]
+        for metrics in ("visitors", "visitors,pageviews,bounce_rate"):
+            _, body = await get(client, "breakdown", [*base, ("property", "referrer"), ("metrics", metrics)])
+            keys = [r["key"] for r in body["data"]]
+            assert keys and not any(site.domain in k for k in keys), (range_name, metrics, keys)
+    _, only_own = await get(client, "has-values", [("siteId", site.site_id), ("range", "24h"),
+                                                   ("properties", "referrer"), ("filter", "page==/next")])
+    assert only_own["data"] == {"referrer": False}
 
 
 async def test_compare_with_the_previous_period(client, site):

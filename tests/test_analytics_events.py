@@ -211,3 +211,30 @@ async def test_export_csv_neutralises_formulas_in_visitor_values(client, databas
     assert '"\'-2+3"' in text and '"\'\tcmd"' in text
     # Other text is written as before.
     assert text.splitlines()[0] == "id,createdAt,name,url,path,referrer,title,viewportW,sessionId,country,props"
+
+
+async def test_export_csv_props_are_json_text_of_any_type(client, database_url, workspace, login):
+    """The props column is the props' compact JSON text whatever their type (the spec takes any JSON), so a
+    reader parses every cell alike: a string prop was written bare, the string "3.5" read as the number 3.5
+    and the string "=1+1" as a formula to defuse."""
+    from datetime import UTC, datetime, timedelta
+
+    from tests.analytics_support import insert_events
+
+    await login()
+    values = [{"plan": "pro"}, [1, "a"], "3.5", 3.5, -2, True, "=1+1", "x, \"y\""]
+    conn = await asyncpg.connect(database_url)
+    try:
+        await init_connection(conn)
+        site_id, _, ws = await create_site(conn, workspace)
+        now = datetime.now(UTC)
+        await insert_events(conn, site_id, ws, [
+            (f"evt_props{i}", "custom", "/", None, "US", "ip", "s", now - timedelta(seconds=i), value)
+            for i, value in enumerate(values)])
+    finally:
+        await conn.close()
+    resp = await client.get("/api/analytics/export", params={"siteId": site_id})
+    table = list(csv.reader(io.StringIO(await resp.text())))
+    cells = {row[0]: row[-1] for row in table[1:]}
+    assert [orjson.loads(cells[f"evt_props{i}"]) for i in range(len(values))] == values
+    assert cells["evt_props2"] == '"3.5"' and cells["evt_props3"] == "3.5" and cells["evt_props6"] == '"=1+1"'

@@ -66,6 +66,27 @@ async def test_invalid_bodies_are_400(client, login):
     assert (await (await client.get("/api/keys")).json()) == {"keys": []}
 
 
+async def test_key_issues_name_their_field_and_expiry_takes_the_api_timestamp_forms(client, login):
+    """The site API's one issue shape, {field, message}, as ingestion's and the goals' issues (they were
+    msgspec's sentences); and expiresAt read by the API's one timestamp parser, which takes
+    `2030-01-01T10:00Z` (no seconds) and `+0200` offsets as every keyed timestamp does."""
+    await login()
+    for body, field in (({"scopes": ["read"]}, "name"), ({"name": "x", "scopes": ["root"]}, "scopes[0]"),
+                        ({"name": "  ", "scopes": ["read"]}, "name"), ({"name": "x", "scopes": ["read"], "extra": 1},
+                                                                      "extra"),
+                        ({"name": "x", "scopes": ["read"], "expiresAt": "2001-01-01T00:00:00Z"}, "expiresAt"),
+                        ({"name": "x", "scopes": ["read"], "expiresAt": "2030-01-01T10:00"}, "expiresAt"),
+                        ({"name": "x", "scopes": ["read"], "expiresAt": "soon"}, "expiresAt")):
+        data = await (await client.post("/api/keys", json=body)).json()
+        assert data["error"] == "invalid payload", body
+        assert [i["field"] for i in data["issues"]] == [field] and all(i["message"] for i in data["issues"]), data
+    for sent, stored in (("2030-01-01T10:00Z", "2030-01-01T10:00:00.000Z"),
+                         ("2030-01-01T10:00:00+0200", "2030-01-01T08:00:00.000Z")):
+        resp = await client.post("/api/keys", json={"name": "x", "scopes": ["read"], "expiresAt": sent})
+        assert resp.status == 201, await resp.text()
+        assert (await resp.json())["expiresAt"] == stored
+
+
 async def test_revoke_stops_the_key_on_v1(client, login, make_client, settings):
     # A second app on the same database stands for another process with its own key cache.
     short = dataclasses.replace(settings, key_cache_seconds=0.2)

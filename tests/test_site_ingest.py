@@ -240,3 +240,22 @@ async def test_a_body_that_does_not_decode_by_its_content_encoding_is_invalid_js
     assert await resp.json() == {"error": "invalid json"}
     assert resp.headers["Connection"] == "close"
     assert await stored_events(database_url, site) == []
+
+
+async def test_a_page_url_without_a_path_gives_the_path(client, database_url, workspace, login):
+    """`p` is optional: a sender that gives only the page URL `u` (a backend, a port of Plausible's `url`)
+    gets `p` from it, path and query, so its pageviews count under their page in every page list, as
+    its UTM tags already did. Without a path they were in no page list, entry or exit page at all."""
+    from tests.site_helpers import register_site
+
+    site_id, domain = await register_site(database_url, workspace)
+    await login()
+    for body in ({"u": f"https://{domain}/landing?utm_source=news#top"}, {"u": f"https://{domain}"},
+                 {"u": f"https://{domain}/x", "p": "/as-sent"}, {"u": "relative/page"}):
+        assert (await post_event(client, {"s": site_id, "n": "pageview", **body})).status == 202
+    rows = await stored_events(database_url, site_id)
+    assert [(r["url"], r["path"]) for r in rows] == [
+        (f"https://{domain}/landing?utm_source=news#top", "/landing?utm_source=news"), (f"https://{domain}", "/"),
+        (f"https://{domain}/x", "/as-sent"), ("relative/page", None)]
+    resp = await client.get("/api/analytics/top-pages", params={"siteId": site_id, "range": "1h"})
+    assert [(r["key"], r["count"]) for r in (await resp.json())["data"]] == [("/", 1), ("/as-sent", 1), ("/landing", 1)]

@@ -33,7 +33,8 @@ _TOP = {"type": "object", "required": ["data", "total"],
 
 
 def _top(summary: str) -> dict:
-    return _get(summary, [_limit(20, 100), query("eventName", {"type": "string", "default": "pageview"})],
+    return _get(summary, [_limit(20, 100), query("offset", {"type": "integer", "minimum": 0, "default": 0}),
+                          query("eventName", {"type": "string", "default": "pageview"})],
                 json_body(_TOP))
 
 
@@ -73,7 +74,7 @@ PATHS = {
     ),
     "/api/analytics/property-keys": _get(
         "Custom property keys of the matching events, most used first (what props:<key> breakdowns can name)",
-        [_limit(20, 100), _FILTER],
+        [_limit(20, 100), query("offset", {"type": "integer", "minimum": 0, "default": 0}), _FILTER],
         json_body({"type": "object", "required": ["data", "limit"], "properties": {
             "data": {"type": "array", "items": {"type": "object", "required": ["key", "events"], "properties": {
                 "key": {"type": "string"}, "events": {"type": "integer"}}}},

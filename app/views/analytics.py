@@ -81,7 +81,7 @@ async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: stor
     first, last = w.buckets(w.unit)
     with filter_errors():
         totals, sessions, tops, points = await analytics_overview.overview(
-            db, site.id, w.start, w.end, name=filters.name or "pageview", interval=w.unit, first=first, last=last,
+            db, site.id, w.start, w.end, name=filters.counted(), interval=w.unit, first=first, last=last,
             domain=site.domain, limit=TOP_DEFAULT, filters=filters)
     return {
         **headline(totals, sessions),
@@ -150,9 +150,9 @@ async def overview(request: web.Request) -> web.Response:
 async def timeseries(request: web.Request) -> web.Response:
     base = await base_params(request)
     interval = interval_param(request, base.window)
-    name = request.query.get("eventName") or "pageview"
     mode = compare_param(request)
     site, filters = await site_and_filters(request, base)
+    name = filters.counted()
     db = await analytics_store(request)
     data = await _series(db, site.id, base.window, interval, name, filters)
     body: dict = {"data": data, "interval": interval, "eventName": name}
@@ -167,12 +167,14 @@ async def timeseries(request: web.Request) -> web.Response:
 async def _top_list(request: web.Request, dim: str) -> web.Response:
     base = await base_params(request)
     limit = count_param(request, "limit", TOP_DEFAULT, TOP_MAX)
-    name = request.query.get("eventName") or "pageview"
+    offset = offset_param(request)
     site, filters = await site_and_filters(request, base)
+    name = filters.counted()
     w = base.window
     with filter_errors():
         rows, total = await analytics_lists.top(await analytics_store(request), site.id, w.start, w.end, dim=dim,
-                                                name=name, domain=site.domain, limit=limit, filters=filters)
+                                                name=name, domain=site.domain, limit=limit, filters=filters,
+                                                offset=offset)
     return json_response({"data": top_rows(rows, total), "total": total})
 
 
@@ -209,13 +211,13 @@ async def breakdown(request: web.Request) -> web.Response:
     w = base.window
     with filter_errors():
         reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                               limit=limit, offset=offset, metrics=metrics)]
+                                               limit=limit, offset=offset, metrics=metrics, domain=site.domain)]
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's), read
             # beside the rows on the store's read clients.
             reads.append(analytics_breakdown.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
-                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",)))
+                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",), domain=site.domain))
         rows, *base = await asyncio.gather(*reads)
         if base:
             everyone = {r["key"]: r["visitors"] for r in base[0]}
@@ -240,7 +242,7 @@ async def has_values(request: web.Request) -> web.Response:
     w = base.window
     with filter_errors():
         found = await analytics_breakdown.have_values(await analytics_store(request), site.id, w.start, w.end,
-                                                      props=props, filters=filters)
+                                                      props=props, filters=filters, domain=site.domain)
     return json_response({"data": found})
 
 
@@ -252,11 +254,12 @@ async def property_keys(request: web.Request) -> web.Response:
     events, most used first, so that a dashboard can offer the `props:<key>` breakdowns that have data."""
     base = await base_params(request)
     limit = count_param(request, "limit", PROPERTY_KEYS_DEFAULT, PROPERTY_KEYS_MAX)
+    offset = offset_param(request)
     site, filters = await site_and_filters(request, base)
     w = base.window
     with filter_errors():
         rows = await analytics_breakdown.property_keys(await analytics_store(request), site.id, w.start, w.end,
-                                                       filters=filters, limit=limit)
+                                                       filters=filters, limit=limit, offset=offset)
     return json_response({"data": [{"key": k, "events": n} for k, n in rows], "limit": limit})
 
 

@@ -154,7 +154,10 @@ async def export(request: web.Request) -> web.StreamResponse:
 
 def _csv_page(rows: list, *, first: bool, last: bool) -> bytes:
     lines = [csv_line(list(EXPORT_COLUMNS))] if first else []
-    lines.extend(csv_line([event[c] for c in EXPORT_COLUMNS]) for event in map(stored_event, rows))
+    for event in map(stored_event, rows):
+        if isinstance(event["props"], str):  # as JSON text, as props of every other type are (csv_cell)
+            event["props"] = orjson.dumps(event["props"]).decode()
+        lines.append(csv_line([event[c] for c in EXPORT_COLUMNS]))
     return "".join(lines).encode()
 
 

@@ -147,6 +147,8 @@ def filter_terms(request: web.Request) -> tuple[Filter, ...]:
             raise SiteError(400, "invalid filter", filter=raw, dimensions=[*DIMENSIONS, "props:<key>"])
         if dimension == "goal" and op == "~=":
             raise SiteError(400, "invalid filter", filter=raw, detail="goal filters take == or !=")
+        if dimension == "country":  # stored upper-case; taken in any case, as the spec's country parameter
+            value = value.upper()
         out.append(Filter(dimension, op, value))  # type: ignore[arg-type]
     return tuple(out)
 

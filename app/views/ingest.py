@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from aiohttp import web
@@ -101,7 +102,25 @@ def parse_event(body: bytes) -> SiteEventIn:
     issues = storable_issues(event, _TEXT_FIELDS)
     if issues:
         raise invalid_payload(issues)
+    if event.p is None and event.u is not None:
+        # Only the page URL: its path and query are the page (as Plausible's `url` gives its pathname).
+        event.p = url_path(event.u)
     return event
+
+
+def url_path(url: str, *, hash_mode: bool = False) -> str | None:
+    """Path and query of an absolute page URL (the spec's `p`), with the fragment in hash mode; None for a
+    URL that is not absolute."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if not (parts.scheme and parts.netloc):
+        return None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if hash_mode and parts.fragment:
+        path += f"#{parts.fragment}"
+    return path[:2048]
 
 
 def decode_json_object(body: bytes) -> dict:

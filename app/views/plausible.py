@@ -107,18 +107,6 @@ def _absolute(url: str) -> bool:
     return bool(parts.scheme and parts.netloc)
 
 
-def _path(url: str, hash_mode: bool) -> str:
-    """Path and query of the page URL (the spec's `p`), with the fragment in hash mode (`h`)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url[:MAX_URL]
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    if hash_mode and parts.fragment:
-        path += f"#{parts.fragment}"
-    return path[:MAX_URL]
-
-
 def parse_plausible(body: bytes) -> SiteEventIn:
     """A Plausible payload as a Tally event whose `s` is the normalized domain."""
     data = ingest.decode_json_object(body)
@@ -151,8 +139,8 @@ def parse_plausible(body: bytes) -> SiteEventIn:
     if revenue:
         props = {**(props or {}), **revenue}
     hash_mode = fields["hashMode"][1] in (1, True, "1")
-    event = SiteEventIn(s=domain, n=NAME_MAP.get(name, name), u=url, p=_path(url, hash_mode), r=referrer,
-                        w=width, props=props)
+    event = SiteEventIn(s=domain, n=NAME_MAP.get(name, name), u=url, p=ingest.url_path(url, hash_mode=hash_mode),
+                        r=referrer, w=width, props=props)
     problems = ingest.storable_issues(event, {"n": fields["name"][0], "u": fields["url"][0],
                                               "r": fields["referrer"][0]}, fields["props"][0])
     if problems:

@@ -309,6 +309,16 @@ def test_goal_drill_down_by_property(page: Page, live_server, account, screensho
     expect_rows(page, "pages", [("/pricing", "2")])
 
 
+def test_an_event_filter_charts_that_event(page: Page, live_server, account):
+    """An Event chip (`filter=event==signup`, e.g. from a shared URL) charts that event, as a goal chip does:
+    the chart counted every pageview under a "Pageviews" title, beside a headline of 0 pageviews."""
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h&filter=" + quote("event==signup"))
+    expect(page.locator(".chip > .ellipsis")).to_have_text(["Event is signup"])
+    expect(page.locator("section.card h3", has_text="events")).to_have_text("\u201csignup\u201d events")
+    expect_stats(page, "3", "0", "3", "33.3%")
+
+
 def test_goals_are_managed_from_the_goals_panel(page: Page, live_server, account):
     site_id = open_site(page, live_server, account, goals=False)
     page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")

@@ -93,7 +93,8 @@ export function createTracker(o, w = window) {
         console.warn('tally: beforeSend failed', err)
       }
     }
-    for (const k in LIMITS) if (typeof e[k] == 'string') e[k] = e[k].slice(0, LIMITS[k])
+    // Cut to the limits, never between the two halves of a character: the server refuses a lone one.
+    for (const k in LIMITS) if (typeof e[k] == 'string') e[k] = e[k].slice(0, LIMITS[k]).replace(/[\ud800-\udbff]$/, '')
     const body = JSON.stringify(e)
     try {
       if (w.fetch) {

@@ -75,6 +75,15 @@ describe('payload', () => {
     assert.equal(b.t.length, 512)
   })
 
+  test('a cut never splits a character in two (the server refuses a lone surrogate as invalid json)', () => {
+    const w = fakeWindow({ title: 'x'.repeat(511) + '\u{1F600}' + 'tail' })
+    manual(w).track('e'.repeat(63) + '\u{1F389}')
+    const b = w.sent[0].body
+    assert.equal(b.t, 'x'.repeat(511))
+    assert.equal(b.n, 'e'.repeat(63))
+    assert.doesNotMatch(w.sent[0].raw || JSON.stringify(b), /\\ud[89ab]/i)
+  })
+
   test('missing site id sends nothing', () => {
     const w = fakeWindow()
     createTracker({ api: API }, w).track('x')

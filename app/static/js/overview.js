@@ -124,9 +124,9 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     const panelsLoaded = panels.load()
     try {
       const query = scope(siteId, state)
-      // Under an event goal's filter the chart counts that goal's events (a page goal's are pageviews).
+      // Under an event filter, or an event goal's, the chart counts those events (a page goal's are pageviews).
       const goal = termValue(state.filters, 'goal')
-      const charted = state.eventName || (goal && !goal.startsWith('Visit ') ? goal : '')
+      const charted = state.eventName || termValue(state.filters, 'event') || (goal && !goal.startsWith('Visit ') ? goal : '')
       const [data, series] = await Promise.all([
         api('/api/analytics/overview?' + qs({ ...query, compare: state.compare })),
         state.compare || charted ? api('/api/analytics/timeseries?' + qs({ ...query, eventName: charted, compare: state.compare })) : null,
