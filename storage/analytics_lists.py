@@ -87,23 +87,25 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
 
 
 async def count_events(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
-                       name: str | None) -> int:
-    """Events of a window (the event log's total)."""
+                       terms: list[Filter]) -> int:
+    """Events of a window matching the filter terms (the event log's total)."""
     q, table = Params(), store.table("site_events")
-    cond = where(q, table, site_id, start, end, [Filter("event", "==", name)] if name else [])
+    cond = where(q, table, site_id, start, end, terms)
     return (await store.query(f"SELECT count() FROM {table} FINAL WHERE {cond}", q.params))[0][0]
 
 
 async def matching_event_keys(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, filters: Filters,
-                              after: tuple[datetime, str] | None, limit: int) -> list[tuple[datetime, str]]:
-    """The (ts, id) keys of a window's events matching the filters, newest first, strictly before `after`:
-    an export under the overview's filters pages through them and reads the rows from PostgreSQL. A copy
-    of an event has the same key: DISTINCT, no FINAL."""
+                              after: tuple[datetime, str] | None, limit: int,
+                              offset: int = 0) -> list[tuple[datetime, str]]:
+    """The (ts, id) keys of a window's events matching the filters, newest first, strictly before `after`
+    and past the first `offset`: an export (by `after`) or the event log (by `offset`) under the overview's
+    filters pages through them and reads the rows from PostgreSQL. A copy of an event has the same key:
+    DISTINCT, no FINAL."""
     q, table = Params(), store.table("site_events")
     cond = where(q, table, site_id, start, end, filters.terms())
     if after is not None:
         cond += f" AND (ts, id) < ({q.bind(after[0], TS)}, {q.bind(after[1])})"
     rows = await store.query(f"SELECT DISTINCT ts, id FROM {table} WHERE {cond} ORDER BY ts DESC, id DESC "
-                             f"LIMIT {q.bind(limit, 'UInt32')}", q.params)
+                             f"LIMIT {q.bind(limit, 'UInt32')} OFFSET {q.bind(offset, 'UInt64')}", q.params)
     # The client returns the UTC times without their zone.
     return [(ts if ts.tzinfo else ts.replace(tzinfo=UTC), event_id) for ts, event_id in rows]

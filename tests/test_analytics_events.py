@@ -55,6 +55,30 @@ async def test_event_log_paging_filter_and_clamp(client, site):
         assert resp.status == 400
 
 
+async def test_event_log_takes_the_overviews_filters(client, site):
+    """The event log lists what the overview's filters match, as the export does (it listed every event of
+    the range under any filter but the event name): total and pages are of the matching events."""
+    async def logged(**params: str | list) -> tuple[list[str], int]:
+        resp = await client.get("/api/analytics/events", params=[
+            ("siteId", site.site_id), ("range", "90d"),
+            *((k, x) for k, v in params.items() for x in (v if isinstance(v, list) else [v]))])
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        return [e["id"] for e in body["events"]], body["total"]
+
+    ids = site.ids
+    assert await logged(country="US", filter="page==/") == ([ids[1], ids[8], ids[6]], 3)
+    assert await logged(country="US", filter="page==/", limit="1", offset="1") == ([ids[8]], 3)
+    assert await logged(eventName="pageview", filter="country==US") == ([ids[k] for k in (9, 2, 1, 6)], 4)
+    assert await logged(eventName="pageview", filter="country==US", limit="2", offset="2") == ([ids[1], ids[6]], 4)
+    assert await logged(filter=["event!=pageview", "country!=DE"]) == ([ids[4], ids[8]], 2)
+    assert await logged(path="blog") == ([ids[5]], 1)
+    assert await logged(filter="browser==Lynx") == ([], 0)
+    assert await logged(filter="country==US", offset="9") == ([], 6)
+    resp = await client.get("/api/analytics/events", params={"siteId": site.site_id, "filter": "shoe==1"})
+    assert resp.status == 400 and (await resp.json())["error"] == "invalid filter"
+
+
 async def test_export_csv(client, site):
     resp = await client.get("/api/analytics/export", params={"siteId": site.site_id, "range": "90d"})
     assert resp.status == 200

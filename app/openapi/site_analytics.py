@@ -15,6 +15,15 @@ _FILTER = {"name": "filter", "in": "query", "required": False, "style": "form", 
                           "with == may use * (one segment) and ** (any)",
            "schema": {"type": "array", "items": {"type": "string"}}}
 
+# The overview's filters, which also narrow the event log and the export.
+_NARROWING = [
+    query("path", {"type": "string"},
+          description="case-insensitive substring of the page (path without query or fragment)"),
+    query("referrer", {"type": "string"}, description="case-insensitive substring"),
+    query("country", {"type": "string"}, description="exact two-letter code"),
+    _FILTER,
+]
+
 
 def _limit(default: int, maximum: int) -> dict:
     return query("limit", {"type": "integer", "minimum": 1, "default": default},
@@ -41,10 +50,7 @@ def _top(summary: str) -> dict:
 PATHS = {
     "/api/analytics/overview": _get(
         "Totals, visitors, bounce rate, session duration, top lists and a time series",
-        [_EVENT, query("path", {"type": "string"},
-                        description="case-insensitive substring of the page (path without query or fragment)"),
-         query("referrer", {"type": "string"}, description="case-insensitive substring"),
-         query("country", {"type": "string"}, description="exact two-letter code")],
+        [_EVENT, *_NARROWING],
         json_body(ref("Overview")),
     ),
     "/api/analytics/timeseries": _get(
@@ -84,8 +90,8 @@ PATHS = {
     "/api/analytics/top-referrers": _top("Top referrer hosts (internal navigation excluded)"),
     "/api/analytics/top-countries": _top("Top countries"),
     "/api/analytics/events": _get(
-        "Stored events, newest first",
-        [_EVENT, _limit(50, 500), query("offset", {"type": "integer", "minimum": 0, "default": 0})],
+        "Stored events, newest first, under the overview's filters",
+        [_EVENT, *_NARROWING, _limit(50, 500), query("offset", {"type": "integer", "minimum": 0, "default": 0})],
         json_body({"type": "object", "required": ["events", "total", "limit", "offset"], "properties": {
             "events": {"type": "array", "items": ref("StoredEvent")}, "total": {"type": "integer"},
             "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
@@ -95,7 +101,7 @@ PATHS = {
         "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>); "
         "429 past TALLY_EXPORTS_PER_ACCOUNT exports at once",
         [query("format", {"type": "string", "enum": ["csv", "json"], "default": "csv"}), _limit(10_000, 50_000),
-         _EVENT],
+         _EVENT, *_NARROWING],
         {"description": "CSV with a header row (id, createdAt, name, url, path, referrer, title, viewportW, "
                         "sessionId, country, props as JSON; text cells starting with = + - @ tab or CR get a "
                         "leading ' and stay quoted) or a JSON array of the same objects",

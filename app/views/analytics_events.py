@@ -19,11 +19,11 @@ from app.views.analytics_params import (
     base_params,
     count_param,
     offset_param,
-    resolve_site,
     site_and_filters,
 )
 from storage import analytics_events as store
 from storage import analytics_lists
+from storage.analytics import Filters
 from storage.site_filters import Filter
 
 LOG_DEFAULT, LOG_MAX = 50, 500
@@ -51,17 +51,30 @@ def stored_event(row: Mapping) -> dict:
     }
 
 
+def _narrowed(filters: Filters) -> bool:
+    """Whether the overview's filters ask for more than an event name: PostgreSQL's index then cannot find
+    the rows, and the analytics store, which knows every filter's dimensions, gives their keys."""
+    return filters.terms() != ([Filter("event", "==", filters.name)] if filters.name else [])
+
+
 async def events(request: web.Request) -> web.Response:
+    """The event log, newest first, under the overview's filters (the same parameters as its reads)."""
     base = await base_params(request)
     limit = count_param(request, "limit", LOG_DEFAULT, LOG_MAX)
     offset = offset_param(request)
-    name = request.query.get("eventName") or None
-    site = await resolve_site(request, base)
+    site, filters = await site_and_filters(request, base)
     w = base.window
     db = await analytics_store(request)
-    total = await analytics_lists.count_events(db, site.id, w.start, w.end, name)
-    async with request.config_dict[POOL].acquire() as conn:
-        rows = await store.list_events(conn, site.id, w.start, w.end, name, limit, offset) if offset < total else []
+    total = await analytics_lists.count_events(db, site.id, w.start, w.end, filters.terms())
+    rows: list = []
+    if offset < total:
+        if _narrowed(filters):
+            keys = await analytics_lists.matching_event_keys(db, site.id, w.start, w.end, filters, None, limit, offset)
+            async with request.config_dict[POOL].acquire() as conn:
+                rows = await store.events_by_keys(conn, site.id, keys)
+        else:
+            async with request.config_dict[POOL].acquire() as conn:
+                rows = await store.list_events(conn, site.id, w.start, w.end, filters.name, limit, offset)
     return json_response({"events": [stored_event(r) for r in rows], "total": total, "limit": limit,
                           "offset": offset})
 
@@ -107,8 +120,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
     site, filters = await site_and_filters(request, base)
     name = filters.name  # as the event log: it exports what the log lists
-    narrowed = filters.terms() != ([Filter("event", "==", name)] if name else [])
-    db = await analytics_store(request) if narrowed else None
+    db = await analytics_store(request) if _narrowed(filters) else None
     account = await current_account(request)
     settings = request.config_dict[SETTINGS]
     w = base.window

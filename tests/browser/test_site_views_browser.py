@@ -123,3 +123,28 @@ def test_dashboard_pages_load_without_console_errors(page: Page, live_server: Li
         page.goto(f"{live_server.base_url}/app/sites/{site_id}{tail}?range=24h")
         page.wait_for_load_state("networkidle")
     assert errors == []
+
+
+def test_the_event_log_lists_what_the_overviews_filters_match(page: Page, live_server: LiveServer, account):
+    """The overview's filters carried to the Events page narrow its rows and its export links, show as chips,
+    and removing one lists every event again (the log listed every event under any filter)."""
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"log-{secrets.token_hex(4)}.example.com")
+    for path in ("/pricing", "/blog/a", "/blog/b"):
+        resp = page.request.post(f"{live_server.base_url}/api/service/event",
+                                 data={"s": site_id, "n": "pageview", "p": path, "sid": "v1"})
+        assert resp.status == 202
+    events = f"{live_server.base_url}/api/analytics/events?siteId={site_id}&range=1h"
+    wait_for(lambda: page.request.get(events).json()["total"] == 3, "the three events")
+
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=1h&filter=page%3D%3D%2Fblog%2F*")
+    rows = page.locator("table.log tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator(".chips .chip")).to_have_count(1)
+    expect(page.locator(".pager")).to_contain_text("1–2 of 2")
+    assert "filter=page%3D%3D%2Fblog%2F*" in page.get_by_role("link", name="Export CSV").get_attribute("href")
+    page.locator(".chips .chip button").click()
+    expect(rows).to_have_count(3)
+    expect(page.locator(".chips .chip")).to_have_count(0)
+    assert "filter=" not in page.url

@@ -1,7 +1,8 @@
-// Event log with paging, plus export links.
+// Event log with paging, plus export links; the overview's filters narrow both.
 import { api, qs } from './api.js'
 import { errorBox, h, trackerHelp, when } from './dom.js'
-import { exportLinks, rangePicker, readState, writeState } from './overview.js'
+import { activeFilters, exportLinks, rangePicker, readState, writeState } from './overview.js'
+import { scope } from './panels.js'
 import { siteHeader } from './sites.js'
 
 export const PAGE_SIZES = [25, 50, 100]
@@ -19,8 +20,9 @@ export function renderEvents(container, siteId) {
   // Page size: one of the picker's, or any 1-200 given in the URL (?limit=).
   let pageSize = Math.min(200, Math.max(1, parseInt(query.get('limit'), 10) || 50))
   const controls = h('div', { class: 'row controls' })
+  const chips = h('div', { class: 'row chips', 'aria-label': 'Active filters' })
   const body = h('div', { class: 'events' })
-  container.append(siteHeader(siteId, 'events'), controls, body)
+  container.append(siteHeader(siteId, 'events'), controls, chips, body)
   let alive = true
 
   function drawControls() {
@@ -39,17 +41,19 @@ export function renderEvents(container, siteId) {
       sizes.map((n) => h('option', { value: n, selected: n === pageSize, text: `${n} per page` })))
     size.addEventListener('change', () => { pageSize = Number(size.value); offset = 0; remember(); load() })
     controls.replaceChildren(rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
-      size, h('span', { class: 'spacer' }), exportLinks(siteId, { range: state.range, eventName: state.eventName }))
+      size, h('span', { class: 'spacer' }), exportLinks(siteId, state))
+    activeFilters(chips, state, () => { offset = 0; writeState(state); remember(); load() })
   }
 
   async function load() {
     drawControls()
     try {
-      const data = await api('/api/analytics/events?' + qs({ siteId, range: state.range, eventName: state.eventName, limit: pageSize, offset }))
+      const data = await api('/api/analytics/events?' + qs({ ...scope(siteId, state), limit: pageSize, offset }))
       if (!alive) return
       const events = data.events || []
       if (!events.length && offset === 0) {
-        body.replaceChildren(state.eventName ? h('p', { class: 'empty', text: `No “${state.eventName}” events in this range.` }) : trackerHelp(siteId))
+        body.replaceChildren(state.eventName ? h('p', { class: 'empty', text: `No “${state.eventName}” events in this range.` })
+          : !chips.hidden ? h('p', { class: 'empty', text: 'No events match these filters in this range.' }) : trackerHelp(siteId))
         return
       }
       const rows = events.map((e) => h('tr', { dataset: { event: e.id } },

@@ -71,6 +71,19 @@ function sharedHeader(domain) {
 
 // `shared`: {domain} on a shared link's page, which reads with the link's token (api.js) and offers no
 // export, goal management, shared links or links to the signed-in pages.
+// The active filters as chips, each removable, with "Clear all" beside two or more: the overview's, and the
+// event log's, which lists what they match.
+export function activeFilters(chips, state, changed) {
+  const legacy = FILTERS.filter(([k]) => state[k]).map(([k, label]) =>
+    h('span', { class: 'chip' }, h('span', { class: 'ellipsis', text: `${label}: ${state[k]}` }),
+      h('button', { type: 'button', class: 'link', 'aria-label': `Remove ${label} filter`, text: '×', onclick: () => { state[k] = ''; changed() } })))
+  const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
+  chips.replaceChildren(...legacy, ...terms,
+    ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
+      onclick: () => { state.filters = []; for (const [k] of FILTERS) state[k] = ''; changed() } })] : []))
+  chips.hidden = !(legacy.length + terms.length)
+}
+
 export function renderOverview(container, siteId, { shared = null } = {}) {
   const state = readState()
   const controls = h('div', { class: 'row controls' })
@@ -95,9 +108,6 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
   }
 
   function drawControls() {
-    const legacy = FILTERS.filter(([k]) => state[k]).map(([k, label]) =>
-      h('span', { class: 'chip' }, h('span', { class: 'ellipsis', text: `${label}: ${state[k]}` }),
-        h('button', { type: 'button', class: 'link', 'aria-label': `Remove ${label} filter`, text: '×', onclick: () => setFilter(k, '') })))
     const field = h('select', { 'aria-label': 'Filter field' }, FILTERS.map(([k, label]) => h('option', { value: k, text: label })))
     const value = h('input', { 'aria-label': 'Filter value', placeholder: 'value' })
     const form = h('form', { class: 'row filter-form' }, field, value, h('button', { type: 'submit', class: 'small', text: 'Filter' }))
@@ -110,11 +120,7 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
       h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
       h('span', { class: 'spacer' }), live, ...(shared ? [] : [exportLinks(siteId, state)]))
-    const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
-    chips.replaceChildren(...legacy, ...terms,
-      ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
-        onclick: () => { state.filters = []; for (const [k] of FILTERS) state[k] = ''; changed() } })] : []))
-    chips.hidden = !(legacy.length + terms.length)
+    activeFilters(chips, state, changed)
   }
 
   async function load() {
