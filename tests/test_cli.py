@@ -91,6 +91,11 @@ def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
      "configuration error: TALLY_ANALYTICS_DIR /proc/tally/analytics is not a usable folder"),
     ({"TALLY_ANALYTICS_URL": "garbage"}, 2,
      "configuration error: TALLY_ANALYTICS_URL must be a URL with a scheme and a host"),
+    ({"REDIS_URL": "secretpw@127.0.0.1:6379"}, 2,
+     "configuration error: REDIS_URL must be a redis://, rediss:// or unix:// URL"),
+    ({"TALLY_ANALYTICS_DATABASE": "tally-prod"}, 2,
+     "configuration error: TALLY_ANALYTICS_DATABASE must be a ClickHouse name"),
+    ({"TALLY_ACCESS_LOG": "quiet"}, 2, "configuration error: TALLY_ACCESS_LOG must be 1 or 0"),
     ({"TALLY_ANALYTICS_URL": "http://default:secretpw@127.0.0.1:1"}, 1,
      "start-up error: cannot use the ClickHouse server at http://127.0.0.1:1 (TALLY_ANALYTICS_URL): "),
 ])
