@@ -131,3 +131,28 @@ def test_create_key_refuses_an_expiry_in_the_past(cli, workspace):
     assert cli("list-keys", "--workspace", workspace).returncode == 1  # no key, so no workspace either
     done = cli("create-key", "--workspace", workspace, "--scopes", "read", "--expires", "2999-01-01T00:00:00Z")
     assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_")
+
+
+def test_arguments_that_name_nothing_are_usage_errors_not_tracebacks(cli, workspace):
+    # Bytes that are not UTF-8 (a terminal in another encoding) reached asyncpg as lone surrogates: a traceback.
+    for args in (("list-keys", "--workspace", "caf\udce9"), ("revoke-key", "key_\udcff"),
+                 ("create-user", "--workspace", workspace, "--email", "a@b\udcff.co", "--password", "long enough pw")):
+        done = cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "is not valid UTF-8" in done.stderr
+    # An empty name (`--workspace "$WS"` with WS unset) made a workspace named "".
+    for name in ("", "   "):
+        done = cli("create-key", "--workspace", name, "--scopes", "read")
+        assert done.returncode == 2 and done.stdout == "" and "a workspace name cannot be empty" in done.stderr
+        assert cli("list-keys", "--workspace", name).returncode == 2
+
+
+@pytest.mark.parametrize(("since", "says"), [
+    ("1999-12-31", "no event is older than 2000-01-01: run `tally analytics rebuild` without --since"),
+    ("2999-01-01", "2999-01-01 is in the future: there is nothing to rebuild from it"),
+])
+def test_a_rebuild_since_a_day_no_event_can_have_is_refused(database_url, tmp_path, since, says):
+    # Both reached ClickHouse as a date it cannot read, a traceback after the store was opened.
+    done = tally(database_url, tmp_path, "analytics", "rebuild", "--since", since)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert says in done.stderr
