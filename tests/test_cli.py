@@ -1,10 +1,13 @@
 """The `tally` command line, as other tools call it."""
 
 import os
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -156,3 +159,30 @@ def test_a_rebuild_since_a_day_no_event_can_have_is_refused(database_url, tmp_pa
     done = tally(database_url, tmp_path, "analytics", "rebuild", "--since", since)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert says in done.stderr
+
+
+
+class NotRedis(socketserver.BaseRequestHandler):
+    def handle(self) -> None:  # a web server, as on a port mistyped in REDIS_URL
+        self.request.recv(1024)
+        self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+def test_a_redis_this_configuration_cannot_use_is_a_configuration_error(database_url, redis_url):
+    """A server that is not Redis made every request a 500 with a traceback in the log; a database the server
+    does not have, or a refused login, was taken for an outage for as long as the server ran (rate limits and
+    sessions per process, silently but for one log line). A Redis that does not answer still is an outage:
+    Tally starts, on the fallback."""
+    parsed = urlparse(redis_url)
+    no_such_database = (parsed._replace(query="db=999") if parsed.scheme == "unix" else parsed._replace(path="/999"))
+    with socketserver.TCPServer(("127.0.0.1", 0), NotRedis) as web_server:
+        threading.Thread(target=web_server.serve_forever, daemon=True).start()
+        for url, reason in ((no_such_database.geturl(), "DB index is out of range"),
+                            (f"redis://127.0.0.1:{web_server.server_address[1]}/0", "Protocol error")):
+            done = serve({"DATABASE_URL": database_url, "TALLY_SECRET": "s" * 32, "REDIS_URL": url},
+                         "--port", str(free_port()))
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            last = done.stderr.splitlines()[-1]
+            assert last.startswith("configuration error: REDIS_URL: ") and reason in last, done.stderr
+            assert "answered, but not as a Redis this configuration can use: " in last
+        web_server.shutdown()
