@@ -155,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("set-plan", help="set a workspace's plan and custom limits")
     sp.add_argument("--workspace", required=True, type=_workspace)
     sp.add_argument("--plan", required=True, choices=["free", "pro", "enterprise"])
-    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE")
+    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE", type=_limit)
 
     cu = sub.add_parser("create-user", help="create a dashboard user (or reset its password)")
     cu.add_argument("--workspace", required=True, type=_workspace)
@@ -192,6 +192,14 @@ def _date(text: str) -> datetime:
     if day > datetime.now(UTC) + FUTURE_SKEW:
         raise argparse.ArgumentTypeError(f"{text} is in the future: there is nothing to rebuild from it")
     return day
+
+
+def _limit(text: str) -> str:
+    try:
+        parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _workspace(text: str) -> str:
@@ -347,12 +355,6 @@ def main(argv: list[str] | None = None) -> None:
             return
         if args.command == "analytics":
             sys.exit(asyncio.run(_analytics(settings, args)))
-        if args.command == "set-plan":
-            try:
-                for item in args.limit:
-                    parse_limit(item)
-            except ValueError as exc:
-                parser().error(str(exc))
         command = COMMANDS[args.command]
         if args.command == "create-user":
             command = functools.partial(_create_user, redis_url=settings.redis_url)

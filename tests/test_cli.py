@@ -186,3 +186,10 @@ def test_a_redis_this_configuration_cannot_use_is_a_configuration_error(database
             assert last.startswith("configuration error: REDIS_URL: ") and reason in last, done.stderr
             assert "answered, but not as a Redis this configuration can use: " in last
         web_server.shutdown()
+
+
+def test_a_malformed_limit_is_reported_by_set_plan_with_its_own_usage(cli, workspace):
+    # It printed the top-level usage (`usage: tally [-h] {serve,create-key,...}`), as if the command were wrong.
+    done = cli("set-plan", "--workspace", workspace, "--plan", "enterprise", "--limit", "events=fast")
+    assert done.returncode == 2 and done.stderr.startswith("usage: tally set-plan "), done.stderr
+    assert "argument --limit: limit must look like GROUP=PER_SECOND/PER_MINUTE" in done.stderr
