@@ -69,6 +69,23 @@ def _networks(name: str, raw: str) -> tuple[str, ...]:
     return entries
 
 
+_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.?)+$")
+
+
+def _hosts_or_networks(name: str, raw: str) -> tuple[str, ...]:
+    """CIDRs, addresses or host names. An entry that was none (`10.0.0/8`, a URL) was kept as a host name that
+    no host has, and what it meant stayed refused."""
+    entries = _csv(name, raw)
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            if "/" in entry or not _HOST_NAME.match(entry) or entry.replace(".", "").isdigit():
+                raise ConfigError(
+                    f"{name}: {entry!r} is neither a network (CIDR), an IP address nor a host name") from None
+    return entries
+
+
 # The analytics store's rule for its database and cluster names (storage.clickhouse._NAME).
 _CLICKHOUSE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -200,7 +217,8 @@ class Settings:
     smtp_from: str = field(default="Tally Reports <reports@tally.localhost>", metadata=var("TALLY_SMTP_FROM"))
     # Data sources: CIDRs or host names that production sources may reach although private/loopback, and
     # how long one call to a source may take.
-    sources_allow_hosts: tuple[str, ...] = field(default=(), metadata=var("TALLY_SOURCES_ALLOW_HOSTS", _csv))
+    sources_allow_hosts: tuple[str, ...] = field(default=(),
+                                                 metadata=var("TALLY_SOURCES_ALLOW_HOSTS", _hosts_or_networks))
     source_timeout_seconds: float = field(default=10.0, metadata=var("TALLY_SOURCE_TIMEOUT_SECONDS", _float, 0.1))
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
     # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server

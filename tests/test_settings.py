@@ -106,6 +106,13 @@ def test_the_edges_of_the_ranges_are_accepted(monkeypatch, tmp_path):
     # every visitor behind it had the proxy's address (one IP rate limit for all of them).
     ("TALLY_TRUSTED_PROXIES", "10.0.0.1,10.0.0/8",
      "TALLY_TRUSTED_PROXIES: '10.0.0/8' is not an IP address or network (CIDR)"),
+    # An entry that was neither a network nor a host name was kept as a host name no host has: the warehouse it
+    # meant stayed refused, with a message pointing at this very setting.
+    ("TALLY_SOURCES_ALLOW_HOSTS", "warehouse.internal,10.0.0/8",
+     "TALLY_SOURCES_ALLOW_HOSTS: '10.0.0/8' is neither a network (CIDR), an IP address nor a host name"),
+    ("TALLY_SOURCES_ALLOW_HOSTS", "https://warehouse.internal",
+     "TALLY_SOURCES_ALLOW_HOSTS: 'https://warehouse.internal' is neither a network (CIDR), an IP address nor a "
+     "host name"),
     # A name the store refuses was a ValueError traceback from the analytics start-up.
     ("TALLY_ANALYTICS_DATABASE", "my-db",
      "TALLY_ANALYTICS_DATABASE must be a ClickHouse name (letters, digits and _, not starting with a digit), "
@@ -135,11 +142,13 @@ def test_the_forms_of_each_checked_setting_that_work_are_accepted(monkeypatch, t
     monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
     accepted = {"REDIS_URL": "rediss://:pw@cache.internal:6380/3", "TALLY_ACCESS_LOG": "ON",
                 "TALLY_RUN_SCHEDULER": "false", "TALLY_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7,fd00::/8",
+                "TALLY_SOURCES_ALLOW_HOSTS": "10.1.0.0/16,dwh-01.corp.example.,fd00::1",
                 "TALLY_ANALYTICS_DATABASE": "tally_2", "TALLY_ANALYTICS_CLUSTER": "main",
                 "TALLY_SMTP_URL": "smtps://u:p@mail.example.com", "TALLY_DOH_URL": "https://dns.google/resolve"}
     for variable, raw in accepted.items():
         monkeypatch.setenv(variable, raw)
     settings = Settings.from_env()
+    assert settings.sources_allow_hosts == ("10.1.0.0/16", "dwh-01.corp.example.", "fd00::1")
     assert (settings.redis_url, settings.access_log, settings.run_scheduler, settings.trusted_proxies,
             settings.analytics_database, settings.smtp_url) == (
         accepted["REDIS_URL"], True, False, ("10.0.0.0/8", "192.168.1.7", "fd00::/8"), "tally_2",
