@@ -18,6 +18,7 @@ import orjson
 from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
 from app.plans import parse_limit
+from app.schemas import EARLIEST, FUTURE_SKEW
 from app.settings import ConfigError, Settings
 from app.startup import (
     StartupError,
@@ -139,7 +140,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port)
 
     ck = sub.add_parser("create-key", help="create an API key and print it (shown only once)")
-    ck.add_argument("--workspace", required=True)
+    ck.add_argument("--workspace", required=True, type=_workspace)
     ck.add_argument("--scopes", required=True, type=_scopes)
     ck.add_argument("--test", action="store_true", help="a test-environment key (tally_test_sk_...)")
     ck.add_argument("--name", default="default")
@@ -149,15 +150,15 @@ def parser() -> argparse.ArgumentParser:
     rk.add_argument("key_id")
 
     lk = sub.add_parser("list-keys", help="list a workspace's keys (never their values)")
-    lk.add_argument("--workspace", required=True)
+    lk.add_argument("--workspace", required=True, type=_workspace)
 
     sp = sub.add_parser("set-plan", help="set a workspace's plan and custom limits")
-    sp.add_argument("--workspace", required=True)
+    sp.add_argument("--workspace", required=True, type=_workspace)
     sp.add_argument("--plan", required=True, choices=["free", "pro", "enterprise"])
-    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE")
+    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE", type=_limit)
 
     cu = sub.add_parser("create-user", help="create a dashboard user (or reset its password)")
-    cu.add_argument("--workspace", required=True)
+    cu.add_argument("--workspace", required=True, type=_workspace)
     cu.add_argument("--email", required=True)
     cu.add_argument("--password", required=True)
 
@@ -179,11 +180,43 @@ def _future(text: str) -> datetime:
 
 
 def _date(text: str) -> datetime:
+    """A rebuild's first day: within the days events can have (app.schemas.EARLIEST to a day from now); the
+    store could not read one outside them (a traceback)."""
     try:
-        day = datetime.strptime(text, "%Y-%m-%d")
+        day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
     except ValueError:
         raise argparse.ArgumentTypeError("expected a date, YYYY-MM-DD") from None
-    return day.replace(tzinfo=UTC)
+    if day < EARLIEST:
+        raise argparse.ArgumentTypeError(f"no event is older than {EARLIEST:%Y-%m-%d}: run `tally analytics "
+                                         "rebuild` without --since to rebuild every event")
+    if day > datetime.now(UTC) + FUTURE_SKEW:
+        raise argparse.ArgumentTypeError(f"{text} is in the future: there is nothing to rebuild from it")
+    return day
+
+
+def _limit(text: str) -> str:
+    try:
+        parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _workspace(text: str) -> str:
+    if not text.strip():  # `--workspace "$WS"` with WS unset made a workspace named ""
+        raise argparse.ArgumentTypeError("a workspace name cannot be empty")
+    return text
+
+
+def _check_text(args: argparse.Namespace) -> None:
+    """Bytes that are not UTF-8 (a terminal in another encoding) arrive as lone surrogates, which PostgreSQL
+    cannot be sent (asyncpg raised a traceback): a usage error naming the argument."""
+    for name, value in vars(args).items():
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                parser().error(f"argument {name.replace('_', '-')}: {value!r} is not valid UTF-8")
 
 
 async def _create_key(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
@@ -314,6 +347,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    _check_text(args)
     try:
         settings = Settings.from_env()
         if args.command == "serve":
@@ -321,12 +355,6 @@ def main(argv: list[str] | None = None) -> None:
             return
         if args.command == "analytics":
             sys.exit(asyncio.run(_analytics(settings, args)))
-        if args.command == "set-plan":
-            try:
-                for item in args.limit:
-                    parse_limit(item)
-            except ValueError as exc:
-                parser().error(str(exc))
         command = COMMANDS[args.command]
         if args.command == "create-user":
             command = functools.partial(_create_user, redis_url=settings.redis_url)

@@ -57,7 +57,7 @@ from app.settings import Settings
 from app.site_runtime import make_runtime
 from app.sources import runner as source_runner
 from app.sources.netguard import NetGuard
-from app.startup import StartupError, clickhouse_reason, connecting_to_postgres, server_place
+from app.startup import StartupError, check_redis, clickhouse_reason, connecting_to_postgres, server_place
 from app.useragent import warm_up
 from app.views.analytics_events import EXPORT_SLOTS, ExportSlots
 from common.metrics import Metrics
@@ -217,6 +217,8 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[REDIS] = redis
     app[LIMITER] = RedisLimiter(redis, app[OUTAGES]) if redis else MemoryLimiter()
     try:
+        if redis is not None:
+            await check_redis(redis, url)
         yield
     finally:
         if redis is not None:

@@ -6,14 +6,16 @@ so the defaults below are the only defaults."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 
 class ConfigError(RuntimeError):
@@ -41,28 +43,104 @@ def _text(name: str, raw: str) -> str:
     return raw
 
 
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
 def _flag(name: str, raw: str) -> bool:
-    return raw.strip().lower() not in ("0", "false", "no")
+    """A switch: any other word is refused (`off` used to mean on, as every word but 0, false and no did)."""
+    value = _FLAGS.get(raw.strip().lower())
+    if value is None:
+        raise ConfigError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
+    return value
 
 
 def _csv(name: str, raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _networks(name: str, raw: str) -> tuple[str, ...]:
+    """Addresses or CIDRs. An entry that is neither used to be skipped on every request, silently."""
+    entries = _csv(name, raw)
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigError(f"{name}: {entry!r} is not an IP address or network (CIDR)") from None
+    return entries
+
+
+_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.?)+$")
+
+
+def _hosts_or_networks(name: str, raw: str) -> tuple[str, ...]:
+    """CIDRs, addresses or host names. An entry that was none (`10.0.0/8`, a URL) was kept as a host name that
+    no host has, and what it meant stayed refused."""
+    entries = _csv(name, raw)
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            if "/" in entry or not _HOST_NAME.match(entry) or entry.replace(".", "").isdigit():
+                raise ConfigError(
+                    f"{name}: {entry!r} is neither a network (CIDR), an IP address nor a host name") from None
+    return entries
+
+
+# The analytics store's rule for its database and cluster names (storage.clickhouse._NAME).
+_CLICKHOUSE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def _clickhouse_name(name: str, raw: str) -> str:
+    if not _CLICKHOUSE_NAME.match(raw):
+        raise ConfigError(f"{name} must be a ClickHouse name (letters, digits and _, not starting with a digit), "
+                          f"got {raw!r}")
+    return raw
+
+
 def _micros_as_ms(name: str, raw: str) -> float:
     return _int(name, raw) / 1000
 
 
-def _server_url(name: str, raw: str) -> str:
-    """A server's URL: a scheme and a host, and a numeric port if any. The value is not repeated in the
-    message, since it may carry a password."""
+def _parsed_url(name: str, raw: str):
     try:
         parsed = urlparse(raw)
         parsed.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         raise ConfigError(f"{name} is not a valid URL (its port?)") from None
-    if not parsed.scheme or not parsed.hostname:
-        raise ConfigError(f"{name} must be a URL with a scheme and a host, e.g. http://user:password@host:8123")
+    return parsed
+
+
+def _url(example: str, schemes: tuple[str, ...] = ()) -> Callable[[str, str], str]:
+    """A server's URL: a scheme (one of `schemes`, if given) and a host, and a numeric port if any. The value
+    is not repeated in the message, since it may carry a password."""
+
+    def parse(name: str, raw: str) -> str:
+        parsed = _parsed_url(name, raw)
+        if not parsed.scheme or not parsed.hostname:
+            raise ConfigError(f"{name} must be a URL with a scheme and a host, e.g. {example}")
+        if schemes and parsed.scheme not in schemes:
+            raise ConfigError(f"{name} must start with {' or '.join(s + '://' for s in schemes)}")
+        return raw
+
+    return parse
+
+
+_DOH_URL = _url("https://cloudflare-dns.com/dns-query", ("http", "https"))
+_SMTP_URL = _url("smtp://user:password@mail.example.com:587", ("smtp", "smtps"))
+
+
+def _redis_url(name: str, raw: str) -> str:
+    """What redis-py takes, checked before start: it raised a ValueError from deep in start-up for another
+    scheme, and read a database that is not a number as database 0."""
+    parsed = _parsed_url(name, raw)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"{name} must be a redis://, rediss:// or unix:// URL")
+    databases = parse_qs(parsed.query).get("db", [])
+    if parsed.scheme != "unix" and parsed.path.strip("/"):
+        databases.append(parsed.path.strip("/"))
+    for database in databases:
+        if not database.isdigit():
+            raise ConfigError(f"{name} names database {database!r}: a database is a number")
     return raw
 
 
@@ -95,13 +173,13 @@ def _check_bounds(spec: dict, raw: str, value: Any) -> None:
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = field(default=None, metadata=var("DATABASE_URL"))
-    redis_url: str | None = field(default=None, metadata=var("REDIS_URL"))
+    redis_url: str | None = field(default=None, metadata=var("REDIS_URL", _redis_url))
     env: str = field(default="development", metadata=var("TALLY_ENV", _env_name))
     secret: str = field(default="", metadata=var("TALLY_SECRET"))
     data_dir: Path = field(default=Path(".tally-data"), metadata=var("TALLY_DATA_DIR", lambda _, raw: Path(raw)))
     host: str = field(default="0.0.0.0", metadata=var("HOST"))
     port: int = field(default=8000, metadata=var("PORT", _int, low=1, high=65535))
-    trusted_proxies: tuple[str, ...] = field(default=(), metadata=var("TALLY_TRUSTED_PROXIES", _csv))
+    trusted_proxies: tuple[str, ...] = field(default=(), metadata=var("TALLY_TRUSTED_PROXIES", _networks))
     # Actor tuning: batch size cap, linger before a flush, mailbox bound (events), flushes at once.
     batch_max: int = field(default=5000, metadata=var("TALLY_BATCH_MAX", _int, low=1))
     batch_linger_ms: float = field(default=0.0, metadata=var("TALLY_BATCH_LINGER_US", _micros_as_ms, low=0))
@@ -126,7 +204,7 @@ class Settings:
     # resolver for domain verification, optional MaxMind country database.
     site_events_per_min: int = field(default=60_000, metadata=var("TALLY_SITE_EVENTS_PER_MIN", _int, low=0))
     ip_events_per_min: int = field(default=600, metadata=var("TALLY_IP_EVENTS_PER_MIN", _int, low=0))
-    doh_url: str = field(default="https://cloudflare-dns.com/dns-query", metadata=var("TALLY_DOH_URL"))
+    doh_url: str = field(default="https://cloudflare-dns.com/dns-query", metadata=var("TALLY_DOH_URL", _DOH_URL))
     geoip_db: str | None = field(default=None, metadata=var("TALLY_GEOIP_DB"))
     # Reports: synchronous run timeout; custom SQL's own timeout and row cap; SMTP for scheduled delivery.
     report_timeout_seconds: float = field(default=30.0, metadata=var("TALLY_REPORT_TIMEOUT_SECONDS", _float, above=0))
@@ -135,19 +213,20 @@ class Settings:
     custom_sql_max_rows: int = field(default=10_000, metadata=var("TALLY_CUSTOM_SQL_MAX_ROWS", _int, 1))
     custom_sql_max_bytes: int = field(default=8 * 1024 * 1024,
                                       metadata=var("TALLY_CUSTOM_SQL_MAX_BYTES", _int, 1024))
-    smtp_url: str | None = field(default=None, metadata=var("TALLY_SMTP_URL"))
+    smtp_url: str | None = field(default=None, metadata=var("TALLY_SMTP_URL", _SMTP_URL))
     smtp_from: str = field(default="Tally Reports <reports@tally.localhost>", metadata=var("TALLY_SMTP_FROM"))
     # Data sources: CIDRs or host names that production sources may reach although private/loopback, and
     # how long one call to a source may take.
-    sources_allow_hosts: tuple[str, ...] = field(default=(), metadata=var("TALLY_SOURCES_ALLOW_HOSTS", _csv))
+    sources_allow_hosts: tuple[str, ...] = field(default=(),
+                                                 metadata=var("TALLY_SOURCES_ALLOW_HOSTS", _hosts_or_networks))
     source_timeout_seconds: float = field(default=10.0, metadata=var("TALLY_SOURCE_TIMEOUT_SECONDS", _float, 0.1))
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
     # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server
     # per-query bounds, and the mirror's period and batch size.
-    analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL", _server_url))
-    analytics_cluster: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_CLUSTER"))
+    analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL", _url("http://user:password@host:8123")))
+    analytics_cluster: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_CLUSTER", _clickhouse_name))
     analytics_dir: Path | None = field(default=None, metadata=var("TALLY_ANALYTICS_DIR", lambda _, raw: Path(raw)))
-    analytics_database: str = field(default="tally", metadata=var("TALLY_ANALYTICS_DATABASE"))
+    analytics_database: str = field(default="tally", metadata=var("TALLY_ANALYTICS_DATABASE", _clickhouse_name))
     analytics_max_threads: int = field(default=2, metadata=var("TALLY_ANALYTICS_MAX_THREADS", _int, 1))
     analytics_max_memory_mb: int = field(default=1024, metadata=var("TALLY_ANALYTICS_MAX_MEMORY_MB", _int, 64))
     mirror_interval_ms: int = field(default=750, metadata=var("TALLY_MIRROR_INTERVAL_MS", _int, 10))

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import asyncpg
+from redis.asyncio import Redis
 
 from app.settings import ConfigError, Settings
 from storage.analytics_mirror import StoreMismatch
@@ -69,6 +70,33 @@ async def connecting_to_postgres(dsn: str, *, embedded_in: Path | None = None) -
     except (OSError, TimeoutError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError,
             asyncpg.ConnectionDoesNotExistError) as exc:
         raise StartupError(f"cannot connect to {place}: {_reason(exc)}") from None
+
+
+async def check_redis(redis: Redis, url: str) -> None:
+    """At start, one PING. A Redis that refuses the login (a wrong password), a database it does not have, or
+    a server that is not Redis is a ConfigError: each request would otherwise run on the outage fallback for
+    as long as the server ran (a refused login) or fail (not Redis). One that does not answer is an outage, as
+    it would be later: Tally starts, on the fallback (common/outages.py)."""
+    from redis.exceptions import AuthenticationError, RedisError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    try:
+        await redis.ping()
+    except AuthenticationError as exc:  # a ConnectionError to redis-py, but the server did answer
+        raise ConfigError(f"REDIS_URL: {redis_place(url)} answered, but not as a Redis this configuration can use: "
+                          f"{exc}") from None
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        return
+    except RedisError as exc:
+        raise ConfigError(f"REDIS_URL: {redis_place(url)} answered, but not as a Redis this configuration can use: "
+                          f"{exc}") from None
+
+
+def redis_place(url: str) -> str:
+    """scheme://host:port of a Redis URL (or unix://path), without its password."""
+    parsed = urlparse(url)
+    return f"unix://{parsed.path}" if parsed.scheme == "unix" else server_place(url)
 
 
 def clickhouse_reason(exc: BaseException) -> str:

@@ -1,10 +1,13 @@
 """The `tally` command line, as other tools call it."""
 
 import os
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -91,6 +94,11 @@ def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
      "configuration error: TALLY_ANALYTICS_DIR /proc/tally/analytics is not a usable folder"),
     ({"TALLY_ANALYTICS_URL": "garbage"}, 2,
      "configuration error: TALLY_ANALYTICS_URL must be a URL with a scheme and a host"),
+    ({"REDIS_URL": "secretpw@127.0.0.1:6379"}, 2,
+     "configuration error: REDIS_URL must be a redis://, rediss:// or unix:// URL"),
+    ({"TALLY_ANALYTICS_DATABASE": "tally-prod"}, 2,
+     "configuration error: TALLY_ANALYTICS_DATABASE must be a ClickHouse name"),
+    ({"TALLY_ACCESS_LOG": "quiet"}, 2, "configuration error: TALLY_ACCESS_LOG must be 1 or 0"),
     ({"TALLY_ANALYTICS_URL": "http://default:secretpw@127.0.0.1:1"}, 1,
      "start-up error: cannot use the ClickHouse server at http://127.0.0.1:1 (TALLY_ANALYTICS_URL): "),
 ])
@@ -126,3 +134,62 @@ def test_create_key_refuses_an_expiry_in_the_past(cli, workspace):
     assert cli("list-keys", "--workspace", workspace).returncode == 1  # no key, so no workspace either
     done = cli("create-key", "--workspace", workspace, "--scopes", "read", "--expires", "2999-01-01T00:00:00Z")
     assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_")
+
+
+def test_arguments_that_name_nothing_are_usage_errors_not_tracebacks(cli, workspace):
+    # Bytes that are not UTF-8 (a terminal in another encoding) reached asyncpg as lone surrogates: a traceback.
+    for args in (("list-keys", "--workspace", "caf\udce9"), ("revoke-key", "key_\udcff"),
+                 ("create-user", "--workspace", workspace, "--email", "a@b\udcff.co", "--password", "long enough pw")):
+        done = cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "is not valid UTF-8" in done.stderr
+    # An empty name (`--workspace "$WS"` with WS unset) made a workspace named "".
+    for name in ("", "   "):
+        done = cli("create-key", "--workspace", name, "--scopes", "read")
+        assert done.returncode == 2 and done.stdout == "" and "a workspace name cannot be empty" in done.stderr
+        assert cli("list-keys", "--workspace", name).returncode == 2
+
+
+@pytest.mark.parametrize(("since", "says"), [
+    ("1999-12-31", "no event is older than 2000-01-01: run `tally analytics rebuild` without --since"),
+    ("2999-01-01", "2999-01-01 is in the future: there is nothing to rebuild from it"),
+])
+def test_a_rebuild_since_a_day_no_event_can_have_is_refused(database_url, tmp_path, since, says):
+    # Both reached ClickHouse as a date it cannot read, a traceback after the store was opened.
+    done = tally(database_url, tmp_path, "analytics", "rebuild", "--since", since)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert says in done.stderr
+
+
+
+class NotRedis(socketserver.BaseRequestHandler):
+    def handle(self) -> None:  # a web server, as on a port mistyped in REDIS_URL
+        self.request.recv(1024)
+        self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+def test_a_redis_this_configuration_cannot_use_is_a_configuration_error(database_url, redis_url):
+    """A server that is not Redis made every request a 500 with a traceback in the log; a database the server
+    does not have, or a refused login, was taken for an outage for as long as the server ran (rate limits and
+    sessions per process, silently but for one log line). A Redis that does not answer still is an outage:
+    Tally starts, on the fallback."""
+    parsed = urlparse(redis_url)
+    no_such_database = (parsed._replace(query="db=999") if parsed.scheme == "unix" else parsed._replace(path="/999"))
+    with socketserver.TCPServer(("127.0.0.1", 0), NotRedis) as web_server:
+        threading.Thread(target=web_server.serve_forever, daemon=True).start()
+        for url, reason in ((no_such_database.geturl(), "DB index is out of range"),
+                            (f"redis://127.0.0.1:{web_server.server_address[1]}/0", "Protocol error")):
+            done = serve({"DATABASE_URL": database_url, "TALLY_SECRET": "s" * 32, "REDIS_URL": url},
+                         "--port", str(free_port()))
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            last = done.stderr.splitlines()[-1]
+            assert last.startswith("configuration error: REDIS_URL: ") and reason in last, done.stderr
+            assert "answered, but not as a Redis this configuration can use: " in last
+        web_server.shutdown()
+
+
+def test_a_malformed_limit_is_reported_by_set_plan_with_its_own_usage(cli, workspace):
+    # It printed the top-level usage (`usage: tally [-h] {serve,create-key,...}`), as if the command were wrong.
+    done = cli("set-plan", "--workspace", workspace, "--plan", "enterprise", "--limit", "events=fast")
+    assert done.returncode == 2 and done.stderr.startswith("usage: tally set-plan "), done.stderr
+    assert "argument --limit: limit must look like GROUP=PER_SECOND/PER_MINUTE" in done.stderr

@@ -89,3 +89,70 @@ def test_the_edges_of_the_ranges_are_accepted(monkeypatch, tmp_path):
     settings = Settings.from_env()
     assert (settings.port, settings.batch_max, settings.mailbox_events, settings.pool_max,
             settings.ip_events_per_min) == (65535, 1, 1, 1, 0)
+
+
+@pytest.mark.parametrize(("variable", "raw", "message"), [
+    # redis-py raised a ValueError from deep in start-up (a traceback), and read a database that is not a
+    # number as database 0, another tenant's perhaps.
+    ("REDIS_URL", "localhost:6379", "REDIS_URL must be a redis://, rediss:// or unix:// URL"),
+    ("REDIS_URL", "redis://127.0.0.1:6379/cache", "REDIS_URL names database 'cache': a database is a number"),
+    ("REDIS_URL", "redis://127.0.0.1:6379/0?db=x", "REDIS_URL names database 'x': a database is a number"),
+    ("REDIS_URL", "redis://127.0.0.1:port/0", "REDIS_URL is not a valid URL (its port?)"),
+    # Any word but 0/false/no meant "on": TALLY_ACCESS_LOG=off kept the access log.
+    ("TALLY_ACCESS_LOG", "off", None),
+    ("TALLY_ACCESS_LOG", "disabled", "TALLY_ACCESS_LOG must be 1 or 0 (true/false, yes/no, on/off), got 'disabled'"),
+    ("TALLY_RUN_SCHEDULER", "nein", "TALLY_RUN_SCHEDULER must be 1 or 0 (true/false, yes/no, on/off), got 'nein'"),
+    # An entry that is not an address or network was skipped on every request: the proxy was not trusted, so
+    # every visitor behind it had the proxy's address (one IP rate limit for all of them).
+    ("TALLY_TRUSTED_PROXIES", "10.0.0.1,10.0.0/8",
+     "TALLY_TRUSTED_PROXIES: '10.0.0/8' is not an IP address or network (CIDR)"),
+    # An entry that was neither a network nor a host name was kept as a host name no host has: the warehouse it
+    # meant stayed refused, with a message pointing at this very setting.
+    ("TALLY_SOURCES_ALLOW_HOSTS", "warehouse.internal,10.0.0/8",
+     "TALLY_SOURCES_ALLOW_HOSTS: '10.0.0/8' is neither a network (CIDR), an IP address nor a host name"),
+    ("TALLY_SOURCES_ALLOW_HOSTS", "https://warehouse.internal",
+     "TALLY_SOURCES_ALLOW_HOSTS: 'https://warehouse.internal' is neither a network (CIDR), an IP address nor a "
+     "host name"),
+    # A name the store refuses was a ValueError traceback from the analytics start-up.
+    ("TALLY_ANALYTICS_DATABASE", "my-db",
+     "TALLY_ANALYTICS_DATABASE must be a ClickHouse name (letters, digits and _, not starting with a digit), "
+     "got 'my-db'"),
+    ("TALLY_ANALYTICS_CLUSTER", "prod cluster",
+     "TALLY_ANALYTICS_CLUSTER must be a ClickHouse name (letters, digits and _, not starting with a digit), "
+     "got 'prod cluster'"),
+    # A URL without a scheme sent report emails to localhost:25, and a resolver URL was only tried on a verify.
+    ("TALLY_SMTP_URL", "mail.example.com:587",
+     "TALLY_SMTP_URL must be a URL with a scheme and a host, e.g. smtp://user:password@mail.example.com:587"),
+    ("TALLY_SMTP_URL", "http://mail.example.com", "TALLY_SMTP_URL must start with smtp:// or smtps://"),
+    ("TALLY_DOH_URL", "cloudflare-dns.com/dns-query",
+     "TALLY_DOH_URL must be a URL with a scheme and a host, e.g. https://cloudflare-dns.com/dns-query"),
+])
+def test_values_that_could_not_work_are_refused_naming_the_variable(monkeypatch, tmp_path, variable, raw, message):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(variable, raw)
+    if message is None:  # accepted, and meaning what it says
+        assert Settings.from_env().access_log is False
+        return
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env()
+    assert str(refused.value) == message
+
+
+def test_the_forms_of_each_checked_setting_that_work_are_accepted(monkeypatch, tmp_path):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    accepted = {"REDIS_URL": "rediss://:pw@cache.internal:6380/3", "TALLY_ACCESS_LOG": "ON",
+                "TALLY_RUN_SCHEDULER": "false", "TALLY_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7,fd00::/8",
+                "TALLY_SOURCES_ALLOW_HOSTS": "10.1.0.0/16,dwh-01.corp.example.,fd00::1",
+                "TALLY_ANALYTICS_DATABASE": "tally_2", "TALLY_ANALYTICS_CLUSTER": "main",
+                "TALLY_SMTP_URL": "smtps://u:p@mail.example.com", "TALLY_DOH_URL": "https://dns.google/resolve"}
+    for variable, raw in accepted.items():
+        monkeypatch.setenv(variable, raw)
+    settings = Settings.from_env()
+    assert settings.sources_allow_hosts == ("10.1.0.0/16", "dwh-01.corp.example.", "fd00::1")
+    assert (settings.redis_url, settings.access_log, settings.run_scheduler, settings.trusted_proxies,
+            settings.analytics_database, settings.smtp_url) == (
+        accepted["REDIS_URL"], True, False, ("10.0.0.0/8", "192.168.1.7", "fd00::/8"), "tally_2",
+        accepted["TALLY_SMTP_URL"])
+    for variable, raw in (("REDIS_URL", "unix:///run/redis.sock?db=2"), ("REDIS_URL", "redis://localhost")):
+        monkeypatch.setenv(variable, raw)
+        assert Settings.from_env().redis_url == raw
