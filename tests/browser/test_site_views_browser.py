@@ -142,7 +142,7 @@ def test_the_event_log_lists_what_the_overviews_filters_match(page: Page, live_s
     rows = page.locator("table.log tbody tr")
     expect(rows).to_have_count(2)
     expect(page.locator(".chips .chip")).to_have_count(1)
-    expect(page.locator(".pager")).to_contain_text("1–2 of 2")
+    expect(page.locator(".pager")).to_contain_text("1\u20132 of 2")
     assert "filter=page%3D%3D%2Fblog%2F*" in page.get_by_role("link", name="Export CSV").get_attribute("href")
     page.locator(".chips .chip button").click()
     expect(rows).to_have_count(3)
