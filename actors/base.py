@@ -127,17 +127,36 @@ class Actor:
         conn = self._held.pop() if self._held else await self.pool.acquire()
         try:
             yield conn
+        except Exception as exc:
+            broken = _broken(conn)
+            await self._release(conn)
+            if broken and not isinstance(exc, (*POSTGRES_UNREACHABLE, asyncpg.PostgresError)):
+                # The connection broke under the flush and asyncpg said so as a client error ("cannot switch
+                # to state 21; another operation (2) is in progress"): an outage, answered 503, not a crash.
+                raise asyncpg.ConnectionDoesNotExistError(
+                    f"the connection to PostgreSQL broke during the flush ({type(exc).__name__})") from exc
+            raise
         except BaseException:
-            await self.pool.release(conn)
+            await self._release(conn)
             raise
         if self.pool.get_idle_size() == 0:
-            await self.pool.release(conn)
+            await self._release(conn)
         else:
             self._held.append(conn)
 
+    async def _release(self, conn: asyncpg.Connection) -> None:
+        """Give a connection back. A connection whose socket closed was already let go by asyncpg, and
+        releasing it again raises ("release() called on a free connection holder"): that error must neither
+        replace the flush's own nor fail a batch that committed (asyncpg terminates a connection it cannot
+        reset), so it is only logged."""
+        try:
+            await self.pool.release(conn)
+        except Exception as exc:
+            log.debug("releasing a writer connection failed actor=%s error=%r", self.kind, exc)
+
     async def _return_connections(self) -> None:
         while self._held:
-            await self.pool.release(self._held.pop())
+            await self._release(self._held.pop())
 
     # -- the task ----------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -238,6 +257,15 @@ class Actor:
         self._batch_events.observe(events)
         self._ingested.inc(events)
         self.outages.up(POSTGRES)
+
+
+def _broken(conn: asyncpg.Connection) -> bool:
+    """Whether a writer connection closed under its flush (asked before releasing it: a released connection
+    answers nothing). One asyncpg already let go, its socket closed, counts as closed."""
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:  # "connection has been released back to the pool"
+        return True
 
 
 def _fail(batch: list[Message], exc: Exception) -> None:

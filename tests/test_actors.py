@@ -1,12 +1,14 @@
 """Group commit, crash recovery, backpressure, store failures, idle reaping and draining."""
 
 import asyncio
+import contextlib
 import dataclasses
 from datetime import UTC, datetime
 
+import asyncpg
 import pytest
 
-from actors.base import Actor, Message, Overloaded
+from actors.base import Actor, Message, Overloaded, StoreFailed, StoreUnreachable
 from actors.supervisor import Supervisor
 from actors.workspace import EVENTS, OP_EVENT, OP_TRAITS, SEGMENT, PartitionCache, WorkspaceActor
 from app.appkeys import METRICS, POOL, SUPERVISOR, WRITE_POOL
@@ -291,3 +293,78 @@ async def test_keyed_batches_copy_only_their_columns_and_mixed_batches_keep_ever
     stored = rows[paged.id]
     assert tuple(stored[f] for f in ("anonymous_id", "url", "path", "referrer", "country", "utm_source")) == (
         "a", "https://x.example/p?q=1", "/p", "https://r.example/", "DE", "news")
+
+
+class _BreakingActor(Actor):
+    """Flushes on a real writer connection, which `breaking` closes under the flush before it raises what
+    asyncpg raised there under load (an ops walk-through terminating backends: 1 in ~30 flushes)."""
+
+    def __init__(self, pool, breaking) -> None:
+        super().__init__("breaking", max_batch=10, capacity=100, linger=0)
+        self.pool = pool
+        self.breaking = breaking
+
+    async def flush(self, batch):
+        async with self.connection() as conn:
+            if batch[0].kind == "break":
+                await self.breaking(conn)
+                raise asyncpg.InternalClientError("cannot switch to state 21; another operation (2) is in progress")
+            await conn.execute("SELECT 1")
+
+
+async def _terminate_backend(database_url: str, conn) -> None:
+    """PostgreSQL ends the connection's backend, and asyncpg sees its socket close."""
+    pid = conn.get_server_pid()
+    admin = await connect(database_url)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    for _ in range(200):
+        if conn.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            await conn.execute("SELECT 1")
+        await asyncio.sleep(0.01)
+    raise AssertionError("the terminated connection never closed")
+
+
+async def _let_go(conn) -> None:
+    conn.terminate()  # asyncpg lets the connection go (and releases its pool holder) itself
+
+
+@pytest.mark.parametrize("breaking", ["terminated", "let go"])
+async def test_a_flush_whose_connection_broke_answers_503_and_the_actor_keeps_serving(pool, database_url, breaking):
+    """A client error from asyncpg on a connection that closed under the flush is PostgreSQL going away: the
+    batch answers 503 with Retry-After (StoreUnreachable), the release of the dead connection does not replace
+    that error, and the actor serves the next batch instead of crashing (its batch answered 500)."""
+    hook = (lambda conn: _terminate_backend(database_url, conn)) if breaking == "terminated" else _let_go
+    actor = _BreakingActor(pool, hook)
+    actor.start()
+    try:
+        broken = actor.submit("break", [1])
+        with pytest.raises(StoreUnreachable):
+            await asyncio.wait_for(broken, 10)
+        await asyncio.wait_for(actor.submit("ok", [2]), 10)
+        assert actor._crash is None
+    finally:
+        await asyncio.wait_for(actor.stop(), 10)
+
+
+async def test_a_client_error_on_a_live_connection_is_a_store_failure_not_an_outage(pool):
+    """The same client error with the connection alive is a bug of the flush, not an outage: not a 503."""
+    async def keep(conn) -> None:
+        assert not conn.is_closed()
+
+    actor = _BreakingActor(pool, keep)
+    actor.start()
+    try:
+        failed = actor.submit("break", [1])
+        with pytest.raises(StoreFailed) as info:
+            await asyncio.wait_for(failed, 10)
+        assert not isinstance(info.value, StoreUnreachable)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(actor.stop(), 10)
+    # Unsupervised here, the actor's task ended on the crash (a supervisor would restart it).
+    assert isinstance(actor._task.exception(), asyncpg.InternalClientError)
