@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.conftest import metric
-from tests.site_helpers import INGEST, post_event, stored_events
+from tests.site_helpers import BROWSER_UA, INGEST, post_event, stored_events
 
 
 def dev_site() -> str:
@@ -259,3 +259,27 @@ async def test_a_page_url_without_a_path_gives_the_path(client, database_url, wo
         (f"https://{domain}/x", "/as-sent"), ("relative/page", None)]
     resp = await client.get("/api/analytics/top-pages", params={"siteId": site_id, "range": "1h"})
     assert [(r["key"], r["count"]) for r in (await resp.json())["data"]] == [("/", 1), ("/as-sent", 1), ("/landing", 1)]
+
+
+async def test_page_paths_are_stored_percent_decoded_as_plausible_does(client, database_url, workspace, login):
+    """Browsers send location.pathname percent-encoded: the page is stored decoded (Plausible's pathname), so
+    lists show /über and `filter=page==/über` matches it. Queries stay as sent; escapes that are not UTF-8,
+    or that spell ? # or a control character, are kept as sent."""
+    from tests.site_helpers import register_site
+
+    site_id, domain = await register_site(database_url, workspace)
+    await login()
+    for p in ("/%C3%BCber", "/%C3%BCber?q=%C3%A9", "/bad%FF", "/a%3Fb", "/nul%00"):
+        assert (await post_event(client, {"s": site_id, "n": "pageview", "p": p})).status == 202
+    plausible = await client.post("/api/event", json={"n": "pageview", "d": domain,
+                                                      "u": f"https://{domain}/caf%C3%A9#/r%C3%A9sum%C3%A9", "h": 1},
+                                  headers={"User-Agent": BROWSER_UA})
+    assert plausible.status == 202, await plausible.text()
+    rows = await stored_events(database_url, site_id)
+    assert sorted(r["path"] for r in rows) == sorted(
+        ["/über", "/über?q=%C3%A9", "/bad%FF", "/a%3Fb", "/nul%00", "/café#/résumé"])
+    resp = await client.get("/api/analytics/top-pages", params={"siteId": site_id, "range": "1h"})
+    assert ("/über", 2) in [(r["key"], r["count"]) for r in (await resp.json())["data"]]
+    resp = await client.get("/api/analytics/overview",
+                            params={"siteId": site_id, "range": "1h", "filter": "page==/über"})
+    assert (await resp.json())["totalPageviews"] == 2

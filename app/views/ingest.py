@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -121,6 +122,35 @@ def url_path(url: str, *, hash_mode: bool = False) -> str | None:
     if hash_mode and parts.fragment:
         path += f"#{parts.fragment}"
     return path[:2048]
+
+
+_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _unescaped(run: re.Match) -> str:
+    """A run of %XX escapes as the UTF-8 text it spells; kept as sent when it is not UTF-8, or spells a
+    character that would change where the page ends (? #) or a control character."""
+    try:
+        text = bytes.fromhex(run.group().replace("%", "")).decode()
+    except UnicodeDecodeError:
+        return run.group()
+    return run.group() if any(c in "?#" or ord(c) < 32 or ord(c) == 127 for c in text) else text
+
+
+def page_path(path: str | None) -> str | None:
+    """The page as stored: the path, and a hash route, percent-decoded (`/%C3%BCber` is `/über`, as
+    Plausible stores pathnames, so lists show it and filters match it as written); queries are kept as
+    sent. Browsers send location.pathname encoded."""
+    if path is None or "%" not in path:
+        return path
+    cut = min((i for i in (path.find("?"), path.find("#")) if i >= 0), default=len(path))
+    head, rest = path[:cut], path[cut:]
+    hash_at = rest.find("#")
+    if hash_at >= 0:  # a hash route (hash mode): decoded up to its own query
+        query_at = rest.find("?", hash_at)
+        end = query_at if query_at >= 0 else len(rest)
+        rest = rest[:hash_at] + _ESCAPES.sub(_unescaped, rest[hash_at:end]) + rest[end:]
+    return _ESCAPES.sub(_unescaped, head) + rest
 
 
 def decode_json_object(body: bytes) -> dict:
@@ -253,8 +283,8 @@ def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | N
                                                                                               event.r)
     return EventRow(
         new_id("evt"), site.workspace_id, "live", event.n, received, received, site_id=site.id,
-        session_id=event.sid, properties=event.props, url=event.u, path=event.p, referrer=event.r, title=event.t,
-        viewport_w=width, country=country, ip_hash=hashed_ip, browser=client.browser,
+        session_id=event.sid, properties=event.props, url=event.u, path=page_path(event.p), referrer=event.r,
+        title=event.t, viewport_w=width, country=country, ip_hash=hashed_ip, browser=client.browser,
         browser_version=client.browser_version, os=client.os, os_version=client.os_version,
         device=device_for(width, client), region=region, city=city, utm_source=utm_source, utm_medium=utm_medium,
         utm_campaign=utm_campaign, utm_term=utm_term, utm_content=utm_content, source=source, channel=channel,
