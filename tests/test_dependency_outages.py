@@ -218,7 +218,8 @@ async def test_postgres_down_logs_one_line_not_a_traceback_per_mirror_round_and_
     caplog.clear()
     await relay.cut()
     await asyncio.sleep(3)  # about 150 mirror rounds, and the pool's attempts to reconnect its floor
-    assert (await client.get("/readyz")).status == 503
+    unready = await client.get("/readyz")
+    assert unready.status == 503 and unready.headers["Retry-After"] == "5"
     assert _outage_lines(caplog, "postgres") == 1
     assert _tracebacks(caplog) == []
     await relay.start(port)

@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.appkeys import METRICS, MIRROR, POOL
 from app.openapi import document
 from app.responses import json_response
+from common.outages import RETRY_AFTER_SECONDS
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -26,7 +27,9 @@ async def readyz(request: web.Request) -> web.Response:
                 await conn.fetchval("SELECT 1")
             pending, lag = await request.config_dict[MIRROR].lag()
     except Exception as exc:  # any failure means "not ready"
-        return json_response({"status": "unavailable", "database": type(exc).__name__}, 503)
+        # As every 503 of the service: Retry-After says when to look again (a load balancer may use it).
+        return json_response({"status": "unavailable", "database": type(exc).__name__}, 503,
+                             {"Retry-After": str(RETRY_AFTER_SECONDS)})
     mirror = request.config_dict[MIRROR]
     analytics = {"pending": pending, "lag_seconds": round(lag, 3),
                  "status": "ok" if mirror.last_error is None else "failing"}
