@@ -66,9 +66,10 @@ async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id
 async def resume(
     conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str, next_sync_at: datetime
 ) -> asyncpg.Record | None:
-    """paused -> active with the next sync per schedule; other states are left as they are."""
+    """paused -> active with the next sync per schedule; other states are left as they are. The lease stays:
+    a run paused between pages may still hold it, and a second run would import its pages again."""
     await conn.execute(
-        """UPDATE data_sources SET status = 'active', next_sync_at = $4, lease_until = NULL
+        """UPDATE data_sources SET status = 'active', next_sync_at = $4
            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status = 'paused'""",
         workspace_id, env, source_id, next_sync_at,
     )

@@ -296,3 +296,23 @@ async def test_secrets_never_reach_logs_responses_or_the_row(client, make_key, s
         assert secret not in logged
         assert all(secret not in t for t in texts)
         assert all(secret.encode() not in row for row in stored)
+
+
+async def test_resume_during_a_sync_does_not_let_a_second_run_start(client, make_key, stripe):
+    """Pause and resume while a sync is between pages: the run still holds the source, so "sync now" is a 409,
+    not a second run reading from the same cursor (every charge imported twice)."""
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    fake.charges_gate = asyncio.Event()
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    await asyncio.wait_for(fake.charges_asked.wait(), 30)  # the sync is between its two pages
+    path = f"/v1/data-sources/{created['id']}"
+    assert (await client.post(f"{path}/pause", headers=bearer(key))).status == 200
+    assert (await client.post(f"{path}/resume", headers=bearer(key))).status == 200
+    again = await client.post(f"{path}/sync", headers=bearer(key))
+    fake.charges_gate.set()
+    await wait_idle(client)
+    assert again.status == 409, await again.text()
+    assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]

@@ -38,6 +38,11 @@ MYSQL_DECODERS = {**decoders, FIELD_TYPE.TIME: str}
 CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
 LOST = "the connection to {host}:{port} was lost during the sync"
+# How long one read of a sync (the query's first rows, then each page) may take, as the warehouses' query wait
+# (app/sources/bigquery.py, snowflake.py): a query may run long, but a read that never returns (a table locked
+# by a migration, a peer gone silent) would hold the scheduled job, and every other source's sync, for good.
+QUERY_WAIT_SECONDS = 600.0
+STUCK = "the database did not answer the query within {seconds:g}s"
 
 
 def encode_value(value: Any) -> list:
@@ -254,7 +259,8 @@ class PostgresConnector(SqlConnector):
         try:
             async with conn.transaction(readonly=True):
                 page: list[dict] = []
-                async for record in conn.cursor(sql, *args, prefetch=PAGE):
+                # asyncpg cancels the query on the server when a read times out.
+                async for record in conn.cursor(sql, *args, prefetch=PAGE, timeout=QUERY_WAIT_SECONDS):
                     page.append(dict(record))
                     if len(page) >= PAGE:
                         yield page
@@ -263,6 +269,8 @@ class PostgresConnector(SqlConnector):
                     yield page
         except asyncpg.PostgresError as exc:
             raise SourceError(f"query failed: {exc}") from None
+        except TimeoutError:  # before OSError, its base class
+            raise SourceError(STUCK.format(seconds=QUERY_WAIT_SECONDS)) from None
         except (asyncpg.InterfaceError, ConnectionError, OSError):
             if not conn.is_closed():
                 raise
@@ -319,10 +327,25 @@ class MysqlConnector(SqlConnector):
         conn.close()
 
     async def stream(self, conn: aiomysql.Connection, sql: str, args: list) -> AsyncIterator[list[dict]]:
+        stuck = False
         try:
-            async with conn.cursor(aiomysql.SSDictCursor) as cur:
-                await cur.execute(sql, tuple(args))
-                while rows := await cur.fetchmany(PAGE):
+            cur = await conn.cursor(aiomysql.SSDictCursor)
+            try:
+                async with asyncio.timeout(QUERY_WAIT_SECONDS):
+                    await cur.execute(sql, tuple(args))
+                while True:
+                    async with asyncio.timeout(QUERY_WAIT_SECONDS):
+                        rows = await cur.fetchmany(PAGE)
+                    if not rows:
+                        break
                     yield list(rows)
+            except TimeoutError:
+                stuck = True
+                raise SourceError(STUCK.format(seconds=QUERY_WAIT_SECONDS)) from None
+            finally:
+                # aiomysql drops the connection when a read is cancelled: closing the cursor would read the
+                # rest of the answer from it.
+                if not stuck:
+                    await cur.close()
         except pymysql.err.MySQLError as exc:
             raise SourceError(f"query failed: {exc.args[-1]}") from None
