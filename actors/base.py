@@ -55,6 +55,8 @@ class Message:
         self.size = len(self.items)
 
 
+# How long a failed flush's connection may take to answer the probe that tells a broken one from a live one.
+PROBE_SECONDS = 2.0
 # A batch split off a wave holds at least this many requests: tiny flushes cost more than they overlap.
 MIN_SPLIT_REQUESTS = 16
 
@@ -128,11 +130,16 @@ class Actor:
         try:
             yield conn
         except Exception as exc:
-            broken = _broken(conn)
+            broken = not isinstance(exc, (*POSTGRES_UNREACHABLE, asyncpg.PostgresError)) and await _broken(conn)
+            if broken:
+                with contextlib.suppress(Exception):
+                    conn.terminate()  # never reused; asyncpg gives its pool holder back itself
             await self._release(conn)
-            if broken and not isinstance(exc, (*POSTGRES_UNREACHABLE, asyncpg.PostgresError)):
-                # The connection broke under the flush and asyncpg said so as a client error ("cannot switch
-                # to state 21; another operation (2) is in progress"): an outage, answered 503, not a crash.
+            if broken:
+                # The connection broke under the flush and asyncpg said so as a client error: a server that went
+                # away sent its FATAL (57P01) before closing, and the next operation met the protocol still
+                # consuming it ("cannot switch to state 21; another operation (2) is in progress"). An outage,
+                # answered 503, not a crash.
                 raise asyncpg.ConnectionDoesNotExistError(
                     f"the connection to PostgreSQL broke during the flush ({type(exc).__name__})") from exc
             raise
@@ -259,13 +266,18 @@ class Actor:
         self.outages.up(POSTGRES)
 
 
-def _broken(conn: asyncpg.Connection) -> bool:
-    """Whether a writer connection closed under its flush (asked before releasing it: a released connection
-    answers nothing). One asyncpg already let go, its socket closed, counts as closed."""
+async def _broken(conn: asyncpg.Connection) -> bool:
+    """Whether a writer connection that failed its flush can no longer run a statement (asked before it is
+    released: a released connection answers nothing): closed, let go by asyncpg, or stuck in a protocol state
+    no statement passes. A live connection answers at once: the flush's error is then its own."""
     try:
-        return conn.is_closed()
-    except asyncpg.InterfaceError:  # "connection has been released back to the pool"
+        if conn.is_closed():
+            return True
+        async with asyncio.timeout(PROBE_SECONDS):
+            await conn.execute("SELECT 1")
+    except Exception:  # "connection has been released back to the pool", "another operation (2)", a timeout
         return True
+    return False
 
 
 def _fail(batch: list[Message], exc: Exception) -> None:

@@ -132,6 +132,7 @@ class Relay:
         self.target = (target_host, target_port)
         self.server: asyncio.Server | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.clients: set[asyncio.StreamWriter] = set()  # the writers toward the relay's clients
 
     async def start(self, port: int = 0) -> int:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
@@ -140,6 +141,7 @@ class Relay:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
         self.writers |= {writer, up_writer}
+        self.clients.add(writer)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
@@ -149,6 +151,14 @@ class Relay:
             dst.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def say_fatal(self) -> None:
+        """Tell every client what a backend sends as its server goes away (FATAL 57P01), without closing yet:
+        the moment before the socket closes, when asyncpg still holds the connection open."""
+        body = b"SFATAL\x00VFATAL\x00C57P01\x00Mterminating connection due to administrator command\x00\x00"
+        for writer in self.clients:
+            writer.write(b"E" + (len(body) + 4).to_bytes(4, "big") + body)
+            await writer.drain()
 
     async def cut(self) -> None:
         self.server.close()
@@ -178,6 +188,33 @@ async def test_postgres_cut_answers_503_with_retry_after_and_logs_once(make_clie
         assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
         assert await resp.json() == {"error": "service unavailable"}
     assert _outage_lines(caplog, "postgres") == 1
+
+
+async def test_a_server_going_away_between_flushes_answers_503_not_500(make_client, settings, database_url,
+                                                                        make_key):
+    """A backend's FATAL (57P01) arrives before its socket closes: a flush that takes the connection in between
+    meets asyncpg's "cannot switch to state 11; another operation (2) is in progress" (InternalClientError, on a
+    connection not yet closed). That is PostgreSQL going away: 503 with Retry-After, and the next request,
+    on a fresh connection, is stored (it answered 500 and restarted the actor; seen killing the embedded
+    PostgreSQL under load)."""
+    key = bearer(await make_key("read,write"))
+    parsed = urlparse(database_url)
+    relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    port = await relay.start()
+    relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
+    client = await make_client(dataclasses.replace(settings, database_url=relayed, key_cache_seconds=3600))
+    assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})).status == 200
+    await relay.say_fatal()
+    await asyncio.sleep(0.05)
+    resp = await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})
+    assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+    for _ in range(50):  # the pool's other connections heard the FATAL too: each goes once tried
+        resp = await client.post("/v1/events", headers=key, json={"event": "again", "user_id": "u"})
+        if resp.status == 200:
+            break
+        assert resp.status == 503, await resp.text()
+    assert resp.status == 200
+    await relay.cut()
 
 
 async def test_the_daily_salt_falls_back_to_one_salt_of_this_process_per_day(own_redis):
