@@ -378,10 +378,13 @@ async def test_rate_limit_is_the_events_group_per_source(client, make_key, datab
         await conn.close()
     statuses = []
     for _ in range(3):
-        resp = await client.post("/v1/track", headers=basic(wk), json={"event": "A", "userId": "u"})
+        resp = await client.post("/v1/track", headers={**basic(wk), "Origin": "https://shop.example"},
+                                 json={"event": "A", "userId": "u"})
         statuses.append(resp.status)
     assert statuses[:2] == [200, 200] and statuses[2] == 429
     assert resp.headers["X-RateLimit-Limit"] == "2" and "Retry-After" in resp.headers
+    # analytics.js in a page waits as Retry-After says: the browser lets it read only the exposed headers.
+    assert resp.headers["Access-Control-Expose-Headers"] == "Retry-After"
     assert (await resp.json())["code"] == "rate_limited"
     # A Tally key's own events allowance is separate.
     assert (await client.post("/v1/events", headers=bearer(key), json={"event": "a", "user_id": "u"})).status == 200

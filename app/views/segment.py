@@ -154,9 +154,12 @@ async def _batch(request: web.Request) -> web.Response:
 
 def _cors(request: web.Request) -> dict[str, str]:
     """The page's Origin mirrored, on every answer (errors too: the SDK drops a 400 it can read, and would
-    retry what the browser hides from it as a network error)."""
+    retry what the browser hides from it as a network error). Retry-After is exposed: analytics.js waits as a
+    429 says, and a browser hides every header but a few from a cross-origin page. X-RateLimit-Reset is not:
+    Tally's is a time, and older analytics.js versions read Segment's as seconds to wait."""
     origin = request.headers.get("Origin")
-    return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"} if origin else {}
+    return {"Access-Control-Allow-Origin": origin, "Access-Control-Expose-Headers": "Retry-After",
+            "Vary": "Origin"} if origin else {}
 
 
 async def preflight(request: web.Request) -> web.Response:
