@@ -1,6 +1,6 @@
 // Event log with paging, plus export links; the overview's filters narrow both.
 import { api, qs } from './api.js'
-import { errorBox, h, trackerHelp, when } from './dom.js'
+import { errorBox, h, replaceKeepingFocus, trackerHelp, when } from './dom.js'
 import { activeFilters, exportLinks, rangePicker, readState, writeState } from './overview.js'
 import { scope } from './panels.js'
 import { siteHeader } from './sites.js'
@@ -40,8 +40,8 @@ export function renderEvents(container, siteId) {
     const size = h('select', { 'aria-label': 'Rows per page' },
       sizes.map((n) => h('option', { value: n, selected: n === pageSize, text: `${n} per page` })))
     size.addEventListener('change', () => { pageSize = Number(size.value); offset = 0; remember(); load() })
-    controls.replaceChildren(rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
-      size, h('span', { class: 'spacer' }), exportLinks(siteId, state))
+    replaceKeepingFocus(controls, [rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
+      size, h('span', { class: 'spacer' }), exportLinks(siteId, state)])
     activeFilters(chips, state, () => { offset = 0; writeState(state); remember(); load() })
   }
 
@@ -69,12 +69,13 @@ export function renderEvents(container, siteId) {
       const end = offset + events.length
       const prev = h('button', { type: 'button', class: 'small', text: '← Newer', disabled: offset === 0, onclick: () => page(-1) })
       const next = h('button', { type: 'button', class: 'small', text: 'Older →', disabled: end >= total, onclick: () => page(1) })
-      body.replaceChildren(
+      // On the last page "Older" is disabled: its focus goes to "Newer".
+      replaceKeepingFocus(body, [
         h('div', { class: 'table-wrap' }, h('table', { class: 'log' },
           h('thead', {}, h('tr', {}, ['Time', 'Event', 'Path', 'Referrer', 'Country', 'Props', 'Session'].map((t) => h('th', { text: t })))),
           h('tbody', {}, rows))),
         h('div', { class: 'row pager' }, prev, h('span', { class: 'muted small', text: `${offset + 1}–${end} of ${total}` }), next),
-      )
+      ], () => body.querySelector('.pager button:not(:disabled)'))
     } catch (e) {
       body.replaceChildren(errorBox(e))
     }

@@ -1,0 +1,78 @@
+"""What a browser walk-through of the dashboard found, as a Plausible user lives it: keyboard use (focus stays
+where the user acted), Back and Forward through the views, the sign-in page when the server fails, the event
+log past its end and the realtime page's window and layout."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.test_panels_browser import open_site, panel
+
+
+def focused(page: Page) -> str:
+    return page.evaluate("(() => { const a = document.activeElement; return a.tagName + ' ' + "
+                         "(a.getAttribute('aria-label') || a.dataset.tab || a.dataset.key || a.textContent) })()")
+
+
+def test_keyboard_focus_stays_on_the_control_used(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}")
+    expect(panel(page, "sources").locator("button.toprow")).to_have_count(5)
+
+    # A closed select changes with the arrow keys: each step reloads the view, and the select keeps focus.
+    page.focus("select.range")
+    page.keyboard.press("ArrowDown")
+    expect(page).to_have_url(re.compile(r"range=30d"))
+    expect(page.locator("select.range")).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    expect(page).not_to_have_url(re.compile(r"range="))
+    expect(page.locator("select.range")).to_be_focused()
+
+    page.keyboard.press("Tab")
+    page.keyboard.press("Space")
+    expect(page).to_have_url(re.compile(r"compare=previous_period"))
+    expect(page.locator("input[name=compare]")).to_be_focused()
+
+    pages = panel(page, "pages")
+    pages.locator("[data-tab=entry_page]").focus()
+    page.keyboard.press("Enter")
+    expect(pages.locator("[data-tab=entry_page]")).to_have_class(re.compile(r"\bactive\b"))
+    expect(pages.locator("[data-tab=entry_page]")).to_be_focused()
+
+    # Enter on a row filters by it; the row (now the panel's only one) keeps focus.
+    locations = panel(page, "locations")
+    locations.locator("button.toprow[data-key=DE]").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(".chips .chip")).to_have_count(1)
+    expect(locations.locator("button.toprow")).to_have_count(1)
+    expect(locations.locator("button.toprow[data-key=DE]")).to_be_focused()
+    panel(page, "devices").locator("button.toprow[data-key=Chrome]").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(".chips .chip")).to_have_count(2)
+
+    # Removing a chip moves focus to the next one; removing the last to the filter form.
+    page.locator(".chips .chip button").first.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(".chips .chip")).to_have_count(1)
+    expect(page.locator(".chips .chip button")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator(".chips")).to_be_hidden()
+    expect(page.locator(".filter-form input")).to_be_focused()
+    page.keyboard.type("/pricing")
+    page.keyboard.press("Enter")
+    expect(page.locator(".chips .chip")).to_have_count(1)
+    expect(page.locator(".filter-form input")).to_be_focused()
+
+    # The event log's pager: Enter on "Older" keeps focus on it, and on the last page it goes to "Newer".
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?limit=5")
+    older = page.locator(".pager button", has_text="Older")
+    older.focus()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"offset=5"))
+    expect(older).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"offset=10"))
+    expect(older).to_be_disabled()
+    expect(page.locator(".pager button", has_text="Newer")).to_be_focused()
