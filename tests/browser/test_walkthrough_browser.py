@@ -76,3 +76,38 @@ def test_keyboard_focus_stays_on_the_control_used(page: Page, live_server, accou
     expect(page).to_have_url(re.compile(r"offset=10"))
     expect(older).to_be_disabled()
     expect(page.locator(".pager button", has_text="Newer")).to_be_focused()
+
+
+def test_back_and_forward_step_through_ranges_filters_and_pages(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    overview = f"{live_server.base_url}/app/sites/{site_id}"
+    page.goto(overview)
+    expect(panel(page, "locations").locator("button.toprow")).to_have_count(3)
+    page.select_option("select.range", "30d")
+    expect(page).to_have_url(f"{overview}?range=30d")
+    panel(page, "locations").locator("button.toprow[data-key=DE]").click()
+    expect(page).to_have_url(f"{overview}?range=30d&filter=country%3D%3DDE")
+    expect(panel(page, "locations").locator("button.toprow")).to_have_count(1)
+
+    # Back undoes the filter, then the range, as in Plausible; Forward brings them back.
+    page.go_back()
+    expect(page).to_have_url(f"{overview}?range=30d")
+    expect(page.locator(".chips")).to_be_hidden()
+    expect(panel(page, "locations").locator("button.toprow")).to_have_count(3)
+    expect(page.locator("select.range")).to_have_value("30d")
+    page.go_back()
+    expect(page).to_have_url(overview)
+    expect(page.locator("select.range")).to_have_value("7d")
+    page.go_forward()
+    page.go_forward()
+    expect(page).to_have_url(f"{overview}?range=30d&filter=country%3D%3DDE")
+    expect(page.locator(".chips .chip .ellipsis")).to_have_text(["Country is Germany"])
+
+    # The event log's pages too.
+    page.goto(f"{overview}/events?limit=5")
+    page.locator(".pager button", has_text="Older").click()
+    expect(page).to_have_url(f"{overview}/events?limit=5&offset=5")
+    expect(page.locator(".pager span")).to_have_text("6\u201310 of 14")
+    page.go_back()
+    expect(page).to_have_url(f"{overview}/events?limit=5")
+    expect(page.locator(".pager span")).to_have_text("1\u20135 of 14")

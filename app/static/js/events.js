@@ -33,16 +33,16 @@ export function renderEvents(container, siteId) {
       state.eventName = name.value.trim()
       offset = 0
       writeState(state)
-      remember()
+      remember(false)
       load()
     })
     const sizes = PAGE_SIZES.includes(pageSize) ? PAGE_SIZES : [...PAGE_SIZES, pageSize].sort((a, b) => a - b)
     const size = h('select', { 'aria-label': 'Rows per page' },
       sizes.map((n) => h('option', { value: n, selected: n === pageSize, text: `${n} per page` })))
     size.addEventListener('change', () => { pageSize = Number(size.value); offset = 0; remember(); load() })
-    replaceKeepingFocus(controls, [rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
+    replaceKeepingFocus(controls, [rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(false); load() }), form,
       size, h('span', { class: 'spacer' }), exportLinks(siteId, state)])
-    activeFilters(chips, state, () => { offset = 0; writeState(state); remember(); load() })
+    activeFilters(chips, state, () => { offset = 0; writeState(state); remember(false); load() })
   }
 
   async function load() {
@@ -81,13 +81,16 @@ export function renderEvents(container, siteId) {
     }
   }
 
-  function remember() {
+  // Paging is a step in the history (Back returns to the page before); after writeState, which made the
+  // step, it only completes the URL.
+  function remember(push = true) {
     const q = new URLSearchParams(location.search)
     for (const [k, v, dflt] of [['offset', offset, 0], ['limit', pageSize, 50]]) {
       if (v !== dflt) q.set(k, v)
       else q.delete(k)
     }
-    history.replaceState(null, '', location.pathname + (q.toString() ? '?' + q : ''))
+    const url = location.pathname + (q.toString() ? '?' + q : '')
+    if (url !== location.pathname + location.search) history[push ? 'pushState' : 'replaceState'](null, '', url)
   }
 
   function page(direction) {

@@ -21,9 +21,11 @@ export function readState() {
   return state
 }
 
+// A change the user makes is a step in the history, as in Plausible: Back undoes the last filter or range.
 export function writeState(state) {
   const search = qs({ ...state, range: state.range === '7d' ? '' : state.range, filters: undefined, filter: state.filters })
-  history.replaceState(null, '', location.pathname + (search ? '?' + search : ''))
+  const url = location.pathname + (search ? '?' + search : '')
+  if (url !== location.pathname + location.search) history.pushState(null, '', url)
   syncTabs()
 }
 

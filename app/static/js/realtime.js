@@ -54,7 +54,7 @@ export function renderRealtime(container, siteId) {
 
   picker.addEventListener('change', () => {
     windowSeconds = picker.value
-    history.replaceState(null, '', location.pathname + (windowSeconds === '60' ? '' : '?window=' + windowSeconds))
+    history.pushState(null, '', location.pathname + (windowSeconds === '60' ? '' : '?window=' + windowSeconds))
     poll()
   })
   poll()
