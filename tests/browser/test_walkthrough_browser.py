@@ -111,3 +111,19 @@ def test_back_and_forward_step_through_ranges_filters_and_pages(page: Page, live
     page.go_back()
     expect(page).to_have_url(f"{overview}/events?limit=5")
     expect(page.locator(".pager span")).to_have_text("1\u20135 of 14")
+
+
+def test_sign_in_tells_a_server_failure_from_a_wrong_password(page: Page, live_server, account):
+    page.goto(f"{live_server.base_url}/login")
+    page.fill("#email", account[0])
+    page.fill("#password", account[1])
+    # What the server answers while PostgreSQL is down (the outage policy's 503), here for this one request.
+    page.route("**/api/auth/login", lambda route: route.fulfill(
+        status=503, content_type="application/json", headers={"Retry-After": "5"},
+        body='{"error": "service unavailable"}'))
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_have_text(
+        "The server could not sign you in (HTTP 503). Try again in a moment.")
+    page.unroute("**/api/auth/login")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{live_server.base_url}/app")
