@@ -127,3 +127,17 @@ def test_sign_in_tells_a_server_failure_from_a_wrong_password(page: Page, live_s
     page.unroute("**/api/auth/login")
     page.click("button[type=submit]")
     expect(page).to_have_url(f"{live_server.base_url}/app")
+
+
+def test_the_event_log_past_its_end_offers_the_last_page(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    events = f"{live_server.base_url}/app/sites/{site_id}/events"
+    page.goto(f"{events}?limit=5&offset=500")
+    # It read "501-500 of 14" over an empty table, and "Newer" went on to empty pages.
+    expect(page.locator(".events")).to_have_text("No events past 14 in this range. Go to the last page")
+    page.locator(".events button", has_text="Go to the last page").click()
+    expect(page).to_have_url(f"{events}?limit=5&offset=10")
+    expect(page.locator("table.log tbody tr")).to_have_count(4)
+    expect(page.locator(".pager span")).to_have_text("11\u201314 of 14")
+    page.go_back()
+    expect(page).to_have_url(f"{events}?limit=5&offset=500")

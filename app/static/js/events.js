@@ -51,7 +51,14 @@ export function renderEvents(container, siteId) {
       const data = await api('/api/analytics/events?' + qs({ ...scope(siteId, state), limit: pageSize, offset }))
       if (!alive) return
       const events = data.events || []
-      if (!events.length && offset === 0) {
+      if (!events.length && offset > 0 && data.total > 0) {
+        // An offset past the end (an old link, or events gone out of the range): say so and offer the last page.
+        const last = Math.floor((data.total - 1) / pageSize) * pageSize
+        body.replaceChildren(h('p', { class: 'empty' }, `No events past ${data.total} in this range. `,
+          h('button', { type: 'button', class: 'small', text: 'Go to the last page', onclick: () => { offset = last; remember(); load() } })))
+        return
+      }
+      if (!events.length) {
         body.replaceChildren(state.eventName ? h('p', { class: 'empty', text: `No “${state.eventName}” events in this range.` })
           : !chips.hidden ? h('p', { class: 'empty', text: 'No events match these filters in this range.' }) : trackerHelp(siteId))
         return
