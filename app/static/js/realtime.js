@@ -11,7 +11,9 @@ function big(label, value, id) {
 }
 
 export function renderRealtime(container, siteId) {
-  let windowSeconds = new URLSearchParams(location.search).get('window') || '60'
+  // One of the picker's windows; anything else in the URL (an edited link) is the default, not an error.
+  let windowSeconds = new URLSearchParams(location.search).get('window')
+  if (!WINDOWS.some(([v]) => v === windowSeconds)) windowSeconds = '60'
   const picker = h('select', { 'aria-label': 'Realtime window' },
     WINDOWS.map(([v, label]) => h('option', { value: v, text: label, selected: v === windowSeconds })))
   const updated = h('span', { class: 'muted small', role: 'status' })
