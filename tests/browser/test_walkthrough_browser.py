@@ -141,3 +141,21 @@ def test_the_event_log_past_its_end_offers_the_last_page(page: Page, live_server
     expect(page.locator(".pager span")).to_have_text("11\u201314 of 14")
     page.go_back()
     expect(page).to_have_url(f"{events}?limit=5&offset=500")
+
+
+def test_realtime_takes_only_its_windows(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/realtime?window=abc")
+    # It asked for window=abc, showed "Could not load: invalid window", and the picker claimed "Last minute".
+    expect(page.locator(".realtime .stats")).to_be_visible()
+    expect(page.locator("[role=alert]")).to_have_count(0)
+    expect(page.locator("select[aria-label='Realtime window']")).to_have_value("60")
+
+
+def test_realtime_cards_line_up(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/realtime")
+    expect(page.locator(".realtime .grid2 > .card")).to_have_count(2)
+    # "Active pages" and "Latest events" side by side start on one line (the second sat 16 px lower).
+    tops = page.eval_on_selector_all(".realtime .grid2 > .card", "els => els.map(e => e.getBoundingClientRect().top)")
+    assert len(tops) == 2 and tops[0] == tops[1], tops
