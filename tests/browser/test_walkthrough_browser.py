@@ -159,3 +159,17 @@ def test_realtime_cards_line_up(page: Page, live_server, account):
     # "Active pages" and "Latest events" side by side start on one line (the second sat 16 px lower).
     tops = page.eval_on_selector_all(".realtime .grid2 > .card", "els => els.map(e => e.getBoundingClientRect().top)")
     assert len(tops) == 2 and tops[0] == tops[1], tops
+
+
+def test_realtime_stops_saying_live_while_the_server_fails(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/realtime")
+    status = page.locator(".controls [role=status]")
+    expect(status).to_have_text(re.compile(r"^Live · updated"))
+    page.route("**/api/analytics/realtime*", lambda route: route.fulfill(
+        status=503, content_type="application/json", body='{"error": "service unavailable"}'))
+    expect(page.locator(".realtime [role=alert]")).to_have_text("Could not load: service unavailable")
+    expect(status).to_have_text("Not updating · retrying every 3s")
+    page.unroute("**/api/analytics/realtime*")
+    expect(status).to_have_text(re.compile(r"^Live · updated"))
+    expect(page.locator(".realtime [role=alert]")).to_have_count(0)

@@ -50,7 +50,10 @@ export function renderRealtime(container, siteId) {
       )
       updated.textContent = `Live · updated ${new Date().toLocaleTimeString()}`
     } catch (e) {
-      if (alive && e.status !== 401) body.replaceChildren(errorBox(e))
+      if (!alive || e.status === 401) return
+      body.replaceChildren(errorBox(e))
+      // Not "Live" while the figures are not updating; the next poll that answers says Live again.
+      updated.textContent = `Not updating · retrying every ${POLL_MS / 1000}s`
     }
   }
 
