@@ -16,6 +16,24 @@ export function h(tag, attrs = {}, ...children) {
   return el
 }
 
+// What identifies a control across a re-render: a row by its key, anything else by its label and text.
+function identity(el) {
+  const d = el.dataset || {}
+  return [el.tagName, el.getAttribute('aria-label'), el.name, d.tab, d.key, d.key === undefined ? el.textContent : ''].join('\u0000')
+}
+
+// parent.replaceChildren(...children), giving focus back to the new twin of the control that had it, else to
+// `fallback()`'s element: a keyboard user keeps their place after changing a range, a tab, a filter or a page.
+export function replaceKeepingFocus(parent, children, fallback = null) {
+  const active = document.activeElement
+  const had = active && active !== document.body && parent.contains(active) ? identity(active) : null
+  parent.replaceChildren(...children)
+  if (had === null || parent.contains(document.activeElement)) return
+  const twin = [...parent.querySelectorAll('a[href], button, input, select')].find((el) => !el.disabled && identity(el) === had)
+  const target = twin || (fallback && fallback())
+  if (target) target.focus()
+}
+
 export const fmt = new Intl.NumberFormat()
 
 export function number(n) {

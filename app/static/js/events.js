@@ -1,6 +1,6 @@
 // Event log with paging, plus export links; the overview's filters narrow both.
 import { api, qs } from './api.js'
-import { errorBox, h, trackerHelp, when } from './dom.js'
+import { errorBox, h, replaceKeepingFocus, trackerHelp, when } from './dom.js'
 import { activeFilters, exportLinks, rangePicker, readState, writeState } from './overview.js'
 import { scope } from './panels.js'
 import { siteHeader } from './sites.js'
@@ -33,16 +33,16 @@ export function renderEvents(container, siteId) {
       state.eventName = name.value.trim()
       offset = 0
       writeState(state)
-      remember()
+      remember(false)
       load()
     })
     const sizes = PAGE_SIZES.includes(pageSize) ? PAGE_SIZES : [...PAGE_SIZES, pageSize].sort((a, b) => a - b)
     const size = h('select', { 'aria-label': 'Rows per page' },
       sizes.map((n) => h('option', { value: n, selected: n === pageSize, text: `${n} per page` })))
     size.addEventListener('change', () => { pageSize = Number(size.value); offset = 0; remember(); load() })
-    controls.replaceChildren(rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(); load() }), form,
-      size, h('span', { class: 'spacer' }), exportLinks(siteId, state))
-    activeFilters(chips, state, () => { offset = 0; writeState(state); remember(); load() })
+    replaceKeepingFocus(controls, [rangePicker(state, (r) => { state.range = r; offset = 0; writeState(state); remember(false); load() }), form,
+      size, h('span', { class: 'spacer' }), exportLinks(siteId, state)])
+    activeFilters(chips, state, () => { offset = 0; writeState(state); remember(false); load() })
   }
 
   async function load() {
@@ -51,7 +51,14 @@ export function renderEvents(container, siteId) {
       const data = await api('/api/analytics/events?' + qs({ ...scope(siteId, state), limit: pageSize, offset }))
       if (!alive) return
       const events = data.events || []
-      if (!events.length && offset === 0) {
+      if (!events.length && offset > 0 && data.total > 0) {
+        // An offset past the end (an old link, or events gone out of the range): say so and offer the last page.
+        const last = Math.floor((data.total - 1) / pageSize) * pageSize
+        body.replaceChildren(h('p', { class: 'empty' }, `No events past ${data.total} in this range. `,
+          h('button', { type: 'button', class: 'small', text: 'Go to the last page', onclick: () => { offset = last; remember(); load() } })))
+        return
+      }
+      if (!events.length) {
         body.replaceChildren(state.eventName ? h('p', { class: 'empty', text: `No “${state.eventName}” events in this range.` })
           : !chips.hidden ? h('p', { class: 'empty', text: 'No events match these filters in this range.' }) : trackerHelp(siteId))
         return
@@ -69,24 +76,28 @@ export function renderEvents(container, siteId) {
       const end = offset + events.length
       const prev = h('button', { type: 'button', class: 'small', text: '← Newer', disabled: offset === 0, onclick: () => page(-1) })
       const next = h('button', { type: 'button', class: 'small', text: 'Older →', disabled: end >= total, onclick: () => page(1) })
-      body.replaceChildren(
+      // On the last page "Older" is disabled: its focus goes to "Newer".
+      replaceKeepingFocus(body, [
         h('div', { class: 'table-wrap' }, h('table', { class: 'log' },
           h('thead', {}, h('tr', {}, ['Time', 'Event', 'Path', 'Referrer', 'Country', 'Props', 'Session'].map((t) => h('th', { text: t })))),
           h('tbody', {}, rows))),
         h('div', { class: 'row pager' }, prev, h('span', { class: 'muted small', text: `${offset + 1}–${end} of ${total}` }), next),
-      )
+      ], () => body.querySelector('.pager button:not(:disabled)'))
     } catch (e) {
       body.replaceChildren(errorBox(e))
     }
   }
 
-  function remember() {
+  // Paging is a step in the history (Back returns to the page before); after writeState, which made the
+  // step, it only completes the URL.
+  function remember(push = true) {
     const q = new URLSearchParams(location.search)
     for (const [k, v, dflt] of [['offset', offset, 0], ['limit', pageSize, 50]]) {
       if (v !== dflt) q.set(k, v)
       else q.delete(k)
     }
-    history.replaceState(null, '', location.pathname + (q.toString() ? '?' + q : ''))
+    const url = location.pathname + (q.toString() ? '?' + q : '')
+    if (url !== location.pathname + location.search) history[push ? 'pushState' : 'replaceState'](null, '', url)
   }
 
   function page(direction) {

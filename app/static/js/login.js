@@ -25,7 +25,9 @@ form.addEventListener('submit', async (event) => {
     const body = await resp.json().catch(() => ({}))
     error.textContent = resp.status === 429 ? 'Too many attempts. Wait a minute and try again.'
       : body.error === 'invalid payload' ? 'Enter your email and password.'
-      : 'Wrong email or password.'
+      : resp.status === 401 ? 'Wrong email or password.'
+      // A server error (the database down: 503) says nothing about the password.
+      : `The server could not sign you in (HTTP ${resp.status}). Try again in a moment.`
     error.hidden = false
   } catch (e) {
     error.textContent = 'The server could not be reached. Try again.'

@@ -2,7 +2,7 @@
 // picker and filters, all kept in the URL.
 import { api, qs } from './api.js'
 import { timeChart } from './chart.js'
-import { duration, errorBox, h, number, percent, trackerHelp } from './dom.js'
+import { duration, errorBox, h, number, percent, replaceKeepingFocus, trackerHelp } from './dom.js'
 import { filterChips, termValue, withTerm } from './filters.js'
 import { breakdownPanels, scope } from './panels.js'
 import { sharedLinks } from './shared_links.js'
@@ -21,9 +21,11 @@ export function readState() {
   return state
 }
 
+// A change the user makes is a step in the history, as in Plausible: Back undoes the last filter or range.
 export function writeState(state) {
   const search = qs({ ...state, range: state.range === '7d' ? '' : state.range, filters: undefined, filter: state.filters })
-  history.replaceState(null, '', location.pathname + (search ? '?' + search : ''))
+  const url = location.pathname + (search ? '?' + search : '')
+  if (url !== location.pathname + location.search) history.pushState(null, '', url)
   syncTabs()
 }
 
@@ -78,9 +80,11 @@ export function activeFilters(chips, state, changed) {
     h('span', { class: 'chip' }, h('span', { class: 'ellipsis', text: `${label}: ${state[k]}` }),
       h('button', { type: 'button', class: 'link', 'aria-label': `Remove ${label} filter`, text: '×', onclick: () => { state[k] = ''; changed() } })))
   const terms = filterChips(state.filters, (f) => { state.filters = state.filters.filter((x) => x !== f); changed() })
-  chips.replaceChildren(...legacy, ...terms,
+  // A removed chip's focus goes to the next chip, or with none left to the filter form.
+  replaceKeepingFocus(chips, [...legacy, ...terms,
     ...(legacy.length + terms.length > 1 ? [h('button', { type: 'button', class: 'link small', text: 'Clear all',
-      onclick: () => { state.filters = []; for (const [k] of FILTERS) state[k] = ''; changed() } })] : []))
+      onclick: () => { state.filters = []; for (const [k] of FILTERS) state[k] = ''; changed() } })] : [])],
+  () => chips.querySelector('button') || document.querySelector('.filter-form input'))
   chips.hidden = !(legacy.length + terms.length)
 }
 
@@ -117,9 +121,9 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     })
     const compare = h('input', { type: 'checkbox', name: 'compare', checked: !!state.compare })
     compare.addEventListener('change', () => setFilter('compare', compare.checked ? COMPARE : ''))
-    controls.replaceChildren(rangePicker(state, (r) => setFilter('range', r)),
+    replaceKeepingFocus(controls, [rangePicker(state, (r) => setFilter('range', r)),
       h('label', { class: 'check compare small' }, compare, 'Compare to previous period'), form,
-      h('span', { class: 'spacer' }), live, ...(shared ? [] : [exportLinks(siteId, state)]))
+      h('span', { class: 'spacer' }), live, ...(shared ? [] : [exportLinks(siteId, state)])])
     activeFilters(chips, state, changed)
   }
 
@@ -147,12 +151,12 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
         stat('Bounce rate', data.bounceRate, 'bounceRate', data, percent),
         stat('Avg. visit duration', data.avgSessionDuration, 'avgSessionDuration', data, duration))
       chart = timeChart(series ? series.data : data.timeSeries || [], charted || 'Pageviews', series && series.comparison)
-      body.replaceChildren(
+      replaceKeepingFocus(body, [
         ...(data.totalEvents === 0 && !filtered && !shared ? [trackerHelp(siteId)] : []),
         stats,
         h('section', { class: 'card' }, h('h3', { text: charted ? `“${charted}” events` : 'Pageviews' }), chart.el),
         panels.el,
-      )
+      ])
     } catch (e) {
       body.replaceChildren(errorBox(e))
     } finally {

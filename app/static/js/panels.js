@@ -1,7 +1,7 @@
 // Breakdown panels of a site's overview: Sources, Pages, Locations, Devices and Goals, each with tabs,
 // each reading GET /api/analytics/breakdown under the page's filters. Clicking a row adds a filter.
 import { api, qs } from './api.js'
-import { errorBox, h, number, percent } from './dom.js'
+import { errorBox, h, number, percent, replaceKeepingFocus } from './dom.js'
 import { displayValue, termValue } from './filters.js'
 import { goalManager } from './goals.js'
 
@@ -57,7 +57,7 @@ function breakdownPanel(spec, ctx) {
   const el = h('section', { class: 'card panel', dataset: { panel: spec.id } }, head, body)
 
   function drawHead() {
-    head.replaceChildren(h('h3', { text: spec.title }), tabBar(spec.tabs.filter(([k]) => !hidden.has(k)), active, (k) => { active = k; load() }))
+    replaceKeepingFocus(head, [h('h3', { text: spec.title }), tabBar(spec.tabs.filter(([k]) => !hidden.has(k)), active, (k) => { active = k; load() })])
   }
 
   let generation = 0
@@ -80,12 +80,12 @@ function breakdownPanel(spec, ctx) {
       if (mine !== generation) return
       const max = Math.max(1, ...data.data.map((r) => r.visitors))
       const prefix = property === active ? '' : `${termValue(ctx.state.filters, active)} `
-      body.replaceChildren(rowList(data.data, VISITORS, {
+      replaceKeepingFocus(body, [rowList(data.data, VISITORS, {
         onPick: (key) => ctx.addFilter(property, key),
         barOf: (r) => (100 * r.visitors) / max,
         labelOf: (key) => prefix + displayValue(property, key),
         empty: 'No data for this range and these filters.',
-      }))
+      })])
     } catch (e) {
       body.replaceChildren(errorBox(e))
     } finally {
@@ -119,20 +119,20 @@ function goalsPanel(ctx) {
     const mine = ++generation
     const goal = termValue(ctx.state.filters, 'goal')
     if (!goal) active = 'goal'
-    head.replaceChildren(h('h3', { text: 'Goals' }),
+    replaceKeepingFocus(head, [h('h3', { text: 'Goals' }),
       ...(goal ? [tabBar([['goal', 'Goals'], ['props', 'Properties']], active, (k) => { active = k; load() })] : []),
-      h('span', { class: 'spacer' }), ...tools)
+      h('span', { class: 'spacer' }), ...tools])
     body.classList.add('loading')
     try {
       if (active === 'goal') {
         const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property: 'goal', metrics: 'visitors,events,conversion_rate', limit: 100 }))
         if (mine !== generation) return
-        body.replaceChildren(rowList(data.data, CONVERSIONS, {
+        replaceKeepingFocus(body, [rowList(data.data, CONVERSIONS, {
           onPick: (key) => ctx.addFilter('goal', key),
           barOf: (r) => r.conversion_rate,
           labelOf: (key) => key,
           empty: ctx.shared ? 'No goals.' : 'No goals yet. A goal is a custom event or a page visit that counts as a conversion: add one under “Manage goals”.',
-        }))
+        })])
         if (!goal && data.data.length) body.append(h('p', { class: 'muted small hint', text: 'Click a goal to filter by it and see which property values convert.' }))
         return
       }
@@ -148,13 +148,13 @@ function goalsPanel(ctx) {
       const dimension = `props:${propKey}`
       const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property: dimension, metrics: 'visitors,events,conversion_rate', limit: ROWS }))
       if (mine !== generation) return
-      body.replaceChildren(h('div', { class: 'row prop-row' }, h('span', { class: 'muted small', text: `“${goal}” by property` }), picker),
+      replaceKeepingFocus(body, [h('div', { class: 'row prop-row' }, h('span', { class: 'muted small', text: `“${goal}” by property` }), picker),
         rowList(data.data, CONVERSIONS, {
           onPick: (key) => ctx.addFilter(dimension, key),
           barOf: (r) => r.conversion_rate,
           labelOf: (key) => key,
           empty: 'No values of this property.',
-        }))
+        })])
     } catch (e) {
       body.replaceChildren(errorBox(e))
     } finally {

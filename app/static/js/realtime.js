@@ -11,7 +11,9 @@ function big(label, value, id) {
 }
 
 export function renderRealtime(container, siteId) {
-  let windowSeconds = new URLSearchParams(location.search).get('window') || '60'
+  // One of the picker's windows; anything else in the URL (an edited link) is the default, not an error.
+  let windowSeconds = new URLSearchParams(location.search).get('window')
+  if (!WINDOWS.some(([v]) => v === windowSeconds)) windowSeconds = '60'
   const picker = h('select', { 'aria-label': 'Realtime window' },
     WINDOWS.map(([v, label]) => h('option', { value: v, text: label, selected: v === windowSeconds })))
   const updated = h('span', { class: 'muted small', role: 'status' })
@@ -48,13 +50,16 @@ export function renderRealtime(container, siteId) {
       )
       updated.textContent = `Live · updated ${new Date().toLocaleTimeString()}`
     } catch (e) {
-      if (alive && e.status !== 401) body.replaceChildren(errorBox(e))
+      if (!alive || e.status === 401) return
+      body.replaceChildren(errorBox(e))
+      // Not "Live" while the figures are not updating; the next poll that answers says Live again.
+      updated.textContent = `Not updating · retrying every ${POLL_MS / 1000}s`
     }
   }
 
   picker.addEventListener('change', () => {
     windowSeconds = picker.value
-    history.replaceState(null, '', location.pathname + (windowSeconds === '60' ? '' : '?window=' + windowSeconds))
+    history.pushState(null, '', location.pathname + (windowSeconds === '60' ? '' : '?window=' + windowSeconds))
     poll()
   })
   poll()
