@@ -167,15 +167,20 @@ class Relay:
         await self.server.wait_closed()
 
 
-async def test_postgres_cut_answers_503_with_retry_after_and_logs_once(make_client, settings, database_url,
-                                                                      make_key, caplog):
-    caplog.set_level(logging.ERROR, logger="tally.outages")
-    key = bearer(await make_key("read,write"))  # made through the direct connection, before the cut
+async def _through_relay(make_client, settings, database_url: str, **changes):
+    """A relay to the test's PostgreSQL, and a client of an app that reaches PostgreSQL only through it."""
     parsed = urlparse(database_url)
     relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
     port = await relay.start()
     relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
-    client = await make_client(dataclasses.replace(settings, database_url=relayed, key_cache_seconds=3600))
+    return relay, await make_client(dataclasses.replace(settings, database_url=relayed, **changes))
+
+
+async def test_postgres_cut_answers_503_with_retry_after_and_logs_once(make_client, settings, database_url,
+                                                                      make_key, caplog):
+    caplog.set_level(logging.ERROR, logger="tally.outages")
+    key = bearer(await make_key("read,write"))  # made through the direct connection, before the cut
+    relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=3600)
     assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})).status == 200
     await relay.cut()
     keyed = await asyncio.gather(*[client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})
@@ -198,11 +203,7 @@ async def test_a_server_going_away_between_flushes_answers_503_not_500(make_clie
     on a fresh connection, is stored (it answered 500 and restarted the actor; seen killing the embedded
     PostgreSQL under load)."""
     key = bearer(await make_key("read,write"))
-    parsed = urlparse(database_url)
-    relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
-    port = await relay.start()
-    relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
-    client = await make_client(dataclasses.replace(settings, database_url=relayed, key_cache_seconds=3600))
+    relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=3600)
     assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u"})).status == 200
     await relay.say_fatal()
     await asyncio.sleep(0.05)
@@ -246,11 +247,8 @@ def _tracebacks(caplog) -> list[str]:
 async def test_postgres_down_logs_one_line_not_a_traceback_per_mirror_round_and_one_when_back(
         make_client, settings, database_url, caplog):
     caplog.set_level(logging.INFO)
-    parsed = urlparse(database_url)
-    relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
-    port = await relay.start()
-    relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
-    client = await make_client(dataclasses.replace(settings, database_url=relayed, mirror_interval_ms=20))
+    relay, client = await _through_relay(make_client, settings, database_url, mirror_interval_ms=20)
+    port = relay.server.sockets[0].getsockname()[1]
     assert (await client.get("/readyz")).status == 200
     caplog.clear()
     await relay.cut()
