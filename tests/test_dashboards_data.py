@@ -184,6 +184,18 @@ async def test_funnel_counts_users_in_order(client, make_key):
     assert [s["points"][0]["value"] for s in repeated["series"]] == [3, 0]
 
 
+async def test_a_funnel_step_repeated_later_needs_an_event_of_its_own(client, make_key):
+    """view -> cart -> view: a view and a cart at one instant may be steps 1 and 2, but the one view cannot
+    be step 3 as well (it was, as step 3 only had to be at or after the cart); a later view can."""
+    key = await make_key("read,write")
+    at = "2025-03-02T10:00:00Z"
+    await _ingest(client, key, [{"event": "view", "user_id": u, "timestamp": at} for u in ("u1", "u2")]
+                  + [{"event": "cart", "user_id": u, "timestamp": at} for u in ("u1", "u2")]
+                  + [{"event": "view", "user_id": "u2", "timestamp": "2025-03-02T10:00:01Z"}])
+    body = await _data(client, key, {"title": "f", "type": "funnel", "event": "view", "steps": ["cart", "view"]})
+    assert [(s["name"], s["points"][0]["value"]) for s in body["series"]] == [("view", 2), ("cart", 2), ("view", 1)]
+
+
 async def test_other_env_events_are_not_counted(client, key, make_key):
     sandbox = await make_key("read,write", test=True)
     await _ingest(client, sandbox, SIGNUPS)
