@@ -27,9 +27,9 @@ _BUCKET = {"hour": "toUnixTimestamp(toStartOfHour(ts))", "day": "toUnixTimestamp
 # gt/lt compare numerically and only match values that read as numbers (JSON numbers or numeric strings).
 _NUMERIC = r"^\s*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$"
 _FILTERS = {
-    "eq": "ifNull({x} = {v}, 0)",
+    "eq": "ifNull({x} IN ({v}), 0)",
     # Events without the property count as "not equal", as in Mixpanel's "is not".
-    "neq": "ifNull({x} != {v}, 1)",
+    "neq": "ifNull({x} NOT IN ({v}), 1)",
     "contains": "ifNull(positionCaseInsensitiveUTF8({x}, {v}) > 0, 0)",
     "gt": "ifNull(match({x}, {n}) AND toFloat64OrNull(trimBoth({x})) > {v}, 0)",
     "lt": "ifNull(match({x}, {n}) AND toFloat64OrNull(trimBoth({x})) < {v}, 0)",
@@ -73,6 +73,10 @@ def filter_sql(b: Params, filters: Sequence[Mapping[str, Any]]) -> str:
             v, n = b(float(f["value"]), "Float64"), b(_NUMERIC)
         else:
             v, n = b(_text(f["value"])), ""
+            if op in ("eq", "neq") and isinstance(f["value"], float):
+                # The store writes a JSON number as its double's shortest text (10.0 as 10, 0.0000001 as 1e-7):
+                # a float matches that too, so eq 10.0 finds the price sent as 10.0 (it found none).
+                v += f", toString({b(f['value'], 'Float64')})"
         clauses.append(" AND " + _FILTERS[op].format(x=x, v=v, n=n))
     return "".join(clauses)
 

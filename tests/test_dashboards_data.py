@@ -112,6 +112,20 @@ async def test_an_eq_filter_on_a_number_beyond_64_bits_matches_it(client, key):
         assert _values(body) == {"signup": expected}, operator
 
 
+async def test_a_float_filter_value_matches_the_number_sent_as_it(client, make_key):
+    """price 10.0 sent as JSON 10.0: a filter eq 10.0 matched nothing (the filter's text "10.0" against the
+    store's "10"); numbers the store writes in exponent form (1e-7) alike. A string property keeps matching
+    its own text."""
+    key = await make_key("read,write")
+    prices = [10.0, 10, 0.0000001, "10.0", 2.5]
+    await _ingest(client, key, [{"event": "signup", "user_id": f"u{i}", "timestamp": f"{DAY1}T12:00:00Z",
+                                 "properties": {"price": p}} for i, p in enumerate(prices)])
+    for operator, value, expected in (("eq", 10.0, 3), ("eq", 10, 2), ("neq", 10.0, 2), ("eq", 1e-7, 1),
+                                      ("eq", 2.5, 1), ("eq", "10.0", 1)):
+        body = await _data(client, key, _line(filters=[{"property": "price", "operator": operator, "value": value}]))
+        assert _values(body) == {"signup": [expected, 0, 0]}, (operator, value)
+
+
 async def test_group_by_splits_series(client, key):
     body = await _data(client, key, _line(group_by="plan"))
     assert [s["name"] for s in body["series"]] == ["pro", "(none)", "Enterprise", "free"]
