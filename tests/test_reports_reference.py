@@ -231,6 +231,7 @@ async def test_without_bounds_reports_cover_the_30_days_to_now_and_periods_not_b
     gen.seen = [now - timedelta(days=40)]  # one event before the default range
     world = await _build(client, key, gen)
     world.events = [e for e in world.events if e.ts <= now]  # (the ingested ones after now are never counted)
+    nulls = 0
     for report in ({"type": "event_volume", "config": {"events": NAMES, "group_by": "traits.plan"}},
                    {"type": "funnel", "config": {"events": ["a", "b", "a"], "group_by": "plan"}},
                    {"type": "retention", "config": {"events": ["a", "b"], "period": "day", "periods": 10}},
@@ -246,4 +247,5 @@ async def test_without_bounds_reports_cover_the_30_days_to_now_and_periods_not_b
         else:
             want = ref.retention(world, *config["events"], start, at, config["period"], config["periods"], at)
             assert got["rows"] == want, config
-            assert any(None in row for row in want)
+            nulls += sum(row.count(None) for row in want)
+    assert nulls  # periods not begun were compared
