@@ -27,9 +27,9 @@ _BUCKET = {"hour": "toUnixTimestamp(toStartOfHour(ts))", "day": "toUnixTimestamp
 # gt/lt compare numerically and only match values that read as numbers (JSON numbers or numeric strings).
 _NUMERIC = r"^\s*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$"
 _FILTERS = {
-    "eq": "ifNull({x} = {v}, 0)",
+    "eq": "ifNull({x} IN ({v}), 0)",
     # Events without the property count as "not equal", as in Mixpanel's "is not".
-    "neq": "ifNull({x} != {v}, 1)",
+    "neq": "ifNull({x} NOT IN ({v}), 1)",
     "contains": "ifNull(positionCaseInsensitiveUTF8({x}, {v}) > 0, 0)",
     "gt": "ifNull(match({x}, {n}) AND toFloat64OrNull(trimBoth({x})) > {v}, 0)",
     "lt": "ifNull(match({x}, {n}) AND toFloat64OrNull(trimBoth({x})) < {v}, 0)",
@@ -73,6 +73,10 @@ def filter_sql(b: Params, filters: Sequence[Mapping[str, Any]]) -> str:
             v, n = b(float(f["value"]), "Float64"), b(_NUMERIC)
         else:
             v, n = b(_text(f["value"])), ""
+            if op in ("eq", "neq") and isinstance(f["value"], float):
+                # The store writes a JSON number as its double's shortest text (10.0 as 10, 0.0000001 as 1e-7):
+                # a float matches that too, so eq 10.0 finds the price sent as 10.0 (it found none).
+                v += f", toString({b(f['value'], 'Float64')})"
         clauses.append(" AND " + _FILTERS[op].format(x=x, v=v, n=n))
     return "".join(clauses)
 
@@ -155,7 +159,8 @@ async def funnel(
 ) -> list[tuple[str, int]]:
     """(step event, distinct users reaching it) for the steps [event, *steps], in order, all within
     the range. A user is the report actor (user_id, else anonymous_id); filters apply to every step.
-    Greedy earliest match: each step is the actor's first such event at or after the previous step."""
+    Greedy earliest match: each step is the actor's first such event at or after the previous step, and after
+    the last earlier step of the same name."""
     steps = [chart["event"], *(chart["steps"] or [])]
     b = Params()
     base = _base(b, store, workspace_id, env, start, end)
@@ -163,9 +168,12 @@ async def funnel(
     names = b(sorted(set(steps)), "Array(String)")
     times = [f"minIf(ts, name = {b(steps[0])}) AS t0"]
     for i in range(1, len(steps)):
-        # A repeated event (a -> a) needs a later occurrence; a different one may share the instant.
-        cmp = ">" if steps[i] == steps[i - 1] else ">="
-        cand = f"arrayMap(x -> x.1, arrayFilter(x -> x.2 = {b(steps[i])} AND x.1 {cmp} t{i - 1}, evs))"
+        # A different event may share the previous step's instant; a repeated one (a -> a, or a -> b -> a) needs
+        # an occurrence later than its earlier step's, so that no event serves two steps.
+        cond = f"x.1 >= t{i - 1}"
+        if steps[i] in steps[:i]:
+            cond += f" AND x.1 > t{i - 1 - steps[i - 1::-1].index(steps[i])}"
+        cand = f"arrayMap(x -> x.1, arrayFilter(x -> x.2 = {b(steps[i])} AND {cond}, evs))"
         times.append(f"if(t{i - 1} IS NULL OR empty({cand}), NULL, arrayMin({cand})) AS t{i}")
     first = b(steps[0])
     inner = (f"SELECT actor, groupArray((ts, name)) AS evs, toNullable({times[0].removesuffix(' AS t0')}) AS t0 "

@@ -112,6 +112,20 @@ async def test_an_eq_filter_on_a_number_beyond_64_bits_matches_it(client, key):
         assert _values(body) == {"signup": expected}, operator
 
 
+async def test_a_float_filter_value_matches_the_number_sent_as_it(client, make_key):
+    """price 10.0 sent as JSON 10.0: a filter eq 10.0 matched nothing (the filter's text "10.0" against the
+    store's "10"); numbers the store writes in exponent form (1e-7) alike. A string property keeps matching
+    its own text."""
+    key = await make_key("read,write")
+    prices = [10.0, 10, 0.0000001, "10.0", 2.5]
+    await _ingest(client, key, [{"event": "signup", "user_id": f"u{i}", "timestamp": f"{DAY1}T12:00:00Z",
+                                 "properties": {"price": p}} for i, p in enumerate(prices)])
+    for operator, value, expected in (("eq", 10.0, 3), ("eq", 10, 2), ("neq", 10.0, 2), ("eq", 1e-7, 1),
+                                      ("eq", 2.5, 1), ("eq", "10.0", 1)):
+        body = await _data(client, key, _line(filters=[{"property": "price", "operator": operator, "value": value}]))
+        assert _values(body) == {"signup": [expected, 0, 0]}, (operator, value)
+
+
 async def test_group_by_splits_series(client, key):
     body = await _data(client, key, _line(group_by="plan"))
     assert [s["name"] for s in body["series"]] == ["pro", "(none)", "Enterprise", "free"]
@@ -182,6 +196,18 @@ async def test_funnel_counts_users_in_order(client, make_key):
     assert [s["points"][0]["value"] for s in filtered["series"]] == [1, 1]
     repeated = await _data(client, key, {**chart, "event": "cart", "steps": ["cart"]})
     assert [s["points"][0]["value"] for s in repeated["series"]] == [3, 0]
+
+
+async def test_a_funnel_step_repeated_later_needs_an_event_of_its_own(client, make_key):
+    """view -> cart -> view: a view and a cart at one instant may be steps 1 and 2, but the one view cannot
+    be step 3 as well (it was, as step 3 only had to be at or after the cart); a later view can."""
+    key = await make_key("read,write")
+    at = "2025-03-02T10:00:00Z"
+    await _ingest(client, key, [{"event": "view", "user_id": u, "timestamp": at} for u in ("u1", "u2")]
+                  + [{"event": "cart", "user_id": u, "timestamp": at} for u in ("u1", "u2")]
+                  + [{"event": "view", "user_id": "u2", "timestamp": "2025-03-02T10:00:01Z"}])
+    body = await _data(client, key, {"title": "f", "type": "funnel", "event": "view", "steps": ["cart", "view"]})
+    assert [(s["name"], s["points"][0]["value"]) for s in body["series"]] == [("view", 2), ("cart", 2), ("view", 1)]
 
 
 async def test_other_env_events_are_not_counted(client, key, make_key):
