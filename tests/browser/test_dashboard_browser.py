@@ -58,6 +58,12 @@ def test_login_shows_errors_and_returns_to_the_requested_page(page: Page, live_s
     sign_in(page, live_server, account, "/app/keys")
     expect(page.locator("h1")).to_have_text("API keys")
     expect(page.locator("#whoami")).to_have_text(account[0])
+    # A sign-out the server fails (the database down: 503) leaves the session valid: the page says so and stays.
+    page.route("**/api/auth/logout", lambda route: route.fulfill(status=503, body='{"error": "service unavailable"}'))
+    page.click("#logout")
+    expect(page.locator("#logout-error")).to_have_text("Not signed out: the server answered 503. Try again.")
+    assert page.url.endswith("/app/keys")
+    page.unroute("**/api/auth/logout")
     page.click("#logout")
     expect(page).to_have_url(live_server.base_url + "/login")
     page.goto(live_server.base_url + "/app")

@@ -48,9 +48,20 @@ document.addEventListener('click', (event) => {
 })
 window.addEventListener('popstate', render)
 
+// Signed out only once the server says so (401: the session was gone already): on a failure the session is
+// still valid, so the page says so and stays rather than showing a sign-in page over a live session.
 document.getElementById('logout').addEventListener('click', async () => {
-  await fetch('/api/auth/logout', { method: 'POST' }).catch(() => {})
-  location.assign('/login')
+  const error = document.getElementById('logout-error')
+  let status = 0
+  try {
+    status = (await fetch('/api/auth/logout', { method: 'POST', credentials: 'same-origin' })).status
+  } catch (e) {}
+  if ((status >= 200 && status < 300) || status === 401) {
+    location.assign('/login')
+    return
+  }
+  error.textContent = status ? `Not signed out: the server answered ${status}. Try again.` : 'Not signed out: the server could not be reached. Try again.'
+  error.hidden = false
 })
 
 api('/api/auth/me').then((me) => {
