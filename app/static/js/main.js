@@ -51,7 +51,6 @@ window.addEventListener('popstate', render)
 // Signed out only once the server says so (401: the session was gone already): on a failure the session is
 // still valid, so the page says so and stays rather than showing a sign-in page over a live session.
 document.getElementById('logout').addEventListener('click', async () => {
-  const error = document.getElementById('logout-error')
   let status = 0
   try {
     status = (await fetch('/api/auth/logout', { method: 'POST', credentials: 'same-origin' })).status
@@ -60,8 +59,9 @@ document.getElementById('logout').addEventListener('click', async () => {
     location.assign('/login')
     return
   }
+  const error = document.getElementById('logout-error') || h('span', { id: 'logout-error', class: 'error small', role: 'alert' })
   error.textContent = status ? `Not signed out: the server answered ${status}. Try again.` : 'Not signed out: the server could not be reached. Try again.'
-  error.hidden = false
+  document.getElementById('logout').after(error)
 })
 
 api('/api/auth/me').then((me) => {
