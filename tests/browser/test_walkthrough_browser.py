@@ -173,3 +173,12 @@ def test_realtime_stops_saying_live_while_the_server_fails(page: Page, live_serv
     page.unroute("**/api/analytics/realtime*")
     expect(status).to_have_text(re.compile(r"^Live · updated"))
     expect(page.locator(".realtime [role=alert]")).to_have_count(0)
+
+
+def test_realtime_offers_the_tracker_only_to_a_site_without_events(page: Page, live_server, account):
+    """A quiet window on a site that has events is not a site without the tracker: realtime says the window is
+    empty instead of showing the install snippet (it did for a site with events earlier in the day)."""
+    site_id = open_site(page, live_server, account)  # events of the last hours, none through realtime
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/realtime")
+    expect(page.locator(".realtime")).to_contain_text("No events in this window.")
+    expect(page.get_by_role("heading", name="No events yet")).to_have_count(0)

@@ -12,6 +12,7 @@ function big(label, value, id) {
 
 export function renderRealtime(container, siteId) {
   // One of the picker's windows; anything else in the URL (an edited link) is the default, not an error.
+  let hasEvents = false
   let windowSeconds = new URLSearchParams(location.search).get('window')
   if (!WINDOWS.some(([v]) => v === windowSeconds)) windowSeconds = '60'
   const picker = h('select', { 'aria-label': 'Realtime window' },
@@ -37,6 +38,11 @@ export function renderRealtime(container, siteId) {
           h('span', { class: 'muted small', text: e.country || '' }), h('time', { class: 'muted small', datetime: e.timestamp, text: ago(e.timestamp) })))
       }
       const idle = !(rt.recentEvents || []).length
+      // The tracker's help is for a site that has never had an event: one quiet window is not that. Asked once
+      // it is known (the last 90 days' event count), not on every poll.
+      if (!idle) hasEvents = true
+      else if (!hasEvents) hasEvents = (await api('/api/analytics/events?' + qs({ siteId, range: '90d', limit: 1 }))).total > 0
+      if (!alive) return
       body.replaceChildren(
         h('div', { class: 'stats' },
           big('Current visitors', number(rt.activeVisitors), 'activeVisitors'),
@@ -45,8 +51,8 @@ export function renderRealtime(container, siteId) {
         h('div', { class: 'grid2' },
           h('section', { class: 'card' }, h('h3', { text: 'Active pages' }), pages),
           h('section', { class: 'card' }, h('h3', { text: 'Latest events' }),
-            idle ? h('p', { class: 'muted small', text: 'No events yet. They appear here within seconds of happening.' }) : feed)),
-        ...(idle ? [trackerHelp(siteId)] : []),
+            idle ? h('p', { class: 'muted small', text: hasEvents ? 'No events in this window. New ones appear here within seconds of happening.' : 'No events yet. They appear here within seconds of happening.' }) : feed)),
+        ...(idle && !hasEvents ? [trackerHelp(siteId)] : []),
       )
       updated.textContent = `Live · updated ${new Date().toLocaleTimeString()}`
     } catch (e) {
