@@ -291,6 +291,7 @@ def test_api_keys_create_once_list_and_revoke(page: Page, live_server, account, 
     page.click("table.keys button:has-text('Confirm revoke')")
     expect(page.locator("table.keys tbody tr")).to_contain_text("revoked")
     expect(page.locator("table.keys button")).to_have_count(0)
+    expect(page.locator("input[name=name]")).to_be_focused()  # no key left to revoke: back to the form
     assert page.request.get(live_server.base_url + "/v1/events", headers=auth).status == 401
 
 

@@ -349,8 +349,11 @@ def test_goals_are_managed_from_the_goals_panel(page: Page, live_server, account
     expect_rows(page, "goals", [("Visit /pri*", "3", "3", "50%"), ("signup", "3", "3", "50%")],
                 ("visitors", "events", "conversion_rate"))
 
-    manage.get_by_role("button", name="Remove goal signup").click()
+    manage.get_by_role("button", name="Remove goal signup").focus()
+    page.keyboard.press("Enter")
     expect(manage.locator(".goal-list li")).to_have_text(["page/pri*Remove"])
+    # The keyboard keeps its place: focus goes to the next goal's Remove (it went to the top of the page).
+    expect(manage.get_by_role("button", name="Remove goal Visit /pri*")).to_be_focused()
     expect_rows(page, "goals", [("Visit /pri*", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
     stored = page.request.get(f"{live_server.base_url}/api/sites/{site_id}/goals").json()["goals"]
     assert [(g["goal_type"], g["page_path"], g["event_name"]) for g in stored] == [("page", "/pri*", None)]

@@ -63,6 +63,7 @@ def test_a_shared_link_shows_the_overview_without_signing_in(page: Page, browser
         # Revoked from the dashboard: the link's page is gone.
         link.get_by_role("button", name="Revoke For the board").click()
         expect(page.locator(".shared-list")).to_contain_text("No shared links.")
+        expect(page.locator("input[name=link_name]")).to_be_focused()  # the button went with its link
         resp = shared.goto(url)
         assert resp is not None and resp.status == 404
         expect(shared.locator("h1")).to_have_text("Link not found")

@@ -23,13 +23,14 @@ function identity(el) {
 }
 
 // parent.replaceChildren(...children), giving focus back to the new twin of the control that had it, else to
-// `fallback()`'s element: a keyboard user keeps their place after changing a range, a tab, a filter or a page.
+// `fallback()`'s element: a keyboard user keeps their place after changing a range, a tab, a filter or a page,
+// or after removing a row (a goal, a key, a shared link), whose button is gone with it.
 export function replaceKeepingFocus(parent, children, fallback = null) {
   const active = document.activeElement
   const had = active && active !== document.body && parent.contains(active) ? identity(active) : null
   parent.replaceChildren(...children)
   if (had === null || parent.contains(document.activeElement)) return
-  const twin = [...parent.querySelectorAll('a[href], button, input, select')].find((el) => !el.disabled && identity(el) === had)
+  const twin = [...parent.querySelectorAll('a[href], button, input, select')].find((el) => !el.disabled && el.getClientRects().length && identity(el) === had)
   const target = twin || (fallback && fallback())
   if (target) target.focus()
 }

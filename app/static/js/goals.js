@@ -1,7 +1,7 @@
 // Goal management inside the Goals panel: list, add and remove a site's goals through
 // GET/POST/DELETE /api/sites/{id}/goals (Plausible's Sites-API fields).
 import { api } from './api.js'
-import { errorBox, h } from './dom.js'
+import { errorBox, h, replaceKeepingFocus } from './dom.js'
 
 export function goalManager(siteId, onChange) {
   const base = `/api/sites/${encodeURIComponent(siteId)}/goals`
@@ -17,7 +17,7 @@ export function goalManager(siteId, onChange) {
     try {
       const { goals } = await api(base)
       // With none, the panel under this box already says so (and what a goal is): no second message here.
-      list.replaceChildren(...goals.map((g) => h('li', { class: 'row', dataset: { goal: g.id } },
+      replaceKeepingFocus(list, goals.map((g) => h('li', { class: 'row', dataset: { goal: g.id } },
         h('span', { class: 'badge', text: g.goal_type === 'page' ? 'page' : 'event' }),
         h('span', { class: 'ellipsis', text: g.goal_type === 'page' ? g.page_path : g.event_name }),
         h('span', { class: 'spacer' }),
@@ -30,7 +30,7 @@ export function goalManager(siteId, onChange) {
             } catch (e) {
               show(e)
             }
-          } }))))
+          } }))), () => list.querySelector('button') || value)
     } catch (e) {
       list.replaceChildren(errorBox(e))
     }

@@ -1,6 +1,6 @@
 // API keys of the workspace: create (the value is shown once), list, revoke.
 import { api } from './api.js'
-import { codeBlock, errorBox, h, when } from './dom.js'
+import { codeBlock, errorBox, h, replaceKeepingFocus, when } from './dom.js'
 
 function keyRow(key, reload) {
   const revoke = h('button', { type: 'button', class: 'small danger', text: 'Revoke' })
@@ -10,12 +10,15 @@ function keyRow(key, reload) {
       revoke.textContent = 'Confirm revoke'
       return
     }
-    revoke.disabled = true
+    // Busy, not disabled: a disabled button drops the keyboard's focus to the page before the list redraws.
+    if (revoke.getAttribute('aria-disabled') === 'true') return
+    revoke.setAttribute('aria-disabled', 'true')
     try {
       await api(`/api/keys/${encodeURIComponent(key.id)}`, { method: 'DELETE' })
       reload()
     } catch (e) {
       revoke.textContent = `Failed: ${e.message}`
+      revoke.removeAttribute('aria-disabled')
     }
   })
   return h('tr', { dataset: { key: key.id } },
@@ -47,9 +50,9 @@ export function renderKeys(container) {
         list.replaceChildren(h('p', { class: 'empty', text: 'No API keys yet. Create one above to send events from a server with POST /v1/events.' }))
         return
       }
-      list.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { class: 'keys' },
+      replaceKeepingFocus(list, [h('div', { class: 'table-wrap' }, h('table', { class: 'keys' },
         h('thead', {}, h('tr', {}, ['Name', 'Key', 'Scopes', 'Env', 'Created', 'Status', ''].map((t) => h('th', { text: t })))),
-        h('tbody', {}, keys.map((k) => keyRow(k, reload))))))
+        h('tbody', {}, keys.map((k) => keyRow(k, reload)))))], () => list.querySelector('button') || form.querySelector('input[name=name]'))
     } catch (e) {
       list.replaceChildren(errorBox(e))
     }

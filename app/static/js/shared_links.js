@@ -1,7 +1,7 @@
 // A site's shared links, under its overview: create one, copy its URL, set or remove its password, revoke it
 // (GET/POST/PATCH/DELETE /api/sites/{id}/shared-links). A link opens the overview read-only, without signing in.
 import { api } from './api.js'
-import { codeBlock, errorBox, h } from './dom.js'
+import { codeBlock, errorBox, h, replaceKeepingFocus } from './dom.js'
 
 export function sharedLinks(siteId) {
   const base = `/api/sites/${encodeURIComponent(siteId)}/shared-links`
@@ -62,8 +62,8 @@ export function sharedLinks(siteId) {
     try {
       const { links } = await api(base)
       error.hidden = true
-      list.replaceChildren(...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
-        ...links.map(linkItem))
+      replaceKeepingFocus(list, [...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
+        ...links.map(linkItem)], () => list.querySelector('button') || name)
     } catch (e) {
       list.replaceChildren(errorBox(e))
     }
