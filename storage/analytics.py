@@ -150,6 +150,13 @@ def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
     return out
 
 
+def own_referrer(q: Params, column: str, domain: str) -> str:
+    """Whether a referrer host (`column`) is the site's `domain` or a subdomain of it: internal navigation,
+    which the referrer lists and breakdown leave out (matched at read time: a site's domain may change)."""
+    d = q.bind(domain.lower())
+    return f"({column} = {d} OR endsWith({column}, concat('.', {d})))"
+
+
 def in_window(q: Params, start: datetime, end: datetime) -> str:
     """`start <= ts < end` on site_events, with the UTC days it spans stated too, for short windows: the
     sorting key holds toDate(ts), and the index analysis does not derive the days from a bound on ts (a

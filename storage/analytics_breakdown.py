@@ -21,6 +21,7 @@ from storage.analytics import (
     goal_condition,
     lookback_start,
     matching_sessions,
+    own_referrer,
     sessions_of,
     where,
 )
@@ -66,8 +67,7 @@ def _key_expr(q: Params, prop: str, domain: str | None = None) -> str:
     if prop.startswith("props:"):
         return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
     if prop == "referrer" and domain:
-        d = q.bind(domain.lower())
-        return f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer)"
+        return f"if({own_referrer(q, 'referrer_host', domain)}, '', referrer)"
     return EVENT_DIMENSION_COLUMNS[prop]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from storage import analytics_days
-from storage.analytics import BUCKET, SHORT_WINDOW, TS, Filters, term, where
+from storage.analytics import BUCKET, SHORT_WINDOW, TS, Filters, own_referrer, term, where
 from storage.clickhouse import AnalyticsStore, Params
 from storage.site_filters import Filter
 
@@ -75,8 +75,7 @@ async def top(store: AnalyticsStore, site_id: str, start: datetime, end: datetim
     key = _TOP_KEY[dim]
     cond += f" AND {key} != ''"
     if dim == "r" and domain:
-        d = q.bind(domain.lower())
-        cond += f" AND referrer_host != {d} AND NOT endsWith(referrer_host, concat('.', {d}))"
+        cond += f" AND NOT {own_referrer(q, 'referrer_host', domain)}"
     listed = (f"SELECT key, c, sum(c) OVER () AS total FROM (SELECT {key} AS key, count() AS c FROM {table} FINAL "
               f"WHERE {cond} GROUP BY key) ORDER BY c DESC, key LIMIT {q.bind(limit, 'UInt32')}")
     rows = await store.query(f"{listed} OFFSET {q.bind(offset, 'UInt64')}", q.params)

@@ -17,6 +17,7 @@ from storage.analytics import (
     SessionStats,
     Totals,
     matching_sessions,
+    own_referrer,
     session_rows,
     sessions_of,
     where,
@@ -63,9 +64,8 @@ async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: date
     cond = where(q, table, site_id, start, end, lists) + analytics_days.other_days(q, start, end, listed)
     referrer, own = "referrer_host", "0"
     if domain:
-        d = q.bind(domain.lower())
-        own = f"(key = {d} OR endsWith(key, concat('.', {d})))"
-        referrer = f"if(referrer_host = {d} OR endsWith(referrer_host, concat('.', {d})), '', referrer_host)"
+        own = own_referrer(q, "key", domain)
+        referrer = f"if({own_referrer(q, 'referrer_host', domain)}, '', referrer_host)"
     counted = ""
     if listed:  # k 3 is the series
         series_dim, bucket = analytics_days.SERIES_ROWS[interval]
