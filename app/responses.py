@@ -77,3 +77,13 @@ class SiteError(Exception):
 
     def response(self) -> web.Response:
         return json_response({"error": self.error, **self.extra}, self.status, self.headers)
+
+
+def issue(field: str, message: str) -> dict[str, str]:
+    """One of a site-API 400's `issues`: the field it names ('' for the body as a whole) and what is wrong."""
+    return {"field": field, "message": message}
+
+
+def invalid_payload(issues: list[dict[str, str]]) -> SiteError:
+    """The site API's 400 for a body that decodes but does not hold: {"error": "invalid payload", "issues"}."""
+    return SiteError(400, "invalid payload", issues=issues)

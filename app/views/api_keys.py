@@ -21,7 +21,7 @@ from app.bodies import field_of, read_site_body
 from app.dashboard_session import current_account
 from app.input_rules import decode_json
 from app.keys import SCOPES, create_key
-from app.responses import SiteError, iso_ms, json_response
+from app.responses import SiteError, invalid_payload, iso_ms, issue, json_response
 from app.timestamps import parse_timestamp
 from storage import workspaces as store
 
@@ -51,8 +51,7 @@ def key_json(row: asyncpg.Record) -> dict:
 
 
 def _invalid(field: str, message: str) -> SiteError:
-    """The site API's invalid payload: issues name their field, as ingestion's and the goals' do."""
-    return SiteError(400, "invalid payload", issues=[{"field": field, "message": message}])
+    return invalid_payload([issue(field, message)])
 
 
 def _parse(body: bytes) -> tuple[KeyIn, datetime | None]:

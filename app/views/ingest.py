@@ -24,7 +24,7 @@ from msgspec import Meta
 
 from actors.base import Overloaded, StoreFailed, StoreUnreachable
 from actors.site import SITE_EVENTS, SiteItem
-from app import bots, cors
+from app import bots, cors, responses
 from app.acquisition import acquisition
 from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR, root_app
 from app.auth import ingestion
@@ -32,7 +32,7 @@ from app.bodies import field_of, unreadable
 from app.enrich import country_from_headers, ip_hash, visitor_key
 from app.input_rules import MAX_DEPTH, decode_json, find_nul, nests_deeper
 from app.net import client_ip
-from app.responses import SiteError
+from app.responses import SiteError, issue
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.useragent import Client, device_for, parse_client
 from storage import sites as site_store
@@ -45,7 +45,8 @@ BODY_LIMIT = 32 * 1024
 DEV_WORKSPACE = "default"
 MAX_VIEWPORT = 100_000
 
-Url = Annotated[str, Meta(max_length=2048)]
+MAX_URL = 2048  # characters of a page URL, path or referrer
+Url = Annotated[str, Meta(max_length=MAX_URL)]
 
 
 class SiteEventIn(msgspec.Struct):
@@ -68,12 +69,8 @@ class SiteEventIn(msgspec.Struct):
 _TEXT_FIELDS = ("s", "n", "u", "p", "r", "t", "sid")
 
 
-def issue(field: str, message: str) -> dict[str, str]:
-    return {"field": field, "message": message}
-
-
 def invalid_payload(issues: list[dict[str, str]]) -> SiteError:
-    error = SiteError(400, "invalid payload", issues=issues)
+    error = responses.invalid_payload(issues)
     error.rejected = "invalid"  # counted by ingest()
     return error
 
@@ -121,7 +118,7 @@ def url_path(url: str, *, hash_mode: bool = False) -> str | None:
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if hash_mode and parts.fragment:
         path += f"#{parts.fragment}"
-    return path[:2048]
+    return path[:MAX_URL]
 
 
 _ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")

@@ -20,15 +20,15 @@ from aiohttp import web
 from app.appkeys import POOL
 from app.auth import ingestion
 from app.input_rules import decode_json
+from app.responses import issue
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.views import ingest
-from app.views.ingest import SiteEventIn, invalid_payload, issue
+from app.views.ingest import MAX_URL, SiteEventIn, invalid_payload
 from app.views.sites import normalize_domain, site_id_for
 from storage import sites as site_store
 
 # Plausible's tracker names an outbound click this way; Tally's built-in name for it is `outbound`.
 NAME_MAP = {"Outbound Link: Click": "outbound"}
-MAX_URL = 2048
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 # (long name, short name): Plausible accepts either spelling of each field.

@@ -21,7 +21,7 @@ from app.bodies import read_site_body
 from app.dashboard_session import check_password, hash_password
 from app.input_rules import storable_text
 from app.net import base_url, client_ip
-from app.responses import SiteError, iso_ms, json_response
+from app.responses import SiteError, invalid_payload, iso_ms, issue, json_response
 from app.shared_access import access_cookie, access_value, shared_link, unlocked
 from app.views.pages import static_page
 from app.views.sites import path_site
@@ -85,18 +85,16 @@ async def _fields(request: web.Request) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         raise SiteError(400, "invalid json") from None
     if not isinstance(data, dict):
-        raise SiteError(400, "invalid payload", issues=[{"field": "", "message": "expected a JSON object"}])
+        raise invalid_payload([issue("", "expected a JSON object")])
     unknown = sorted(set(data) - {"name", "password"})
     if unknown:
-        raise SiteError(400, "invalid payload", issues=[{"field": f, "message": "unknown field"} for f in unknown])
+        raise invalid_payload([issue(f, "unknown field") for f in unknown])
     name, password = data.get("name"), data.get("password")
     if name is not None and (not isinstance(name, str) or not storable_text(name) or len(name.strip()) > MAX_NAME):
-        raise SiteError(400, "invalid payload",
-                        issues=[{"field": "name", "message": f"a string of at most {MAX_NAME} characters"}])
+        raise invalid_payload([issue("name", f"a string of at most {MAX_NAME} characters")])
     if password is not None and (not isinstance(password, str) or not storable_text(password)
                                  or not MIN_PASSWORD <= len(password) <= MAX_PASSWORD):
-        raise SiteError(400, "invalid payload", issues=[
-            {"field": "password", "message": f"a string of {MIN_PASSWORD} to {MAX_PASSWORD} characters"}])
+        raise invalid_payload([issue("password", f"a string of {MIN_PASSWORD} to {MAX_PASSWORD} characters")])
     if "name" in data:
         data["name"] = (name or "").strip() or DEFAULT_NAME
     return data
