@@ -130,19 +130,18 @@ class Actor:
         try:
             yield conn
         except Exception as exc:
-            broken = not isinstance(exc, (*POSTGRES_UNREACHABLE, asyncpg.PostgresError)) and await _broken(conn)
-            if broken:
-                with contextlib.suppress(Exception):
-                    conn.terminate()  # never reused; asyncpg gives its pool holder back itself
+            if isinstance(exc, (*POSTGRES_UNREACHABLE, asyncpg.PostgresError)) or not await _broken(conn):
+                await self._release(conn)
+                raise
+            # The connection broke under the flush and asyncpg said so as a client error: a server that went
+            # away sent its FATAL (57P01) before closing, and the next operation met the protocol still
+            # consuming it ("cannot switch to state 21; another operation (2) is in progress"). An outage,
+            # answered 503, not a crash; the connection is never reused (asyncpg gives its holder back itself).
+            with contextlib.suppress(Exception):
+                conn.terminate()
             await self._release(conn)
-            if broken:
-                # The connection broke under the flush and asyncpg said so as a client error: a server that went
-                # away sent its FATAL (57P01) before closing, and the next operation met the protocol still
-                # consuming it ("cannot switch to state 21; another operation (2) is in progress"). An outage,
-                # answered 503, not a crash.
-                raise asyncpg.ConnectionDoesNotExistError(
-                    f"the connection to PostgreSQL broke during the flush ({type(exc).__name__})") from exc
-            raise
+            raise asyncpg.ConnectionDoesNotExistError(
+                f"the connection to PostgreSQL broke during the flush ({type(exc).__name__})") from exc
         except BaseException:
             await self._release(conn)
             raise
