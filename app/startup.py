@@ -83,14 +83,15 @@ async def check_redis(redis: Redis, url: str) -> None:
 
     try:
         await redis.ping()
+        return
     except AuthenticationError as exc:  # a ConnectionError to redis-py, but the server did answer
-        raise ConfigError(f"REDIS_URL: {redis_place(url)} answered, but not as a Redis this configuration can use: "
-                          f"{exc}") from None
+        refusal = exc
     except (RedisConnectionError, RedisTimeoutError, OSError):
         return
     except RedisError as exc:
-        raise ConfigError(f"REDIS_URL: {redis_place(url)} answered, but not as a Redis this configuration can use: "
-                          f"{exc}") from None
+        refusal = exc
+    raise ConfigError(f"REDIS_URL: {redis_place(url)} answered, but not as a Redis this configuration can use: "
+                      f"{refusal}") from None
 
 
 def redis_place(url: str) -> str:
