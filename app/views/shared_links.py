@@ -156,7 +156,7 @@ async def share_page(request: web.Request) -> web.Response:
     access cookie is there."""
     link = await shared_link(request, request.match_info["token"])
     if link is None:
-        return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
+        return _not_shared()
     if not unlocked(request, link):
         return _password_page(link, 200)
     page = static_page("share.html").decode()
@@ -169,7 +169,7 @@ async def unlock(request: web.Request) -> web.Response:
     back to the page (303); a wrong one shows the form again (401). Attempts are rate-limited per address."""
     link = await shared_link(request, request.match_info["token"])
     if link is None:
-        return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
+        return _not_shared()
     ip = client_ip(request, request.config_dict[SETTINGS].trusted_proxies)
     verdict = await request.config_dict[LIMITER].hit(f"share-password:{ip}", PASSWORD_LIMITS)
     if not verdict.allowed:
@@ -185,6 +185,11 @@ async def unlock(request: web.Request) -> web.Response:
         response.set_cookie(access_cookie(link), access_value(request, link), max_age=ACCESS_MAX_AGE, path="/",
                             httponly=True, samesite="Lax", secure=base_url(request).startswith("https://"))
     return response
+
+
+def _not_shared() -> web.Response:
+    """The page of an unknown or revoked token."""
+    return web.Response(status=404, text=NOT_SHARED_PAGE, content_type="text/html", headers=PAGE_HEADERS)
 
 
 def _password_page(link, status: int, error: str = "") -> web.Response:
