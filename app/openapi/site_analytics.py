@@ -23,6 +23,7 @@ _NARROWING = [
     query("country", {"type": "string"}, description="exact two-letter code"),
     _FILTER,
 ]
+_OFFSET = query("offset", {"type": "integer", "minimum": 0, "default": 0})
 
 
 def _limit(default: int, maximum: int) -> dict:
@@ -42,7 +43,7 @@ _TOP = {"type": "object", "required": ["data", "total"],
 
 
 def _top(summary: str) -> dict:
-    return _get(summary, [_limit(20, 100), query("offset", {"type": "integer", "minimum": 0, "default": 0}),
+    return _get(summary, [_limit(20, 100), _OFFSET,
                           query("eventName", {"type": "string", "default": "pageview"})],
                 json_body(_TOP))
 
@@ -66,7 +67,7 @@ PATHS = {
         [query("property", {"type": "string"}, True, f"{', '.join(BREAKDOWN_PROPERTIES)} or props:<key>"),
          query("metrics", {"type": "string", "default": "visitors"},
                description=f"comma list of {', '.join(METRICS)}"),
-         _limit(20, 1000), query("offset", {"type": "integer", "minimum": 0, "default": 0}), _FILTER],
+         _limit(20, 1000), _OFFSET, _FILTER],
         json_body({"type": "object", "required": ["data", "property", "metrics"], "properties": {
             "data": {"type": "array", "items": {"type": "object"}}, "property": {"type": "string"},
             "metrics": {"type": "array", "items": {"type": "string"}}, "limit": {"type": "integer"},
@@ -80,7 +81,7 @@ PATHS = {
     ),
     "/api/analytics/property-keys": _get(
         "Custom property keys of the matching events, most used first (what props:<key> breakdowns can name)",
-        [_limit(20, 100), query("offset", {"type": "integer", "minimum": 0, "default": 0}), _FILTER],
+        [_limit(20, 100), _OFFSET, _FILTER],
         json_body({"type": "object", "required": ["data", "limit"], "properties": {
             "data": {"type": "array", "items": {"type": "object", "required": ["key", "events"], "properties": {
                 "key": {"type": "string"}, "events": {"type": "integer"}}}},
@@ -91,7 +92,7 @@ PATHS = {
     "/api/analytics/top-countries": _top("Top countries"),
     "/api/analytics/events": _get(
         "Stored events, newest first, under the overview's filters",
-        [_EVENT, *_NARROWING, _limit(50, 500), query("offset", {"type": "integer", "minimum": 0, "default": 0})],
+        [_EVENT, *_NARROWING, _limit(50, 500), _OFFSET],
         json_body({"type": "object", "required": ["events", "total", "limit", "offset"], "properties": {
             "events": {"type": "array", "items": ref("StoredEvent")}, "total": {"type": "integer"},
             "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
