@@ -71,8 +71,6 @@ function sharedHeader(domain) {
     h('span', { class: 'badge', text: 'shared, read-only' })))
 }
 
-// `shared`: {domain} on a shared link's page, which reads with the link's token (api.js) and offers no
-// export, goal management, shared links or links to the signed-in pages.
 // The active filters as chips, each removable, with "Clear all" beside two or more: the overview's, and the
 // event log's, which lists what they match.
 export function activeFilters(chips, state, changed) {
@@ -88,6 +86,8 @@ export function activeFilters(chips, state, changed) {
   chips.hidden = !(legacy.length + terms.length)
 }
 
+// `shared`: {domain} on a shared link's page, which reads with the link's token (api.js) and offers no
+// export, goal management, shared links or links to the signed-in pages.
 export function renderOverview(container, siteId, { shared = null } = {}) {
   const state = readState()
   const controls = h('div', { class: 'row controls' })
