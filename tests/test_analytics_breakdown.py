@@ -164,15 +164,20 @@ async def test_bad_breakdown_parameters_are_400(client, site):
         assert (status, body["error"]) == (400, error)
 
 
-async def test_goals_in_breakdowns_and_filters(client, site, database_url):
+async def _add_goals(database_url: str, site_id: str) -> None:
+    """The site's two goals: the signup event and a visit to /pricing."""
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
-                           f"g1-{site.site_id}", site.site_id)
+                           f"g1-{site_id}", site_id)
         await conn.execute("INSERT INTO goals (id, site_id, goal_type, page_path) VALUES ($1, $2, 'page', '/pricing')",
-                           f"g2-{site.site_id}", site.site_id)
+                           f"g2-{site_id}", site_id)
     finally:
         await conn.close()
+
+
+async def test_goals_in_breakdowns_and_filters(client, site, database_url):
+    await _add_goals(database_url, site.site_id)
     base = [("siteId", site.site_id), ("range", "24h")]
     _, goals = await get(client, "breakdown", [*base, ("property", "goal"),
                                                ("metrics", "visitors,events,conversion_rate")])
@@ -211,14 +216,7 @@ async def test_goals_in_breakdowns_and_filters(client, site, database_url):
 async def test_goal_breakdown_and_property_keys_page_with_limit_and_offset(client, site, database_url):
     """The goal breakdown and the property keys take limit and offset as every list does: the goals came
     whole whatever the limit and offset the answer echoed, and property-keys ignored offset."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute("INSERT INTO goals (id, site_id, goal_type, event_name) VALUES ($1, $2, 'event', 'signup')",
-                           f"g1-{site.site_id}", site.site_id)
-        await conn.execute("INSERT INTO goals (id, site_id, goal_type, page_path) VALUES ($1, $2, 'page', '/pricing')",
-                           f"g2-{site.site_id}", site.site_id)
-    finally:
-        await conn.close()
+    await _add_goals(database_url, site.site_id)
     base = [("siteId", site.site_id), ("range", "24h")]
     _, goals = await get(client, "breakdown", [*base, ("property", "goal"), ("limit", "1"), ("offset", "1")])
     assert (goals["data"], goals["limit"], goals["offset"]) == ([{"key": "signup", "visitors": 1}], 1, 1)

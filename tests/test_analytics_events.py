@@ -200,24 +200,30 @@ async def test_workspaces_see_only_their_own_numbers(client, site, database_url,
 
 # --- CSV formula injection (issue 10, item 6) ----------------------------------------------------------
 
-async def test_export_csv_neutralises_formulas_in_visitor_values(client, database_url, workspace, login):
-    from datetime import UTC, datetime
-
+async def _site_with_events(database_url: str, workspace: str, events: list[tuple]) -> str:
+    """A new site of the workspace holding these events (tests.analytics_support.insert_events rows)."""
     from tests.analytics_support import insert_events
 
-    await login()
     conn = await asyncpg.connect(database_url)
     try:
         await init_connection(conn)
         site_id, _, ws = await create_site(conn, workspace)
-        now = datetime.now(UTC)
-        await insert_events(conn, site_id, ws, [
-            ("evt_formula1", "=HYPERLINK(\"http://evil.example\",\"x\")", "+1+2", "-2+3", "US", "ip", "@SUM(A1)",
-             now, {"k": "=1"}),
-            ("evt_formula0", "\tcmd", "\r=1", "plain, text", "DE", "ip", "s-ok", now, None),
-        ])
+        await insert_events(conn, site_id, ws, events)
     finally:
         await conn.close()
+    return site_id
+
+
+async def test_export_csv_neutralises_formulas_in_visitor_values(client, database_url, workspace, login):
+    from datetime import UTC, datetime
+
+    await login()
+    now = datetime.now(UTC)
+    site_id = await _site_with_events(database_url, workspace, [
+        ("evt_formula1", "=HYPERLINK(\"http://evil.example\",\"x\")", "+1+2", "-2+3", "US", "ip", "@SUM(A1)",
+         now, {"k": "=1"}),
+        ("evt_formula0", "\tcmd", "\r=1", "plain, text", "DE", "ip", "s-ok", now, None),
+    ])
     resp = await client.get("/api/analytics/export", params={"siteId": site_id})
     assert resp.status == 200
     text = await resp.text()
@@ -243,20 +249,12 @@ async def test_export_csv_props_are_json_text_of_any_type(client, database_url, 
     and the string "=1+1" as a formula to defuse."""
     from datetime import UTC, datetime, timedelta
 
-    from tests.analytics_support import insert_events
-
     await login()
     values = [{"plan": "pro"}, [1, "a"], "3.5", 3.5, -2, True, "=1+1", "x, \"y\""]
-    conn = await asyncpg.connect(database_url)
-    try:
-        await init_connection(conn)
-        site_id, _, ws = await create_site(conn, workspace)
-        now = datetime.now(UTC)
-        await insert_events(conn, site_id, ws, [
-            (f"evt_props{i}", "custom", "/", None, "US", "ip", "s", now - timedelta(seconds=i), value)
-            for i, value in enumerate(values)])
-    finally:
-        await conn.close()
+    now = datetime.now(UTC)
+    site_id = await _site_with_events(database_url, workspace, [
+        (f"evt_props{i}", "custom", "/", None, "US", "ip", "s", now - timedelta(seconds=i), value)
+        for i, value in enumerate(values)])
     resp = await client.get("/api/analytics/export", params={"siteId": site_id})
     table = list(csv.reader(io.StringIO(await resp.text())))
     cells = {row[0]: row[-1] for row in table[1:]}

@@ -155,8 +155,9 @@ async def test_stripe_key_without_refunds_access_keeps_customers_and_charges_and
     assert (await client.get("/v1/users/cus_1", headers=bearer(key))).status == 200
 
 
-@pytest.mark.parametrize("action", ["delete", "pause"])
-async def test_delete_or_pause_during_a_sync_stops_it(client, make_key, stripe, action):
+async def _sync_between_pages(client, make_key, stripe) -> tuple:
+    """A Stripe source whose first sync has read its customers and waits at its charges' gate: (the fake,
+    an admin key, the created source)."""
     fake, url = stripe
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     fake.charges_gate = asyncio.Event()
@@ -164,6 +165,12 @@ async def test_delete_or_pause_during_a_sync_stops_it(client, make_key, stripe, 
     created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
                                          "options": {"base_url": url}})
     await asyncio.wait_for(fake.charges_asked.wait(), 30)  # the sync is between its two pages
+    return fake, key, created
+
+
+@pytest.mark.parametrize("action", ["delete", "pause"])
+async def test_delete_or_pause_during_a_sync_stops_it(client, make_key, stripe, action):
+    fake, key, created = await _sync_between_pages(client, make_key, stripe)
     assert (await client.get(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 200
     if action == "delete":
         assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 204
@@ -301,13 +308,7 @@ async def test_secrets_never_reach_logs_responses_or_the_row(client, make_key, s
 async def test_resume_during_a_sync_does_not_let_a_second_run_start(client, make_key, stripe):
     """Pause and resume while a sync is between pages: the run still holds the source, so "sync now" is a 409,
     not a second run reading from the same cursor (every charge imported twice)."""
-    fake, url = stripe
-    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
-    fake.charges_gate = asyncio.Event()
-    key = await make_key("admin,read")
-    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
-                                         "options": {"base_url": url}})
-    await asyncio.wait_for(fake.charges_asked.wait(), 30)  # the sync is between its two pages
+    fake, key, created = await _sync_between_pages(client, make_key, stripe)
     path = f"/v1/data-sources/{created['id']}"
     assert (await client.post(f"{path}/pause", headers=bearer(key))).status == 200
     assert (await client.post(f"{path}/resume", headers=bearer(key))).status == 200

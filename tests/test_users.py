@@ -1,11 +1,14 @@
 """POST /v1/identify, GET /v1/users, GET/DELETE /v1/users/{id}."""
 
 import asyncio
+import contextlib
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
-from tests.conftest import bearer
+from storage.events import erasure_lock_key
+from tests.conftest import bearer, connect
 
 
 async def test_identify_creates_then_merges_traits(client, make_key):
@@ -157,6 +160,24 @@ async def test_erasure_racing_with_ingestion_leaves_nothing_received_before_it(c
     assert all(r["received_at"] > erased_at for r in survivors)
 
 
+@contextlib.asynccontextmanager
+async def _erasure_under_way(database_url: str, workspace: str, user_id: str):
+    """An erasure of `user_id` in the workspace's live env, under way: it holds the erasure lock and has written
+    its tombstone, uncommitted. Yields (its connection, the workspace id, its transaction, for the test to
+    commit)."""
+    eraser = await connect(database_url)
+    try:
+        workspace_id = await eraser.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+        tx = eraser.transaction()
+        await tx.start()
+        await eraser.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
+        await eraser.execute("INSERT INTO erasures (workspace_id, env, user_id, erased_at) VALUES ($1, 'live', $2, "
+                             "$3)", workspace_id, user_id, datetime.now(UTC) + timedelta(seconds=30))
+        yield eraser, workspace_id, tx
+    finally:
+        await eraser.close()
+
+
 @pytest.mark.parametrize("sent", [{"user_id": "late"}, {"anonymous_id": "late"}], ids=["user id", "anonymous id"])
 async def test_a_flush_waiting_on_an_erasure_drops_the_ids_events_received_before_it(client, make_key, database_url,
                                                                                      workspace, sent):
@@ -164,21 +185,9 @@ async def test_a_flush_waiting_on_an_erasure_drops_the_ids_events_received_befor
     the erased id received before the erasure and flushed after it is dropped, whether the id is
     its user id or, with no user id, its anonymous id (an anonymous id's events are erased too); an event of
     another user with that anonymous id is not."""
-    from datetime import UTC, datetime, timedelta
-
-    from storage.events import erasure_lock_key
-    from tests.conftest import connect
-
     key = await make_key("read,write,admin")
     await client.post("/v1/events", headers=bearer(key), json={"event": "first", "user_id": "other"})
-    eraser = await connect(database_url)
-    try:
-        workspace_id = await eraser.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
-        tx = eraser.transaction()
-        await tx.start()
-        await eraser.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
-        await eraser.execute("INSERT INTO erasures (workspace_id, env, user_id, erased_at) VALUES ($1, 'live', "
-                             "'late', $2)", workspace_id, datetime.now(UTC) + timedelta(seconds=30))
+    async with _erasure_under_way(database_url, workspace, "late") as (eraser, workspace_id, tx):
         sending = asyncio.create_task(client.post("/v1/events/batch", headers=bearer(key), json={"events": [
             {"event": "in_flight", **sent}, {"event": "kept", "user_id": "someone", "anonymous_id": "late"}]}))
         await asyncio.sleep(0.3)
@@ -188,8 +197,6 @@ async def test_a_flush_waiting_on_an_erasure_drops_the_ids_events_received_befor
         rows = await eraser.fetch("SELECT name, user_id, anonymous_id FROM events WHERE workspace_id = $1 "
                                   "AND name IN ('in_flight', 'kept')", workspace_id)
         assert [tuple(r) for r in rows] == [("kept", "someone", "late")]
-    finally:
-        await eraser.close()
 
 
 async def test_erasing_an_anonymous_id_deletes_its_anonymous_events_everywhere(client, make_key):
@@ -257,23 +264,12 @@ async def test_an_identify_waiting_on_an_erasure_does_not_bring_the_profile_back
                                                                                  workspace, anonymous_id, segment):
     """An identify received before an erasure and flushed after it is dropped, as an event is: its traits (an
     email, say) would otherwise recreate the erased profile, and its merge would move events into it."""
-    from datetime import UTC, datetime, timedelta
-
-    from storage.events import erasure_lock_key
-    from tests.conftest import connect
     from tests.test_segment_api import basic, create_source
 
     key = await make_key("read,write,admin")
     write_key = (await create_source(client, key))["write_key"] if segment else None
     await client.post("/v1/events", headers=bearer(key), json={"event": "seen", "anonymous_id": "anon-late"})
-    eraser = await connect(database_url)
-    try:
-        workspace_id = await eraser.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
-        tx = eraser.transaction()
-        await tx.start()
-        await eraser.execute("SELECT pg_advisory_xact_lock($1, $2)", *erasure_lock_key(workspace_id, "live"))
-        await eraser.execute("INSERT INTO erasures (workspace_id, env, user_id, erased_at) VALUES ($1, 'live', "
-                             "'late', $2)", workspace_id, datetime.now(UTC) + timedelta(seconds=30))
+    async with _erasure_under_way(database_url, workspace, "late") as (eraser, workspace_id, tx):
         body = {"user_id": "late", "traits": {"email": "late@example.com"}}
         if anonymous_id:
             body["anonymous_id"] = anonymous_id
@@ -288,8 +284,6 @@ async def test_an_identify_waiting_on_an_erasure_does_not_bring_the_profile_back
         moved = await eraser.fetchval("SELECT count(*) FROM events WHERE workspace_id = $1 AND user_id = 'late'",
                                       workspace_id)
         assert moved == 0
-    finally:
-        await eraser.close()
 
 
 @pytest.mark.parametrize("name", ["traits[plan]", "trait[plan", "trait[]", "trait", "Trait[plan]",
