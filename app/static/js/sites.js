@@ -97,7 +97,7 @@ function siteCard(site, openSetup, onVerified) {
   })
   return h('li', { class: 'card site', dataset: { site: site.id } },
     h('div', { class: 'row' },
-      h('a', { class: 'site-domain ellipsis', href: `/app/sites/${encodeURIComponent(site.id)}`, text: site.domain }),
+      h('a', { class: 'site-domain', href: `/app/sites/${encodeURIComponent(site.id)}`, title: site.domain, text: site.domain }),
       badge(verified), h('span', { class: 'spacer' }), toggle),
     h('div', { class: 'muted small ellipsis' }, 'Site id ', h('code', { text: site.id })),
     setup,
@@ -179,7 +179,7 @@ export function knownSite(render) {
       }
       container.replaceChildren(
         h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('a', { href: '/app', class: 'muted', text: 'Sites /' }),
-          h('h1', { class: 'ellipsis', text: 'Site not found' }))),
+          h('h1', { class: 'site-title', text: 'Site not found' }))),
         errorBox({ status: 404 }))
     }, (e) => { if (alive) container.replaceChildren(errorBox(e)) })
     return () => {
@@ -191,11 +191,12 @@ export function knownSite(render) {
 
 // Header of a site's pages: domain, verification mark and the page tabs.
 export function siteHeader(siteId, active) {
-  const title = h('h1', { class: 'ellipsis', text: siteId })
+  const title = h('h1', { class: 'site-title', title: siteId, text: siteId })
   const mark = h('span')
   findSite(siteId).then((site) => {
     if (!site) return
     title.textContent = site.domain
+    title.title = site.domain
     mark.replaceWith(badge(isVerified(site)))
   }).catch(() => {})
   const base = `/app/sites/${encodeURIComponent(siteId)}`
