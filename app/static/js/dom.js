@@ -111,5 +111,7 @@ export function errorBox(error) {
     return h('div', { class: 'empty' }, h('p', { text: 'This site does not exist or belongs to another workspace.' }),
       h('a', { href: '/app', text: 'Back to your sites' }))
   }
-  return h('p', { class: 'error', role: 'alert', text: `Could not load: ${error.message || error}` })
+  // Unreachable: its message says it all (api.js's UNREACHABLE).
+  const message = error && error.status === 0 ? error.message : `Could not load: ${(error && error.message) || error}`
+  return h('p', { class: 'error', role: 'alert', text: message })
 }
