@@ -1,6 +1,6 @@
 // Site list: add a site, publish its DNS TXT record and verify it; the shared header of per-site pages.
 import { api, apiResponse, qs } from './api.js'
-import { codeBlock, errorBox, h, snippet } from './dom.js'
+import { codeBlock, customEventsHint, errorBox, h, snippet } from './dom.js'
 
 export const PAGE_SIZE = 50 // what GET /api/sites answers at most (the spec's cap), newest first
 let firstPage = null // {sites, total} of the 50 newest
@@ -85,6 +85,7 @@ function siteCard(site, openSetup, onVerified) {
   const fill = () => setup.replaceChildren(
     h('h4', { text: 'Install the tracker' }),
     codeBlock(snippet(site.id)),
+    customEventsHint(),
     ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
   )
   if (openSetup) fill()
