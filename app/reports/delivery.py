@@ -14,6 +14,7 @@ import aiosmtplib
 import orjson
 
 from app.csv_cells import csv_line
+from app.reports import pdf_text
 from app.reports.runner import Result
 from app.responses import iso_ms
 
@@ -38,7 +39,7 @@ def _text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-PDF_FONT, PDF_BOLD, PDF_SIZE, PDF_PAD = "Helvetica", "Helvetica-Bold", 8, 3
+PDF_SIZE, PDF_PAD = 8, 3
 
 
 def _column_groups(widths: list[float], room: float) -> list[list[int]]:
@@ -56,27 +57,56 @@ def _column_groups(widths: list[float], room: float) -> list[list[int]]:
     return groups
 
 
+class _Cell:
+    """A cell's text as drawn: its font runs (pdf_text), natural width, and what the table is given: the
+    plain string when it is one run of the style's own font and fits, else a Paragraph of font runs."""
+
+    def __init__(self, text: str, fonts: pdf_text.Fonts, bold: bool = False) -> None:
+        from reportlab.pdfbase.pdfmetrics import stringWidth
+
+        self.runs = fonts.runs(text, bold)
+        self.own = (fonts.bold if bold else fonts.regular)[0].name
+        self.width = sum(stringWidth(t, name, PDF_SIZE) for name, t in self.runs)
+
+    def markup(self) -> str:
+        return "".join(
+            t if name == self.own else f'<font name="{name}">{t}</font>'
+            for name, t in ((name, _escape(t)) for name, t in self.runs)
+        )
+
+    def drawn(self, width: float, style: Any) -> Any:
+        from reportlab.platypus import Paragraph
+
+        if len(self.runs) <= 1 and all(name == self.own for name, _ in self.runs) and self.width + 2 * PDF_PAD < width:
+            return self.runs[0][1] if self.runs else ""
+        return Paragraph(self.markup(), style)
+
+
 def to_pdf(title: str, result: Result) -> bytes:
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4, landscape
     from reportlab.lib.styles import getSampleStyleSheet
-    from reportlab.pdfbase.pdfmetrics import stringWidth
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
+    fonts = pdf_text.fonts()
+    regular, bold = fonts.regular[0].name, fonts.bold[0].name
     styles = getSampleStyleSheet()
-    cell_style = styles["Normal"].clone("cell", fontName=PDF_FONT, fontSize=PDF_SIZE, leading=PDF_SIZE + 2)
+    normal = styles["Normal"].clone("normal", fontName=regular)
+    cell_style = normal.clone("cell", fontSize=PDF_SIZE, leading=PDF_SIZE + 2)
+    head_style = cell_style.clone("head", fontName=bold)
     body = result.json()
     rows = body["rows"][:PDF_MAX_ROWS]
     story = [
-        Paragraph(_escape(title), styles["Title"]),
-        Paragraph(f"Generated at {body['generated_at']}", styles["Normal"]),
+        Paragraph(_Cell(title, fonts, bold=True).markup(), styles["Title"].clone("title", fontName=bold)),
+        Paragraph(f"Generated at {body['generated_at']}", normal),
         Spacer(1, 12),
     ]
     if len(body["rows"]) > PDF_MAX_ROWS:
-        story.append(Paragraph(f"First {PDF_MAX_ROWS} of {len(body['rows'])} rows; the CSV format has all.",
-                               styles["Italic"]))
-    columns = [str(c) for c in body["columns"]] or [""]
-    cells = [[_text(v) for v in row] or [""] for row in rows]
+        story.append(
+            Paragraph(f"First {PDF_MAX_ROWS} of {len(body['rows'])} rows; the CSV format has all.", styles["Italic"])
+        )
+    columns = [_Cell(str(c), fonts, bold=True) for c in body["columns"]] or [_Cell("", fonts, bold=True)]
+    cells = [[_Cell(_text(v), fonts) for v in row] or [_Cell("", fonts)] for row in rows]
     out = io.BytesIO()
     doc = SimpleDocTemplate(out, pagesize=landscape(A4), title=title, leftMargin=36, rightMargin=36)
     # Each column as wide as its widest cell; none wider than what is left beside the first column (at most a
@@ -84,28 +114,35 @@ def to_pdf(title: str, result: Result) -> bytes:
     first_cap = doc.width / 3
     widths = []
     for i, name in enumerate(columns):
-        text = max((stringWidth(r[i], PDF_FONT, PDF_SIZE) for r in cells), default=0)
-        natural = max(stringWidth(name, PDF_BOLD, PDF_SIZE), text) + 2 * PDF_PAD + 1
+        text = max((r[i].width for r in cells), default=0)
+        natural = max(name.width, text) + 2 * PDF_PAD + 1
         widths.append(min(natural, first_cap if i == 0 else doc.width - min(widths[0], first_cap)))
     groups = _column_groups(widths, doc.width)
     for n, group in enumerate(groups):
         if len(groups) > 1:
-            story.append(Paragraph(f"Columns {group[1 if len(group) > 1 else 0] + 1} to {group[-1] + 1} of "
-                                   f"{len(columns)}", styles["Italic"]))
-        data = [[columns[i] for i in group]]
-        for row in cells:
-            data.append([r if stringWidth(r, PDF_FONT, PDF_SIZE) + 2 * PDF_PAD < widths[i]
-                         else Paragraph(_escape(r), cell_style) for i, r in ((i, row[i]) for i in group)])
+            story.append(
+                Paragraph(
+                    f"Columns {group[1 if len(group) > 1 else 0] + 1} to {group[-1] + 1} of {len(columns)}",
+                    styles["Italic"],
+                )
+            )
+        data = [[columns[i].drawn(widths[i], head_style) for i in group]]
+        data.extend([row[i].drawn(widths[i], cell_style) for i in group] for row in cells)
         table = Table(data, colWidths=[widths[i] for i in group], repeatRows=1, hAlign="LEFT")
-        table.setStyle(TableStyle([
-            ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8e8e8")),
-            ("FONTNAME", (0, 0), (-1, 0), PDF_BOLD),
-            ("FONTSIZE", (0, 0), (-1, -1), PDF_SIZE),
-            ("LEFTPADDING", (0, 0), (-1, -1), PDF_PAD),
-            ("RIGHTPADDING", (0, 0), (-1, -1), PDF_PAD),
-            ("VALIGN", (0, 0), (-1, -1), "TOP"),
-            ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
-        ]))
+        table.setStyle(
+            TableStyle(
+                [
+                    ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8e8e8")),
+                    ("FONTNAME", (0, 0), (-1, 0), bold),
+                    ("FONTNAME", (0, 1), (-1, -1), regular),
+                    ("FONTSIZE", (0, 0), (-1, -1), PDF_SIZE),
+                    ("LEFTPADDING", (0, 0), (-1, -1), PDF_PAD),
+                    ("RIGHTPADDING", (0, 0), (-1, -1), PDF_PAD),
+                    ("VALIGN", (0, 0), (-1, -1), "TOP"),
+                    ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
+                ]
+            )
+        )
         story.extend([table, Spacer(1, 12)] if n < len(groups) - 1 else [table])
     doc.build(story)
     return out.getvalue()
@@ -119,8 +156,9 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()[:60] or "report"
 
 
-async def build_message(*, sender: str, recipients: list[str], report_name: str, fmt: str, result: Result,
-                        message_id: str) -> EmailMessage:
+async def build_message(
+    *, sender: str, recipients: list[str], report_name: str, fmt: str, result: Result, message_id: str
+) -> EmailMessage:
     msg = EmailMessage()
     # A name may hold line breaks, which a header cannot: they become spaces (the mail library raised).
     msg["Subject"] = "Tally report: " + " ".join(report_name.split())
@@ -130,7 +168,7 @@ async def build_message(*, sender: str, recipients: list[str], report_name: str,
     # Stable per delivery, so a retried send after a crash can be recognised as the same message.
     msg["Message-ID"] = message_id
     msg.set_content(
-        f"Your scheduled report \"{report_name}\" ran at {iso_ms(result.generated_at)} "
+        f'Your scheduled report "{report_name}" ran at {iso_ms(result.generated_at)} '
         f"({len(result.rows)} rows). The result is attached as {fmt.upper()}.\n"
     )
     filename = f"{_slug(report_name)}.{fmt}"

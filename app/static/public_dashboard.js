@@ -149,16 +149,31 @@
     const to = new Date(), from = new Date(to.getTime() - Number(days) * 86400000);
     const query = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), interval });
     const status = document.getElementById("status");
+    const unreachable = "Can't reach the Tally server. Check your connection; the dashboard tries again every minute.";
+    let resp, text;
     try {
-      const resp = await fetch(`${dataUrl}?${query}`, { headers: { Accept: "application/json" } });
-      if (resp.status === 404) {
-        document.getElementById("name").textContent = "Dashboard not found";
-        document.getElementById("charts").replaceChildren();
-        status.textContent = "This dashboard is no longer shared.";
-        return;
-      }
-      if (!resp.ok) throw new Error("HTTP " + resp.status);
-      render(await resp.json());
+      resp = await fetch(`${dataUrl}?${query}`, { headers: { Accept: "application/json" } });
+      text = await resp.text();
+    } catch (err) {
+      // No answer at all: the browser's own words for it ("Failed to fetch") say nothing to a reader.
+      status.textContent = unreachable;
+      return;
+    }
+    if (resp.status === 404) {
+      document.getElementById("name").textContent = "Dashboard not found";
+      document.getElementById("charts").replaceChildren();
+      status.textContent = "This dashboard is no longer shared.";
+      return;
+    }
+    // A proxy in front of a stopped server answers 502-504 with a page of its own: Tally was not reached.
+    const json = /json/.test(resp.headers.get("Content-Type") || "");
+    if (!resp.ok) {
+      status.textContent = resp.status >= 502 && resp.status <= 504 && !json ? unreachable
+        : "Could not load the dashboard (HTTP " + resp.status + "). Retrying shortly.";
+      return;
+    }
+    try {
+      render(JSON.parse(text));
     } catch (err) {
       status.textContent = "Could not load the dashboard (" + err.message + "). Retrying shortly.";
     }

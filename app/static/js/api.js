@@ -7,6 +7,15 @@ export class ApiError extends Error {
   }
 }
 
+// What a user sees when a request gets no answer at all (the server down, the network gone): the browser's
+// own words for it are "Failed to fetch" (a TypeError), which say nothing to a site owner.
+export const UNREACHABLE = "Can't reach the Tally server. Check your connection and try again."
+
+// A request that got no answer: an ApiError of status 0 whose message is UNREACHABLE.
+export function unreachable() {
+  return new ApiError(0, { error: UNREACHABLE })
+}
+
 // On a shared link's page (/share/<token>) every read carries the link's token instead of a session.
 let shareToken = null
 
@@ -32,16 +41,24 @@ export async function apiResponse(path, { method = 'GET', json, form, signal } =
     init.body = new URLSearchParams(form)
   }
   if (shareToken) path += (path.includes('?') ? '&' : '?') + 'auth=' + encodeURIComponent(shareToken)
-  const resp = await fetch(path, init)
-  if (resp.status === 401 && !shareToken) {
-    signIn()
-    throw new ApiError(401, { error: 'unauthorized' })
+  let resp, text
+  try {
+    resp = await fetch(path, init)
+    if (resp.status === 401 && !shareToken) {
+      signIn()
+      throw new ApiError(401, { error: 'unauthorized' })
+    }
+    text = await resp.text() // a connection lost half-way through the body fails here
+  } catch (e) {
+    // An abort the caller asked for (its signal) is not the server's absence.
+    throw e instanceof ApiError || (e && e.name === 'AbortError') ? e : unreachable()
   }
-  const text = await resp.text()
   let body = null
   try {
     body = text ? JSON.parse(text) : null
   } catch (e) {
+    // A proxy in front of a stopped Tally answers 502-504 with a page of its own: Tally was not reached.
+    if (resp.status >= 502 && resp.status <= 504) throw unreachable()
     body = { error: text }
   }
   if (!resp.ok) throw new ApiError(resp.status, body)

@@ -69,8 +69,19 @@ export function ago(iso) {
   return `${Math.floor(s / 3600)}h ago`
 }
 
+// The install snippet: the tracker, and a stub that queues calls made before the deferred script has run
+// (the tracker replays window.tally.q when it loads), as Plausible's snippet does.
+const QUEUE_STUB = '<script>window.tally = window.tally || function () { (window.tally.q = window.tally.q || []).push(arguments) }</script>'
+
 export function snippet(siteId) {
-  return `<script defer src="${location.origin}/tracker.js" data-site="${siteId}"></script>`
+  return `<script defer src="${location.origin}/tracker.js" data-site="${siteId}"></script>\n${QUEUE_STUB}`
+}
+
+// How to send a custom event, in the form that works before the script has loaded too (through the stub).
+export function customEventsHint() {
+  return h('p', { class: 'muted small' },
+    'Custom events: ', h('code', { class: 'custom-event', text: "tally('track', 'signup', { plan: 'pro' })" }),
+    ' (also before the script has loaded). While testing on localhost, add ', h('code', { text: 'data-allow-localhost="true"' }), '.')
 }
 
 // A copyable code block with a Copy button.
@@ -100,9 +111,7 @@ export function trackerHelp(siteId) {
     h('h3', { text: 'No events yet' }),
     h('p', { text: 'Add this snippet to the <head> of every page of your site. Pageviews, SPA navigation and outbound link clicks are tracked automatically:' }),
     codeBlock(snippet(siteId)),
-    h('p', { class: 'muted small' },
-      'Custom events: ', h('code', { text: "tally.track('signup', { plan: 'pro' })" }),
-      '. While testing on localhost, add ', h('code', { text: 'data-allow-localhost="true"' }), '.'),
+    customEventsHint(),
   )
 }
 
@@ -111,5 +120,7 @@ export function errorBox(error) {
     return h('div', { class: 'empty' }, h('p', { text: 'This site does not exist or belongs to another workspace.' }),
       h('a', { href: '/app', text: 'Back to your sites' }))
   }
-  return h('p', { class: 'error', role: 'alert', text: `Could not load: ${error.message || error}` })
+  // Unreachable: its message says it all (api.js's UNREACHABLE).
+  const message = error && error.status === 0 ? error.message : `Could not load: ${(error && error.message) || error}`
+  return h('p', { class: 'error', role: 'alert', text: message })
 }

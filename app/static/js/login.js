@@ -30,7 +30,7 @@ form.addEventListener('submit', async (event) => {
       : `The server could not sign you in (HTTP ${resp.status}). Try again in a moment.`
     error.hidden = false
   } catch (e) {
-    error.textContent = 'The server could not be reached. Try again.'
+    error.textContent = "Can't reach the Tally server. Check your connection and try again."
     error.hidden = false
   } finally {
     button.disabled = false

@@ -60,7 +60,7 @@ document.getElementById('logout').addEventListener('click', async () => {
     return
   }
   const error = document.getElementById('logout-error') || h('span', { id: 'logout-error', class: 'error small', role: 'alert' })
-  error.textContent = status ? `Not signed out: the server answered ${status}. Try again.` : 'Not signed out: the server could not be reached. Try again.'
+  error.textContent = status ? `Not signed out: the server answered ${status}. Try again.` : "Not signed out: can't reach the Tally server. Check your connection and try again."
   document.getElementById('logout').after(error)
 })
 

@@ -67,7 +67,7 @@ export function exportLinks(siteId, { range, eventName = '', path = '', referrer
 
 // The page a shared link opens: its site's name and nothing to navigate to.
 function sharedHeader(domain) {
-  return h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('h1', { class: 'ellipsis', text: domain }),
+  return h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('h1', { class: 'site-title', title: domain, text: domain }),
     h('span', { class: 'badge', text: 'shared, read-only' })))
 }
 

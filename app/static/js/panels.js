@@ -40,11 +40,50 @@ function rowList(rows, columns, { onPick, barOf, labelOf, empty }) {
   return list
 }
 
-function tabBar(tabs, active, onSelect) {
-  return h('div', { class: 'panel-tabs', role: 'tablist' }, tabs.map(([key, label]) => key === null
-    ? h('span', { class: 'tab-group muted small', text: `${label}:` })
-    : h('button', { type: 'button', role: 'tab', class: key === active ? 'ptab active' : 'ptab', 'aria-selected': key === active ? 'true' : 'false',
-      dataset: { tab: key }, text: label, onclick: () => onSelect(key) })))
+// The WAI-ARIA tabs pattern: one tab stop (the selected tab; roving tabindex), Left/Right (wrapping),
+// Home and End move to a tab and select it (selection follows focus), each tab controls the panel's
+// body (`panelId`, a role=tabpanel labelled by the selected tab: see tabPanel). A group label ("UTM:") is
+// hidden from assistive technology: its tabs' names say it ("UTM medium").
+function tabBar(panelId, tabs, active, onSelect, group = '') {
+  const bar = h('div', { class: 'panel-tabs', role: 'tablist' })
+  let prefix = ''
+  for (const [key, label] of tabs) {
+    if (key === null) {
+      prefix = `${label} `
+      bar.append(h('span', { class: 'tab-group muted small', 'aria-hidden': 'true', text: `${label}:` }))
+      continue
+    }
+    const selected = key === active
+    bar.append(h('button', { type: 'button', role: 'tab', id: tabId(panelId, key), class: selected ? 'ptab active' : 'ptab',
+      'aria-selected': String(selected), 'aria-controls': panelId, tabindex: selected ? '0' : '-1',
+      'aria-label': prefix ? prefix + label : null, dataset: { tab: key }, text: label, onclick: () => onSelect(key) }))
+  }
+  if (group) bar.setAttribute('aria-label', group)
+  bar.addEventListener('keydown', (event) => {
+    const all = [...bar.querySelectorAll('[role=tab]')]
+    const at = all.indexOf(event.target)
+    if (at < 0 || event.altKey || event.ctrlKey || event.metaKey) return
+    const to = { ArrowRight: (at + 1) % all.length, ArrowLeft: (at - 1 + all.length) % all.length, Home: 0, End: all.length - 1 }[event.key]
+    if (to === undefined) return
+    event.preventDefault()
+    // Focus first: the selection redraws the bar, and the redraw gives focus to the new twin of this tab.
+    all[to].focus()
+    if (all[to].dataset.tab !== active) onSelect(all[to].dataset.tab)
+  })
+  return bar
+}
+
+const tabId = (panelId, key) => `${panelId}-tab-${key}`
+
+// The panel's body as the tabpanel of its selected tab, or a plain region when the panel shows no tabs.
+function tabPanel(body, panelId, active, tabbed = true) {
+  body.id = panelId
+  if (!tabbed) {
+    for (const name of ['role', 'aria-labelledby']) body.removeAttribute(name)
+    return
+  }
+  body.setAttribute('role', 'tabpanel')
+  body.setAttribute('aria-labelledby', tabId(panelId, active))
 }
 
 // One tabbed breakdown panel. `ctx`: {siteId, state, shared, addFilter(dimension, value)}. Returns {el, load()}.
@@ -56,8 +95,12 @@ function breakdownPanel(spec, ctx) {
   const body = h('div', { class: 'panel-body' })
   const el = h('section', { class: 'card panel', dataset: { panel: spec.id } }, head, body)
 
+  const panelId = `panel-${spec.id}`
   function drawHead() {
-    replaceKeepingFocus(head, [h('h3', { text: spec.title }), tabBar(spec.tabs.filter(([k]) => !hidden.has(k)), active, (k) => { active = k; load() })])
+    const tabs = spec.tabs.filter(([k]) => !hidden.has(k))
+    replaceKeepingFocus(head, [h('h3', { text: spec.title }),
+      tabBar(panelId, tabs, active, (k) => { active = k; load() }, spec.title)])
+    tabPanel(body, panelId, active)
   }
 
   let generation = 0
@@ -120,8 +163,9 @@ function goalsPanel(ctx) {
     const goal = termValue(ctx.state.filters, 'goal')
     if (!goal) active = 'goal'
     replaceKeepingFocus(head, [h('h3', { text: 'Goals' }),
-      ...(goal ? [tabBar([['goal', 'Goals'], ['props', 'Properties']], active, (k) => { active = k; load() })] : []),
+      ...(goal ? [tabBar('panel-goals', [['goal', 'Goals'], ['props', 'Properties']], active, (k) => { active = k; load() }, 'Goals')] : []),
       h('span', { class: 'spacer' }), ...tools])
+    tabPanel(body, 'panel-goals', active, !!goal)
     body.classList.add('loading')
     try {
       if (active === 'goal') {

@@ -1,6 +1,6 @@
 // Site list: add a site, publish its DNS TXT record and verify it; the shared header of per-site pages.
 import { api, apiResponse, qs } from './api.js'
-import { codeBlock, errorBox, h, snippet } from './dom.js'
+import { codeBlock, customEventsHint, errorBox, h, snippet } from './dom.js'
 
 export const PAGE_SIZE = 50 // what GET /api/sites answers at most (the spec's cap), newest first
 let firstPage = null // {sites, total} of the 50 newest
@@ -85,6 +85,7 @@ function siteCard(site, openSetup, onVerified) {
   const fill = () => setup.replaceChildren(
     h('h4', { text: 'Install the tracker' }),
     codeBlock(snippet(site.id)),
+    customEventsHint(),
     ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
   )
   if (openSetup) fill()
@@ -97,7 +98,7 @@ function siteCard(site, openSetup, onVerified) {
   })
   return h('li', { class: 'card site', dataset: { site: site.id } },
     h('div', { class: 'row' },
-      h('a', { class: 'site-domain ellipsis', href: `/app/sites/${encodeURIComponent(site.id)}`, text: site.domain }),
+      h('a', { class: 'site-domain', href: `/app/sites/${encodeURIComponent(site.id)}`, title: site.domain, text: site.domain }),
       badge(verified), h('span', { class: 'spacer' }), toggle),
     h('div', { class: 'muted small ellipsis' }, 'Site id ', h('code', { text: site.id })),
     setup,
@@ -179,7 +180,7 @@ export function knownSite(render) {
       }
       container.replaceChildren(
         h('div', { class: 'page-head' }, h('div', { class: 'row title-row' }, h('a', { href: '/app', class: 'muted', text: 'Sites /' }),
-          h('h1', { class: 'ellipsis', text: 'Site not found' }))),
+          h('h1', { class: 'site-title', text: 'Site not found' }))),
         errorBox({ status: 404 }))
     }, (e) => { if (alive) container.replaceChildren(errorBox(e)) })
     return () => {
@@ -191,11 +192,12 @@ export function knownSite(render) {
 
 // Header of a site's pages: domain, verification mark and the page tabs.
 export function siteHeader(siteId, active) {
-  const title = h('h1', { class: 'ellipsis', text: siteId })
+  const title = h('h1', { class: 'site-title', title: siteId, text: siteId })
   const mark = h('span')
   findSite(siteId).then((site) => {
     if (!site) return
     title.textContent = site.domain
+    title.title = site.domain
     mark.replaceWith(badge(isVerified(site)))
   }).catch(() => {})
   const base = `/app/sites/${encodeURIComponent(siteId)}`
