@@ -206,8 +206,12 @@ export function boot(w = window) {
     w,
   )
   if (!attr('site')) console.warn('tally: data-site is missing')
+  // tally('track', name, props) and the other methods by name; any other string is an event name, as in
+  // Plausible's plausible('Signup', ...): tally('signup', props). Only own methods (not toString).
   const tally = function (method) {
-    if (t[method]) t[method].apply(0, [].slice.call(arguments, 1))
+    const rest = [].slice.call(arguments, 1)
+    if (t.hasOwnProperty(method)) t[method].apply(0, rest)
+    else if (typeof method == 'string') t.track(method, rest[0])
   }
   Object.assign(tally, t)
   w.tally = tally

@@ -558,19 +558,20 @@ describe('script tag (boot)', () => {
     w.tally('track', 'viaCall', { a: 1 })
     w.tally.track('viaMethod', { b: 2 })
     w.tally('identify', { id: 'u1' })
-    w.tally('noSuchMethod', 1) // ignored
+    w.tally('noSuchMethod', 1) // an event name (Plausible's form); props that are no object are none
     assert.deepEqual(
       bodies(w).slice(1).map((b) => [b.n, b.props]),
       [
         ['viaCall', { a: 1 }],
         ['viaMethod', { b: 2 }],
         ['identify', { id: 'u1' }],
+        ['noSuchMethod', {}],
       ],
     )
-    const sid = w.sent[3].body.sid
+    const sid = w.sent[4].body.sid
     w.tally('reset')
     w.tally('track', 'after')
-    assert.notEqual(w.sent[4].body.sid, sid)
+    assert.notEqual(w.sent[5].body.sid, sid)
 
     assert.equal(typeof w.Tally.createTracker, 'function')
     const other = w.Tally.createTracker({ site: 'second', api: 'https://x.example', auto: false })
@@ -608,6 +609,26 @@ describe('script tag (boot)', () => {
       ],
     )
     assert.equal(w.tally.q, undefined, 'the stub is replaced')
+  })
+
+  test("tally('signup', props), Plausible's form, sends that event, queued or not; a non-string sends nothing", () => {
+    const w = fakeWindow({ script: { site: 'abc', auto: 'false' } })
+    w.tally = function () {
+      ;(w.tally.q = w.tally.q || []).push(arguments)
+    }
+    w.tally('signup', { plan: 'pro' })
+    boot(w)
+    w.tally('checkout')
+    w.tally('toString')
+    w.tally(42)
+    assert.deepEqual(
+      bodies(w).map((b) => [b.n, b.props]),
+      [
+        ['signup', { plan: 'pro' }],
+        ['checkout', {}],
+        ['toString', {}],
+      ],
+    )
   })
 
   test('data-hash="true" tracks hash routes', () => {
