@@ -151,10 +151,11 @@ def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
 
 
 def own_referrer(q: Params, column: str, domain: str) -> str:
-    """Whether a referrer host (`column`) is the site's `domain` or a subdomain of it: internal navigation,
-    which the referrer lists and breakdown leave out (matched at read time: a site's domain may change)."""
+    """Whether a referrer host (`column`) is the site's `domain` or a subdomain of it, or this machine (a site
+    tried out on localhost): internal navigation, which the referrer lists and breakdown leave out (matched at
+    read time: a site's domain may change)."""
     d = q.bind(domain.lower())
-    return f"({column} = {d} OR endsWith({column}, concat('.', {d})))"
+    return f"({column} = {d} OR endsWith({column}, concat('.', {d})) OR {column} IN ('localhost', '127.0.0.1'))"
 
 
 def in_window(q: Params, start: datetime, end: datetime) -> str:

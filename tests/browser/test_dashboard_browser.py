@@ -122,12 +122,14 @@ def check_events(events: list[dict], server: LiveServer, site_id: str, visit: di
 
     assert product["path"] == f"/__site__/shop/product?id=7&site={site_id}"
     assert product["title"] == "Product"
-    assert product["referrer"] == REFERRER
+    # A later page of the app names the page before it as its referrer, not the landing's again.
+    assert product["referrer"] == visit["shop"]
     assert long_page["path"] == visit["long_path"]  # the hash-only change sent nothing
+    assert long_page["referrer"] == f"{server.base_url}/__site__/shop/product?id=7&site={site_id}"
 
     signup, = by_name["signup"]
     assert signup["props"] == {"app": "shop", "plan": "pro", "step": 2}  # per-call props win
-    assert signup["path"] == product["path"]
+    assert signup["path"] == product["path"] and signup["referrer"] == product["referrer"]
 
     outbound, = by_name["outbound"]
     assert outbound["props"]["url"] == f"http://localhost:{server.base_url.rsplit(':', 1)[1]}/__site__/landing"
@@ -185,6 +187,9 @@ def test_tracked_visit_shows_up_everywhere(page: Page, live_server, account, scr
     expect(page.locator("[data-panel=sources] button.toprow .key")).to_have_text(["Referral"])
     page.locator("[data-panel=sources] [data-tab=source]").click()
     expect(page.locator("[data-panel=sources] button.toprow .key")).to_have_text(["news.example.org"])
+    # One arrival from the news site: the app's later pages do not count it again.
+    top = page.request.get(f"{live_server.base_url}/api/analytics/top-referrers?siteId={site_id}&range=24h").json()
+    assert [(r["key"], r["count"]) for r in top["data"]] == [("news.example.org", 1)], top
     expect(page.locator("[data-panel=devices] button.toprow .key")).to_have_text(["Chrome"])
     for tab, value in (("os", "Linux"), ("device", "Laptop")):
         page.locator(f"[data-panel=devices] [data-tab={tab}]").click()

@@ -59,8 +59,17 @@ export function createTracker(o, w = window) {
     )
   }
 
+  // The referrer of the page in view: the document's for the first pageview, then the page before it (as
+  // Umami's tracker does), so a single-page app's later pages are not counted as more arrivals from the
+  // landing's referrer; the server leaves the site's own pages out of referrer lists and sources.
+  let ref = doc.referrer
+  let at = ''
   const send = (name, props) => {
     if (!o.site || ignored()) return
+    if (name == 'pageview') {
+      if (at) ref = at
+      at = loc.href
+    }
     const now = Date.now()
     if (!sid || now - last > IDLE_MS) {
       // A tab idle past the server's timeout starts a new visit too, under an id of its own.
@@ -73,7 +82,7 @@ export function createTracker(o, w = window) {
       n: '' + name,
       u: loc.href,
       p: path(loc, o.hash),
-      r: doc.referrer,
+      r: ref,
       t: doc.title,
       w: w.innerWidth,
       props: Object.assign({}, defaults, props),

@@ -271,6 +271,25 @@ describe('automatic pageviews (SPA)', () => {
     assert.equal(w.sent[2].body.u, 'https://shop.example.com/blog/post')
   })
 
+  test("a later page's referrer is the page before it; events carry their page's referrer", () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/', referrer: 'https://www.google.com/' })
+    const t = createTracker({ site: 'site-1', api: API }, w)
+    t.track('signup')
+    w.history.pushState({}, '', '/about')
+    t.track('click')
+    w.history.pushState({}, '', '/blog')
+    assert.deepEqual(
+      bodies(w).map((b) => [b.n, b.p, b.r]),
+      [
+        ['pageview', '/', 'https://www.google.com/'],
+        ['signup', '/', 'https://www.google.com/'],
+        ['pageview', '/about', 'https://shop.example.com/'],
+        ['click', '/about', 'https://shop.example.com/'],
+        ['pageview', '/blog', 'https://shop.example.com/about'],
+      ],
+    )
+  })
+
   test('a page restored from the back/forward cache sends a pageview again', () => {
     // Back to a page kept in the bfcache runs no script: only pageshow (persisted) says it is shown.
     const w = fakeWindow({ url: 'https://shop.example.com/about' })
