@@ -311,3 +311,42 @@ async def test_listing_filters_by_anonymous_id(client, make_key):
         assert resp.status == 400
         error = (await resp.json())["error"]
         assert error["code"] == "invalid_request" and error["fields"][0]["field"] == next(iter(bad))
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("", "blank"), ("   ", "blank"), ("\t\n", "blank"),
+    (" signup", "whitespace"), ("signup ", "whitespace"), ("\tsignup\n", "whitespace"),
+    ("signup\n", "whitespace"),  # `$` matches before a final newline: this one was stored as sent
+])
+async def test_event_names_are_not_trimmed_and_a_blank_one_is_said_to_be(client, make_key, database_url, name, says):
+    """Names are kept as sent (docs/decisions.md): one with whitespace at either end is refused, not trimmed
+    into another name, and a blank one is the spec's 400 saying so, where both got msgspec's regex message."""
+    key = await make_key("read,write")
+    resp = await client.post("/v1/events", headers=bearer(key), json={"event": name, "user_id": "u"})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"][0]["field"] == "event"
+    assert says in error["message"] and says in error["fields"][0]["message"]
+    batch = await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
+        {"event": name, "user_id": "u"}, {"event": "signup", "user_id": "u"}]})
+    body = await batch.json()
+    assert (body["received"], body["failed"]) == (1, 1)
+    assert body["errors"][0]["code"] == "invalid_request" and says in body["errors"][0]["message"]
+    assert [e["event"] for e in (await (await client.get("/v1/events", headers=bearer(key))).json())["data"]] == [
+        "signup"]
+
+
+async def test_segment_names_are_snake_cased_and_a_blank_one_is_segments_400(client, make_key):
+    """Segment's names are free-form and become snake_case as its warehouses name them, which drops the
+    whitespace around them; a blank one is refused in Segment's shape and stores nothing."""
+    from tests.test_segment_api import basic, create_source
+
+    key = await make_key("read,write,admin")
+    write_key = (await create_source(client, key))["write_key"]
+    resp = await client.post("/v1/track", headers=basic(write_key), json={"event": "   ", "userId": "u"})
+    assert resp.status == 400
+    assert await resp.json() == {"code": "invalid_request", "message": "event: the event name is blank"}
+    resp = await client.post("/v1/track", headers=basic(write_key), json={"event": " Order Completed ", "userId": "u"})
+    assert resp.status == 200
+    listed = (await (await client.get("/v1/events", headers=bearer(key))).json())["data"]
+    assert [e["event"] for e in listed] == ["order_completed"]
