@@ -20,7 +20,7 @@ IDENTIFY = "identify"
 SEGMENT = "segment"
 OP_EVENT = "event"  # data: a storage.events.EventRow
 OP_TRAITS = "traits"  # data: (profile id, traits to merge, time, receive time)
-OP_ALIAS = "alias"  # data: (previous id, new id)
+OP_ALIAS = "alias"  # data: (previous id, new id, receive time)
 
 
 def month_start(ts: datetime) -> datetime:
@@ -63,7 +63,7 @@ class WorkspaceActor(Actor):
         records: list[EventRow] = []
         traits: list[tuple[str, dict, datetime, datetime]] = []  # (user id, traits, time, received), in call order
         segment: list[tuple] = []
-        # (anonymous id, user id, received) of identify calls, run as aliases
+        # (previous id, target id, received) of Segment aliases, then of identify calls' anonymous-id merges
         merges: list[tuple[str, str, datetime]] = []
         for msg in batch:
             if msg.kind == EVENTS:
@@ -89,7 +89,7 @@ class WorkspaceActor(Actor):
                     [(s, m, row) for s, m, _, row in _first_of_each(segment)], datetime.now(UTC))
                 return
             async with conn.transaction():
-                aliases = await self._segment_ops(conn, segment, records, traits) if segment else []
+                merges[:0] = await self._segment_ops(conn, segment, records, traits) if segment else []
                 if segment:
                     # The sources' rows before any profile's, as in STORE_EVENTS (whose profile upkeep runs in
                     # the events trigger, after its touch): the other order deadlocked a flush of analytics.js's
@@ -98,25 +98,26 @@ class WorkspaceActor(Actor):
                 if records:
                     await event_store.copy_events(conn, records)
                 if traits or merges:
-                    # Identify calls received before an erasure of their user are dropped, as the events
-                    # trigger drops events: else one waiting in a batch recreates the erased profile.
+                    # Identify calls and aliases received before an erasure of their user (an alias's target)
+                    # are dropped, as the events trigger drops events: else one waiting in a batch recreates
+                    # the erased profile, with its traits or with the events it moves.
                     erased = await user_store.erasures_of(
                         conn, self.workspace_id, self.env, [t[0] for t in traits] + [m[1] for m in merges])
                     traits = [t for t in traits if not _covered(erased, t[0], t[3])]
                     merges = [m for m in merges if not _covered(erased, m[1], m[2])]
                 await user_store.merge_traits(conn, self.workspace_id, self.env, _merged(traits))
-                for previous, target in [*aliases, *((anon, user_id) for anon, user_id, _ in merges)]:
+                for previous, target, _ in merges:
                     await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
 
     async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[EventRow],
-                           traits: list[tuple]) -> list[tuple[str, str]]:
+                           traits: list[tuple]) -> list[tuple[str, str, datetime]]:
         """Claim the messageIds in this transaction and keep only the messages seen for the first time
         (a retried batch, even one racing its first delivery, stores nothing twice). Events join records and
         traits join traits, in call order; aliases are returned to run once the events are stored."""
         segment = _first_of_each(segment)
         fresh = await segment_store.claim_messages(
             conn, [(item[0], item[1]) for item in segment if item[1] is not None], datetime.now(UTC))
-        aliases: list[tuple[str, str]] = []
+        aliases: list[tuple[str, str, datetime]] = []
         for source_id, message_id, op, data in segment:
             if message_id is not None and (source_id, message_id) not in fresh:
                 continue

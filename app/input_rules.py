@@ -8,7 +8,8 @@ rules on /v1, /api and Segment's calls (each API words the answer in its own sha
   encodes jsonb with msgspec, which round-trips them); msgspec's decoder refuses the rest;
 - an id in a URL path that holds U+0000 or a lone surrogate names nothing: 404, before any SQL
   (`storable_path_ids`, checked by the layers of both sub-applications);
-- JSON is UTF-8 (RFC 8259): a body that is not is malformed JSON like any other (`decode_json`).
+- JSON is UTF-8 (RFC 8259): a body that is not is malformed JSON like any other (`decode_json`);
+  one leading byte order mark is skipped, as RFC 8259 lets a parser do (PowerShell and .NET write one).
 
 Also the one parser of integer query parameters."""
 
@@ -24,15 +25,22 @@ NUL_ESCAPE = b"\\u0000"
 
 Problem = tuple[str, Literal["nul", "depth"]]  # (the field's path, what is wrong)
 
+BOM = b"\xef\xbb\xbf"
+
 
 def decode_json(data: bytes | str, type: Any = Any, **options: Any) -> Any:
     """msgspec.json.decode for request input, where text that is not UTF-8 is malformed JSON like a
     syntax error, wherever it is: raised as the msgspec.DecodeError every caller answers with its API's
     400. msgspec itself raises UnicodeDecodeError for such bytes in a string it decodes (a 500) and
-    skips them in fields it ignores or keeps raw; an ASCII body, the usual one, costs one quick scan."""
+    skips them in fields it ignores or keeps raw; an ASCII body, the usual one, costs one quick scan.
+    One leading byte order mark is skipped (RFC 8259 allows it); msgspec refuses it as a syntax error."""
     try:
         if isinstance(data, bytes) and not data.isascii():
+            if data.startswith(BOM):
+                data = data[len(BOM):]
             data.decode()
+        elif isinstance(data, str) and data.startswith("\ufeff"):
+            data = data[1:]
         return msgspec.json.decode(data, type=type, **options)
     except UnicodeError as exc:  # also UnicodeEncodeError: a str holding a lone surrogate
         raise msgspec.DecodeError(f"not UTF-8: {exc.reason}") from None

@@ -88,6 +88,7 @@ _LIST_BASE = (
 _LIST_FILTERS = {
     "event": "name = ${}",
     "user_id": "user_id = ${}",
+    "anonymous_id": "anonymous_id = ${}",
     "from": "ts >= ${}",
     "to": "ts <= ${}",
 }

@@ -193,3 +193,30 @@ def test_a_malformed_limit_is_reported_by_set_plan_with_its_own_usage(cli, works
     done = cli("set-plan", "--workspace", workspace, "--plan", "enterprise", "--limit", "events=fast")
     assert done.returncode == 2 and done.stderr.startswith("usage: tally set-plan "), done.stderr
     assert "argument --limit: limit must look like GROUP=PER_SECOND/PER_MINUTE" in done.stderr
+
+
+@pytest.mark.parametrize(("limit", "says"), [
+    ("events=0/0", "at least 1"), ("events=5/0", "at least 1"), ("events=0/100", "at least 1"),
+    (f"events={2**53 + 1}/{2**53 + 1}", "at most 1000000000"), ("events=10/1000000001", "at most 1000000000"),
+])
+async def test_set_plan_refuses_a_limit_of_zero_or_past_the_bound(cli, client, workspace, limit, says):
+    """events=0/0 blocked every call of the workspace (an operator meaning "no limit" shut it out), and a limit past
+    2^53 made X-RateLimit-Remaining exceed X-RateLimit-Limit (the limiter counts in doubles). Both are exit 2 with
+    the rule, and the plan stays as it was."""
+    key = cli("create-key", "--workspace", workspace, "--scopes", "read,write").stdout.strip()
+    done = cli("set-plan", "--workspace", workspace, "--plan", "enterprise", "--limit", limit)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert done.stderr.startswith("usage: tally set-plan "), done.stderr
+    resp = await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "u"})
+    assert resp.status == 200 and resp.headers["X-RateLimit-Limit"] == "1000"  # still free's allowance
+
+
+async def test_the_largest_limit_keeps_the_rate_limit_headers_consistent(cli, client, workspace):
+    key = cli("create-key", "--workspace", workspace, "--scopes", "read,write").stdout.strip()
+    done = cli("set-plan", "--workspace", workspace, "--plan", "enterprise", "--limit",
+               "events=1000000000/1000000000")
+    assert done.returncode == 0, done.stderr
+    resp = await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "u"})
+    assert resp.status == 200
+    assert resp.headers["X-RateLimit-Limit"] == "1000000000"
+    assert resp.headers["X-RateLimit-Remaining"] == "999999999"

@@ -142,3 +142,16 @@ async def test_a_keyed_request_that_fails_unexpectedly_still_carries_the_rate_li
     assert resp.status == status
     assert (await resp.json())["error"]["code"] == code
     assert all(h in resp.headers for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"))
+
+
+@pytest.mark.parametrize("stored", [2**53 + 1, 2**64 - 1, 10**30])
+async def test_a_limit_stored_past_the_bound_keeps_the_headers_consistent(client, make_key, workspace, database_url,
+                                                                          stored):
+    """Limits set before `tally set-plan` bounded them (at 10^9) are read as the bound: past 2^53 the limiter's
+    double arithmetic made X-RateLimit-Remaining exceed X-RateLimit-Limit."""
+    key = await make_key("read,write")
+    await _set_plan(database_url, workspace, "enterprise", {"events": [stored, stored]})
+    resp = await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "u"})
+    assert resp.status == 200
+    limit, remaining = int(resp.headers["X-RateLimit-Limit"]), int(resp.headers["X-RateLimit-Remaining"])
+    assert (limit, remaining) == (10**9, 10**9 - 1)

@@ -32,6 +32,8 @@ async def test_create_returns_201_with_the_report(client, make_key):
     ({"type": "funnel", "config": {"events": ["a", "b"]}}, "name"),
     ({"name": "x", "type": "pie", "config": {}}, "type"),
     ({"name": "x", "type": "event_volume", "config": {"events": ["Not Snake"]}}, "config.events[0]"),
+    # Python's $ matched before a final newline, so this name was taken and counted nothing.
+    ({"name": "x", "type": "event_volume", "config": {"events": ["signup\n"]}}, "config.events[0]"),
     ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "interval": "minute"}}, "config.interval"),
     ({"name": "x", "type": "funnel", "config": {"events": ["a"]}}, "config.events"),
     ({"name": "x", "type": "funnel", "config": {"events": ["a", "b"], "conversion_window_days": 0}},

@@ -286,6 +286,39 @@ async def test_an_identify_waiting_on_an_erasure_does_not_bring_the_profile_back
         assert moved == 0
 
 
+@pytest.mark.parametrize("previous", ["anonymous events", "a profile"])
+async def test_an_alias_waiting_on_an_erasure_does_not_bring_the_profile_back(client, make_key, database_url,
+                                                                              workspace, previous):
+    """A Segment alias into an id being erased, received before the erasure and flushed after it, is dropped as
+    an identify is: moving the previous id's events (or its profile's traits) into the erased id recreated
+    its profile. The previous id keeps what it had."""
+    from tests.test_segment_api import basic, create_source
+
+    key = await make_key("read,write,admin")
+    write_key = (await create_source(client, key))["write_key"]
+    if previous == "a profile":
+        await client.post("/v1/identify", headers=bearer(key), json={"user_id": "old", "traits": {"email": "o@x.io"}})
+    else:
+        await client.post("/v1/events", headers=bearer(key), json={"event": "seen", "anonymous_id": "old"})
+    async with _erasure_under_way(database_url, workspace, "late") as (eraser, workspace_id, tx):
+        sending = asyncio.create_task(client.post("/v1/alias", headers=basic(write_key),
+                                                  json={"previousId": "old", "userId": "late"}))
+        await asyncio.sleep(0.3)
+        assert not sending.done()  # the flush waits for the erasure
+        await tx.commit()
+        assert (await sending).status == 200
+        assert (await client.get("/v1/users/late", headers=bearer(key))).status == 404
+        moved = await eraser.fetchval("SELECT count(*) FROM events WHERE workspace_id = $1 AND user_id = 'late'",
+                                      workspace_id)
+        assert moved == 0
+    if previous == "a profile":
+        kept = await (await client.get("/v1/users/old", headers=bearer(key))).json()
+        assert kept["traits"] == {"email": "o@x.io"}
+    else:
+        listed = (await (await client.get("/v1/events", headers=bearer(key))).json())["data"]
+        assert [(e["event"], e["user_id"], e["anonymous_id"]) for e in listed] == [("seen", None, "old")]
+
+
 @pytest.mark.parametrize("name", ["traits[plan]", "trait[plan", "trait[]", "trait", "Trait[plan]",
                                   "trait[" + "k" * 256 + "]"])
 async def test_a_trait_filter_that_is_not_trait_key_is_400_not_ignored(client, make_key, name):

@@ -48,6 +48,8 @@ PATHS = {
         "get": {
             "summary": "List events, newest first", "security": KEYED,
             "parameters": [query("event", {"type": "string"}), query("user_id", {"type": "string"}),
+                           query("anonymous_id", {"type": "string"}, description=(
+                               "events sent with this anonymous_id (identified ones too); not in the spec")),
                            query("from", _TS), query("to", _TS), _LIMIT_1000, _CURSOR],
             "responses": {"200": json_body(_page("Event"), headers=RATE_HEADERS),
                           **keyed_errors(400, 401, 403, 429)},

@@ -135,7 +135,7 @@ def to_op(msg: Message, kind: str, source: tuple[str, int, str], batch_sent_at: 
         previous = _id(msg.previousId, "previousId")
         if previous is None or user_id is None:
             raise Invalid("alias needs previousId and userId")
-        return (source_id, message_id, OP_ALIAS, (previous, user_id))
+        return (source_id, message_id, OP_ALIAS, (previous, user_id, received))
     if user_id is None and anonymous_id is None:
         raise Invalid("userId: one of userId or anonymousId is required")
     ts = event_time(msg, batch_sent_at, received)

@@ -23,7 +23,7 @@ Port = Annotated[int, Meta(ge=1, le=65535)]
 # A column or table name, optionally schema-qualified; it is quoted before use in the peer's SQL.
 Ident = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$")]
 Column = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")]
-EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*$")]
+EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*\Z")]  # \Z: app/schemas.py
 PropertyName = Annotated[str, Meta(min_length=1, max_length=128)]
 Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]*)?$")]  # no user:password@
 

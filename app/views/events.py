@@ -100,6 +100,7 @@ async def list_events(request: web.Request) -> web.Response:
     filters = {
         "event": text_param(request, "event"),
         "user_id": text_param(request, "user_id"),
+        "anonymous_id": text_param(request, "anonymous_id"),
         "from": time_param(request, "from"),
         "to": through(to) if to else None,  # inclusive of the millisecond (app/timestamps.py)
     }
