@@ -33,7 +33,7 @@ COUNTRY_HEADERS = (
 )
 # XX: unknown, T1: Tor (Cloudflare); neither is a country.
 NOT_COUNTRIES = frozenset({"XX", "T1", "ZZ", "A1", "A2", "O1", "EU", "AP"})
-_ALPHA2 = re.compile(r"^[A-Za-z]{2}$")
+_ALPHA2 = re.compile(r"^[A-Za-z]{2}\Z")
 
 
 def ip_salt(secret: str) -> bytes:

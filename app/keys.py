@@ -20,7 +20,7 @@ from common.ttl_cache import TTLCache
 from storage import workspaces as store
 from storage.ids import new_id
 
-KEY_RE = re.compile(r"^tally_(live|test)_sk_[A-Za-z0-9_-]{20,100}$")
+KEY_RE = re.compile(r"^tally_(live|test)_sk_[A-Za-z0-9_-]{20,100}\Z")
 SCOPES = ("read", "write", "admin")
 
 

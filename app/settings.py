@@ -69,7 +69,7 @@ def _networks(name: str, raw: str) -> tuple[str, ...]:
     return entries
 
 
-_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.?)+$")
+_HOST_NAME = re.compile(r"^(?=.{1,253}\.?\Z)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.?)+\Z")
 
 
 def _hosts_or_networks(name: str, raw: str) -> tuple[str, ...]:
@@ -87,7 +87,7 @@ def _hosts_or_networks(name: str, raw: str) -> tuple[str, ...]:
 
 
 # The analytics store's rule for its database and cluster names (storage.clickhouse._NAME).
-_CLICKHOUSE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_CLICKHOUSE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
 def _clickhouse_name(name: str, raw: str) -> str:

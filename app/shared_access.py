@@ -24,7 +24,7 @@ from app.responses import SiteError
 from storage import shared_links as store
 
 SHARE_PARAM = "auth"
-TOKEN_FORMAT = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+TOKEN_FORMAT = re.compile(r"^[A-Za-z0-9_-]{16,64}\Z")
 
 
 def shareable(handler: Handler) -> Handler:

@@ -65,6 +65,10 @@ async def test_create_returns_201_with_the_report(client, make_key):
       for to in ("ops@[127.0.0.1]", "ops@[10.0.0.5]", "ops@127.0.0.1", "ops@169.254.169.254", "ops@[IPv6:::1]")],
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["a@example.com"], "format": "xlsx"}},
      "schedule.format"),
+    # A final line break is no part of an address or a property path (a regex's `$` let it through).
+    ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["ops@example.com\n"]}}, "schedule.recipients[0]"),
+    ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "traits.plan\n"}},
+     "config.group_by"),
 ])
 async def test_invalid_bodies_are_400_naming_the_field(client, make_key, body, field):
     key = await make_key("write")

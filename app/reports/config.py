@@ -19,13 +19,13 @@ ReportType = Literal["event_volume", "funnel", "retention", "custom"]
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
 # At a domain name: no address literal ([10.0.0.5]) and no IP address as the domain (its last label would
 # be digits), which would have the mail server connect wherever a tenant says, internal networks included.
-_EMAIL = r"^[^@\s<>,;\x00]+@[^@\s<>,;\x00\[\]]+\.[^0-9@\s<>,;\x00\[\].][^@\s<>,;\x00\[\].]*$"
+_EMAIL = r"^[^@\s<>,;\x00]+@[^@\s<>,;\x00\[\]]+\.[^0-9@\s<>,;\x00\[\].][^@\s<>,;\x00\[\].]*\Z"
 Email = Annotated[str, Meta(max_length=254, pattern=_EMAIL)]
 # "properties.plan" (event property, dots for nesting), "traits.plan" (user trait), or a bare property name;
 # no key may be empty ("traits." would group every event under null). A key may hold spaces ("Plan Type"), but
 # not begin or end with one, which would be a typo grouping every event under null too.
 _KEY = r"[^.\s\x00](?:[^.\x00]*[^.\s\x00])?"
-GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=rf"^{_KEY}(?:\.{_KEY})*$")]
+GroupBy = Annotated[str, Meta(min_length=1, max_length=200, pattern=rf"^{_KEY}(?:\.{_KEY})*\Z")]
 Timestamp = Annotated[datetime, Meta(tz=True, description="ISO 8601 with Z or an offset, or a date alone (UTC "
                                                           "midnight; a `to` covers that instant, not the day)")]
 

@@ -44,7 +44,7 @@ MAX_RETRY_WAIT = 30.0
 USAGE_STOP = 0.9
 # Compound and binary fields cannot be listed in a multi-record query (their parts can).
 UNQUERYABLE = {"address", "location", "base64"}
-RECORD_ID = re.compile(r"^[A-Za-z0-9]{15,18}$")
+RECORD_ID = re.compile(r"^[A-Za-z0-9]{15,18}\Z")
 NEXT_RECORDS = re.compile(rf"^{re.escape(API)}/query/(?P<locator>[A-Za-z0-9-]+)$")
 SOQL = re.compile(r"^\s*SELECT\s+(?P<select>.+?)\s+FROM\s+(?P<object>[A-Za-z][A-Za-z0-9_]*)"
                   r"(?:\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
@@ -208,7 +208,7 @@ class SalesforceConnector(Connector):
             code, message = error_of(body)
             detail = f": {code}" + (f" ({message})" if message else "") if code else f" (HTTP {answer.status_code})"
             raise SourceError(f"Salesforce refused the refresh token{detail}")
-        if not re.match(r"^https?://[^\s/?#]+/?$", instance):
+        if not re.match(r"^https?://[^\s/?#]+/?\Z", instance):
             raise SourceError("Salesforce's token answer named no usable instance_url")
         return token, instance
 

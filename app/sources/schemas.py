@@ -21,11 +21,11 @@ TABLE_TYPES = (*SQL_TYPES, "bigquery", "snowflake", "salesforce")
 Text = Annotated[str, Meta(min_length=1, max_length=1024)]
 Port = Annotated[int, Meta(ge=1, le=65535)]
 # A column or table name, optionally schema-qualified; it is quoted before use in the peer's SQL.
-Ident = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$")]
-Column = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")]
+Ident = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?\Z")]
+Column = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}\Z")]
 EventName = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[a-z][a-z0-9_]*\Z")]  # \Z: app/schemas.py
 PropertyName = Annotated[str, Meta(min_length=1, max_length=128)]
-Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]*)?$")]  # no user:password@
+Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]*)?\Z")]  # no user:password@
 
 
 def _fail(field: str, message: str) -> ValueError:
@@ -35,7 +35,7 @@ def _fail(field: str, message: str) -> ValueError:
 
 class Schedule(msgspec.Struct, forbid_unknown_fields=True):
     frequency: Literal["hourly", "daily", "weekly"] = "daily"
-    time: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")] = "00:00"
+    time: Annotated[str, Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]\Z")] = "00:00"
 
 
 class CreateIn(msgspec.Struct):
@@ -101,7 +101,7 @@ class SnowflakeCredentials(Secret):
     secret_fields: ClassVar[tuple[str, ...]] = ("password",)
     # An account identifier (`xy12345.eu-west-1`, `myorg-myaccount`): it becomes the first labels of the
     # host name, so nothing that could end or redirect a URL's authority (`/`, `?`, `#`, `@`, `:`).
-    account: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")]
+    account: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}\Z")]
     warehouse: Text
     database: Text
     username: Text
@@ -110,7 +110,7 @@ class SnowflakeCredentials(Secret):
 
 class StripeCredentials(Secret):
     secret_fields: ClassVar[tuple[str, ...]] = ("api_key",)
-    api_key: Annotated[str, Meta(pattern=r"^(sk|rk)_(live|test)_[A-Za-z0-9]{4,}$")]
+    api_key: Annotated[str, Meta(pattern=r"^(sk|rk)_(live|test)_[A-Za-z0-9]{4,}\Z")]
 
 
 class OAuthCredentials(Secret):
@@ -150,7 +150,7 @@ class SegmentCredentials(Secret):
 
     secret_fields: ClassVar[tuple[str, ...]] = ("write_key",)
     # Printable ASCII without ':' (it is the HTTP Basic user name) or spaces.
-    write_key: Annotated[str, Meta(min_length=8, max_length=200, pattern=r"^[!-9;-~]+$")] | None = None
+    write_key: Annotated[str, Meta(min_length=8, max_length=200, pattern=r"^[!-9;-~]+\Z")] | None = None
 
 
 CREDENTIALS: dict[str, type[msgspec.Struct]] = {

@@ -29,7 +29,7 @@ from storage import sites as site_store
 
 # Plausible's tracker names an outbound click this way; Tally's built-in name for it is `outbound`.
 NAME_MAP = {"Outbound Link: Click": "outbound"}
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
+_CURRENCY = re.compile(r"^[A-Z]{3}\Z")
 
 # (long name, short name): Plausible accepts either spelling of each field.
 _ALIASES = (("name", "n"), ("url", "u"), ("domain", "d"), ("referrer", "r"), ("props", "p"),

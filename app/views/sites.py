@@ -31,7 +31,7 @@ RECORD_PREFIX = "tally-verify"
 MAX_SITES = 50
 TOTAL_HEADER = "X-Total-Count"
 DOH_TIMEOUT = aiohttp.ClientTimeout(total=5)
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 

@@ -20,7 +20,7 @@ from storage import events as event_store
 from storage import users as user_store
 
 log = logging.getLogger("tally.users")
-_TRAIT = re.compile(r"^trait\[(.{1,255})\]$")
+_TRAIT = re.compile(r"^trait\[(.{1,255})\]\Z")
 
 
 @requires("write", "identify")
