@@ -34,3 +34,18 @@ async def test_served_document_is_openapi_31(client):
     doc = await resp.json()
     assert doc["openapi"].startswith("3.1")
     assert "/v1/events" in doc["paths"]
+
+
+def _patterns(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items()
+                for p in ([v] if k == "pattern" and isinstance(v, str) else _patterns(v))]
+    return [p for v in node for p in _patterns(v)] if isinstance(node, list) else []
+
+
+def test_patterns_are_ecma_regexes():
+    """The validators end their patterns in Python's \\Z; JSON Schema's (ECMA) regexes have no \\Z anchor, so
+    the document writes `$`, which is the end there."""
+    patterns = _patterns(document())
+    assert "^[a-z][a-z0-9_]*$" in patterns  # the event name, generated from the reports' Structs
+    assert [p for p in patterns if "\\Z" in p] == []

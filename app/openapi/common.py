@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -65,3 +67,15 @@ SCHEMAS = {
     },
     "Cursor": {"type": ["string", "null"]},
 }
+
+
+def ecma_patterns(schema: Any) -> Any:
+    """`schema` with each pattern's closing `\\Z` written `$`: the validators end patterns in `\\Z` (Python's `$`
+    also matches before a final line break), JSON Schema's regexes are ECMA's, where `$` is the end and `\\Z` is
+    no anchor."""
+    if isinstance(schema, dict):
+        return {k: (v[:-2] + "$" if k == "pattern" and isinstance(v, str) and v.endswith("\\Z") else ecma_patterns(v))
+                for k, v in schema.items()}
+    if isinstance(schema, list | tuple):
+        return type(schema)(ecma_patterns(v) for v in schema)
+    return schema

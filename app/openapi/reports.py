@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.openapi.common import KEYED, RATE_HEADERS, json_body, keyed_errors, path_param, query, ref
+from app.openapi.common import KEYED, RATE_HEADERS, ecma_patterns, json_body, keyed_errors, path_param, query, ref
 from app.reports.config import (
     CustomConfig,
     EventVolumeConfig,
@@ -16,7 +16,7 @@ from app.reports.config import (
 )
 
 _STRUCTS = (ReportIn, ReportPatch, Schedule, EventVolumeConfig, FunnelConfig, RetentionConfig, CustomConfig)
-_, _GENERATED = msgspec.json.schema_components(_STRUCTS, ref_template="#/components/schemas/{name}")
+_, _GENERATED = ecma_patterns(msgspec.json.schema_components(_STRUCTS, ref_template="#/components/schemas/{name}"))
 _TS = {"type": "string", "format": "date-time"}
 _NULL_TS = {"type": ["string", "null"], "format": "date-time"}
 _ID = path_param("id")
