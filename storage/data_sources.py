@@ -90,32 +90,30 @@ async def claim_manual(
 
 
 # Segment sources receive calls instead of syncing: the runner never picks them up.
-DUE = """
-SELECT id FROM data_sources
-WHERE status <> 'paused' AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
-  AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
-ORDER BY next_sync_at NULLS FIRST
-LIMIT $1
+CLAIM_NEXT_DUE = f"""
+UPDATE data_sources
+SET status = CASE WHEN status = 'testing' THEN 'testing' ELSE 'syncing' END,
+    lease_until = now() + make_interval(secs => $1)
+WHERE id = (
+    SELECT id FROM data_sources
+    WHERE status <> 'paused' AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
+      AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
+      AND id <> ALL($2::text[]) AND workspace_id <> ALL($3::bigint[])
+    ORDER BY next_sync_at NULLS FIRST, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING {RUNNABLE}
 """
 
 
-async def due(conn: asyncpg.Connection, limit: int) -> list[str]:
-    """Sources whose scheduled sync is due, and those whose runner died (expired lease)."""
-    return [r["id"] for r in await conn.fetch(DUE, limit)]
-
-
-async def claim_due(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> asyncpg.Record | None:
-    """Lease a due source. A source still 'testing' stays so (its check has not passed yet)."""
-    return await conn.fetchrow(
-        f"""UPDATE data_sources
-            SET status = CASE WHEN status = 'testing' THEN 'testing' ELSE 'syncing' END,
-                lease_until = now() + make_interval(secs => $2)
-            WHERE id = $1 AND status <> 'paused' AND type <> 'segment'
-              AND (lease_until IS NULL OR lease_until < now())
-              AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
-            RETURNING {RUNNABLE}""",
-        source_id, lease_seconds,
-    )
+async def claim_next_due(
+    conn: asyncpg.Connection, lease_seconds: float, running: list[str], busy_workspaces: list[int]
+) -> asyncpg.Record | None:
+    """Lease the source whose scheduled sync is most overdue (or whose runner died: expired lease), leaving
+    out the sources `running` in this process (a page slower than the lease must not start a second run
+    here) and the workspaces whose share of this process's runs is taken; None when nothing is due. A
+    source still 'testing' stays so (its check has not passed yet). Concurrent claimers skip each other's row."""
+    return await conn.fetchrow(CLAIM_NEXT_DUE, lease_seconds, running, busy_workspaces)
 
 
 async def runnable(conn: asyncpg.Connection, source_id: str) -> asyncpg.Record | None:

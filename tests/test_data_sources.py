@@ -30,6 +30,26 @@ async def wait_status(client, key: str, source_id: str, *wanted: str, tries: int
     raise AssertionError(f"source stayed {body.get('status')} ({body.get('status_reason')}), wanted {wanted}")
 
 
+async def wait_idle(client) -> None:
+    """Wait (bounded) until this process has no data-source run in progress."""
+    from app.sources.runner import RUNNER
+
+    for _ in range(400):
+        if not client.app[RUNNER].running:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("background runs did not finish")
+
+
+async def run_job(client) -> None:
+    """Run the scheduled sync job once, then wait for the runs it started (the job itself does not)."""
+    from app.appkeys import SCHEDULER
+    from app.sources.runner import JOB
+
+    assert await client.app[SCHEDULER].run_now(JOB)
+    await wait_idle(client)
+
+
 async def create(client, key: str, body: dict) -> dict:
     resp = await client.post("/v1/data-sources", json=body, headers=bearer(key))
     assert resp.status == 201, await resp.text()

@@ -9,10 +9,9 @@ import logging
 
 import pytest
 
-from app.sources.runner import RUNNER
 from tests.conftest import bearer
 from tests.fake_peers import FakeHubSpot, FakeStripe, base_url, serve
-from tests.test_data_sources import create, wait_status
+from tests.test_data_sources import create, wait_idle, wait_status
 
 STRIPE_KEY = "sk_test_StripeSecret4242abcd"
 
@@ -81,14 +80,6 @@ async def test_stripe_rejected_key_is_error(client, make_key, stripe):
     # Stripe's own message, passed on by the SDK (Stripe masks the key in it).
     assert body["status_reason"] == ("Stripe rejected the credentials (HTTP 401): "
                                      "Invalid API Key provided: sk_test_****y999")
-
-
-async def wait_idle(client) -> None:
-    for _ in range(400):
-        if not client.app[RUNNER].running:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("background runs did not finish")
 
 
 def refund(n: int, ch: int, created: int, amount: int = 500) -> dict:

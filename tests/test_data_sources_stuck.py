@@ -1,7 +1,7 @@
 """A SQL source whose query never returns (the customer's table locked by a migration, a query that runs for
-hours) ends in `error` within the query wait, and the scheduled job gets on with the other sources: the job
-runs due sources together and runs again only once they are done, so one stuck read held up every
-scheduled sync of every workspace, in every process (the job's lock), for as long as it hung."""
+hours) ends in `error` within the query wait, and the other sources sync: a stuck read held its source, and
+one of the scheduled job's few slots, for as long as it hung (tests/test_data_sources_schedule.py covers a long
+import beside other sources)."""
 
 from __future__ import annotations
 
