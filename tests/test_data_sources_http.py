@@ -308,3 +308,29 @@ async def test_resume_during_a_sync_does_not_let_a_second_run_start(client, make
     await wait_idle(client)
     assert again.status == 409, await again.text()
     assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
+
+
+@pytest.mark.parametrize("outcome", ["fails", "succeeds"])
+async def test_a_run_resumed_mid_sync_ends_as_a_fresh_run_would(client, make_key, stripe, outcome):
+    """Pause and resume while a sync is between pages: the source says `syncing` while the run goes on, and
+    the run ends in `error` with its reason when its next page fails (it stayed `active`, the reason beside
+    it), or `active` with last_synced_at when it succeeds, as a run never paused does."""
+    fake, key, created = await _sync_between_pages(client, make_key, stripe)
+    path = f"/v1/data-sources/{created['id']}"
+    assert (await client.post(f"{path}/pause", headers=bearer(key))).status == 200
+    resumed = await client.post(f"{path}/resume", headers=bearer(key))
+    assert (await resumed.json())["status"] == "syncing"
+    if outcome == "fails":
+        fake.api_key = "sk_test_RolledKey0000"  # the key was rolled meanwhile: Stripe refuses the next page
+    fake.charges_gate.set()
+    await wait_idle(client)
+    body = await (await client.get(path, headers=bearer(key))).json()
+    if outcome == "fails":
+        assert body["status"] == "error", body
+        assert body["status_reason"] == ("Stripe rejected the credentials (HTTP 401): "
+                                         "Invalid API Key provided: sk_test_****abcd")
+        assert body["last_synced_at"] is None
+    else:
+        assert body["status"] == "active" and body["status_reason"] is None, body
+        assert body["last_synced_at"] is not None
+        assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]

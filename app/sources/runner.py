@@ -3,7 +3,8 @@
     (created) -> testing --check fails--> error
     testing --check passes--> syncing --sync ok--> active, or --sync fails--> error
     active/error --schedule or POST .../sync--> syncing --> active (last_synced_at set) or error
-    any --pause--> paused --resume--> active (next sync per schedule)
+    any --pause--> paused --resume--> active (next sync per schedule), or syncing while a run paused between
+    pages goes on (a run ends the source in active or error whatever it was resumed to)
 
 A run holds a lease on the row (lease_until) and extends it with every committed page; a lease left
 by a process that died expires and the scheduled job picks the source up again. Each page's events,
@@ -193,7 +194,9 @@ class SourceRunner:
         except SourceGone:
             return
         except SourcePaused:
-            reason = None
+            async with self.pool.acquire() as conn:
+                await store.stopped_by_pause(conn, source_id)
+            return
         except DestinationRefused:
             reason = REFUSED  # one fixed text, whatever was asked for
         except SourceError as exc:
@@ -206,7 +209,7 @@ class SourceRunner:
             log.error("data source run failed source=%s type=%s\n%s", source_id, kind, text)
         self.metrics.source_runs.labels(kind, "ok" if ok else "error").inc()
         self.metrics.source_rows.labels(kind).inc(rows)
-        if not ok and reason:
+        if not ok:
             log.warning("data source sync failed source=%s type=%s reason=%s", source_id, kind, reason)
         await self._finish(row, ok=ok, reason=reason)
 
