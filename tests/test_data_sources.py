@@ -148,6 +148,13 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
       "options": {"base_url": "http://user:pw@api.example.com"}}, "options.base_url"),
     ({"type": "salesforce", "credentials": {"access_token": "tok", "instance_url": "https://u@acme.example.com"},
       "options": {"table": "Account"}}, "credentials.instance_url"),
+    # U+0000, which the jsonb of options cannot hold (a 500 before) and no peer takes in a credential.
+    ({"type": "postgres", "credentials": SQL, "options": {"query": "select '\u0000'"}}, "options.query"),
+    ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"base_url": "http://h/a\u0000"}},
+     "options.base_url"),
+    ({"type": "postgres", "credentials": SQL, "options": {"table": "t", "properties": {"a\u0000b": "col"}}},
+     "options.properties.'a\\x00b'"),
+    ({"type": "postgres", "credentials": {**SQL, "host": "db\u0000.example.com"}}, "credentials.host"),
 ])
 async def test_validation_names_the_field(client, make_key, body, field):
     key = await make_key("admin,read")
