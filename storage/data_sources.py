@@ -174,6 +174,15 @@ async def advance(
     )
 
 
+async def renew_lease(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> None:
+    """A live run keeps its claim; a lease already released (the run ended) stays released."""
+    await conn.execute(
+        """UPDATE data_sources SET lease_until = now() + make_interval(secs => $2)
+           WHERE id = $1 AND lease_until IS NOT NULL""",
+        source_id, lease_seconds,
+    )
+
+
 async def release_leases(conn: asyncpg.Connection, source_ids: list[str]) -> None:
     """Runs stopped at shutdown give their claim back, so another process may pick the sources up at once."""
     await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", source_ids)

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from app.appkeys import SCHEDULER
-from app.sources.runner import JOB
+from app.sources.runner import JOB, RUNNER, SourceRunner
 from tests.conftest import bearer
 from tests.fake_peers import FakeHubSpot, base_url, serve
 from tests.test_data_sources import create, wait_idle, wait_status
@@ -160,3 +160,40 @@ async def test_one_workspace_cannot_take_every_slot(client, make_key, stripe, hu
     # Each long import ran once: the one charge added since their first sync, once per source.
     assert sorted(e["properties"]["charge_id"] for e in await named(client, busy_key, "charge_succeeded")) == [
         "ch_1", "ch_1", "ch_2", "ch_2"]
+
+
+async def test_a_live_run_keeps_its_lease_so_another_process_does_not_import_it_again(
+        client, make_key, stripe, pool, monkeypatch):  # noqa: F811
+    """A page outlasting the lease (Stripe lists a kind's every page before committing it): the run renews its
+    lease while it lives, so another process's scheduled job does not claim the source and import the same
+    charges a second time."""
+    monkeypatch.setattr("app.sources.runner.HEARTBEAT_SECONDS", 0.05)
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    key = await make_key("admin,read")
+    slow = await stripe_source(client, key, url)
+    await hold_charges(fake)
+    await make_due(pool, slow)
+    await next_tick(client)
+    mine = client.app[RUNNER]
+    other_process = SourceRunner(mine.pool, mine.box, mine.timeout, mine.guard, mine.metrics)
+    try:
+        await asyncio.wait_for(fake.charges_asked.wait(), 30)
+        # As if the lease's time had passed while the page is still read.
+        await pool.execute("UPDATE data_sources SET lease_until = now() - interval '1 second' WHERE id = $1", slow)
+        for _ in range(400):
+            if await pool.fetchval("SELECT lease_until > now() FROM data_sources WHERE id = $1", slow):
+                break
+            await asyncio.sleep(0.05)
+        await other_process.run_due()
+    finally:
+        fake.charges_gate.set()
+        await wait_idle(client)
+        for _ in range(400):  # a run the other process started ends too, before it is stopped
+            if not other_process.running:
+                break
+            await asyncio.sleep(0.05)
+        await other_process.stop()
+    assert (await wait_status(client, key, slow, "active", "error"))["status"] == "active"
+    assert sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")) == [
+        "ch_1", "ch_2"]

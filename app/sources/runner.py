@@ -6,8 +6,8 @@
     any --pause--> paused --resume--> active (next sync per schedule), or syncing while a run paused between
     pages goes on (a run ends the source in active or error whatever it was resumed to)
 
-A run holds a lease on the row (lease_until) and extends it with every committed page; a lease left
-by a process that died expires and the scheduled job picks the source up again. Each page's events,
+A run holds a lease on the row (lease_until), renewed while it runs and with every committed page; a lease
+left by a process that died expires and the scheduled job picks the source up again. Each page's events,
 profile updates and cursor are committed in one transaction that first locks the source row, so a
 source deleted mid-sync imports nothing more and a paused one stops at the next page.
 """
@@ -47,6 +47,10 @@ log = logging.getLogger("tally.sources")
 JOB = "data_source_syncs"
 JOB_SECONDS = 60.0
 LEASE_SECONDS = 900.0
+# A live run renews its lease this often, so that only a dead process's lease expires: a page may take longer
+# than the lease (Stripe lists every page of a kind before committing), and another process would then claim
+# the source and import the same rows again.
+HEARTBEAT_SECONDS = LEASE_SECONDS / 4
 # Scheduled runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace,
 # so that another workspace's due source always finds a slot. Runs started by POST (create, sync now) are apart.
 CONCURRENCY = 4
@@ -164,6 +168,23 @@ class SourceRunner:
             await self._fill()  # the freed slot goes to the next due source
 
     async def _run(self, row: asyncpg.Record) -> None:
+        beat = asyncio.create_task(self._keep_lease(row["id"]), name=f"source-lease:{row['id']}")
+        try:
+            await self._run_leased(row)
+        finally:
+            beat.cancel()
+
+    async def _keep_lease(self, source_id: str) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                async with self.pool.acquire() as conn:
+                    await store.renew_lease(conn, source_id, LEASE_SECONDS)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                # The next beat tries again; the lease lasts several beats.
+                log.warning("data source lease renewal failed source=%s error=%s", source_id, type(exc).__name__)
+
+    async def _run_leased(self, row: asyncpg.Record) -> None:
         source_id, kind = row["id"], row["type"]
         try:
             plain = self.box.open(row["credentials"], source_id)
