@@ -334,3 +334,34 @@ async def test_a_run_resumed_mid_sync_ends_as_a_fresh_run_would(client, make_key
         assert body["status"] == "active" and body["status_reason"] is None, body
         assert body["last_synced_at"] is not None
         assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
+
+
+async def test_stripe_sync_cut_short_keeps_its_pages_and_resumes_below_them(client, make_key, stripe, monkeypatch):
+    """Stripe pages are committed as they are listed (they used to be held in memory until a kind's last page,
+    so a failure after an hour of a big backfill kept nothing), and the next sync lists only below the last
+    page committed: every charge once, a second shared across the cut included."""
+    fake, url = stripe
+    monkeypatch.setattr("app.sources.stripe.PAGE", 2)
+    fake.customers = [customer(1, 1_700_000_000)]
+    fake.charges = [charge(1, 1, 1_700_000_100), charge(2, 1, 1_700_000_200), charge(3, 1, 1_700_000_300),
+                    charge(4, 1, 1_700_000_300), charge(5, 1, 1_700_000_400)]
+    fake.fail_charges_request = 2
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "error" and body["status_reason"] == "Stripe answered HTTP 400: Simulated failure."
+    # The first page (newest first: ch_5, then ch_4 of the second both ch_3 and ch_4 were created in).
+    assert sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")) == [
+        "ch_4", "ch_5"]
+
+    body = await sync_again(client, key, created["id"])
+    assert body["status"] == "active", body
+    ids = sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded"))
+    assert ids == ["ch_1", "ch_2", "ch_3", "ch_4", "ch_5"]
+    # Then incremental from the newest second: a charge in it and a later one, nothing twice.
+    fake.charges += [charge(6, 1, 1_700_000_400), charge(7, 1, 1_700_000_500)]
+    body = await sync_again(client, key, created["id"])
+    ids = sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded"))
+    assert ids == ["ch_1", "ch_2", "ch_3", "ch_4", "ch_5", "ch_6", "ch_7"]
+    assert body["rows_imported"] == 1 + 7

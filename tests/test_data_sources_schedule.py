@@ -164,8 +164,8 @@ async def test_one_workspace_cannot_take_every_slot(client, make_key, stripe, hu
 
 async def test_a_live_run_keeps_its_lease_so_another_process_does_not_import_it_again(
         client, make_key, stripe, pool, monkeypatch):  # noqa: F811
-    """A page outlasting the lease (Stripe lists a kind's every page before committing it): the run renews its
-    lease while it lives, so another process's scheduled job does not claim the source and import the same
+    """A page outlasting the lease (a slow peer: here held between two pages): the run renews its lease while it
+    lives, so another process's scheduled job does not claim the source and import the same
     charges a second time."""
     monkeypatch.setattr("app.sources.runner.HEARTBEAT_SECONDS", 0.05)
     fake, url = stripe

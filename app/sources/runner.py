@@ -48,8 +48,8 @@ JOB = "data_source_syncs"
 JOB_SECONDS = 60.0
 LEASE_SECONDS = 900.0
 # A live run renews its lease this often, so that only a dead process's lease expires: a page may take longer
-# than the lease (Stripe lists every page of a kind before committing), and another process would then claim
-# the source and import the same rows again.
+# than the lease (a slow query, a slow peer), and another process would then claim the source and import the
+# same rows again.
 HEARTBEAT_SECONDS = LEASE_SECONDS / 4
 # Scheduled runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace,
 # so that another workspace's due source always finds a slot. Runs started by POST (create, sync now) are apart.
