@@ -41,11 +41,23 @@ async def wait_idle(client) -> None:
     raise AssertionError("background runs did not finish")
 
 
-async def run_job(client) -> None:
-    """Run the scheduled sync job once, then wait for the runs it started (the job itself does not)."""
+async def park_other_sources(pool, *source_ids: str) -> None:
+    """Pause the sources of other workspaces that no run holds: tests share the database, and the scheduled
+    job is not a workspace's, so an ended test's sources (due again once its runs were stopped) would take
+    this test's slots."""
+    await pool.execute(
+        """UPDATE data_sources SET status = 'paused'
+           WHERE workspace_id NOT IN (SELECT workspace_id FROM data_sources WHERE id = ANY($1))
+             AND (lease_until IS NULL OR lease_until < now())""", list(source_ids))
+
+
+async def run_job(client, pool, *source_ids: str) -> None:
+    """Run the scheduled sync job once for these sources' workspaces, then wait for the runs it started (the
+    job itself does not wait for them)."""
     from app.appkeys import SCHEDULER
     from app.sources.runner import JOB
 
+    await park_other_sources(pool, *source_ids)
     assert await client.app[SCHEDULER].run_now(JOB)
     await wait_idle(client)
 

@@ -13,7 +13,7 @@ from app.appkeys import SCHEDULER
 from app.sources.runner import JOB, RUNNER, SourceRunner
 from tests.conftest import bearer
 from tests.fake_peers import FakeHubSpot, base_url, serve
-from tests.test_data_sources import create, wait_idle, wait_status
+from tests.test_data_sources import create, park_other_sources, wait_idle, wait_status
 from tests.test_data_sources_http import (  # noqa: F401 (fixture)
     STRIPE_KEY,
     charge,
@@ -83,6 +83,7 @@ async def test_a_long_import_does_not_hold_the_next_ticks_sources(client, make_k
     key = await make_key("admin,read")
     slow = await stripe_source(client, key, url)
     other = await hubspot_source(client, key, hub, hub_url)
+    await park_other_sources(pool, slow, other)
 
     await hold_charges(fake)
     await make_due(pool, slow)
@@ -113,6 +114,7 @@ async def test_a_slow_source_past_its_lease_is_not_started_again_beside_itself(c
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     key = await make_key("admin,read")
     slow = await stripe_source(client, key, url)
+    await park_other_sources(pool, slow)
     await hold_charges(fake)
     await make_due(pool, slow)
     first_tick = asyncio.create_task(client.app[SCHEDULER].run_now(JOB))
@@ -142,6 +144,7 @@ async def test_one_workspace_cannot_take_every_slot(client, make_key, stripe, hu
     other_key = await make_key("admin,read", workspace_name=f"other-{busy_key[-8:]}")
     long_ones = [await stripe_source(client, busy_key, url) for _ in range(2)]
     other = await hubspot_source(client, other_key, hub, hub_url)
+    await park_other_sources(pool, *long_ones, other)
 
     await hold_charges(fake)
     hub.contacts.append(contact(8, "2024-02-01T00:00:00Z"))
@@ -172,6 +175,7 @@ async def test_a_live_run_keeps_its_lease_so_another_process_does_not_import_it_
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     key = await make_key("admin,read")
     slow = await stripe_source(client, key, url)
+    await park_other_sources(pool, slow)
     await hold_charges(fake)
     await make_due(pool, slow)
     await next_tick(client)
