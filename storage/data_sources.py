@@ -66,10 +66,12 @@ async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id
 async def resume(
     conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str, next_sync_at: datetime
 ) -> asyncpg.Record | None:
-    """paused -> active with the next sync per schedule; other states are left as they are. The lease stays:
-    a run paused between pages may still hold it, and a second run would import its pages again."""
+    """paused -> active with the next sync per schedule, or -> syncing when a run paused between pages still
+    holds the lease (it goes on, and ends the source as any run does); other states are left as they are.
+    The lease stays with that run: a second one would import its pages again."""
     await conn.execute(
-        """UPDATE data_sources SET status = 'active', next_sync_at = $4
+        """UPDATE data_sources
+           SET status = CASE WHEN lease_until > now() THEN 'syncing' ELSE 'active' END, next_sync_at = $4
            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status = 'paused'""",
         workspace_id, env, source_id, next_sync_at,
     )
@@ -90,32 +92,30 @@ async def claim_manual(
 
 
 # Segment sources receive calls instead of syncing: the runner never picks them up.
-DUE = """
-SELECT id FROM data_sources
-WHERE status <> 'paused' AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
-  AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
-ORDER BY next_sync_at NULLS FIRST
-LIMIT $1
+CLAIM_NEXT_DUE = f"""
+UPDATE data_sources
+SET status = CASE WHEN status = 'testing' THEN 'testing' ELSE 'syncing' END,
+    lease_until = now() + make_interval(secs => $1)
+WHERE id = (
+    SELECT id FROM data_sources
+    WHERE status <> 'paused' AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
+      AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
+      AND id <> ALL($2::text[]) AND workspace_id <> ALL($3::bigint[])
+    ORDER BY next_sync_at NULLS FIRST, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING {RUNNABLE}
 """
 
 
-async def due(conn: asyncpg.Connection, limit: int) -> list[str]:
-    """Sources whose scheduled sync is due, and those whose runner died (expired lease)."""
-    return [r["id"] for r in await conn.fetch(DUE, limit)]
-
-
-async def claim_due(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> asyncpg.Record | None:
-    """Lease a due source. A source still 'testing' stays so (its check has not passed yet)."""
-    return await conn.fetchrow(
-        f"""UPDATE data_sources
-            SET status = CASE WHEN status = 'testing' THEN 'testing' ELSE 'syncing' END,
-                lease_until = now() + make_interval(secs => $2)
-            WHERE id = $1 AND status <> 'paused' AND type <> 'segment'
-              AND (lease_until IS NULL OR lease_until < now())
-              AND (next_sync_at <= now() OR status IN ('testing', 'syncing'))
-            RETURNING {RUNNABLE}""",
-        source_id, lease_seconds,
-    )
+async def claim_next_due(
+    conn: asyncpg.Connection, lease_seconds: float, running: list[str], busy_workspaces: list[int]
+) -> asyncpg.Record | None:
+    """Lease the source whose scheduled sync is most overdue (or whose runner died: expired lease), leaving
+    out the sources `running` in this process (a page slower than the lease must not start a second run
+    here) and the workspaces whose share of this process's runs is taken; None when nothing is due. A
+    source still 'testing' stays so (its check has not passed yet). Concurrent claimers skip each other's row."""
+    return await conn.fetchrow(CLAIM_NEXT_DUE, lease_seconds, running, busy_workspaces)
 
 
 async def runnable(conn: asyncpg.Connection, source_id: str) -> asyncpg.Record | None:
@@ -131,17 +131,29 @@ async def set_syncing(conn: asyncpg.Connection, source_id: str) -> None:
 async def finish(
     conn: asyncpg.Connection, source_id: str, *, ok: bool, reason: str | None, next_sync_at: datetime | None,
 ) -> None:
-    """End a run: release the lease and move testing/syncing to active or error. A source paused
-    meanwhile stays paused; last_synced_at moves only on success."""
+    """End a run: release the lease and move the source to active or error, from whatever status it has
+    (testing, syncing, or active once resumed during the run) but paused: a source paused meanwhile stays
+    paused. last_synced_at moves only on success."""
     await conn.execute(
         """UPDATE data_sources
-           SET status = CASE WHEN status IN ('testing', 'syncing') THEN $2 ELSE status END,
+           SET status = CASE WHEN status = 'paused' THEN status ELSE $2 END,
                status_reason = CASE WHEN status = 'paused' THEN status_reason ELSE $3 END,
                last_synced_at = CASE WHEN $4 THEN now() ELSE last_synced_at END,
                next_sync_at = COALESCE($5, next_sync_at),
                lease_until = NULL
            WHERE id = $1""",
         source_id, "active" if ok else "error", reason, ok, next_sync_at,
+    )
+
+
+async def stopped_by_pause(conn: asyncpg.Connection, source_id: str) -> None:
+    """End a run that found its source paused: release the lease, status and reason as they are, unless the
+    source was resumed since (syncing, for this run): with no run left it is active."""
+    await conn.execute(
+        """UPDATE data_sources SET lease_until = NULL,
+                  status = CASE WHEN status = 'syncing' THEN 'active' ELSE status END
+           WHERE id = $1""",
+        source_id,
     )
 
 
@@ -159,6 +171,15 @@ async def advance(
                   lease_until = now() + make_interval(secs => $4)
            WHERE id = $1""",
         source_id, cursor, rows, lease_seconds,
+    )
+
+
+async def renew_lease(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> None:
+    """A live run keeps its claim; a lease already released (the run ended) stays released."""
+    await conn.execute(
+        """UPDATE data_sources SET lease_until = now() + make_interval(secs => $2)
+           WHERE id = $1 AND lease_until IS NOT NULL""",
+        source_id, lease_seconds,
     )
 
 

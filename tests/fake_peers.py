@@ -24,6 +24,9 @@ class FakeStripe:
     # When set, /v1/charges answers only once the test sets it (to act while a sync is mid-way).
     charges_gate: asyncio.Event | None = None
     charges_asked: asyncio.Event = field(default_factory=asyncio.Event)
+    # When set, the charges request with this number (1 for the first) answers Stripe's 400 error, once.
+    fail_charges_request: int | None = None
+    charges_requests: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -37,6 +40,10 @@ class FakeStripe:
             self.charges_asked.set()
             if self.charges_gate is not None:
                 await self.charges_gate.wait()
+            self.charges_requests += 1
+            if self.charges_requests == self.fail_charges_request:
+                return web.json_response({"error": {"type": "invalid_request_error",
+                                                    "message": "Simulated failure."}}, status=400)
             return await handler(request)
 
         return handle
@@ -65,6 +72,8 @@ class FakeStripe:
             items = sorted(objects(), key=lambda o: (o["created"], o["id"]), reverse=True)  # newest first
             if "created[gte]" in q:
                 items = [o for o in items if o["created"] >= int(q["created[gte]"])]
+            if "created[lte]" in q:
+                items = [o for o in items if o["created"] <= int(q["created[lte]"])]
             if "starting_after" in q:
                 ids = [o["id"] for o in items]
                 items = items[ids.index(q["starting_after"]) + 1:]

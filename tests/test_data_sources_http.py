@@ -9,10 +9,9 @@ import logging
 
 import pytest
 
-from app.sources.runner import RUNNER
 from tests.conftest import bearer
 from tests.fake_peers import FakeHubSpot, FakeStripe, base_url, serve
-from tests.test_data_sources import create, wait_status
+from tests.test_data_sources import create, wait_idle, wait_status
 
 STRIPE_KEY = "sk_test_StripeSecret4242abcd"
 
@@ -81,14 +80,6 @@ async def test_stripe_rejected_key_is_error(client, make_key, stripe):
     # Stripe's own message, passed on by the SDK (Stripe masks the key in it).
     assert body["status_reason"] == ("Stripe rejected the credentials (HTTP 401): "
                                      "Invalid API Key provided: sk_test_****y999")
-
-
-async def wait_idle(client) -> None:
-    for _ in range(400):
-        if not client.app[RUNNER].running:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("background runs did not finish")
 
 
 def refund(n: int, ch: int, created: int, amount: int = 500) -> dict:
@@ -317,3 +308,60 @@ async def test_resume_during_a_sync_does_not_let_a_second_run_start(client, make
     await wait_idle(client)
     assert again.status == 409, await again.text()
     assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
+
+
+@pytest.mark.parametrize("outcome", ["fails", "succeeds"])
+async def test_a_run_resumed_mid_sync_ends_as_a_fresh_run_would(client, make_key, stripe, outcome):
+    """Pause and resume while a sync is between pages: the source says `syncing` while the run goes on, and
+    the run ends in `error` with its reason when its next page fails (it stayed `active`, the reason beside
+    it), or `active` with last_synced_at when it succeeds, as a run never paused does."""
+    fake, key, created = await _sync_between_pages(client, make_key, stripe)
+    path = f"/v1/data-sources/{created['id']}"
+    assert (await client.post(f"{path}/pause", headers=bearer(key))).status == 200
+    resumed = await client.post(f"{path}/resume", headers=bearer(key))
+    assert (await resumed.json())["status"] == "syncing"
+    if outcome == "fails":
+        fake.api_key = "sk_test_RolledKey0000"  # the key was rolled meanwhile: Stripe refuses the next page
+    fake.charges_gate.set()
+    await wait_idle(client)
+    body = await (await client.get(path, headers=bearer(key))).json()
+    if outcome == "fails":
+        assert body["status"] == "error", body
+        assert body["status_reason"] == ("Stripe rejected the credentials (HTTP 401): "
+                                         "Invalid API Key provided: sk_test_****abcd")
+        assert body["last_synced_at"] is None
+    else:
+        assert body["status"] == "active" and body["status_reason"] is None, body
+        assert body["last_synced_at"] is not None
+        assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
+
+
+async def test_stripe_sync_cut_short_keeps_its_pages_and_resumes_below_them(client, make_key, stripe, monkeypatch):
+    """Stripe pages are committed as they are listed (they used to be held in memory until a kind's last page,
+    so a failure after an hour of a big backfill kept nothing), and the next sync lists only below the last
+    page committed: every charge once, a second shared across the cut included."""
+    fake, url = stripe
+    monkeypatch.setattr("app.sources.stripe.PAGE", 2)
+    fake.customers = [customer(1, 1_700_000_000)]
+    fake.charges = [charge(1, 1, 1_700_000_100), charge(2, 1, 1_700_000_200), charge(3, 1, 1_700_000_300),
+                    charge(4, 1, 1_700_000_300), charge(5, 1, 1_700_000_400)]
+    fake.fail_charges_request = 2
+    key = await make_key("admin,read")
+    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
+                                         "options": {"base_url": url}})
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "error" and body["status_reason"] == "Stripe answered HTTP 400: Simulated failure."
+    # The first page (newest first: ch_5, then ch_4 of the second both ch_3 and ch_4 were created in).
+    assert sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")) == [
+        "ch_4", "ch_5"]
+
+    body = await sync_again(client, key, created["id"])
+    assert body["status"] == "active", body
+    ids = sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded"))
+    assert ids == ["ch_1", "ch_2", "ch_3", "ch_4", "ch_5"]
+    # Then incremental from the newest second: a charge in it and a later one, nothing twice.
+    fake.charges += [charge(6, 1, 1_700_000_400), charge(7, 1, 1_700_000_500)]
+    body = await sync_again(client, key, created["id"])
+    ids = sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded"))
+    assert ids == ["ch_1", "ch_2", "ch_3", "ch_4", "ch_5", "ch_6", "ch_7"]
+    assert body["rows_imported"] == 1 + 7

@@ -8,12 +8,10 @@ import logging
 
 import pytest
 
-from app.appkeys import SCHEDULER
-from app.sources.runner import JOB
 from tests.conftest import bearer
 from tests.fake_peers import base_url, serve
 from tests.fake_salesforce import FakeSalesforce
-from tests.test_data_sources import create, wait_status
+from tests.test_data_sources import create, run_job, wait_status
 from tests.test_data_sources_sql import events
 
 OPPORTUNITY = {"Id": "id", "Name": "string", "Amount": "currency", "StageName": "picklist",
@@ -164,13 +162,13 @@ async def test_pause_and_resume_then_a_scheduled_sync(client, make_key, salesfor
     fake.records["Opportunity"].append(opportunity(2, "2024-03-02T10:00:00.000+0000"))
     due = "UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1"
     await pool.execute(due, created["id"])
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     assert (await wait_status(client, admin, created["id"], "paused"))["status"] == "paused"
     assert len(await events(client, admin, "opportunity")) == 1
     resumed = await client.post(f"/v1/data-sources/{created['id']}/resume", headers=bearer(admin))
     assert (await resumed.json())["status"] == "active"
     await pool.execute(due, created["id"])
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     body = await wait_status(client, admin, created["id"], "active")
     assert body["rows_imported"] == 2
     assert len(await events(client, admin, "opportunity")) == 2

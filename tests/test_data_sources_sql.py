@@ -11,11 +11,9 @@ import aiomysql
 import asyncpg
 import pytest
 
-from app.appkeys import SCHEDULER
 from app.crypto import CredentialBox
-from app.sources.runner import JOB
 from tests.conftest import bearer
-from tests.test_data_sources import create, wait_status
+from tests.test_data_sources import create, run_job, wait_status
 
 
 @pytest.fixture
@@ -84,11 +82,11 @@ async def test_postgres_first_sync_then_incremental(client, make_key, scratch_pg
 
     # Scheduled sync: due sources run when the scheduler job runs.
     await add_signups(conn, ("u5", "team", "2024-03-06T10:00:00Z"))
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     assert len(await events(client, key, "signed_up")) == 5  # not due yet (daily at 00:00)
     await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1",
                        created["id"])
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     assert len(await events(client, key, "signed_up")) == 6
     body = await wait_status(client, key, created["id"], "active")
     assert body["rows_imported"] == 6
@@ -125,7 +123,7 @@ async def test_credentials_sealed_under_another_secret_end_in_error(client, make
     await wait_status(client, key, created["id"], "active")
     await pool.execute("UPDATE data_sources SET credentials = $2, next_sync_at = now() - interval '1 minute' "
                        "WHERE id = $1", created["id"], CredentialBox("another-secret").seal(b"{}", created["id"]))
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     body = await wait_status(client, key, created["id"], "error")
     assert "cannot be decrypted" in body["status_reason"]
 
@@ -138,7 +136,7 @@ async def test_credentials_that_decrypt_but_do_not_decode_say_so(client, make_ke
     await pool.execute("UPDATE data_sources SET credentials = $2, next_sync_at = now() - interval '1 minute' "
                        "WHERE id = $1", created["id"],
                        CredentialBox(settings.secret).seal(b'{"host": 5}', created["id"]))
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     body = await wait_status(client, key, created["id"], "error")
     assert body["status_reason"].startswith("the stored credentials are not valid postgres credentials")
 
@@ -161,16 +159,16 @@ async def test_pause_stops_scheduled_syncs_and_resume_restarts_them(client, make
     await add_signups(conn, ("u2", "free", "2024-03-02T10:00:00Z"))
     await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1",
                        created["id"])
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     assert (await wait_status(client, key, created["id"], "paused"))["status"] == "paused"
     assert len(await events(client, key, "signed_up")) == 1
     resumed = await (await client.post(f"/v1/data-sources/{created['id']}/resume", headers=bearer(key))).json()
     assert resumed["status"] == "active"
-    await client.app[SCHEDULER].run_now(JOB)  # next sync per schedule: not yet
+    await run_job(client, pool, created["id"])  # next sync per schedule: not yet
     assert len(await events(client, key, "signed_up")) == 1
     await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1",
                        created["id"])
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     assert len(await events(client, key, "signed_up")) == 2
 
 
@@ -183,7 +181,7 @@ async def test_delete_keeps_imported_events_and_stops_syncs(client, make_key, sc
     assert (await client.delete(f"/v1/data-sources/{created['id']}", headers=bearer(key))).status == 204
     await add_signups(conn, ("u3", "free", "2024-03-03T10:00:00Z"))
     await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute'")
-    await client.app[SCHEDULER].run_now(JOB)
+    await run_job(client, pool, created["id"])
     assert len(await events(client, key, "signed_up")) == 2
     assert (await client.get("/v1/users/u2", headers=bearer(key))).status == 200
     assert await pool.fetchval("SELECT count(*) FROM data_sources WHERE id = $1", created["id"]) == 0

@@ -1,7 +1,7 @@
 """A SQL source whose query never returns (the customer's table locked by a migration, a query that runs for
-hours) ends in `error` within the query wait, and the scheduled job gets on with the other sources: the job
-runs due sources together and runs again only once they are done, so one stuck read held up every
-scheduled sync of every workspace, in every process (the job's lock), for as long as it hung."""
+hours) ends in `error` within the query wait, and the other sources sync: a stuck read held its source, and
+one of the scheduled job's few slots, for as long as it hung (tests/test_data_sources_schedule.py covers a long
+import beside other sources)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import asyncpg
 from app.appkeys import SCHEDULER
 from app.sources.runner import JOB
 from tests.conftest import bearer
-from tests.test_data_sources import create, wait_status
+from tests.test_data_sources import create, park_other_sources, wait_status
 from tests.test_data_sources_sql import (  # noqa: F401 (fixtures)
     MYSQL,
     add_actions,
@@ -32,6 +32,7 @@ WAIT = 1.0  # the query wait, shortened for the test
 async def run_due_job(client, pool, *source_ids: str) -> None:
     await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = ANY($1)",
                        list(source_ids))
+    await park_other_sources(pool, *source_ids)
     # Bounded, so that the job hanging fails the test instead of stalling it.
     await asyncio.wait_for(client.app[SCHEDULER].run_now(JOB), 60)
 

@@ -357,11 +357,13 @@ async def test_source_turns_active_on_first_call_and_follows_deliveries(client, 
     assert sync.status == 409 and "nothing to sync" in (await sync.json())["error"]["message"]
 
 
-async def test_scheduled_runner_leaves_segment_sources_alone(client, make_key):
+async def test_scheduled_runner_leaves_segment_sources_alone(client, make_key, pool):
     from app.sources.runner import RUNNER
+    from tests.test_data_sources import park_other_sources
 
     key = await make_key()
     created = await create_source(client, key)
+    await park_other_sources(pool, created["id"])
     await client.app[RUNNER].run_due()
     assert (await source(client, key, created["id"]))["status"] == "testing"
     assert client.app[RUNNER].running == []

@@ -3,10 +3,11 @@
     (created) -> testing --check fails--> error
     testing --check passes--> syncing --sync ok--> active, or --sync fails--> error
     active/error --schedule or POST .../sync--> syncing --> active (last_synced_at set) or error
-    any --pause--> paused --resume--> active (next sync per schedule)
+    any --pause--> paused --resume--> active (next sync per schedule), or syncing while a run paused between
+    pages goes on (a run ends the source in active or error whatever it was resumed to)
 
-A run holds a lease on the row (lease_until) and extends it with every committed page; a lease left
-by a process that died expires and the scheduled job picks the source up again. Each page's events,
+A run holds a lease on the row (lease_until), renewed while it runs and with every committed page; a lease
+left by a process that died expires and the scheduled job picks the source up again. Each page's events,
 profile updates and cursor are committed in one transaction that first locks the source row, so a
 source deleted mid-sync imports nothing more and a paused one stops at the next page.
 """
@@ -17,6 +18,8 @@ import asyncio
 import contextlib
 import logging
 import traceback
+from collections import Counter
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 
 import asyncpg
@@ -44,6 +47,12 @@ log = logging.getLogger("tally.sources")
 JOB = "data_source_syncs"
 JOB_SECONDS = 60.0
 LEASE_SECONDS = 900.0
+# A live run renews its lease this often, so that only a dead process's lease expires: a page may take longer
+# than the lease (a slow query, a slow peer), and another process would then claim the source and import the
+# same rows again.
+HEARTBEAT_SECONDS = LEASE_SECONDS / 4
+# Scheduled runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace,
+# so that another workspace's due source always finds a slot. Runs started by POST (create, sync now) are apart.
 CONCURRENCY = 4
 
 
@@ -91,13 +100,19 @@ class SourceRunner:
         self.timeout = timeout
         self.guard = guard
         self._tasks: dict[str, asyncio.Task] = {}
+        self._scheduled: dict[str, int] = {}  # source id -> workspace id of the scheduled runs in this process
+        self._filling = asyncio.Lock()  # one claimer at a time counts the free slots
+        self._stopping = False
 
     def start(self) -> None:
         """Nothing runs until a source is launched (POST, or the scheduled job's run_due)."""
 
     def launch(self, source_id: str) -> None:
         """Run a source the caller has already leased, in the background."""
-        task = asyncio.create_task(self.run(source_id), name=f"source:{source_id}")
+        self._start(source_id, self.run(source_id))
+
+    def _start(self, source_id: str, run: Coroutine[object, object, None]) -> None:
+        task = asyncio.create_task(run, name=f"source:{source_id}")
         self._tasks[source_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(source_id, None))
 
@@ -108,6 +123,7 @@ class SourceRunner:
 
     async def stop(self) -> None:
         """Stop runs in progress and release their leases so that the next start resumes them at once."""
+        self._stopping = True  # a run that ends now starts no other
         running = list(self._tasks)
         for task in list(self._tasks.values()):
             task.cancel()
@@ -125,21 +141,50 @@ class SourceRunner:
             await self._run(row)
 
     async def run_due(self) -> None:
-        """The scheduled job: every source whose sync is due (or whose runner died), a few at a time."""
-        async with self.pool.acquire() as conn:
-            due = await store.due(conn, 100)
-        gate = asyncio.Semaphore(CONCURRENCY)
+        """The scheduled job: start the sources whose sync is due (or whose runner died) in the background,
+        at most CONCURRENCY at once in this process, and return without waiting for them. A long import
+        holds its own slot, not the job, so the other sources keep their schedule; a run that ends starts
+        the next due source at once."""
+        await self._fill()
 
-        async def one(source_id: str) -> None:
-            async with gate:
+    async def _fill(self) -> None:
+        async with self._filling:
+            while not self._stopping and len(self._scheduled) < CONCURRENCY:
+                per_workspace = Counter(self._scheduled.values())
+                busy = [w for w, n in per_workspace.items() if n >= max(1, CONCURRENCY - 1)]
                 async with self.pool.acquire() as conn:
-                    row = await store.claim_due(conn, source_id, LEASE_SECONDS)
-                if row is not None:
-                    await self._run(row)
+                    row = await store.claim_next_due(conn, LEASE_SECONDS, list(self._tasks), busy)
+                if row is None:
+                    return
+                self._scheduled[row["id"]] = row["workspace_id"]
+                self._start(row["id"], self._run_scheduled(row))
 
-        await asyncio.gather(*(one(s) for s in due))
+    async def _run_scheduled(self, row: asyncpg.Record) -> None:
+        try:
+            await self._run(row)
+        finally:
+            self._scheduled.pop(row["id"], None)
+        if not self._stopping:
+            await self._fill()  # the freed slot goes to the next due source
 
     async def _run(self, row: asyncpg.Record) -> None:
+        beat = asyncio.create_task(self._keep_lease(row["id"]), name=f"source-lease:{row['id']}")
+        try:
+            await self._run_leased(row)
+        finally:
+            beat.cancel()
+
+    async def _keep_lease(self, source_id: str) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            try:
+                async with self.pool.acquire() as conn:
+                    await store.renew_lease(conn, source_id, LEASE_SECONDS)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                # The next beat tries again; the lease lasts several beats.
+                log.warning("data source lease renewal failed source=%s error=%s", source_id, type(exc).__name__)
+
+    async def _run_leased(self, row: asyncpg.Record) -> None:
         source_id, kind = row["id"], row["type"]
         try:
             plain = self.box.open(row["credentials"], source_id)
@@ -170,7 +215,9 @@ class SourceRunner:
         except SourceGone:
             return
         except SourcePaused:
-            reason = None
+            async with self.pool.acquire() as conn:
+                await store.stopped_by_pause(conn, source_id)
+            return
         except DestinationRefused:
             reason = REFUSED  # one fixed text, whatever was asked for
         except SourceError as exc:
@@ -183,7 +230,7 @@ class SourceRunner:
             log.error("data source run failed source=%s type=%s\n%s", source_id, kind, text)
         self.metrics.source_runs.labels(kind, "ok" if ok else "error").inc()
         self.metrics.source_rows.labels(kind).inc(rows)
-        if not ok and reason:
+        if not ok:
             log.warning("data source sync failed source=%s type=%s reason=%s", source_id, kind, reason)
         await self._finish(row, ok=ok, reason=reason)
 

@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from app.bodies import field_of
-from app.input_rules import decode_json
+from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.responses import invalid
 
 SOURCE_TYPES = ("postgres", "mysql", "bigquery", "snowflake", "redshift", "stripe", "salesforce", "hubspot",
@@ -188,7 +188,7 @@ class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:
     try:
-        return decode_json(raw, type=schema)
+        value = decode_json(raw, type=schema)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         if not field:
@@ -199,6 +199,15 @@ def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:
         raise invalid(f"{name}: {message}", fields=[{"field": name, "message": message}]) from None
     except msgspec.DecodeError:  # the part is JSON (the body decoded), but may hold bytes that are not UTF-8
         raise invalid(f"{prefix}: not valid JSON", fields=[{"field": prefix, "message": "not valid JSON"}]) from None
+    # The body's own check (app/bodies.py) does not look inside these raw parts: options are stored as jsonb,
+    # which cannot hold U+0000 (a 500 before), and no peer takes it in a credential either.
+    found = problem(bytes(raw), value)
+    if found is not None:
+        field, kind = found
+        name = f"{prefix}.{field}" if field else prefix
+        message = "contains U+0000" if kind == "nul" else f"nests deeper than {MAX_DEPTH} levels"
+        raise invalid(f"{name}: {message}", fields=[{"field": name, "message": message}])
+    return value
 
 
 def decode_parts(body: CreateIn) -> tuple[msgspec.Struct, Options]:

@@ -40,7 +40,7 @@ DONE = {"done": True}
 LOST = "the connection to {host}:{port} was lost during the sync"
 # How long one read of a sync (the query's first rows, then each page) may take, as the warehouses' query wait
 # (app/sources/bigquery.py, snowflake.py): a query may run long, but a read that never returns (a table locked
-# by a migration, a peer gone silent) would hold the scheduled job, and every other source's sync, for good.
+# by a migration, a peer gone silent) would hold the source, and one of the scheduled job's slots, for good.
 QUERY_WAIT_SECONDS = 600.0
 STUCK = "the database did not answer the query within {seconds:g}s"
 

@@ -4,7 +4,10 @@ charge_refunded (a refund made after its charge was imported is picked up by its
 
 Incremental by `created`: the cursor keeps, per object, the newest created second and the ids seen in
 it, and the next sync asks for created >= that second and skips those ids (Stripe timestamps are
-whole seconds, so `>` alone could miss objects created in the same second after a sync).
+whole seconds, so `>` alone could miss objects created in the same second after a sync). Stripe lists
+newest first; each page is committed as it comes, with a `partial` mark (the newest object listed, the
+oldest second committed and the ids committed in it), so a sync cut short resumes with created <= that
+second, skipping those ids, rather than listing everything again.
 
 The SDK's aiohttp client runs on the event loop over the network policy's guarded connector, so every
 connection (redirect hops included) is checked as the other HTTP connectors' are.
@@ -99,34 +102,57 @@ class StripeConnector(Connector):
                     ("charges", v1.charges.list_async, self._charges, {}),
                     # The charge, for its customer: a refund names only the charge.
                     ("refunds", v1.refunds.list_async, self._refunds, {"expand": ["data.charge"]})):
-                items, mark = await self._list_new(lister, params, cursor.get(kind))
-                cursor[kind] = mark
-                await self.sink.commit(Batch(**to_batch(items), cursor=dict(cursor)))
-                total += len(items)
+                async for items, mark in self._list_new(lister, params, cursor.get(kind)):
+                    cursor[kind] = mark
+                    await self.sink.commit(Batch(**to_batch(items), cursor=dict(cursor)))
+                    total += len(items)
         return total, cursor
 
     async def _list_new(self, lister: Callable[[dict], Awaitable[stripe.ListObject]], params: dict,
-                        mark: dict | None) -> tuple[list[dict], dict | None]:
+                        mark: dict | None) -> AsyncIterator[tuple[list[dict], dict | None]]:
+        """The objects created since `mark`, a page at a time (newest first, as Stripe lists), each with the
+        mark to store once it is committed: while the listing goes on, the mark keeps where it has got to
+        (`partial`: the newest object listed, and the oldest second committed with the ids committed in it),
+        so a sync cut short resumes below it instead of listing everything again; the last page's mark is
+        the newest second listed with its ids. A kind with nothing new yields one empty page."""
+        mark = dict(mark or {})
+        partial = mark.pop("partial", None) or {}
         params = {**params, "limit": PAGE}
+        created: dict[str, int] = {}
         seen: set[str] = set()
         if mark:
-            params["created"] = {"gte": mark["t"]}
+            created["gte"] = mark["t"]
             seen = set(mark["ids"])
-        items: list[dict] = []
+        top, below = partial.get("top"), partial.get("below")
+        if below:
+            created["lte"] = below["t"]
+            seen |= set(below["ids"])
+        if created:
+            params["created"] = created
         while True:
             page = await self._call(lambda: lister(params))
             data = [o.to_dict() for o in page.data]
-            items.extend(o for o in data if o.get("id") not in seen)
-            if not page.has_more or not data:
-                break
-            params["starting_after"] = data[-1]["id"]
-        if not items:
-            return [], mark
-        newest = max(o["created"] for o in items)
-        ids = [o["id"] for o in items if o["created"] == newest]
-        if mark and mark["t"] == newest:
-            ids += mark["ids"]
-        return items, {"t": newest, "ids": ids}
+            items = [o for o in data if o.get("id") not in seen]
+            for o in items:  # newest first: the top's second comes first, the oldest last
+                if top is None or o["created"] > top["t"]:
+                    top = {"t": o["created"], "ids": [o["id"]]}
+                elif o["created"] == top["t"]:
+                    top["ids"].append(o["id"])
+                if below is None or o["created"] != below["t"]:
+                    below = {"t": o["created"], "ids": [o["id"]]}
+                else:
+                    below["ids"].append(o["id"])
+            if page.has_more and data:
+                params["starting_after"] = data[-1]["id"]
+                yield items, {**mark, "partial": {"top": top, "below": below}}
+                continue
+            if top is None:
+                yield items, mark or None
+            elif mark and mark["t"] == top["t"]:
+                yield items, {"t": top["t"], "ids": top["ids"] + mark["ids"]}
+            else:
+                yield items, top
+            return
 
     @staticmethod
     def _customers(items: list[dict]) -> dict:
