@@ -7,7 +7,7 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping
 
-import orjson
+import msgspec
 from aiohttp import web
 
 from app.appkeys import POOL, SETTINGS
@@ -168,7 +168,7 @@ def _csv_page(rows: list, *, first: bool, last: bool) -> bytes:
     lines = [csv_line(list(EXPORT_COLUMNS))] if first else []
     for event in map(stored_event, rows):
         if isinstance(event["props"], str):  # as JSON text, as props of every other type are (csv_cell)
-            event["props"] = orjson.dumps(event["props"]).decode()
+            event["props"] = msgspec.json.encode(event["props"]).decode()
         lines.append(csv_line([event[c] for c in EXPORT_COLUMNS]))
     return "".join(lines).encode()
 
@@ -177,7 +177,8 @@ def _json_page(rows: list, *, first: bool, last: bool) -> bytes:
     parts = [b"["] if first else []
     for i, row in enumerate(rows):
         event = stored_event(row)
-        parts.append((b"" if first and i == 0 else b",") + orjson.dumps({c: event[c] for c in EXPORT_COLUMNS}))
+        # msgspec, as every /api answer: stored props may hold integers beyond 64 bits, which orjson refuses.
+        parts.append((b"" if first and i == 0 else b",") + msgspec.json.encode({c: event[c] for c in EXPORT_COLUMNS}))
     if last:
         parts.append(b"]")
     return b"".join(parts)
