@@ -282,3 +282,40 @@ async def test_export_serves_props_integers_beyond_64_bits(client, database_url,
     assert resp.status == 200
     text = await resp.text()
     assert f'"props":{{"n":{big},"tags":[{-big}]}}' in text and text.endswith("}]")
+
+
+async def test_export_failing_mid_stream_is_cut_off_not_an_error_page_in_the_file(client, database_url, workspace,
+                                                                                  login, monkeypatch):
+    """Once the 200 and the first rows are sent, a failing page query can only cut the download short (the
+    client sees an incomplete chunked body). It wrote a whole `HTTP/1.1 500` answer into the file's
+    bytes instead, which broke the chunk framing, and a keep-alive client waited on it for minutes."""
+    import asyncio
+
+    from storage import analytics_events as store
+    from tests.site_helpers import post_event, register_site
+
+    await login()
+    site_id, _ = await register_site(database_url, workspace)
+    for i in range(3):
+        assert (await post_event(client, {"s": site_id, "n": f"e{i}"})).status == 202
+    real, pages = store.export_page, []
+
+    async def second_page_fails(conn, *args):
+        pages.append(args)
+        if len(pages) > 1:
+            raise asyncpg.PostgresError("connection lost")
+        return await real(conn, *args)
+
+    monkeypatch.setattr(store, "export_page", second_page_fails)
+    monkeypatch.setattr("app.views.analytics_events.EXPORT_PAGE", 2)
+    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(f"GET /api/analytics/export?siteId={site_id}&range=1h HTTP/1.1\r\nHost: tally\r\n"
+                 f"Cookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
+    raw = await reader.read()  # until the server closes the connection
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"Transfer-Encoding: chunked" in head
+    assert len(pages) == 2 and b",e2," in body and b",e1," in body  # the first page was sent
+    assert b"HTTP/1.1" not in body and b"internal error" not in body
+    assert not body.endswith(b"0\r\n\r\n")  # no last chunk: the client knows the file is incomplete

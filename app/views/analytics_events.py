@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import Iterator, Mapping
 
@@ -25,6 +26,8 @@ from storage import analytics_events as store
 from storage import analytics_lists
 from storage.analytics import Filters
 from storage.site_filters import Filter
+
+log = logging.getLogger("tally.export")
 
 LOG_DEFAULT, LOG_MAX = 50, 500
 EXPORT_DEFAULT, EXPORT_MAX = 10_000, 50_000
@@ -155,13 +158,23 @@ async def export(request: web.Request) -> web.StreamResponse:
                 after = keys[-1]
         except TimeoutError:
             # The client stopped reading: drop the connection rather than wait on it forever.
-            if request.transport is not None:
-                request.transport.abort()
+            _cut_off(request)
             return response
         except ConnectionResetError:
             return response  # the client went away
+        except Exception:
+            # The 200 and some rows are sent: the download can only end short, with no last chunk, so the
+            # client sees it incomplete (an error answer would be written into the file's bytes).
+            log.exception("export failed after its first byte site=%s", site.id)
+            _cut_off(request)
+            return response
     await response.write_eof()
     return response
+
+
+def _cut_off(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
 
 
 def _csv_page(rows: list, *, first: bool, last: bool) -> bytes:
