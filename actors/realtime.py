@@ -51,6 +51,14 @@ class RealtimeSnapshot:
     recent: list[LiveEvent]  # newest first
 
 
+def seconds(now_ms: int, window: int) -> tuple[int, int]:
+    """The window as whole seconds, the current one included: (its first second, the ms it ends before).
+    The counts come from per-second buckets, so the active visitors and recent events are taken over the
+    same seconds, and an event is in all of them or in none."""
+    now_sec = now_ms // 1000
+    return now_sec - window + 1, (now_sec + 1) * 1000
+
+
 def summary(events: int, pageviews: int, pages: Counter, visitors: int, recent: list[LiveEvent],
             window: int) -> RealtimeSnapshot:
     per_minute = 60 / window
@@ -105,17 +113,17 @@ class MemoryRealtime:
         win = self._sites.get(site_id)
         if win is None:
             return summary(0, 0, Counter(), 0, [], window)
-        since_ms = now_ms - window * 1000
-        now_sec = now_ms // 1000
+        first, until_ms = seconds(now_ms, window)
         events = pageviews = 0
         pages: Counter = Counter()
         for sec, (n, pv, paths) in win.buckets.items():
-            if now_sec - window < sec <= now_sec:
+            if first <= sec < until_ms // 1000:
                 events += n
                 pageviews += pv
                 pages.update(paths)
-        visitors = sum(1 for t in win.sessions.values() if since_ms < t <= now_ms)
-        recent = sorted((e for e in reversed(win.recent) if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
+        since_ms = first * 1000
+        visitors = sum(1 for t in win.sessions.values() if since_ms <= t < until_ms)
+        recent = sorted((e for e in reversed(win.recent) if since_ms <= e.at_ms < until_ms), key=lambda e: -e.at_ms)
         return summary(events, pageviews, pages, visitors, recent, window)
 
 
@@ -168,11 +176,11 @@ class RedisRealtime:
             await pipe.execute()
 
     async def snapshot(self, site_id: str, now_ms: int, window: int) -> RealtimeSnapshot:
-        since_ms = now_ms - window * 1000
-        now_sec = now_ms // 1000
+        first, until_ms = seconds(now_ms, window)
+        since_ms = first * 1000
         async with self._redis.pipeline(transaction=False) as pipe:
-            await self._sum(args=[_key(site_id, "b:"), now_sec - window + 1, now_sec], client=pipe)
-            pipe.zcount(_key(site_id, "sessions"), f"({since_ms}", now_ms)
+            await self._sum(args=[_key(site_id, "b:"), first, until_ms // 1000 - 1], client=pipe)
+            pipe.zcount(_key(site_id, "sessions"), since_ms, f"({until_ms}")
             pipe.lrange(_key(site_id, "recent"), 0, RECENT - 1)
             totals, visitors, raw_recent = await pipe.execute()
         events, pageviews = int(totals[0]), int(totals[1])
@@ -184,7 +192,7 @@ class RedisRealtime:
                 pages[page] += int(value)
         visitors = int(visitors)
         recent = [LiveEvent(*orjson.loads(raw)) for raw in raw_recent]
-        recent = sorted((e for e in recent if since_ms < e.at_ms <= now_ms), key=lambda e: -e.at_ms)
+        recent = sorted((e for e in recent if since_ms <= e.at_ms < until_ms), key=lambda e: -e.at_ms)
         return summary(events, pageviews, pages, visitors, recent, window)
 
 

@@ -260,3 +260,62 @@ async def test_export_csv_props_are_json_text_of_any_type(client, database_url, 
     cells = {row[0]: row[-1] for row in table[1:]}
     assert [orjson.loads(cells[f"evt_props{i}"]) for i in range(len(values))] == values
     assert cells["evt_props2"] == '"3.5"' and cells["evt_props3"] == "3.5" and cells["evt_props6"] == '"=1+1"'
+
+
+async def test_export_serves_props_integers_beyond_64_bits(client, database_url, workspace, login):
+    """Ingestion stores any JSON integer in props (as on /v1) and the event log serves it back, but both
+    export formats failed on it mid-stream: one such event from any page cut every export of its site to
+    nothing (a 200 whose chunked body broke off before its first byte)."""
+    from tests.site_helpers import post_event, register_site
+
+    await login()
+    site_id, _ = await register_site(database_url, workspace)
+    big = 123456789012345678901234567890
+    body = b'{"s":"%s","n":"order","props":{"n":%d,"tags":[%d]}}' % (site_id.encode(), big, -big)
+    assert (await post_event(client, body)).status == 202
+    resp = await client.get("/api/analytics/export", params={"siteId": site_id})
+    assert resp.status == 200
+    table = list(csv.reader(io.StringIO(await resp.text())))
+    assert [row[2] for row in table[1:]] == ["order"]
+    assert table[1][-1] == f'{{"n":{big},"tags":[{-big}]}}'
+    resp = await client.get("/api/analytics/export", params={"siteId": site_id, "format": "json"})
+    assert resp.status == 200
+    text = await resp.text()
+    assert f'"props":{{"n":{big},"tags":[{-big}]}}' in text and text.endswith("}]")
+
+
+async def test_export_failing_mid_stream_is_cut_off_not_an_error_page_in_the_file(client, database_url, workspace,
+                                                                                  login, monkeypatch):
+    """Once the 200 and the first rows are sent, a failing page query can only cut the download short (the
+    client sees an incomplete chunked body). It wrote a whole `HTTP/1.1 500` answer into the file's
+    bytes instead, which broke the chunk framing, and a keep-alive client waited on it for minutes."""
+    import asyncio
+
+    from storage import analytics_events as store
+    from tests.site_helpers import post_event, register_site
+
+    await login()
+    site_id, _ = await register_site(database_url, workspace)
+    for i in range(3):
+        assert (await post_event(client, {"s": site_id, "n": f"e{i}"})).status == 202
+    real, pages = store.export_page, []
+
+    async def second_page_fails(conn, *args):
+        pages.append(args)
+        if len(pages) > 1:
+            raise asyncpg.PostgresError("connection lost")
+        return await real(conn, *args)
+
+    monkeypatch.setattr(store, "export_page", second_page_fails)
+    monkeypatch.setattr("app.views.analytics_events.EXPORT_PAGE", 2)
+    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(f"GET /api/analytics/export?siteId={site_id}&range=1h HTTP/1.1\r\nHost: tally\r\n"
+                 f"Cookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
+    raw = await reader.read()  # until the server closes the connection
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"Transfer-Encoding: chunked" in head
+    assert len(pages) == 2 and b",e2," in body and b",e1," in body  # the first page was sent
+    assert b"HTTP/1.1" not in body and b"internal error" not in body
+    assert not body.endswith(b"0\r\n\r\n")  # no last chunk: the client knows the file is incomplete

@@ -55,6 +55,26 @@ async def test_long_field_names_json_props_and_revenue(client, database_url, wor
     assert row["properties"] == {"plan": "pro", "seats": 3, "$revenue_amount": "13.29", "$revenue_currency": "EUR"}
 
 
+@pytest.mark.parametrize("field", ["m", "meta"])
+async def test_the_older_meta_field_carries_props_too(client, database_url, workspace, field):
+    """Plausible's tracker sent custom props as `m` (`meta`, a JSON string) before `p`, and its legacy
+    script still does for plausible('Signup', {meta: {...}}); Plausible reads m, meta, p and props. They
+    were dropped without a word, so a page moved from such a script lost every custom property."""
+    site, domain = await register_site(database_url, workspace)
+    body = {"n": "Signup", "u": f"https://{domain}/join", "d": domain, field: orjson.dumps({"plan": "pro"}).decode()}
+    assert (await send(client, body)).status == 202
+    body = {"n": "Both", "u": f"https://{domain}/join", "d": domain, field: {"plan": "pro", "seats": 1},
+            "p": {"seats": 3}}
+    assert (await send(client, body)).status == 202
+    rows = await stored_events(database_url, site)
+    assert {r["name"]: r["properties"] for r in rows} == {"Signup": {"plan": "pro"},
+                                                          "Both": {"plan": "pro", "seats": 3}}
+    resp = await send(client, {"n": "Bad", "u": f"https://{domain}/", "d": domain, field: "[1]"})
+    assert resp.status == 400
+    assert await resp.json() == {"error": "invalid payload", "issues": [
+        {"field": field, "message": "must be an object or a JSON-encoded object"}]}
+
+
 async def test_outbound_clicks_become_tallys_outbound_event(client, database_url, workspace):
     site, domain = await register_site(database_url, workspace)
     resp = await send(client, {"n": "Outbound Link: Click", "u": f"https://{domain}/", "d": domain,

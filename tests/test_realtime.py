@@ -173,3 +173,19 @@ async def test_redis_merges_buckets_an_older_process_wrote_by_full_path(redis_ur
         assert snap.top_pages == [("/a", 3)]
     finally:
         await redis.aclose()
+
+
+async def test_an_event_at_the_window_edge_is_counted_listed_and_active_alike(rt):
+    """The window is whole seconds: the counts come from per-second buckets, and the active visitors and
+    recent events must cover the same seconds. An event half a second into the second the window just
+    left was still an active visitor and a recent event, while the per-minute counts had dropped it."""
+    client, clock, site = rt
+    clock.advance(timedelta(milliseconds=500))
+    await post_event(client, {"s": site, "n": "pageview", "p": "/edge", "sid": "v1"})
+    clock.advance(timedelta(seconds=59))  # 59 s later, mid-second: inside a 60 s window
+    live = await realtime(client, site, window=60)
+    assert (live["activeVisitors"], live["pageviewsPerMinute"], len(live["recentEvents"])) == (1, 1, 1)
+    clock.advance(timedelta(milliseconds=500))  # the event's second has left the window
+    assert await realtime(client, site, window=60) == {
+        "activeVisitors": 0, "pageviewsPerMinute": 0, "eventsPerMinute": 0, "topActivePages": [],
+        "recentEvents": []}

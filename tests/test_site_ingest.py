@@ -283,3 +283,22 @@ async def test_page_paths_are_stored_percent_decoded_as_plausible_does(client, d
     resp = await client.get("/api/analytics/overview",
                             params={"siteId": site_id, "range": "1h", "filter": "page==/über"})
     assert (await resp.json())["totalPageviews"] == 2
+
+
+@pytest.mark.parametrize("decoded", [1_000_000, 20_000_000])
+async def test_a_compressed_body_is_capped_at_32_kb_once_decoded(client, database_url, decoded):
+    """The 32 KB cap is on the event, not on its wire size: a 1 KB gzip body of a 1 MB event was stored
+    whole (up to the app's 8 MB), so any page could store megabytes per event; past 8 MB it was
+    aiohttp's own 413 body, without the limit."""
+    import gzip
+
+    site = dev_site()
+    big = gzip.compress(orjson.dumps({"s": site, "n": "big", "props": {"x": "y" * decoded}}))
+    assert len(big) < 32 * 1024
+    resp = await post_event(client, big, {"Content-Encoding": "gzip"})
+    assert resp.status == 413
+    assert await resp.json() == {"error": "payload too large", "limit": 32768}
+    assert await stored_events(database_url, site) == []
+    small = gzip.compress(orjson.dumps({"s": site, "n": "small", "props": {"x": "y" * 20_000}}))
+    assert (await post_event(client, small, {"Content-Encoding": "gzip"})).status == 202
+    assert [r["name"] for r in await stored_events(database_url, site)] == ["small"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import Iterator, Mapping
 
-import orjson
+import msgspec
 from aiohttp import web
 
 from app.appkeys import POOL, SETTINGS
@@ -25,6 +26,8 @@ from storage import analytics_events as store
 from storage import analytics_lists
 from storage.analytics import Filters
 from storage.site_filters import Filter
+
+log = logging.getLogger("tally.export")
 
 LOG_DEFAULT, LOG_MAX = 50, 500
 EXPORT_DEFAULT, EXPORT_MAX = 10_000, 50_000
@@ -155,20 +158,30 @@ async def export(request: web.Request) -> web.StreamResponse:
                 after = keys[-1]
         except TimeoutError:
             # The client stopped reading: drop the connection rather than wait on it forever.
-            if request.transport is not None:
-                request.transport.abort()
+            _cut_off(request)
             return response
         except ConnectionResetError:
             return response  # the client went away
+        except Exception:
+            # The 200 and some rows are sent: the download can only end short, with no last chunk, so the
+            # client sees it incomplete (an error answer would be written into the file's bytes).
+            log.exception("export failed after its first byte site=%s", site.id)
+            _cut_off(request)
+            return response
     await response.write_eof()
     return response
+
+
+def _cut_off(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
 
 
 def _csv_page(rows: list, *, first: bool, last: bool) -> bytes:
     lines = [csv_line(list(EXPORT_COLUMNS))] if first else []
     for event in map(stored_event, rows):
         if isinstance(event["props"], str):  # as JSON text, as props of every other type are (csv_cell)
-            event["props"] = orjson.dumps(event["props"]).decode()
+            event["props"] = msgspec.json.encode(event["props"]).decode()
         lines.append(csv_line([event[c] for c in EXPORT_COLUMNS]))
     return "".join(lines).encode()
 
@@ -177,7 +190,8 @@ def _json_page(rows: list, *, first: bool, last: bool) -> bytes:
     parts = [b"["] if first else []
     for i, row in enumerate(rows):
         event = stored_event(row)
-        parts.append((b"" if first and i == 0 else b",") + orjson.dumps({c: event[c] for c in EXPORT_COLUMNS}))
+        # msgspec, as every /api answer: stored props may hold integers beyond 64 bits, which orjson refuses.
+        parts.append((b"" if first and i == 0 else b",") + msgspec.json.encode({c: event[c] for c in EXPORT_COLUMNS}))
     if last:
         parts.append(b"]")
     return b"".join(parts)

@@ -188,12 +188,13 @@ def _too_large() -> SiteError:
 async def _read_body(request: web.Request) -> bytes:
     try:
         length = request.content_length
-        if length is not None:
-            if length > BODY_LIMIT:
-                raise _too_large()
+        if length is not None and length > BODY_LIMIT:
+            raise _too_large()
+        if length is not None and request.headers.get("Content-Encoding", "identity").lower() == "identity":
             return await request.read()  # the HTTP parser ends the body at its Content-Length
-        # A chunked body: StreamReader.read(n) returns what has arrived so far, so read until EOF or past
-        # the limit (request.read() would gather up to the app's 8 MB before any check).
+        # A chunked or compressed body (the limit is on the decoded event, and a small gzip body can decode
+        # to megabytes): StreamReader.read(n) returns what has arrived so far, decoded, so read until EOF or
+        # past the limit (request.read() would gather up to the app's 8 MB before any check).
         body = bytearray()
         while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
             body += chunk

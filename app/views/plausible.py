@@ -1,10 +1,11 @@
 """POST /api/event: Plausible's Events API, so a page's Plausible tracker can point at Tally unchanged.
 
-The payload (`name`/`n`, `url`/`u`, `domain`/`d`, `referrer`/`r`, `props`/`p`, `revenue`/`$`,
-`interactive`/`i`, and the tracker's `w` viewport width and `h` hash mode) becomes a Tally site event
-and then goes down the very path of /api/service/event (`ingest.ingest`): same checks, bot filter,
-rate limits, sessions, origin rules and verification in production, same errors. Only two things
-differ: the site is the one registered for the domain, and the 202 says `ok` as Plausible's does.
+The payload (`name`/`n`, `url`/`u`, `domain`/`d`, `referrer`/`r`, `props`/`p` and its older spelling
+`meta`/`m`, `revenue`/`$`, `interactive`/`i`, and the tracker's `w` viewport width and `h` hash mode)
+becomes a Tally site event and then goes down the very path of /api/service/event (`ingest.ingest`):
+same checks, bot filter, rate limits, sessions, origin rules and verification in production, same
+errors. Only two things differ: the site is the one registered for the domain, and the 202 says `ok`
+as Plausible's does.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ NAME_MAP = {"Outbound Link: Click": "outbound"}
 _CURRENCY = re.compile(r"^[A-Z]{3}\Z")
 
 # (long name, short name): Plausible accepts either spelling of each field.
-_ALIASES = (("name", "n"), ("url", "u"), ("domain", "d"), ("referrer", "r"), ("props", "p"),
+_ALIASES = (("name", "n"), ("url", "u"), ("domain", "d"), ("referrer", "r"), ("props", "p"), ("meta", "m"),
             ("revenue", "$"), ("interactive", "i"), ("hashMode", "h"))
 
 
@@ -126,6 +127,10 @@ def parse_plausible(body: bytes) -> SiteEventIn:
         if domain is None:
             issues.append(issue(domain_field, "not a domain name"))
     props = _props(issues, *fields["props"])
+    # Custom props under their older name (Plausible's legacy tracker sends `m`); `p` wins a key in both.
+    meta = _props(issues, *fields["meta"])
+    if meta:
+        props = {**meta, **(props or {})}
     revenue = _revenue(issues, *fields["revenue"])
     interactive_field, interactive = fields["interactive"]
     if interactive is not None and not isinstance(interactive, bool):
@@ -142,7 +147,8 @@ def parse_plausible(body: bytes) -> SiteEventIn:
     event = SiteEventIn(s=domain, n=NAME_MAP.get(name, name), u=url, p=ingest.url_path(url, hash_mode=hash_mode),
                         r=referrer, w=width, props=props)
     problems = ingest.storable_issues(event, {"n": fields["name"][0], "u": fields["url"][0],
-                                              "r": fields["referrer"][0]}, fields["props"][0])
+                                              "r": fields["referrer"][0]},
+                                       fields["props" if fields["props"][1] is not None else "meta"][0])
     if problems:
         raise invalid_payload(problems)
     return event
