@@ -156,6 +156,8 @@ async def test_events_of_one_visitor_share_a_session(client, database_url, works
      [{"field": "p", "message": "must be an object or a JSON-encoded object"}]),
     ({"n": "e", "u": "https://a.example/", "d": "a.example", "revenue": {"currency": "EURO", "amount": 1}},
      [{"field": "revenue", "message": 'must be {"currency": "<ISO 4217 code>", "amount": <number>}'}]),
+    ({"n": "   ", "u": "https://a.example/", "d": "a.example"}, [{"field": "n", "message": "must not be blank"}]),
+    ({"name": "\t", "u": "https://a.example/", "d": "a.example"}, [{"field": "name", "message": "must not be blank"}]),
     ({"n": "e", "u": "https://a.example/", "d": "a.example", "revenue": {"currency": "USD\n", "amount": 1}},
      [{"field": "revenue", "message": 'must be {"currency": "<ISO 4217 code>", "amount": <number>}'}]),
     ({"n": "e", "u": "https://a.example/", "d": "a.example", "$": {"currency": "USD", "amount": "NaN"}},

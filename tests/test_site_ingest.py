@@ -100,6 +100,15 @@ async def test_wrong_types(client, field, value):
     assert all(issue["message"] for issue in body["issues"])
 
 
+async def test_a_blank_name_is_refused_and_a_padded_one_kept_as_sent(client, database_url):
+    site = dev_site()
+    resp = await post_event(client, {"s": site, "n": "  \t "})
+    assert resp.status == 400
+    assert (await resp.json())["issues"] == [{"field": "n", "message": "must not be blank"}]
+    assert (await post_event(client, {"s": site, "n": " Sign up "})).status == 202
+    assert [e["name"] for e in await stored_events(database_url, site)] == [" Sign up "]
+
+
 async def test_every_failing_field_is_reported(client):
     resp = await post_event(client, {"n": "x" * 65, "t": "y" * 513, "w": "wide", "u": None})
     assert resp.status == 400

@@ -169,11 +169,14 @@ def decode_json_object(body: bytes) -> dict:
 def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str, ...],
                     props_field: str = "props") -> list[dict[str, str]]:
     """What PostgreSQL cannot store (app/input_rules.py), refused here rather than failing the whole
-    batch at COPY time. text_fields maps each event attribute to the name the sender used (or lists
-    attributes named alike). Integers beyond 64 bits are stored, as on /v1."""
+    batch at COPY time, and a blank event name, which names nothing (kept as sent otherwise, as Plausible
+    keeps it). text_fields maps each event attribute to the name the sender used (or lists attributes named
+    alike). Integers beyond 64 bits are stored, as on /v1."""
     names = text_fields if isinstance(text_fields, dict) else {name: name for name in text_fields}
     issues = [issue(sent, "must not contain NUL characters") for name, sent in names.items()
               if "\x00" in (getattr(event, name) or "")]
+    if not event.n.strip():
+        issues.append(issue(names.get("n", "n"), "must not be blank"))
     if event.props is not None and nests_deeper(event.props):
         issues.append(issue(props_field, f"nests deeper than {MAX_DEPTH} levels"))
     elif event.props is not None and find_nul(event.props) is not None:
