@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
 from aiohttp import web
 
 from app import dashboard_session as ds
 from app.appkeys import LIMITER, POOL, SETTINGS
+from app.bodies import decode_site_json
 from app.net import client_ip
 from app.responses import SiteError, json_response
 from storage import accounts
@@ -23,10 +23,7 @@ async def _credentials(request: web.Request) -> tuple[str, str]:
     # JSON only (the site spec names no form here): a cross-site HTML form cannot send it.
     if request.content_type != "application/json":
         raise SiteError(415, "content-type must be application/json")
-    try:
-        data = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        raise SiteError(400, "invalid json") from None
+    data = decode_site_json(await request.read())
     if not isinstance(data, dict):
         raise SiteError(400, "invalid payload", issues=["body must be an object"])
     email, password = data.get("email"), data.get("password")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from app.appkeys import POOL
-from app.bodies import read_site_body
+from app.bodies import decode_site_json, read_site_body
 from app.input_rules import storable_text
 from app.responses import SiteError, iso_ms, json_response
 from app.views.sites import path_site
@@ -42,10 +41,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
         return dict(await request.post())
     raw = await read_site_body(request, BODY_LIMIT)
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise SiteError(400, "invalid json") from None
+    data = decode_site_json(raw)
     if not isinstance(data, dict):
         raise SiteError(400, "invalid goal", issues=[{"field": "", "message": "expected a JSON object"}])
     return data

@@ -13,11 +13,10 @@ import html
 import secrets
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from app.appkeys import LIMITER, POOL, SETTINGS
-from app.bodies import read_site_body
+from app.bodies import decode_site_json, read_site_body
 from app.dashboard_session import check_password, hash_password
 from app.input_rules import storable_text
 from app.net import base_url, client_ip
@@ -80,10 +79,7 @@ async def _fields(request: web.Request) -> dict[str, Any]:
     raw = await read_site_body(request, BODY_LIMIT)
     if not raw.strip():
         return {}
-    try:
-        data: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise SiteError(400, "invalid json") from None
+    data: Any = decode_site_json(raw)
     if not isinstance(data, dict):
         raise invalid_payload([issue("", "expected a JSON object")])
     unknown = sorted(set(data) - {"name", "password"})

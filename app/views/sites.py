@@ -18,6 +18,7 @@ import orjson
 from aiohttp import web
 
 from app.appkeys import POOL, SETTINGS, SITE_RUNTIME
+from app.bodies import decode_site_json
 from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError, iso_ms, json_response
@@ -90,10 +91,7 @@ async def list_sites(request: web.Request) -> web.Response:
 
 async def _domain_field(request: web.Request) -> str:
     if request.content_type == "application/json":
-        try:
-            data = orjson.loads(await request.read())
-        except orjson.JSONDecodeError:
-            raise SiteError(400, "invalid json") from None
+        data = decode_site_json(await request.read())
         value = data.get("domain") if isinstance(data, dict) else None
     else:
         value = (await request.post()).get("domain")
