@@ -6,6 +6,7 @@ by `starting_after`, filtered by `created[gte]`, with `expand[]=data.charge` on 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -96,6 +97,7 @@ class FakeHubSpot:
     refresh_token: str = "hub-refresh-token"
     contacts: list[dict] = field(default_factory=list)
     token_answer: dict | None = None  # answered to a good refresh token instead of HubSpot's own
+    after_page: Callable[[int], None] | None = None  # called with a served page's offset: changes mid-listing
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -123,6 +125,8 @@ class FakeHubSpot:
         body: dict = {"results": page}
         if start + limit < len(self.contacts):
             body["paging"] = {"next": {"after": str(start + limit)}}
+        if self.after_page is not None:
+            self.after_page(start)
         return web.json_response(body)
 
 

@@ -5,6 +5,7 @@ library logs every answer's body when its debug switch is on; Tally leaves it of
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -57,6 +58,41 @@ async def test_contacts_updated_in_the_cursors_millisecond_after_a_sync_are_merg
 
     body = await sync(client, key, created["id"])
     assert body["rows_imported"] == 4, body  # nothing changed: nothing counted
+
+
+def _ms(t: datetime) -> str:
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def test_a_contact_updated_after_the_listing_passed_it_is_merged_next_time(client, make_key, hubspot):
+    # Contacts are listed in id order: contact 0, listed on the first page, is updated while the listing
+    # goes on, and contact 100, on the second page, later still. The cursor must not pass contact 0's update.
+    fake, url = hubspot
+    old = _ms(datetime.now(UTC) - timedelta(hours=1))
+    fake.contacts = [contact(n, old) for n in range(101)]  # two pages of 100
+
+    firsts = []
+
+    def meanwhile(offset: int) -> None:
+        firsts.extend([offset] if offset == 0 else [])
+        if len(firsts) == 2 and offset == 0:  # the sync's first page (the first is the source's check)
+            now = datetime.now(UTC)
+            fake.contacts[0] = changed(0, _ms(now - timedelta(seconds=2)), "Globex")
+            fake.contacts[100] = changed(100, _ms(now - timedelta(seconds=1)), "Initech")
+
+    fake.after_page = meanwhile
+    key = await make_key("admin,read")
+    created = await create(client, key, source(fake, url))
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "active" and body["rows_imported"] == 101, body
+    company = "/v1/users/100"
+    assert (await (await client.get(company, headers=bearer(key))).json())["traits"]["company"] == "Acme"
+
+    body = await sync(client, key, created["id"])
+    assert (await (await client.get(company, headers=bearer(key))).json())["traits"]["company"] == "Globex"
+    assert body["rows_imported"] == 102, body  # contact 0 again; contact 100 unchanged, not counted twice
+    body = await sync(client, key, created["id"])
+    assert body["rows_imported"] == 102, body
 
 
 async def test_a_cursor_stored_as_a_timestamp_is_read_as_before(client, make_key, hubspot, pool):

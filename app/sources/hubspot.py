@@ -3,10 +3,12 @@ id = HubSpot contact id; traits from the contact's properties). Credentials are 
 token, or an OAuth app's client id/secret with a refresh token exchanged for an access token on each run.
 
 Incremental by updatedAt: every contact is listed, and those updated since the cursor are merged. The
-cursor is the newest updatedAt seen with the ids (and a digest of the properties) of the contacts at
-that very millisecond, and a sync reads from that millisecond on (>=), skipping only those unchanged, so
-a contact updated in the cursor's millisecond after a sync is not skipped for good. A cursor stored as
-an ISO string (before digests were kept) is read with `>` once.
+cursor is the newest updatedAt seen, but never later than SETTLE before the sync started, with the ids
+(and a digest of the properties) of the contacts seen from it on; a sync reads from it on (>=) and skips
+only contacts whose digest it holds unchanged. So a contact updated in the cursor's millisecond after a
+sync is not skipped for good, nor one updated while the listing ran after the listing had passed it
+(listed in id order, it would be older than a contact listed later). A cursor stored as an ISO string
+(before digests were kept) is read with `>` once.
 
 The library blocks (urllib3), so each call runs in a worker thread; its connections go through the
 network policy (guard.guard_pool_manager on the pool manager of each API client it builds).
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import metadata
 from types import ModuleType
 from typing import Any, TypeVar
@@ -40,13 +42,16 @@ CONTACTS_CALL = "GET /crm/v3/objects/contacts"
 # One attempt per call (a scheduled sync is the retry), redirects followed: each hop is guarded too.
 ONE_ATTEMPT = Retry(total=10, connect=0, read=0, status=0, other=0, redirect=10)
 USER_AGENT = f"hubspot-api-client-python; {metadata.version('hubspot-api-client')}"
+# How far before a sync's start its cursor may reach: contacts updated later may have been listed before
+# their update; the margin also covers a clock between HubSpot's and this machine's.
+SETTLE = timedelta(minutes=5)
 
 T = TypeVar("T")
 
 
 def read_cursor(cursor: Any) -> tuple[datetime | None, dict[str, str] | None]:
-    """(newest updatedAt imported, {contact id: properties digest} at it); None for the digests of a
-    cursor stored as an ISO string, read with `>` as it was written."""
+    """(the updatedAt to read from, {contact id: properties digest} of the contacts seen from it on); None
+    for the digests of a cursor stored as an ISO string, read with `>` as it was written."""
     if isinstance(cursor, dict):
         seen = cursor.get("seen")
         return utc(cursor.get("t")), {str(k): str(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
@@ -130,7 +135,9 @@ class HubSpotConnector(Connector):
 
     async def sync(self, cursor: Any) -> tuple[int, Any]:
         since, seen = read_cursor(cursor)
+        settled = datetime.now(UTC) - SETTLE
         newest, at_newest = since, {}
+        recent: dict[str, tuple[datetime, str]] = {}  # contacts updated at or after `settled`: their digests
         traits: dict[str, tuple[dict, datetime]] = {}
         after = None
         with self._contacts(await self.token()) as contacts:
@@ -142,16 +149,26 @@ class HubSpotConnector(Connector):
                     if since is not None and updated < since:
                         continue
                     digest = row_digest(contact.properties or {})
-                    if since is None or updated > since or (seen is not None and seen.get(contact_id) != digest):
+                    fresh = updated > since if seen is None and since is not None else \
+                        seen is None or seen.get(contact_id) != digest
+                    if fresh:
                         traits[contact_id] = self._traits(contact)
                     if newest is None or updated > newest:
                         newest, at_newest = updated, {}
                     if updated == newest:
                         at_newest[contact_id] = digest
+                    if updated >= settled:
+                        recent[contact_id] = (updated, digest)
                 after = page.paging.next.after if page.paging and page.paging.next else None
                 if not after:
                     break
-        mark = {"t": newest.isoformat(), "seen": at_newest} if newest else None
+        mark = None
+        if newest is not None:
+            # Not past `settled` (a contact listed before its update there may be older than `newest`), nor
+            # back before `since` (a clock set back).
+            start = min(newest, settled) if since is None else max(since, min(newest, settled))
+            keep = at_newest if start == newest else {c: d for c, (t, d) in recent.items() if t >= start}
+            mark = {"t": start.isoformat(), "seen": keep}
         await self.sink.commit(Batch(traits=traits, cursor=mark))
         return len(traits), mark
 
