@@ -15,6 +15,7 @@ Also the one parser of integer query parameters."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -22,6 +23,8 @@ import msgspec
 
 MAX_DEPTH = 64
 NUL_ESCAPE = b"\\u0000"
+
+_INTEGER = re.compile(r"-?[0-9]+")
 
 Problem = tuple[str, Literal["nul", "depth"]]  # (the field's path, what is wrong)
 
@@ -131,9 +134,12 @@ def query_int(raw: str | None, default: int, lo: int, hi: int | None = None, *, 
     is out of range, or `hi` when clamping."""
     if raw is None or raw == "":
         return default
+    # ASCII digits alone: int() also reads "1_000", " 5", "+5" and other scripts' digits (U+FF15).
+    if not _INTEGER.fullmatch(raw):
+        raise NotAnInteger(raw)
     try:
         value = int(raw)
-    except ValueError:
+    except ValueError:  # past int()'s digit limit
         raise NotAnInteger(raw) from None
     if value < lo:
         raise OutOfRange(raw)

@@ -71,7 +71,9 @@ async def test_pagination_walks_every_dashboard_once(client, make_key):
     assert [d["id"] for d in (await (await client.get("/v1/dashboards", headers=bearer(key))).json())["data"]] == seen
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=201", "limit=x", "cursor=!!", "cursor=WzFd"])
+# Python's int() also reads "1_0", " 5", "+5" and other scripts' digits: a limit is ASCII digits alone.
+@pytest.mark.parametrize("query", ["limit=0", "limit=201", "limit=x", "cursor=!!", "cursor=WzFd", "limit=1_0",
+                                   "limit=%205", "limit=%2B5", "limit=%EF%BC%95", "limit=5%0A"])
 async def test_bad_list_parameters(client, make_key, query):
     key = await make_key("read")
     resp = await client.get(f"/v1/dashboards?{query}", headers=bearer(key))
