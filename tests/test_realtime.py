@@ -107,6 +107,10 @@ async def test_session_required_and_parameters(client, login, database_url, work
         resp = await client.get(f"/api/analytics/realtime?siteId={site}&window={window}")
         assert resp.status == 400 and (await resp.json())["error"] == "invalid window"
     assert (await client.get(f"/api/analytics/realtime?siteId={site}&window=3600")).status == 200
+    # Spaces around the id, as the other reads take it (a pasted id).
+    assert (await client.get(f"/api/analytics/realtime?siteId=%20{site}%20")).status == 200
+    resp = await client.get("/api/analytics/realtime?siteId=%20")
+    assert resp.status == 400 and await resp.json() == {"error": "missing siteId"}
 
 
 async def test_other_workspace_site_is_404(client, login, database_url, workspace):

@@ -42,7 +42,7 @@ def _window(request: web.Request) -> int:
 
 async def realtime(request: web.Request) -> web.Response:
     who = await reader(request)
-    site_id = request.query.get("siteId")
+    site_id = request.query.get("siteId", "").strip()  # as the other reads take it (analytics_params)
     if not site_id:
         raise SiteError(400, "missing siteId")
     window = _window(request)
