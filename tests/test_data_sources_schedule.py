@@ -76,6 +76,16 @@ async def hold_charges(fake) -> None:
     fake.charges_asked.clear()
 
 
+async def held_due_stripe_source(client, key: str, fake, url: str, pool) -> str:
+    """A Stripe source, the only one the job may pick, due now, whose import will be held at its charges."""
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    slow = await stripe_source(client, key, url)
+    await park_other_sources(pool, slow)
+    await hold_charges(fake)
+    await make_due(pool, slow)
+    return slow
+
+
 async def test_a_long_import_does_not_hold_the_next_ticks_sources(client, make_key, stripe, hubspot, pool):  # noqa: F811
     fake, url = stripe
     hub, hub_url = hubspot
@@ -111,12 +121,8 @@ async def test_a_slow_source_past_its_lease_is_not_started_again_beside_itself(c
     """A page slower than the lease: the next tick must not start a second run of the source in this process,
     which would read from the same cursor and import every charge twice."""
     fake, url = stripe
-    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     key = await make_key("admin,read")
-    slow = await stripe_source(client, key, url)
-    await park_other_sources(pool, slow)
-    await hold_charges(fake)
-    await make_due(pool, slow)
+    slow = await held_due_stripe_source(client, key, fake, url, pool)
     first_tick = asyncio.create_task(client.app[SCHEDULER].run_now(JOB))
     try:
         await asyncio.wait_for(fake.charges_asked.wait(), 30)
@@ -172,12 +178,8 @@ async def test_a_live_run_keeps_its_lease_so_another_process_does_not_import_it_
     charges a second time."""
     monkeypatch.setattr("app.sources.runner.HEARTBEAT_SECONDS", 0.05)
     fake, url = stripe
-    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     key = await make_key("admin,read")
-    slow = await stripe_source(client, key, url)
-    await park_other_sources(pool, slow)
-    await hold_charges(fake)
-    await make_due(pool, slow)
+    slow = await held_due_stripe_source(client, key, fake, url, pool)
     await next_tick(client)
     mine = client.app[RUNNER]
     other_process = SourceRunner(mine.pool, mine.box, mine.timeout, mine.guard, mine.metrics)
