@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from app.appkeys import SCHEDULER
 from app.sources.runner import JOB, RUNNER, SourceRunner
 from tests.conftest import bearer
-from tests.fake_peers import FakeHubSpot, base_url, serve
+from tests.fake_peers import FakeHubSpot
 from tests.test_data_sources import create, park_other_sources, wait_idle, wait_status
 from tests.test_data_sources_http import (  # noqa: F401 (fixture)
     STRIPE_KEY,
@@ -22,14 +20,7 @@ from tests.test_data_sources_http import (  # noqa: F401 (fixture)
     named,
     stripe,
 )
-
-
-@pytest.fixture
-async def hubspot():
-    fake = FakeHubSpot(access_token="hub-access-token-sched")
-    server = await serve(fake.app())
-    yield fake, base_url(server)
-    await server.close()
+from tests.test_data_sources_hubspot import hubspot  # noqa: F401 (fixture)
 
 
 async def make_due(pool, source_id: str, minutes: int = 1) -> None:
