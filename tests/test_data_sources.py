@@ -168,6 +168,18 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
       "options": {"base_url": "http://user:pw@api.example.com"}}, "options.base_url"),
     ({"type": "salesforce", "credentials": {"access_token": "tok", "instance_url": "https://u@acme.example.com"},
       "options": {"table": "Account"}}, "credentials.instance_url"),
+    # A URL that matches the pattern but names no usable host and port: accepted before, the source then
+    # ended in error with "unexpected ValueError while syncing" (or could not reach port 99999).
+    ({"type": "stripe", "credentials": {"api_key": "sk_test_abcdef"}, "options": {"base_url": "http://[::1"}},
+     "options.base_url"),
+    ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"base_url": "http://h:99999"}},
+     "options.base_url"),
+    ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"base_url": "http://h:0/"}},
+     "options.base_url"),
+    ({"type": "stripe", "credentials": {"api_key": "sk_test_abcdef"}, "options": {"base_url": "http://h:x/"}},
+     "options.base_url"),
+    ({"type": "salesforce", "credentials": {"access_token": "tok", "instance_url": "https://[zz]"},
+      "options": {"table": "Account"}}, "credentials.instance_url"),
     # U+0000, which the jsonb of options cannot hold (a 500 before) and no peer takes in a credential.
     ({"type": "postgres", "credentials": SQL, "options": {"query": "select '\u0000'"}}, "options.query"),
     ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"base_url": "http://h/a\u0000"}},

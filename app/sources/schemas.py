@@ -6,6 +6,7 @@ import re
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+import yarl
 from msgspec import Meta
 
 from app.bodies import field_of
@@ -31,6 +32,22 @@ Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]
 def _fail(field: str, message: str) -> ValueError:
     # The " - at `$.x`" suffix makes app.bodies.field_of name the field, as msgspec's own errors do.
     return ValueError(f"{message} - at `$.{field}`")
+
+
+def _check_url(value: str | None, field: str) -> None:
+    """A URL the pattern let through must also name a host and port the HTTP clients can use: `http://[::1`,
+    `http://h:99999` or `http://h:0` would fail every sync with an unclear reason."""
+    if value is None:
+        return
+    try:
+        url = yarl.URL(value)
+        port = url.explicit_port
+    except ValueError as exc:  # UnicodeError (an IDNA label) is one
+        raise _fail(field, f"not a usable URL ({exc})") from None
+    if not url.host:
+        raise _fail(field, "not a usable URL (no host)")
+    if port is not None and not 1 <= port <= 65535:
+        raise _fail(field, f"not a usable URL (port {port} is out of range 1-65535)")
 
 
 class Schedule(msgspec.Struct, forbid_unknown_fields=True):
@@ -140,6 +157,7 @@ class SalesforceCredentials(OAuthCredentials):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_url(self.instance_url, "instance_url")
         if self.access_token is not None and self.instance_url is None:
             raise _fail("instance_url", "an access_token needs the org's instance_url")
 
@@ -178,6 +196,7 @@ class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     lookback_seconds: Annotated[int, Meta(ge=0, le=7 * 86_400)] | None = None
 
     def __post_init__(self) -> None:
+        _check_url(self.base_url, "base_url")
         if self.table is not None and self.query is not None:
             raise _fail("query", "give either table or query, not both")
         if self.event_column is not None and self.event_name is not None:
