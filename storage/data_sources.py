@@ -186,3 +186,21 @@ async def renew_lease(conn: asyncpg.Connection, source_id: str, lease_seconds: f
 async def release_leases(conn: asyncpg.Connection, source_ids: list[str]) -> None:
     """Runs stopped at shutdown give their claim back, so another process may pick the sources up at once."""
     await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", source_ids)
+
+
+async def keep_import_digests(conn: asyncpg.Connection, source_id: str, digests: bytes) -> None:
+    """Inside a page's transaction: the digests of the rows a one-time import committed with it."""
+    await conn.execute(
+        "INSERT INTO data_source_import_digests (source_id, digests) VALUES ($1, $2)", source_id, digests
+    )
+
+
+async def import_digests(conn: asyncpg.Connection, source_id: str) -> list[bytes]:
+    """The digests kept by a one-time import cut short, one bytes value per committed page."""
+    rows = await conn.fetch("SELECT digests FROM data_source_import_digests WHERE source_id = $1", source_id)
+    return [row["digests"] for row in rows]
+
+
+async def drop_import_digests(conn: asyncpg.Connection, source_id: str) -> None:
+    """Inside the last page's transaction: the one-time import is complete, its digests are no longer needed."""
+    await conn.execute("DELETE FROM data_source_import_digests WHERE source_id = $1", source_id)

@@ -193,3 +193,35 @@ async def test_nul_characters_in_mysql_text_do_not_fail_the_sync(client, make_ke
     assert body["status"] == "active", body
     got = {e["user_id"]: e["properties"]["action"] for e in await events(client, key, "noted")}
     assert got == {"n1": "a\ufffdb", "u\ufffd": "ok"}
+
+
+async def test_a_one_time_import_cut_short_imports_the_rest_once(client, make_key, scratch_pg, pool, monkeypatch):  # noqa: F811
+    """Without cursor_column, a sync cut short keeps the pages it committed; the next sync imported the whole
+    table again, so those rows became two events each."""
+    database, conn, port = scratch_pg
+    monkeypatch.setattr("app.sources.sql.PAGE", 3)
+    await conn.execute("CREATE TABLE items (id int, user_id text)")
+    await conn.execute("INSERT INTO items SELECT g, 'i' || g FROM generate_series(1, 10) g")
+    await conn.execute("CREATE TABLE gate (open boolean)")
+    await conn.execute("INSERT INTO gate VALUES (false)")
+    # Row 7 fails the query while the gate is shut: the rows read before it are committed, page by page.
+    query = ("SELECT id, user_id, 1 / CASE WHEN id = 7 AND NOT (SELECT open FROM gate) THEN 0 ELSE 1 END AS one "
+             "FROM items")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table=None, cursor_column=None, query=query,
+                                                  timestamp_column=None, event_name="item_added"))
+    body = await wait_status(client, key, created["id"], "active", "error")
+    assert body["status"] == "error" and "division by zero" in body["status_reason"], body
+    assert sorted(e["user_id"] for e in await events(client, key, "item_added")) == [f"i{n}" for n in range(1, 7)]
+
+    await conn.execute("UPDATE gate SET open = true")
+    body = await sync(client, key, created["id"])
+    assert body["status"] == "active", body
+    users = [e["user_id"] for e in await events(client, key, "item_added")]
+    assert sorted(users) == sorted(f"i{n}" for n in range(1, 11))
+    assert body["rows_imported"] == 10
+    # Done: what kept the committed rows apart is dropped, and later syncs import nothing.
+    assert await pool.fetchval("SELECT count(*) FROM data_source_import_digests WHERE source_id = $1",
+                               created["id"]) == 0
+    body = await sync(client, key, created["id"])
+    assert len(await events(client, key, "item_added")) == 10 and body["rows_imported"] == 10

@@ -39,6 +39,10 @@ class Batch:
     traits: dict[str, tuple[dict[str, Any], datetime]] = field(default_factory=dict)
     # The cursor once this batch is stored; committed in the same transaction as the rows.
     cursor: Any = None
+    # A one-time import (no cursor column): the 8-byte digests of the rows imported with this page, kept until
+    # the import is complete so that a sync cut short does not import them again; `import_done` drops them.
+    digests: bytes = b""
+    import_done: bool = False
 
     @property
     def size(self) -> int:
@@ -47,6 +51,10 @@ class Batch:
 
 class Sink(Protocol):
     async def commit(self, batch: Batch) -> None: ...
+
+    async def kept_digests(self) -> list[bytes]:
+        """The digests the pages of a one-time import cut short kept (Batch.digests), one value per page."""
+        ...
 
 
 class Connector:

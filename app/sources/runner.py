@@ -88,7 +88,16 @@ class PageSink:
                     # The events trigger drops erased users' rows and keeps profiles (migration 0009).
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
+                if batch.digests:
+                    await store.keep_import_digests(conn, self.source_id, batch.digests)
+                if batch.import_done:
+                    await store.drop_import_digests(conn, self.source_id)
                 await store.advance(conn, self.source_id, batch.cursor, batch.size, LEASE_SECONDS)
+
+
+    async def kept_digests(self) -> list[bytes]:
+        async with self.pool.acquire() as conn:
+            return await store.import_digests(conn, self.source_id)
 
 
 class SourceRunner:

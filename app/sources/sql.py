@@ -4,8 +4,9 @@ Rows of options.table (or options.query) become events. With options.cursor_colu
 streams, in cursor order, the rows whose cursor value is at least the last one stored, skipping the
 rows already imported at that value (the cursor keeps their digests), so a row written after a sync
 with the value it ended on (a DATETIME's second, a date) is still imported, once; rows whose cursor
-is NULL are skipped. Without a cursor column the source is a one-time import. Pages are committed with
-their cursor, and a page never ends inside a run of equal cursor values, so a sync cut short resumes
+is NULL are skipped. Without a cursor column the source is a one-time import; one cut short resumes
+skipping the rows its committed pages imported (their digests are kept until it completes). Pages are
+committed with their cursor, and a page never ends inside a run of equal cursor values, so a sync cut short resumes
 without gaps. BigQuery and Snowflake (app.sources.bigquery, app.sources.snowflake) are SqlConnectors
 too, with the same rules.
 """
@@ -33,10 +34,12 @@ from app.sources.netguard import UNREACHABLE
 from app.sources.schemas import SqlCredentials
 
 PAGE = 1000
+DIGEST = 8  # bytes of a row's digest
 # TIME values as the text MySQL sends ("100:00:00", "-00:30:00", "12:34:56.500"), not pymysql's timedelta.
 MYSQL_DECODERS = {**decoders, FIELD_TYPE.TIME: str}
 CLIENT_ERRORS = 2000  # MySQL error codes from 2000 up are the client's own (connection failures)
 DONE = {"done": True}
+UNDER_WAY = {"done": False}  # a one-time import's pages so far are committed (their digests kept)
 LOST = "the connection to {host}:{port} was lost during the sync"
 # How long one read of a sync (the query's first rows, then each page) may take, as the warehouses' query wait
 # (app/sources/bigquery.py, snowflake.py): a query may run long, but a read that never returns (a table locked
@@ -64,9 +67,10 @@ def decode_value(pair: list) -> Any:
 
 
 def row_digest(row: dict) -> str:
-    """A row's content, hashed: tells the rows already imported at the cursor's value from new ones."""
+    """A row's content, hashed: tells the rows already imported at the cursor's value (or by a one-time import
+    cut short) from new ones."""
     text = orjson.dumps(jsonable(row), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    return hashlib.blake2b(text, digest_size=8).hexdigest()
+    return hashlib.blake2b(text, digest_size=DIGEST).hexdigest()
 
 
 def looked_back(value: Any, seconds: int) -> Any:
@@ -157,6 +161,10 @@ class SqlConnector(Connector):
                 args.append(value)
                 sql += f" WHERE {self.ident(column)} {'>=' if inclusive else '>'} {self.placeholder(1)}"
             sql += f" ORDER BY {self.ident(column)}"
+        elif cursor == UNDER_WAY:
+            # A one-time import cut short: the rows its committed pages imported are not imported again.
+            seen = [page[i : i + DIGEST].hex() for page in await self.sink.kept_digests()
+                    for i in range(0, len(page), DIGEST)]
         async with asyncio.timeout(self.timeout):
             conn = await self.open()
         try:
@@ -166,12 +174,13 @@ class SqlConnector(Connector):
 
     async def _import(self, conn: Any, sql: str, args: list, cursor: Any, known: Counter) -> tuple[int, Any]:
         """Pages of (row, digest, fresh): a row is stale when the previous sync imported it at the cursor's
-        value (its digest is among those the cursor kept, counted, so identical rows each count once)."""
+        value, or a one-time import cut short imported it (its digest is among those `known`, counted, so
+        identical rows each count once)."""
         column, total, pending = self.options.cursor_column, 0, []
         self._window: list[tuple[Any, str]] = []  # (value, digest) of committed rows the next mark may keep
         async for rows in self.stream(conn, sql, args):
             for row in rows:
-                digest = row_digest(row) if column else ""
+                digest = row_digest(row)
                 fresh = known[digest] <= 0
                 known[digest] -= 1
                 pending.append((row, digest, fresh))
@@ -185,13 +194,17 @@ class SqlConnector(Connector):
                 if cut == 0:
                     continue
             page, pending = pending[:cut], pending[cut:]
-            total += await self._commit(page, self._mark(page) if column else {"done": False})
+            total += await self._commit(page, self._mark(page) if column else UNDER_WAY)
         final = self._mark(pending) if column and pending else (cursor if column else DONE)
         return total + await self._commit(pending, final), final
 
     async def _commit(self, page: list[tuple[dict, str, bool]], cursor: Any) -> int:
         rows = [row for row, _, fresh in page if fresh]
-        await self.sink.commit(self._batch(rows, cursor))
+        batch = self._batch(rows, cursor)
+        if cursor == UNDER_WAY:
+            batch.digests = b"".join(bytes.fromhex(digest) for _, digest, fresh in page if fresh)
+        batch.import_done = cursor == DONE
+        await self.sink.commit(batch)
         return len(rows)
 
     def _mark(self, page: list[tuple[dict, str, bool]]) -> dict:
