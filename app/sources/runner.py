@@ -28,6 +28,7 @@ from aiohttp import web
 from cryptography.exceptions import InvalidTag
 
 from actors.workspace import month_start
+from app.bodies import field_of
 from app.crypto import CredentialBox
 from app.scheduler import Scheduler
 from app.sources import CONNECTORS
@@ -209,7 +210,15 @@ class SourceRunner:
             await self._finish(row, ok=False, reason=f"the stored credentials are not valid {kind} credentials; "
                                "delete and reconnect the source")
             return
-        options = msgspec.convert(row["options"], Options)
+        try:
+            options = msgspec.convert(row["options"], Options)
+        except msgspec.ValidationError as exc:
+            # Stored by a release whose check was looser (a table name with a final line break): the run
+            # would fail before it started, and leave the source syncing until its lease ran out, again and again.
+            field, message = field_of(exc)
+            await self._finish(row, ok=False, reason=f"the stored options are not valid (options{'.' if field else ''}"
+                               f"{field}: {message.strip()}); delete and reconnect the source")
+            return
         connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout,
                                      guard=self.guard)
         ok, reason, rows = False, None, 0
