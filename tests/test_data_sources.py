@@ -180,6 +180,13 @@ OK_KEY = {"client_email": "a@b.iam.gserviceaccount.com", "private_key": "-----BE
      "options.base_url"),
     ({"type": "salesforce", "credentials": {"access_token": "tok", "instance_url": "https://[zz]"},
       "options": {"table": "Account"}}, "credentials.instance_url"),
+    # A host is a name or an address: a URL (a whole DSN, password included) was stored and echoed in the
+    # source's status_reason and the logs ("could not connect to postgres://app:S3cretPw99@db…:5432").
+    ({"type": "postgres", "credentials": {**SQL, "host": "postgres://app:S3cretPw99@db.example.com:5432/prod"}},
+     "credentials.host"),
+    ({"type": "mysql", "credentials": {**SQL, "host": "db.example.com:3306"}}, "credentials.host"),
+    ({"type": "redshift", "credentials": {**SQL, "host": "db .example.com"}}, "credentials.host"),
+    ({"type": "postgres", "credentials": {**SQL, "host": "x" * 254}}, "credentials.host"),
     # U+0000, which the jsonb of options cannot hold (a 500 before) and no peer takes in a credential.
     ({"type": "postgres", "credentials": SQL, "options": {"query": "select '\u0000'"}}, "options.query"),
     ({"type": "hubspot", "credentials": {"access_token": "tok"}, "options": {"base_url": "http://h/a\u0000"}},
@@ -192,6 +199,7 @@ async def test_validation_names_the_field(client, make_key, body, field):
     key = await make_key("admin,read")
     resp = await client.post("/v1/data-sources", json={"name": "x", **body}, headers=bearer(key))
     assert resp.status == 400, await resp.text()
+    assert "S3cretPw99" not in await resp.text()
     error = (await resp.json())["error"]
     assert error["code"] == "invalid_request"
     assert error["fields"][0]["field"] == field, error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -32,6 +33,28 @@ Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]
 def _fail(field: str, message: str) -> ValueError:
     # The " - at `$.x`" suffix makes app.bodies.field_of name the field, as msgspec's own errors do.
     return ValueError(f"{message} - at `$.{field}`")
+
+
+# A DNS name (labels of letters, digits, '-' and '_', which internal names use), at most 253 characters.
+HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                       r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?\Z")
+
+
+def _check_host(value: str, field: str) -> None:
+    """A database host is a name or an IP address: a URL or DSN there (credentials and all) named no host,
+    and was echoed in the source's status_reason."""
+    try:
+        ipaddress.ip_address(value)
+        return
+    except ValueError:
+        pass
+    try:
+        name = value.encode("idna").decode()  # an internationalised name, as the resolver will send it
+    except UnicodeError:
+        name = ""
+    if not HOST_NAME.match(name):
+        raise _fail(field, "must be a host name or an IP address, without scheme, user, port or path "
+                    "(the port has its own field)")
 
 
 def _check_url(value: str | None, field: str) -> None:
@@ -94,6 +117,9 @@ class SqlCredentials(Secret):
     username: Text
     password: Annotated[str, Meta(max_length=1024)]  # may be empty: some servers allow password-less users
     port: Port | None = None
+
+    def __post_init__(self) -> None:
+        _check_host(self.host, "host")
 
 
 class BigQueryCredentials(Secret):
