@@ -141,20 +141,6 @@ async def test_credentials_that_decrypt_but_do_not_decode_say_so(client, make_ke
     assert body["status_reason"].startswith("the stored credentials are not valid postgres credentials")
 
 
-async def test_options_stored_before_a_stricter_check_end_in_error(client, make_key, scratch_pg, pool):
-    """A table name with a final line break passed the check of older releases; a run of such a stored source
-    failed before it started, and the source stayed `syncing` (its run failing again at each lease's end)."""
-    database, _, port = scratch_pg
-    key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database, port))
-    await wait_status(client, key, created["id"], "active")
-    await pool.execute("UPDATE data_sources SET options = options || jsonb_build_object('table', 'signups' || chr(10)),"
-                       " next_sync_at = now() - interval '1 minute' WHERE id = $1", created["id"])
-    await run_job(client, pool, created["id"])
-    body = await wait_status(client, key, created["id"], "error")
-    assert body["status_reason"].startswith("the stored options are not valid (options.table: "), body
-
-
 async def test_wrong_database_is_error_with_reason(client, make_key, customer_pg_dsn):
     key = await make_key("admin,read")
     created = await create(client, key, pg_source(f"tally_missing_{secrets.token_hex(3)}",
