@@ -181,8 +181,9 @@ class SqlConnector(Connector):
         async for rows in self.stream(conn, sql, args):
             for row in rows:
                 digest = row_digest(row)
-                fresh = known[digest] <= 0
-                known[digest] -= 1
+                fresh = known.get(digest, 0) <= 0
+                if not fresh:  # counted down, never up: `known` stays the size it started at, whatever streams
+                    known[digest] -= 1
                 pending.append((row, digest, fresh))
             if len(pending) < PAGE:
                 continue
