@@ -31,6 +31,7 @@ HOURS_MARKER = 253
 # Written beside it by computations whose visit rows are per start hour (VISITS); days counted before are
 # counted again once too.
 VISIT_HOURS_MARKER = 252  # the lowest marker: counted rows have dims below it
+MARKERS = f"{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}"  # every computation writes them all
 # counted_days's other row kinds, below every marker.
 WRITTEN, CLOCK, WINDOWS, TAIL = 0, 1, 2, 3
 # The counted keys: dim -> site_events column (TOTAL: the name's total; HOURS: its count per UTC hour, key the
@@ -116,7 +117,7 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
         f"SELECT {WRITTEN}, day, max(written) FROM {store.table('site_days')} WHERE site_id = {site} "
         f"AND day >= {lo} AND day <= {hi} GROUP BY day UNION ALL SELECT dim, day, max(computed) FROM "
         f"{store.table('site_day_counts')} WHERE site_id = {site} AND day >= {lo} AND day <= {hi} "
-        f"AND dim IN ({MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}) GROUP BY dim, day "
+        f"AND dim IN ({MARKERS}) GROUP BY dim, day "
         f"UNION ALL SELECT {WINDOWS}, last, max(computed) FROM {store.table('site_window_visitors')} "
         f"WHERE site_id = {site} AND first = {q.bind(days[0], 'Date')} GROUP BY last {tail}"
         f"UNION ALL SELECT {CLOCK}, today(), now64(6, 'UTC')", q.params)
@@ -156,8 +157,8 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     if stale:
         # Reads sent at once (the dashboard's) share one computation when they saw the same inserts.
         seen = max(last_write_around(d) for d in stale)
-        at = await store.once(("day counts", site_id, tuple(stale), seen), lambda: _compute(store, site_id, stale))
-        used |= dict.fromkeys(stale, at)
+        used |= await store.once(("day counts", site_id, tuple(stale), seen),
+                                 lambda: _count_uncounted(store, site_id, stale, seen))
         fresh = sorted(set(fresh) | set(stale))
         visits = sorted(set(visits) | {d for d in stale if last_write_around(d) + settle < now})
         hours = sorted(set(hours) | set(stale))
@@ -321,6 +322,25 @@ async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, sta
             f"AND computed = {q.bind(made, TS)} AND key != '')"), other_days(q, start, end, ended)
 
 
+async def _count_uncounted(store: AnalyticsStore, site_id: str, days: list[date],
+                           seen: datetime) -> dict[date, datetime]:
+    """The computation of each of `days` made after `seen` (their last insert) and its settle time, counting
+    those that have none. A read that looked before another's computation ended may ask only after it has
+    ended, when once() no longer shares it: it finds that computation (every marker of it) here instead of
+    counting again."""
+    q = Params()
+    since = q.bind(_utc(seen) + timedelta(seconds=store.settle_seconds), TS)
+    rows = await store.query(
+        f"SELECT day, max(computed) FROM (SELECT day, computed FROM {store.table('site_day_counts')} WHERE "
+        f"site_id = {q.bind(site_id)} AND day IN {q.bind(days, 'Array(Date)')} AND dim IN ({MARKERS}) "
+        f"AND computed > {since} GROUP BY day, computed HAVING uniqExact(dim) = length([{MARKERS}])) GROUP BY day",
+        q.params)
+    made = {day: _utc(at) for day, at in rows}
+    if uncounted := [d for d in days if d not in made]:
+        made |= dict.fromkeys(uncounted, await _compute(store, site_id, uncounted))
+    return made
+
+
 async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> datetime:
     """Count the days from the events (FINAL) and their visits from the session rows, stamped with one
     server time read after every insert the days (and their neighbours) hold, then write the marker that
@@ -347,7 +367,7 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
     q = Params()
     await store.command(f"INSERT INTO {counts} (site_id, day, computed, name, dim, key, c) SELECT {q.bind(site_id)}, "
                         f"arrayJoin({q.bind(days, 'Array(Date)')}), {q.bind(at, TS)}, '', "
-                        f"arrayJoin([{MARKER}, {VISITS_MARKER}, {HOURS_MARKER}, {VISIT_HOURS_MARKER}]), '', 0",
+                        f"arrayJoin([{MARKERS}]), '', 0",
                         q.params)
     return at
 
