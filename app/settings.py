@@ -254,6 +254,10 @@ class Settings:
                 value = max(spec["minimum"], value)
             values[f.name] = value
         settings = cls(**values)
+        if settings.analytics_cluster and not settings.analytics_url:
+            # A cluster is a server's; the embedded store would ignore it, and tables would be made unclustered.
+            raise ConfigError("TALLY_ANALYTICS_CLUSTER needs TALLY_ANALYTICS_URL (a ClickHouse server of the "
+                              "cluster); the embedded store has no cluster")
         if not settings.secret:
             if settings.production:
                 raise ConfigError("TALLY_SECRET is required when TALLY_ENV=production")

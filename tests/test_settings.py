@@ -144,6 +144,7 @@ def test_the_forms_of_each_checked_setting_that_work_are_accepted(monkeypatch, t
                 "TALLY_RUN_SCHEDULER": "false", "TALLY_TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7,fd00::/8",
                 "TALLY_SOURCES_ALLOW_HOSTS": "10.1.0.0/16,dwh-01.corp.example.,fd00::1",
                 "TALLY_ANALYTICS_DATABASE": "tally_2", "TALLY_ANALYTICS_CLUSTER": "main",
+                "TALLY_ANALYTICS_URL": "https://ch.internal:8443",
                 "TALLY_SMTP_URL": "smtps://u:p@mail.example.com", "TALLY_DOH_URL": "https://dns.google/resolve"}
     for variable, raw in accepted.items():
         monkeypatch.setenv(variable, raw)
@@ -156,3 +157,13 @@ def test_the_forms_of_each_checked_setting_that_work_are_accepted(monkeypatch, t
     for variable, raw in (("REDIS_URL", "unix:///run/redis.sock?db=2"), ("REDIS_URL", "redis://localhost")):
         monkeypatch.setenv(variable, raw)
         assert Settings.from_env().redis_url == raw
+
+
+def test_a_cluster_without_a_server_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("TALLY_ANALYTICS_URL", raising=False)
+    monkeypatch.setenv("TALLY_ANALYTICS_CLUSTER", "analytics")
+    with pytest.raises(ConfigError, match="TALLY_ANALYTICS_CLUSTER needs TALLY_ANALYTICS_URL"):
+        Settings.from_env()
+    monkeypatch.setenv("TALLY_ANALYTICS_URL", "http://ch.internal:8123")
+    assert Settings.from_env().analytics_cluster == "analytics"
