@@ -198,6 +198,34 @@ async def test_a_resolver_error_answer_is_reported_too(make_client, settings, lo
     assert body["reason"] == "the resolver answered HTTP 503"
 
 
+@pytest.mark.parametrize(("status", "name"), [(2, "SERVFAIL"), (5, "REFUSED")])
+async def test_a_failed_lookup_is_not_a_missing_record(make_client, settings, login, aiohttp_server, database_url,
+                                                       status, name):
+    """The resolver answered, but could not look the name up (a broken DNSSEC chain, an unreachable
+    authoritative server): the record may well be there, so the answer must not tell the user to publish it."""
+    from aiohttp import web
+
+    failing = web.Application()
+
+    async def answer(request):
+        return web.json_response({"Status": status, "Question": [{"name": request.query["name"], "type": 16}]},
+                                 content_type="application/dns-json")
+
+    failing.router.add_get("/dns-query", answer)
+    resolver = str((await aiohttp_server(failing)).make_url("/dns-query"))
+    client = await make_client(dataclasses.replace(settings, doh_url=resolver))
+    await login(the_client=client)
+    domain = unique_domain()
+    site = (await (await client.post("/api/sites", data={"domain": domain})).json())["id"]
+    resp = await client.post(f"/api/verify?site={site}")
+    assert resp.status == 502
+    body = await resp.json()
+    assert body["error"] == f"the DNS-over-HTTPS resolver at {resolver} could not look up {domain}"
+    assert body["reason"] == f"the resolver answered {name} (DNS status {status})"
+    assert body["status"] == "pending" and body["record"].startswith("tally-verify=") and body["domain"] == domain
+    assert (await (await client.get(f"/api/verify?site={site}")).json())["status"] == "pending"
+
+
 async def test_an_unverified_claim_does_not_block_the_owner_who_verifies(app_client, make_client, settings,
                                                                          login, doh, database_url, workspace):
     """Someone else claimed the domain first and never verified it: the real owner still registers

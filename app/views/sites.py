@@ -178,10 +178,11 @@ async def post_verify(request: web.Request) -> web.Response:
             raise SiteError(409, "domain verified by another workspace")
     try:
         records = await txt_records(doh_url, row["domain"])
-    except ResolverUnreachable as exc:
+    except (ResolverUnreachable, LookupFailed) as exc:
         # Not "pending": the record may well be there; say what failed and where, so it can be fixed.
-        error = SiteError(502, f"could not reach the DNS-over-HTTPS resolver at {doh_url}", resolver=doh_url,
-                          reason=str(exc))
+        message = (f"could not reach the DNS-over-HTTPS resolver at {doh_url}" if isinstance(exc, ResolverUnreachable)
+                   else f"the DNS-over-HTTPS resolver at {doh_url} could not look up {row['domain']}")
+        error = SiteError(502, message, resolver=doh_url, reason=str(exc))
         error.extra.update(_status(row))  # what to publish, as a pending answer would say
         raise error from None
     if record_for(row["verification_token"]) in records:
@@ -198,6 +199,16 @@ class ResolverUnreachable(Exception):
     """The DNS-over-HTTPS resolver gave no usable answer (unreachable, an HTTP error, not JSON)."""
 
 
+class LookupFailed(Exception):
+    """The resolver answered, with a DNS error other than "no such name" (SERVFAIL, REFUSED, ...): whether
+    the record exists is unknown."""
+
+
+# DNS response codes (RFC 1035, 6895) a DoH JSON answer carries as Status; 0 and 3 are answers.
+_RCODES = {1: "FORMERR", 2: "SERVFAIL", 4: "NOTIMP", 5: "REFUSED"}
+_ANSWERED = (0, 3)  # NOERROR, NXDOMAIN (no such name: no record)
+
+
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
@@ -211,7 +222,7 @@ def _txt_value(data: str) -> str:
 
 async def txt_records(doh_url: str, domain: str) -> set[str]:
     """TXT records at the domain apex through a DNS-over-HTTPS JSON resolver; ResolverUnreachable when
-    the resolver gives no usable answer."""
+    the resolver gives no usable answer, LookupFailed when it could not look the name up."""
     try:
         async with aiohttp.ClientSession(timeout=DOH_TIMEOUT) as http, http.get(
             doh_url, params={"name": domain, "type": "TXT"}, headers={"Accept": "application/dns-json"}
@@ -229,6 +240,11 @@ async def txt_records(doh_url: str, domain: str) -> set[str]:
     except orjson.JSONDecodeError:
         log.warning("DoH lookup failed domain=%s error=not JSON", domain)
         raise ResolverUnreachable("the answer was not DNS JSON") from None
+    status = answer.get("Status", 0) if isinstance(answer, dict) else 0
+    if status not in _ANSWERED:
+        log.warning("DoH lookup failed domain=%s status=%r", domain, status)
+        name = _RCODES.get(status, "an error") if isinstance(status, int) else "an error"
+        raise LookupFailed(f"the resolver answered {name} (DNS status {status})")
     records = answer.get("Answer") if isinstance(answer, dict) else None
     return {_txt_value(r["data"]) for r in records or []
             if isinstance(r, dict) and r.get("type") == 16 and isinstance(r.get("data"), str)}
