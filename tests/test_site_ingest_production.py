@@ -97,3 +97,18 @@ async def test_preflight_for_registered_domain(prod, database_url, workspace):
     assert refused.status == 403
     assert await refused.json() == {"error": "origin not allowed"}
     assert "Access-Control-Allow-Origin" not in refused.headers
+
+
+async def test_a_site_id_pasted_with_spaces_around_it_is_the_site(prod, client, database_url, workspace):
+    """A data-site attribute or environment variable pasted with a space or newline: the analytics reads
+    take such a siteId as the site, so ingestion does too (production answered 404 unknown site, and
+    development created a second site named with the spaces, where the events vanished)."""
+    site, domain = await register_site(database_url, workspace)
+    for app in (prod, client):
+        resp = await post_event(app, {"s": f" {site}\n", "n": "pageview"}, {"Origin": f"https://{domain}"})
+        assert resp.status == 202, await resp.text()
+    assert len(await stored_events(database_url, site)) == 2
+    assert await stored_events(database_url, f" {site}\n") == []
+    blank = await post_event(client, {"s": " \t", "n": "pageview"})
+    assert blank.status == 400
+    assert (await blank.json())["issues"] == [{"field": "s", "message": "must not be blank"}]

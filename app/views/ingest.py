@@ -97,7 +97,8 @@ def parse_event(body: bytes) -> SiteEventIn:
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
         raise invalid_payload(_all_issues(data) or [issue(field, message)]) from None
-    issues = storable_issues(event, _TEXT_FIELDS)
+    event.s = event.s.strip()  # a pasted id with spaces around it, as the analytics reads take siteId
+    issues = storable_issues(event, _TEXT_FIELDS) + ([] if event.s else [issue("s", "must not be blank")])
     if issues:
         raise invalid_payload(issues)
     if event.p is None and event.u is not None:
