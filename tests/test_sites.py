@@ -198,6 +198,29 @@ async def test_a_resolver_error_answer_is_reported_too(make_client, settings, lo
     assert body["reason"] == "the resolver answered HTTP 503"
 
 
+@pytest.mark.parametrize("published", ["{record} ", "\t{record}\n", '"{record}"', '" {record} "'])
+async def test_a_record_published_with_spaces_or_quotes_around_it_verifies(app_client, login, doh, published):
+    """Copying the record from the page takes a line break or space along, and some DNS panels want the value
+    in quotes and keep quotes typed into it: the value is still the record, and "Record not found yet" was
+    all the user heard."""
+    await login(the_client=app_client)
+    domain = unique_domain()
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+    record = (await (await app_client.get(f"/api/verify?site={site}")).json())["record"]
+    doh.records[domain] = ["x" + record, record + "x", published.format(record=record)]
+    assert await (await app_client.post(f"/api/verify?site={site}")).json() == {"status": "verified",
+                                                                                "domain": domain}
+
+
+async def test_a_record_inside_other_text_does_not_verify(app_client, login, doh):
+    await login(the_client=app_client)
+    domain = unique_domain()
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+    record = (await (await app_client.get(f"/api/verify?site={site}")).json())["record"]
+    doh.records[domain] = [f"x{record}", f"{record}x", f"{record} {record}", f'"{record}', f"v=1 {record}"]
+    assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
+
+
 @pytest.mark.parametrize(("status", "name"), [(2, "SERVFAIL"), (5, "REFUSED")])
 async def test_a_failed_lookup_is_not_a_missing_record(make_client, settings, login, aiohttp_server, database_url,
                                                        status, name):

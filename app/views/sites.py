@@ -185,7 +185,7 @@ async def post_verify(request: web.Request) -> web.Response:
         error = SiteError(502, message, resolver=doh_url, reason=str(exc))
         error.extra.update(_status(row))  # what to publish, as a pending answer would say
         raise error from None
-    if record_for(row["verification_token"]) in records:
+    if record_for(row["verification_token"]) in {published_value(r) for r in records}:
         async with pool.acquire() as conn:
             won = await site_store.mark_verified(conn, row["id"])
         if not won:
@@ -218,6 +218,15 @@ def _txt_value(data: str) -> str:
     if not parts:
         return data.strip()
     return "".join(re.sub(r"\\(.)", r"\1", p) for p in parts)
+
+
+def published_value(text: str) -> str:
+    """A TXT value as the user meant it: without the whitespace a copy takes along, or one pair of quotes
+    typed into a DNS panel that adds its own (the token must still match exactly)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1].strip()
+    return text
 
 
 async def txt_records(doh_url: str, domain: str) -> set[str]:
