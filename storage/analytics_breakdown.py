@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Collection
 from datetime import datetime
 
-from storage import analytics_days, analytics_overview
+from storage import analytics_overview, analytics_windows
 from storage.analytics import (
     EVENT_DIMENSION_COLUMNS,
     SESSION_DIMENSIONS,
@@ -53,7 +53,7 @@ def counted_events(prop: str, filters: Filters) -> str:
 
 
 def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) -> bool:
-    """Whether a breakdown reads the window's ended days from cached states (analytics_days.key_visitor_states),
+    """Whether a breakdown reads the window's ended days from cached states (analytics_windows.key_visitor_states),
     made by its first read of the day or by the dashboard warmer: unfiltered, and either the goals or the
     visitors alone of an event dimension (the dashboard's panels)."""
     if filters.terms():
@@ -131,14 +131,14 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
 async def _visitors_from_window_states(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                                        prop: str, limit: int, offset: int, domain: str | None) -> list[dict] | None:
     """The unfiltered visitors of each value of an event dimension (what the dashboard's panels ask for), the
-    window's ended days from their cached states (analytics_days.key_visitor_states) and the rest from the
+    window's ended days from their cached states (analytics_windows.key_visitor_states) and the rest from the
     events. None when no cached state may stand for the ended days (a window of less than two of them).
     At 10M events over 30 days (the states made): by channel 203 -> 37 ms, browser 281 -> 48, country 267 -> 69,
     page 491 -> 190. Making them costs that read's first call of the day, per window and dimension, about
     twice to three times the read they replace (page: 1.4 s)."""
     q, table = Params(), store.table("site_events")
     only = counted_events(prop, Filters())
-    cached = await analytics_days.key_visitor_states(q, store, site_id, start, end, STATES_DIM.get(prop, prop),
+    cached = await analytics_windows.key_visitor_states(q, store, site_id, start, end, STATES_DIM.get(prop, prop),
                                                      lambda params: _key_expr(params, prop, domain), only=only)
     if cached is None:
         return None
@@ -235,7 +235,7 @@ def _goal_key(goal: Goal) -> str:
 async def _conversions_from_window_states(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                                           goals: list[Goal]) -> list[int] | None:
     """Unfiltered, per goal: its visitors and events (the row _goal_breakdown reads), the window's ended days from
-    states cached per goal (analytics_days.key_visitor_states, under a digest of every goal's condition, so
+    states cached per goal (analytics_windows.key_visitor_states, under a digest of every goal's condition, so
     that a new or changed goal makes them again) and the rest from the events. None when no cached state may
     stand for the ended days."""
     counted = {_goal_key(g): g for g in goals}  # two goals counting the same events share their key
@@ -246,7 +246,7 @@ async def _conversions_from_window_states(store: AnalyticsStore, site_id: str, s
 
     dim = "goals " + hashlib.sha256("\n".join(sorted(counted)).encode()).hexdigest()[:16]
     q, table = Params(), store.table("site_events")
-    cached = await analytics_days.key_visitor_states(q, store, site_id, start, end, dim, key_of, counts=True)
+    cached = await analytics_windows.key_visitor_states(q, store, site_id, start, end, dim, key_of, counts=True)
     if cached is None:
         return None
     states, other_days = cached

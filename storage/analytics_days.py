@@ -1,7 +1,7 @@
 """Day rows of the analytics store for unfiltered reads: the event counts of ended days (site_day_counts,
 per event name and per page, referrer host, country and hour), the statistics of the visits that started on
-them, the visitor sets of days (site_days), and the visitor states of a window's ended days, cached whole
-(site_window_visitors) and per value of a dimension or per goal (site_window_keys).
+them, and the visitor sets of days (site_days). The visitor states of a window's ended days, cached whole and
+per value, are storage/analytics_windows.py's, which reads its days' inserts with this module's row kinds.
 
 Counts cannot come from a view: a mirror batch written twice would count twice. They are computed here,
 from site_events read with FINAL, by the first read that needs a day once the day has ended and its last
@@ -14,7 +14,6 @@ from the events and the session rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -78,7 +77,8 @@ class CountedDays:
     # are up to date: its hours from the window's start on come from its hourly rows. Not in the lists above.
     partial: date | None = None
     # The latest cached visitor state per (first, last) day, of those read with them: site_window_visitors's
-    # (counted_days), or the complete per-key states of site_window_keys under one dim (written_days).
+    # (counted_days), or the complete per-key states of site_window_keys under one dim
+    # (analytics_windows.written_days).
     windows: dict[tuple[date, date], datetime] = field(default_factory=dict)
     # The window ends inside a day none of whose events is at or after its end (a window that ends now): the
     # day's session rows and visitor set hold only events of the window.
@@ -106,11 +106,11 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     q = Params()
     site = q.bind(site_id)
     lo, hi = q.bind(candidates[0] - _ONE_DAY, "Date"), q.bind(days[-1] + _ONE_DAY, "Date")
-    # Row kinds in one union (a join of the two tables cost ~6 ms more, and visitor_states's own look for its
-    # window state another query): each day's last insert (kind WRITTEN), each marker's latest computation
-    # per day (kind: the marker), the latest cached visitor state of the window's days from its first whole
-    # day to each last (kind WINDOWS), the last event of the day the window ends inside (kind TAIL), and the
-    # store's clock.
+    # Row kinds in one union (a join of the two tables cost ~6 ms more, and analytics_windows.visitor_states's
+    # own look for its window state another query): each day's last insert (kind WRITTEN), each marker's
+    # latest computation per day (kind: the marker), the latest cached visitor state of the window's days from
+    # its first whole day to each last (kind WINDOWS), the last event of the day the window ends inside (kind
+    # TAIL), and the store's clock.
     last_event = _end_day_last_event(q, store, site_id, end)
     tail = f"UNION ALL SELECT {TAIL}, today(), {last_event} " if last_event else ""
     rows = await store.query(
@@ -125,7 +125,7 @@ async def counted_days(store: AnalyticsStore, site_id: str, start: datetime, end
     written = {day: at for kind, day, at in rows if kind == WRITTEN}
     marks = {(kind, day): at for kind, day, at in rows if kind >= VISIT_HOURS_MARKER}
     windows = {last: at for kind, last, at in rows if kind == WINDOWS}
-    tail_ended = any(kind == TAIL and _utc(at) < end for kind, _, at in rows)
+    tail_ended = any(kind == TAIL and as_utc(at) < end for kind, _, at in rows)
     now = next(at for kind, _, at in rows if kind == CLOCK)
     never = datetime.min.replace(tzinfo=now.tzinfo)  # a marker not written (as aware as the store's values)
     computed = {day: marks.get((MARKER, day), never) for day in written}
@@ -186,142 +186,6 @@ def tail_ended_sql(q: Params, store: AnalyticsStore, site_id: str, end: datetime
     return f"{last_event} < {q.bind(end, TS)}" if last_event else "0"
 
 
-# In cluster mode an INSERT into a Distributed table that SELECTs from one runs on every shard by default
-# (parallel_distributed_insert_select), each shard inserting what it selects into its own local table: a
-# window's merged states would be written on every shard, empty ones where the site's days are not. They
-# are selected once here, and their rows go to the site's shard.
-_INSERT_HERE = {"parallel_distributed_insert_select": 0}
-
-
-async def written_days(store: AnalyticsStore, site_id: str, days: list[date], *,
-                       keys_dim: str | None = None) -> CountedDays:
-    """The last insert into each of the (consecutive) `days` and the store's clock, with no day counted: what
-    visitor_states needs, for a read beside an overview that may be counting the same days. With `keys_dim`,
-    also the latest complete per-key states under that dim (site_window_keys's marker rows) of the runs from
-    the first day, as `windows`, read in the same query (a look of their own cost a panel ~5-8 ms more)."""
-    q = Params()
-    site, first = q.bind(site_id), q.bind(days[0], "Date")
-    made = (f"UNION ALL SELECT {WINDOWS}, last, max(computed) FROM {store.table('site_window_keys')} WHERE "
-            f"site_id = {site} AND first = {first} AND dim = {q.bind(keys_dim)} AND key = '' GROUP BY last "
-            if keys_dim is not None else "")
-    rows = await store.query(
-        f"SELECT {WRITTEN}, day, max(written) FROM {store.table('site_days')} WHERE site_id = {site} "
-        f"AND day >= {first} AND day <= {q.bind(days[-1], 'Date')} GROUP BY day {made}"
-        f"UNION ALL SELECT {CLOCK}, today(), now64(6, 'UTC')", q.params)
-    written = {day: at for kind, day, at in rows if kind == WRITTEN}
-    windows = {(days[0], last): at for kind, last, at in rows if kind == WINDOWS}
-    # No day written: no clock either, as before the union (callers take that for "nothing to cache").
-    now = next(at for kind, _, at in rows if kind == CLOCK) if written else None
-    return CountedDays([], [], written=written, now=now, windows=windows)
-
-
-def _settled_run(store: AnalyticsStore, whole: list[date],
-                 counted: CountedDays) -> tuple[list[date], datetime] | None:
-    """The ended days of `whole` and their last insert, when a cached state may stand for them: more than
-    one day, and that insert settled. None otherwise."""
-    ended = [d for d in whole if counted.now is not None and d < counted.now.date()]
-    last_write = max((counted.written[d] for d in ended if d in counted.written), default=None)
-    if len(ended) > 1 and last_write is not None and last_write + timedelta(seconds=store.settle_seconds) < counted.now:
-        return ended, _utc(last_write)
-    return None
-
-
-def _read_state(store: AnalyticsStore, counted: CountedDays, ended: list[date],
-                last_write: datetime) -> datetime | None:
-    """The cached state of the `ended` days that the lookup read with `counted` (CountedDays.windows), when
-    newer than their last insert plus the settle time: usable without looking again. None otherwise."""
-    known = counted.windows.get((ended[0], ended[-1]))
-    if known is not None and _utc(known) > last_write + timedelta(seconds=store.settle_seconds):
-        return _utc(known)
-    return None
-
-
-async def visitor_states(q: Params, store: AnalyticsStore, site_id: str, whole: list[date],
-                         counted: CountedDays) -> str:
-    """A subquery of uniqExact states (column s) whose merge is the visitors of the `whole` days (consecutive):
-    the cached state of the window's ended days when up to date (made by the first read that lacks it, once
-    their last insert has settled) and the day rows of the other days."""
-    settled = _settled_run(store, whole, counted)
-    rest = whole
-    cached = ""
-    if settled:
-        ended, last_write = settled
-        site, first, last = q.bind(site_id), q.bind(ended[0], "Date"), q.bind(ended[-1], "Date")
-        since = q.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
-        window = (f"{store.table('site_window_visitors')} WHERE site_id = {site} AND first = {first} "
-                  f"AND last = {last} AND computed > {since}")
-
-        async def make() -> None:
-            if _read_state(store, counted, ended, last_write) is not None:
-                return  # made: counted_days read it
-            if not (await store.query(f"SELECT count() FROM {window}", q.params))[0][0]:
-                at = await _now(store)
-                await store.command(
-                    f"INSERT INTO {store.table('site_window_visitors')} (site_id, first, last, computed, visitors) "
-                    f"SELECT {site}, {first}, {last}, {q.bind(at, TS)}, uniqExactMergeState(visitors) FROM "
-                    f"{store.table('site_days')} WHERE site_id = {site} AND day >= {first} AND day <= {last}",
-                    q.params, settings=_INSERT_HERE if store.cluster else None)
-
-        # The overview and the goals ask for it at once when the dashboard opens: one of them makes it (callers
-        # that saw the same last insert; a state made before a later one would not do for a reader of it).
-        await store.once(("window visitors", site_id, ended[0], ended[-1], last_write), make)
-        cached = f"(SELECT visitors AS s FROM {window} ORDER BY computed DESC LIMIT 1) UNION ALL "
-        rest = [d for d in whole if d > ended[-1]]
-    return (f"({cached}SELECT visitors AS s FROM {store.table('site_days')} WHERE site_id = {q.bind(site_id)} "
-            f"AND day IN {q.bind(rest, 'Array(Date)')})")
-
-
-async def key_visitor_states(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
-                             dim: str, key_of: Callable[[Params], str], *, counts: bool = False,
-                             only: str = "") -> tuple[str, str] | None:
-    """Per key of the window's ended days: a subquery of (key, s, e) rows, s a uniqExact state of the visitors
-    of the days' events with that key and e (when `counts`) how many events (read with FINAL), and the
-    condition on site_events rows of the window that leaves those days out (other_days); None when no
-    cached state may stand for them. `key_of(params)` is the key of an event, as a site_events expression
-    ('' for none; it binds its own values); `only`, a constant condition on the site_events rows the states
-    count (the page panel's pageviews), which `dim` must name apart. The rows are cached in site_window_keys
-    under `dim`, made by the first read that lacks them once the days' last insert has settled, and used
-    while no insert has touched the days. It counts no day (written_days), so it runs beside an overview that may."""
-    whole = whole_days(start, end)
-    written = await written_days(store, site_id, whole, keys_dim=dim) if whole else NONE
-    settled = _settled_run(store, whole, written) if whole else None
-    if not settled:
-        return None
-    ended, last_write = settled
-    table = store.table("site_window_keys")
-    w = Params()
-    site, first, last, named = w.bind(site_id), w.bind(ended[0], "Date"), w.bind(ended[-1], "Date"), w.bind(dim)
-    run = f"site_id = {site} AND first = {first} AND last = {last} AND dim = {named}"
-    final, events = (" FINAL", "count()") if counts else ("", "0")
-
-    async def make() -> datetime:
-        if (known := _read_state(store, written, ended, last_write)) is not None:
-            return known  # complete: written_days read its marker
-        since = w.bind(last_write + timedelta(seconds=store.settle_seconds), TS)
-        made = await store.query(f"SELECT computed FROM {table} WHERE {run} AND key = '' AND computed > {since} "
-                                 "ORDER BY computed DESC LIMIT 1", w.params)
-        if made:
-            return _utc(made[0][0])
-        at = await _now(store)
-        stamp = w.bind(at, TS)
-        # The rows, then the marker that completes them: an insert cut short is never read.
-        await store.command(
-            f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors, events) SELECT {site}, "
-            f"{first}, {last}, {named}, {stamp}, {key_of(w)} AS key, uniqExactStateIf(visitor, visitor != 0), "
-            f"{events} FROM {store.table('site_events')}{final} WHERE site_id = {site} AND toDate(ts) >= {first} "
-            f"AND toDate(ts) <= {last}{f' AND {only}' if only else ''} AND key != '' GROUP BY key",
-            w.params, settings=_INSERT_HERE if store.cluster else None)
-        await store.command(
-            f"INSERT INTO {table} (site_id, first, last, dim, computed, key, visitors) SELECT {site}, {first}, "
-            f"{last}, {named}, {stamp}, '', uniqExactStateIf(toUInt64(0), false)", w.params)
-        return at
-
-    made = await store.once(("window keys", site_id, ended[0], ended[-1], dim, last_write), make)
-    return (f"(SELECT key, visitors AS s, events AS e FROM {table} WHERE site_id = {q.bind(site_id)} AND first = "
-            f"{q.bind(ended[0], 'Date')} AND last = {q.bind(ended[-1], 'Date')} AND dim = {q.bind(dim)} "
-            f"AND computed = {q.bind(made, TS)} AND key != '')"), other_days(q, start, end, ended)
-
-
 async def _count_uncounted(store: AnalyticsStore, site_id: str, days: list[date],
                            seen: datetime) -> dict[date, datetime]:
     """The computation of each of `days` made after `seen` (their last insert) and its settle time, counting
@@ -329,13 +193,13 @@ async def _count_uncounted(store: AnalyticsStore, site_id: str, days: list[date]
     ended, when once() no longer shares it: it finds that computation (every marker of it) here instead of
     counting again."""
     q = Params()
-    since = q.bind(_utc(seen) + timedelta(seconds=store.settle_seconds), TS)
+    since = q.bind(as_utc(seen) + timedelta(seconds=store.settle_seconds), TS)
     rows = await store.query(
         f"SELECT day, max(computed) FROM (SELECT day, computed FROM {store.table('site_day_counts')} WHERE "
         f"site_id = {q.bind(site_id)} AND day IN {q.bind(days, 'Array(Date)')} AND dim IN ({MARKERS}) "
         f"AND computed > {since} GROUP BY day, computed HAVING uniqExact(dim) = length([{MARKERS}])) GROUP BY day",
         q.params)
-    made = {day: _utc(at) for day, at in rows}
+    made = {day: as_utc(at) for day, at in rows}
     if uncounted := [d for d in days if d not in made]:
         made |= dict.fromkeys(uncounted, await _compute(store, site_id, uncounted))
     return made
@@ -345,7 +209,7 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
     """Count the days from the events (FINAL) and their visits from the session rows, stamped with one
     server time read after every insert the days (and their neighbours) hold, then write the marker that
     makes the computation complete. Returns the stamp."""
-    at = await _now(store)
+    at = await store_now(store)
     q = Params()
     site, stamp, chosen = q.bind(site_id), q.bind(at, TS), q.bind(days, "Array(Date)")
     table = store.table("site_events")
@@ -372,13 +236,13 @@ async def _compute(store: AnalyticsStore, site_id: str, days: list[date]) -> dat
     return at
 
 
-def _utc(moment: datetime) -> datetime:
+def as_utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)  # clickhouse-connect may hand it back naive
 
 
-async def _now(store: AnalyticsStore) -> datetime:
+async def store_now(store: AnalyticsStore) -> datetime:
     """The store's clock, which `written` is stamped by."""
-    return _utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
+    return as_utc((await store.query("SELECT now64(6, 'UTC')"))[0][0])
 
 
 def counts_of(q: Params, store: AnalyticsStore, site_id: str, counted: CountedDays, days: list[date]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, date, datetime
 
-from storage import analytics_days
+from storage import analytics_days, analytics_windows
 from storage.analytics import (
     BUCKET,
     TOP_DIMENSIONS,
@@ -165,17 +165,17 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
 
 async def visitors(store: AnalyticsStore, site_id: str, start: datetime, end: datetime) -> int:
     """The window's unique visitors without filters, as the unfiltered overview counts them. It counts no day
-    (analytics_days.written_days), so it runs beside an overview that may be counting them."""
+    (analytics_windows.written_days), so it runs beside an overview that may be counting them."""
     q = Params()
     whole = analytics_days.whole_days(start, end)
-    days = await analytics_days.written_days(store, site_id, whole) if whole else analytics_days.NONE
+    days = await analytics_windows.written_days(store, site_id, whole) if whole else analytics_days.NONE
     return (await store.query(await _visitors_sql(q, store, site_id, start, end, whole, days), q.params))[0][0]
 
 
 async def _visitors_sql(q: Params, store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
                         whole: list[date], days: analytics_days.CountedDays) -> str:
     """A one-row query (column visitors): the window's unique visitors, every `whole` day's from the day rows
-    (analytics_days.visitor_states), and the day the window ends inside too when none of its events is at or
+    (analytics_windows.visitor_states), and the day the window ends inside too when none of its events is at or
     after the end (CountedDays.tail_ended: today's visitors of the 7-day overview); the rest of the window's
     from its events."""
     table = store.table("site_events")
@@ -183,7 +183,7 @@ async def _visitors_sql(q: Params, store: AnalyticsStore, site_id: str, start: d
     if not whole:
         return f"SELECT uniqExactIf(visitor, visitor != 0) AS visitors FROM {table} WHERE {cond}"
     stated = [*whole, end.astimezone(UTC).date()] if days.tail_ended else whole  # consecutive days
-    states = await analytics_days.visitor_states(q, store, site_id, stated, days)
+    states = await analytics_windows.visitor_states(q, store, site_id, stated, days)
     if set(analytics_days.window_days(start, end)) == set(stated):  # no part day: no empty read of the events
         return f"SELECT uniqExactMerge(s) AS visitors FROM {states}"
     return (f"SELECT uniqExactMerge(s) AS visitors FROM ({states} UNION ALL SELECT uniqExactStateIf(visitor, "
