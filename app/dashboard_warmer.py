@@ -1,8 +1,8 @@
 """Shortly after each UTC midnight, makes the rows that the day's first dashboard reads would otherwise make
 themselves (storage/analytics_days.py, analytics_windows.py): the ended day's counts and the windows'
 visitors for the overviews, and the per-value visitor states of the panels and goals that were read the day
-before. Without it, the
-first opening of a range each day pays for them: at 10M events and 30 days, 2.6 s instead of 0.3 to 0.6.
+before. Without it, the first opening of a range each day pays for them: at 10M events and 30 days, 2.6 s
+instead of 0.3 to 0.6.
 
 Only unfiltered reads are remembered (site, range, and the breakdown's property or "" for the overview),
 at most `MAX_READS` of them, each for two days after it was last asked for. Each process notes the reads it
