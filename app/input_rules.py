@@ -25,6 +25,10 @@ MAX_DEPTH = 64
 NUL_ESCAPE = b"\\u0000"
 
 _INTEGER = re.compile(r"-?[0-9]+")
+# A DNS name (labels of letters, digits, '-' and '_', which internal names use), at most 253 characters: a
+# data source's database host, a host named in the settings.
+HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                       r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?\Z")
 
 Problem = tuple[str, Literal["nul", "depth"]]  # (the field's path, what is wrong)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from app.input_rules import HOST_NAME
+
 
 class ConfigError(RuntimeError):
     pass
@@ -69,9 +71,6 @@ def _networks(name: str, raw: str) -> tuple[str, ...]:
     return entries
 
 
-_HOST_NAME = re.compile(r"^(?=.{1,253}\.?\Z)([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.?)+\Z")
-
-
 def _hosts_or_networks(name: str, raw: str) -> tuple[str, ...]:
     """CIDRs, addresses or host names. An entry that was none (`10.0.0/8`, a URL) was kept as a host name that
     no host has, and what it meant stayed refused."""
@@ -80,7 +79,7 @@ def _hosts_or_networks(name: str, raw: str) -> tuple[str, ...]:
         try:
             ipaddress.ip_network(entry, strict=False)
         except ValueError:
-            if "/" in entry or not _HOST_NAME.match(entry) or entry.replace(".", "").isdigit():
+            if "/" in entry or not HOST_NAME.match(entry) or entry.replace(".", "").isdigit():
                 raise ConfigError(
                     f"{name}: {entry!r} is neither a network (CIDR), an IP address nor a host name") from None
     return entries

@@ -11,7 +11,7 @@ import yarl
 from msgspec import Meta
 
 from app.bodies import field_of
-from app.input_rules import MAX_DEPTH, decode_json, problem
+from app.input_rules import HOST_NAME, MAX_DEPTH, decode_json, problem
 from app.responses import invalid
 
 SOURCE_TYPES = ("postgres", "mysql", "bigquery", "snowflake", "redshift", "stripe", "salesforce", "hubspot",
@@ -33,11 +33,6 @@ Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]
 def _fail(field: str, message: str) -> ValueError:
     # The " - at `$.x`" suffix makes app.bodies.field_of name the field, as msgspec's own errors do.
     return ValueError(f"{message} - at `$.{field}`")
-
-
-# A DNS name (labels of letters, digits, '-' and '_', which internal names use), at most 253 characters.
-HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-                       r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?\Z")
 
 
 def _check_host(value: str, field: str) -> None:
