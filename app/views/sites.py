@@ -185,7 +185,7 @@ async def post_verify(request: web.Request) -> web.Response:
         error = SiteError(502, message, resolver=doh_url, reason=str(exc))
         error.extra.update(_status(row))  # what to publish, as a pending answer would say
         raise error from None
-    if record_for(row["verification_token"]) in {published_value(r) for r in records}:
+    if record_for(row["verification_token"]) in records:
         async with pool.acquire() as conn:
             won = await site_store.mark_verified(conn, row["id"])
         if not won:
@@ -230,8 +230,9 @@ def published_value(text: str) -> str:
 
 
 async def txt_records(doh_url: str, domain: str) -> set[str]:
-    """TXT records at the domain apex through a DNS-over-HTTPS JSON resolver; ResolverUnreachable when
-    the resolver gives no usable answer, LookupFailed when it could not look the name up."""
+    """TXT records at the domain apex through a DNS-over-HTTPS JSON resolver, each as the user meant it
+    (published_value); ResolverUnreachable when the resolver gives no usable answer, LookupFailed when it
+    could not look the name up."""
     try:
         async with aiohttp.ClientSession(timeout=DOH_TIMEOUT) as http, http.get(
             doh_url, params={"name": domain, "type": "TXT"}, headers={"Accept": "application/dns-json"}
@@ -249,13 +250,13 @@ async def txt_records(doh_url: str, domain: str) -> set[str]:
     except orjson.JSONDecodeError:
         log.warning("DoH lookup failed domain=%s error=not JSON", domain)
         raise ResolverUnreachable("the answer was not DNS JSON") from None
-    status = answer.get("Status", 0) if isinstance(answer, dict) else 0
+    answer = answer if isinstance(answer, dict) else {}
+    status = answer.get("Status", 0)
     if status not in _ANSWERED:
         log.warning("DoH lookup failed domain=%s status=%r", domain, status)
         name = _RCODES.get(status, "an error") if isinstance(status, int) else "an error"
         raise LookupFailed(f"the resolver answered {name} (DNS status {status})")
-    records = answer.get("Answer") if isinstance(answer, dict) else None
-    return {_txt_value(r["data"]) for r in records or []
+    return {published_value(_txt_value(r["data"])) for r in answer.get("Answer") or []
             if isinstance(r, dict) and r.get("type") == 16 and isinstance(r.get("data"), str)}
 
 
