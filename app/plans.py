@@ -27,11 +27,13 @@ MAX_LIMIT = 1_000_000_000
 
 
 def limits_for(plan: str, group: str, custom: Mapping[str, object] | None = None) -> Limits:
-    """Enterprise workspaces may carry custom limits per group, stored as {"group": [s, m]}; one stored past
-    MAX_LIMIT (before set-plan bounded them) counts as MAX_LIMIT."""
+    """Enterprise workspaces may carry custom limits per group, stored as {"group": [s, m]}. Limits stored
+    before set-plan bounded them: one past MAX_LIMIT counts as MAX_LIMIT, and a pair holding a value below 1
+    (which refused every request) is ignored for the plan's own allowance."""
     if custom and plan == "enterprise" and group in custom:
-        per_second, per_minute = custom[group]  # type: ignore[misc]
-        return min(int(per_second), MAX_LIMIT), min(int(per_minute), MAX_LIMIT)
+        per_second, per_minute = (int(v) for v in custom[group])  # type: ignore[union-attr]
+        if per_second >= 1 and per_minute >= 1:
+            return min(per_second, MAX_LIMIT), min(per_minute, MAX_LIMIT)
     return PLANS.get(plan, FREE)[group]
 
 

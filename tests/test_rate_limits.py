@@ -155,3 +155,15 @@ async def test_a_limit_stored_past_the_bound_keeps_the_headers_consistent(client
     assert resp.status == 200
     limit, remaining = int(resp.headers["X-RateLimit-Limit"]), int(resp.headers["X-RateLimit-Remaining"])
     assert (limit, remaining) == (10**9, 10**9 - 1)
+
+
+@pytest.mark.parametrize("stored", [[0, 0], [0, 500], [-1, 10]])
+async def test_a_limit_of_zero_stored_before_set_plan_refused_it_gives_the_plans_allowance(
+        client, make_key, workspace, database_url, stored):
+    """`set-plan --limit events=0/0` was accepted once and refused every request of the workspace until set-plan
+    was run again; such a stored pair now counts as no custom limit (enterprise's own allowance)."""
+    key = await make_key("read,write")
+    await _set_plan(database_url, workspace, "enterprise", {"events": stored})
+    resp = await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "u"})
+    assert resp.status == 200
+    assert int(resp.headers["X-RateLimit-Limit"]) == limits_for("enterprise", "events")[0] == 10_000
