@@ -66,7 +66,15 @@ def test_a_stopped_server_is_named_as_such(page: Page, live_server: LiveServer, 
     expect(panel(page, "pages").locator("[role=alert]")).to_have_text(UNREACHABLE)
     page.locator("select.range").select_option("7d")
     expect(page.locator(".overview > [role=alert]")).to_have_text(UNREACHABLE)
+    expect(page.locator(".overview > p.muted")).to_have_text("Trying again every 5s.")
     no_raw_error(page)
+    # Left open, the overview loads again by itself once the server answers.
+    server_up(page)
+    expect(page.locator(".stats")).to_be_visible(timeout=15000)
+    expect(page.locator(".overview > [role=alert]")).to_have_count(0)
+    server_down(page)
+    page.locator("select.range").select_option("24h")
+    expect(page.locator(".overview > [role=alert]")).to_have_text(UNREACHABLE)
 
     # A proxy in front of the stopped server answers 502 with a page of its own: the same words, not its HTML.
     server_up(page)

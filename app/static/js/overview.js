@@ -11,6 +11,8 @@ import { siteHeader, syncTabs } from './sites.js'
 export const RANGES = [['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'Last 7 days'], ['30d', 'Last 30 days'], ['90d', 'Last 90 days']]
 const FILTERS = [['eventName', 'Event'], ['path', 'Page contains'], ['referrer', 'Referrer contains'], ['country', 'Country']]
 const COMPARE = 'previous_period'
+// How often an overview that got no answer loads again.
+const RETRY_MS = 5000
 
 export function readState() {
   const q = new URLSearchParams(location.search)
@@ -99,6 +101,7 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
   const chips = h('div', { class: 'row chips', 'aria-label': 'Active filters' })
   const panels = breakdownPanels({ siteId, state, shared: !!shared, addFilter: (dimension, value) => { state.filters = withTerm(state.filters, dimension, value); changed() } })
   let generation = 0
+  let retry = null
   container.append(shared ? sharedHeader(shared.domain) : siteHeader(siteId, 'overview'), controls, chips, body,
     ...(shared ? [] : [sharedLinks(siteId)]))
 
@@ -129,6 +132,7 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
 
   async function load() {
     const mine = ++generation
+    clearTimeout(retry)
     drawControls()
     body.classList.add('loading')
     const panelsLoaded = panels.load()
@@ -158,7 +162,14 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
         panels.el,
       ])
     } catch (e) {
+      if (!alive || mine !== generation) return
       body.replaceChildren(errorBox(e))
+      // No answer at all (server stopped, network gone): load again by itself, as realtime polls on, so a
+      // dashboard left open comes back once the server does. Any other load since then supersedes this one.
+      if (e && e.status === 0) {
+        body.append(h('p', { class: 'muted small', text: `Trying again every ${RETRY_MS / 1000}s.` }))
+        retry = setTimeout(() => alive && mine === generation && load(), RETRY_MS)
+      }
     } finally {
       body.classList.remove('loading')
     }
@@ -180,6 +191,7 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
   return () => {
     alive = false
     clearInterval(timer)
+    clearTimeout(retry)
     if (chart) chart.destroy()
   }
 }
