@@ -48,7 +48,7 @@ def test_normalize_domain(raw, domain):
 
 
 @pytest.mark.parametrize("raw", ["", "localhost", "http://", "exa mple.com", "-bad.com", "a..com", "1.2.3.4",
-                                 "example.com_", "x" * 64 + ".com"])
+                                 "example.com_", "x" * 64 + ".com", "a.com\\@evil.com", "a.com @evil.com"])
 def test_invalid_domains(raw):
     assert normalize_domain(raw) is None
 
@@ -90,6 +90,26 @@ async def test_invalid_domain_is_400(client, login, body):
     resp = await client.post("/api/sites", data=body)
     assert resp.status == 400
     assert await resp.json() == {"error": "invalid domain"}
+
+
+@pytest.mark.parametrize("raw", ["a.com\\@{d}", "https://a.com\\@{d}/", "a.com\\\\@{d}", "a.com @{d}",
+                                 "https://a.com\t@{d}", 'a.com"@{d}', "a.com<@{d}", "a.com\\{d}"])
+async def test_a_domain_with_characters_no_host_name_has_is_400_and_creates_nothing(client, login, database_url,
+                                                                                   raw):
+    """`a.com\\@evil.com` registered evil.com: the backslash and what precedes the `@` were taken for a URL's
+    user name, as Python's URL parsing takes them, while a browser reads the backslash as a slash (the host
+    a.com). Before the host only a URL's user-info characters may stand; anything else is no domain."""
+    await login()
+    domain = unique_domain()
+    for send in ({"data": {"domain": raw.format(d=domain)}}, {"json": {"domain": raw.format(d=domain)}}):
+        resp = await client.post("/api/sites", **send)
+        assert (resp.status, await resp.json()) == (400, {"error": "invalid domain"})
+    assert await (await client.get("/api/sites")).json() == []
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM sites WHERE domain = $1", domain) == 0
+    finally:
+        await conn.close()
 
 
 async def test_list_is_newest_first_capped_at_50_and_per_workspace(client, login, workspace, database_url):

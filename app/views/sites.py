@@ -34,6 +34,9 @@ TOTAL_HEADER = "X-Total-Count"
 DOH_TIMEOUT = aiohttp.ClientTimeout(total=5)
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+# What may precede a host's '@' (RFC 3986 userinfo, lower-cased): with anything else, such as a backslash,
+# which a browser reads as a slash ('a.com\@evil.com' is a.com's page), the host is not the text after '@'.
+_USER_INFO = re.compile(r"[a-z0-9._~!$&'()*+,;=:%-]*\Z")
 
 
 def normalize_domain(raw: str) -> str | None:
@@ -41,7 +44,9 @@ def normalize_domain(raw: str) -> str | None:
     value = raw.strip().lower()
     value = _SCHEME.sub("", value)
     value = re.split(r"[/?#]", value, maxsplit=1)[0]
-    value = value.rpartition("@")[2]  # user:pass@
+    user_info, at, value = value.rpartition("@")  # user:pass@
+    if at and not _USER_INFO.match(user_info):
+        return None
     value = value.split(":", 1)[0].rstrip(".")
     if value.startswith("www."):
         value = value[4:]
