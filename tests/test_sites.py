@@ -42,6 +42,10 @@ async def test_session_required(client, method, path):
     ("  WWW.example.org.  ", "example.org"),
     ("https://user:pw@blog.example.net/", "blog.example.net"),
     ("bücher.example", "xn--bcher-kva.example"),
+    ("www.com", "www.com"),
+    ("https://WWW.com./", "www.com"),
+    ("www.www.com", "www.com"),
+    ("www.example.co.uk", "example.co.uk"),
 ])
 def test_normalize_domain(raw, domain):
     assert normalize_domain(raw) == domain
@@ -66,6 +70,17 @@ async def test_create_by_form_and_json_is_idempotent(client, login):
     assert [s["id"] for s in listed] == [created["id"]]
     assert listed[0]["domain"] == domain and listed[0]["status"] == "pending" and listed[0]["verified"] is False
     assert listed[0]["createdAt"].endswith("Z")
+
+
+async def test_a_domain_named_www_is_registered_as_itself(client, login):
+    """The leading `www.` went whatever followed it, so www.com became `com`, no domain here: a 400. It goes
+    only when a domain with a dot remains."""
+    await login()
+    domain = f"www.{secrets.token_hex(4)}"
+    for raw in (domain, f"https://{domain.upper()}/"):
+        resp = await client.post("/api/sites", data={"domain": raw})
+        assert (resp.status, await resp.json()) == (200, {"id": site_id_for(domain), "domain": domain})
+    assert [s["domain"] for s in await (await client.get("/api/sites")).json()] == [domain]
 
 
 async def test_json_bodies_may_start_with_a_byte_order_mark(client, login):

@@ -48,7 +48,7 @@ def normalize_domain(raw: str) -> str | None:
     if at and not _USER_INFO.match(user_info):
         return None
     value = value.split(":", 1)[0].rstrip(".")
-    if value.startswith("www."):
+    if value.startswith("www.") and "." in value[4:]:  # www.com is a domain, not com's www. prefix
         value = value[4:]
     try:
         value = value.encode("idna").decode("ascii")
