@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from app.appkeys import POOL, SETTINGS, SITE_RUNTIME
+from app.appkeys import LIMITER, POOL, SETTINGS, SITE_RUNTIME
 from app.bodies import decode_site_json
 from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
@@ -29,6 +29,9 @@ from storage import sites as site_store
 log = logging.getLogger("tally.sites")
 
 RECORD_PREFIX = "tally-verify"
+# DNS checks (per second, per minute) per signed-in account: each asks the resolver, and records take
+# minutes to appear, so a person re-checking has room while a loop cannot turn the service into its resolver.
+VERIFY_LIMITS = (2, 10)
 MAX_SITES = 50
 TOTAL_HEADER = "X-Total-Count"
 DOH_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -181,6 +184,10 @@ async def post_verify(request: web.Request) -> web.Response:
     async with pool.acquire() as conn:
         if await site_store.verified_elsewhere(conn, row["domain"], row["workspace_id"]):
             raise SiteError(409, "domain verified by another workspace")
+    account = await current_account(request)
+    verdict = await request.config_dict[LIMITER].hit(f"verify:{account.id}", VERIFY_LIMITS)
+    if not verdict.allowed:
+        raise SiteError(429, "too many verification attempts", headers={"Retry-After": str(verdict.retry_after)})
     try:
         records = await txt_records(doh_url, row["domain"])
     except (ResolverUnreachable, LookupFailed) as exc:
