@@ -202,6 +202,20 @@ async def test_record_on_a_subdomain_or_other_token_does_not_verify(app_client, 
     assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
 
 
+async def test_a_cname_d_name_verifies_by_the_record_at_its_target(app_client, login, doh):
+    """A CNAME'd name can hold no TXT record of its own (docs/decisions.md, "A site on a CNAME'd name"): the
+    resolver follows the CNAME and answers its target's records, which is where such a site's owner publishes."""
+    await login(the_client=app_client)
+    domain, target = f"blog.{unique_domain()}", f"edge.{unique_domain()}"
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+    record = (await (await app_client.get(f"/api/verify?site={site}")).json())["record"]
+    doh.aliases[domain] = target
+    assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
+    doh.records[target] = [record]
+    assert await (await app_client.post(f"/api/verify?site={site}")).json() == {"status": "verified",
+                                                                                 "domain": domain}
+
+
 async def test_resolver_failure_says_the_resolver_could_not_be_reached(make_client, settings, login, database_url):
     resolver = "http://127.0.0.1:9/dns-query"
     client = await make_client(dataclasses.replace(settings, doh_url=resolver))
