@@ -58,6 +58,9 @@ class Metrics:
         self.dependency_fallbacks = Counter("tally_dependency_fallbacks_total",
                                             "Operations served from process memory while Redis was down",
                                             ["use"], registry=r)
+        self.exported_events = Counter("tally_exported_events_total",
+                                       "Events read into site export downloads, by format", ["format"],
+                                       registry=r)
         self.mirror_events = Counter("tally_analytics_mirrored_events_total",
                                      "Events written to the analytics store by the mirror", registry=r)
         self.mirror_round_seconds = Histogram("tally_analytics_mirror_round_seconds",

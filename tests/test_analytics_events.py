@@ -319,3 +319,50 @@ async def test_export_failing_mid_stream_is_cut_off_not_an_error_page_in_the_fil
     assert len(pages) == 2 and b",e2," in body and b",e1," in body  # the first page was sent
     assert b"HTTP/1.1" not in body and b"internal error" not in body
     assert not body.endswith(b"0\r\n\r\n")  # no last chunk: the client knows the file is incomplete
+
+
+async def test_head_on_export_answers_what_get_would_without_running_it(client, database_url, workspace, login):
+    """aiohttp routes HEAD to the GET handler: HEAD ran the whole export and wrote its rows onto the connection
+    after the headers, where a keep-alive client reads them as the start of its next answer. HEAD answers GET's
+    status and headers (401, 400 and 404 alike) and reads no event: tally_exported_events_total stays put."""
+    import asyncio
+
+    from tests.conftest import metric
+    from tests.site_helpers import post_event, register_site
+
+    await login()
+    site_id, _ = await register_site(database_url, workspace)
+    for i in range(3):
+        assert (await post_event(client, {"s": site_id, "n": f"e{i}"})).status == 202
+
+    async def exported() -> float:
+        return metric(await (await client.get("/metrics")).text(), "tally_exported_events_total", format="csv")
+
+    before = await exported()
+    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(f"HEAD /api/analytics/export?siteId={site_id}&range=1h HTTP/1.1\r\nHost: tally\r\n"
+                 f"Cookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
+    raw = await reader.read()  # until the server closes the connection
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and body == b""
+    assert f'filename="tally-{site_id}-1h.csv"'.encode() in head
+    assert await exported() == before
+
+    params = {"siteId": site_id, "range": "1h", "format": "json", "limit": "2"}
+    probe, get = await client.head("/api/analytics/export", params=params), await client.get(
+        "/api/analytics/export", params=params)
+    assert probe.status == get.status == 200 and len(orjson.loads(await get.read())) == 2
+    shown = ("Content-Type", "Content-Disposition", "Cache-Control", "X-Export-Limit")
+    assert [probe.headers[h] for h in shown] == [get.headers[h] for h in shown]
+    assert await exported() == before  # a JSON export counts under its own format
+    get = await client.get("/api/analytics/export", params={"siteId": site_id, "range": "1h"})
+    assert len((await get.text()).splitlines()) == 1 + 3 and await exported() == before + 3
+
+    for bad in ({}, {"siteId": site_id, "format": "xml"}, {"siteId": site_id, "limit": "0"}, {"siteId": "no-such"}):
+        probe, get = await client.head("/api/analytics/export", params=bad), await client.get(
+            "/api/analytics/export", params=bad)
+        assert probe.status == get.status and probe.status in (400, 404), bad
+    await client.post("/api/auth/logout")
+    assert (await client.head("/api/analytics/export", params={"siteId": site_id})).status == 401

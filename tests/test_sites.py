@@ -42,13 +42,17 @@ async def test_session_required(client, method, path):
     ("  WWW.example.org.  ", "example.org"),
     ("https://user:pw@blog.example.net/", "blog.example.net"),
     ("bücher.example", "xn--bcher-kva.example"),
+    ("www.com", "www.com"),
+    ("https://WWW.com./", "www.com"),
+    ("www.www.com", "www.com"),
+    ("www.example.co.uk", "example.co.uk"),
 ])
 def test_normalize_domain(raw, domain):
     assert normalize_domain(raw) == domain
 
 
 @pytest.mark.parametrize("raw", ["", "localhost", "http://", "exa mple.com", "-bad.com", "a..com", "1.2.3.4",
-                                 "example.com_", "x" * 64 + ".com"])
+                                 "example.com_", "x" * 64 + ".com", "a.com\\@evil.com", "a.com @evil.com"])
 def test_invalid_domains(raw):
     assert normalize_domain(raw) is None
 
@@ -66,6 +70,17 @@ async def test_create_by_form_and_json_is_idempotent(client, login):
     assert [s["id"] for s in listed] == [created["id"]]
     assert listed[0]["domain"] == domain and listed[0]["status"] == "pending" and listed[0]["verified"] is False
     assert listed[0]["createdAt"].endswith("Z")
+
+
+async def test_a_domain_named_www_is_registered_as_itself(client, login):
+    """The leading `www.` went whatever followed it, so www.com became `com`, no domain here: a 400. It goes
+    only when a domain with a dot remains."""
+    await login()
+    domain = f"www.{secrets.token_hex(4)}"
+    for raw in (domain, f"https://{domain.upper()}/"):
+        resp = await client.post("/api/sites", data={"domain": raw})
+        assert (resp.status, await resp.json()) == (200, {"id": site_id_for(domain), "domain": domain})
+    assert [s["domain"] for s in await (await client.get("/api/sites")).json()] == [domain]
 
 
 async def test_json_bodies_may_start_with_a_byte_order_mark(client, login):
@@ -90,6 +105,26 @@ async def test_invalid_domain_is_400(client, login, body):
     resp = await client.post("/api/sites", data=body)
     assert resp.status == 400
     assert await resp.json() == {"error": "invalid domain"}
+
+
+@pytest.mark.parametrize("raw", ["a.com\\@{d}", "https://a.com\\@{d}/", "a.com\\\\@{d}", "a.com @{d}",
+                                 "https://a.com\t@{d}", 'a.com"@{d}', "a.com<@{d}", "a.com\\{d}"])
+async def test_a_domain_with_characters_no_host_name_has_is_400_and_creates_nothing(client, login, database_url,
+                                                                                   raw):
+    """`a.com\\@evil.com` registered evil.com: the backslash and what precedes the `@` were taken for a URL's
+    user name, as Python's URL parsing takes them, while a browser reads the backslash as a slash (the host
+    a.com). Before the host only a URL's user-info characters may stand; anything else is no domain."""
+    await login()
+    domain = unique_domain()
+    for send in ({"data": {"domain": raw.format(d=domain)}}, {"json": {"domain": raw.format(d=domain)}}):
+        resp = await client.post("/api/sites", **send)
+        assert (resp.status, await resp.json()) == (400, {"error": "invalid domain"})
+    assert await (await client.get("/api/sites")).json() == []
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM sites WHERE domain = $1", domain) == 0
+    finally:
+        await conn.close()
 
 
 async def test_list_is_newest_first_capped_at_50_and_per_workspace(client, login, workspace, database_url):
@@ -165,6 +200,20 @@ async def test_record_on_a_subdomain_or_other_token_does_not_verify(app_client, 
     doh.records[f"_tally.{domain}"] = [record]
     doh.records[domain] = ["tally-verify=someone-elses-token"]
     assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
+
+
+async def test_a_cname_d_name_verifies_by_the_record_at_its_target(app_client, login, doh):
+    """A CNAME'd name can hold no TXT record of its own (docs/decisions.md, "A site on a CNAME'd name"): the
+    resolver follows the CNAME and answers its target's records, which is where such a site's owner publishes."""
+    await login(the_client=app_client)
+    domain, target = f"blog.{unique_domain()}", f"edge.{unique_domain()}"
+    site = (await (await app_client.post("/api/sites", data={"domain": domain})).json())["id"]
+    record = (await (await app_client.get(f"/api/verify?site={site}")).json())["record"]
+    doh.aliases[domain] = target
+    assert (await (await app_client.post(f"/api/verify?site={site}")).json())["status"] == "pending"
+    doh.records[target] = [record]
+    assert await (await app_client.post(f"/api/verify?site={site}")).json() == {"status": "verified",
+                                                                                 "domain": domain}
 
 
 async def test_resolver_failure_says_the_resolver_could_not_be_reached(make_client, settings, login, database_url):

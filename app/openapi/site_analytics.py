@@ -100,7 +100,8 @@ PATHS = {
     ),
     "/api/analytics/export": _get(
         "Streamed file of stored events, newest first (attachment tally-<siteId>-<range>.<format>); "
-        "429 past TALLY_EXPORTS_PER_ACCOUNT exports at once",
+        "429 past TALLY_EXPORTS_PER_ACCOUNT exports at once; HEAD answers GET's status and headers without "
+        "reading events",
         [query("format", {"type": "string", "enum": ["csv", "json"], "default": "csv"}), _limit(10_000, 50_000),
          _EVENT, *_NARROWING],
         {"description": "CSV with a header row (id, createdAt, name, url, path, referrer, title, viewportW, "

@@ -82,10 +82,11 @@ PATHS = {
                 "security": SESSION, "parameters": [_SITE_Q],
                 "responses": {"200": json_body(ref("Verification")), **site_errors(400, 401, 404)}},
         "post": {"summary": "Look the TXT record up over DNS-over-HTTPS and verify the site (409: another "
-                            "workspace verified the domain; 502: the resolver could not be reached)",
+                            "workspace verified the domain; 429: past 10 checks a minute per account; 502: the "
+                            "resolver could not be reached)",
                  "tags": ["sites"], "security": SESSION, "parameters": [_SITE_Q],
                  "responses": {"200": json_body(ref("Verification")),
-                               **site_errors(400, 401, 403, 404, 409, 502)}},
+                               **site_errors(400, 401, 403, 404, 409, 429, 502)}},
     },
 }
 

@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterator, Mapping
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 
-from app.appkeys import POOL, SETTINGS
+from app.appkeys import METRICS, POOL, SETTINGS
 from app.csv_cells import csv_line
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
@@ -115,7 +115,11 @@ async def export(request: web.Request) -> web.StreamResponse:
     """Pages through the window with keyset queries, each on a pool connection held only for that
     query: a client that reads slowly (or never) holds no database connection, only its slot. Under the
     overview's filters (beyond an event name) each page's keys come from the analytics store, which knows
-    every filter's dimensions, and its rows from PostgreSQL."""
+    every filter's dimensions, and its rows from PostgreSQL.
+
+    HEAD (which aiohttp routes here) passes the same checks and answers the same status and headers, then
+    ends: a download manager's or `curl -I`'s probe reads no event and brings no store up to date."""
+    probe = request.method == hdrs.METH_HEAD
     base = await base_params(request)
     fmt = request.query.get("format") or "csv"
     if fmt not in _CONTENT_TYPES:
@@ -123,7 +127,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
     site, filters = await site_and_filters(request, base)
     name = filters.name  # as the event log: it exports what the log lists
-    db = await analytics_store(request) if _narrowed(filters) else None
+    db = await analytics_store(request) if _narrowed(filters) and not probe else None
     account = await current_account(request)
     settings = request.config_dict[SETTINGS]
     w = base.window
@@ -135,7 +139,11 @@ async def export(request: web.Request) -> web.StreamResponse:
             "X-Export-Limit": str(limit),
         })
         await response.prepare(request)
+        if probe:
+            await response.write_eof()
+            return response
         encode = _csv_page if fmt == "csv" else _json_page
+        counted = request.config_dict[METRICS].exported_events.labels(fmt)
         after, sent = None, 0
         try:
             while True:
@@ -149,6 +157,7 @@ async def export(request: web.Request) -> web.StreamResponse:
                                                                      size)
                     async with request.config_dict[POOL].acquire() as conn:
                         rows = await store.events_by_keys(conn, site.id, keys)
+                counted.inc(len(rows))
                 last = sent + len(keys) >= limit or len(keys) < EXPORT_PAGE
                 async with asyncio.timeout(settings.export_write_timeout_seconds):
                     await response.write(encode(rows, first=sent == 0, last=last))

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from app.appkeys import POOL, SETTINGS, SITE_RUNTIME
+from app.appkeys import LIMITER, POOL, SETTINGS, SITE_RUNTIME
 from app.bodies import decode_site_json
 from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
@@ -29,11 +29,17 @@ from storage import sites as site_store
 log = logging.getLogger("tally.sites")
 
 RECORD_PREFIX = "tally-verify"
+# DNS checks (per second, per minute) per signed-in account: each asks the resolver, and records take
+# minutes to appear, so a person re-checking has room while a loop cannot turn the service into its resolver.
+VERIFY_LIMITS = (2, 10)
 MAX_SITES = 50
 TOTAL_HEADER = "X-Total-Count"
 DOH_TIMEOUT = aiohttp.ClientTimeout(total=5)
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
+# What may precede a host's '@' (RFC 3986 userinfo, lower-cased): with anything else, such as a backslash,
+# which a browser reads as a slash ('a.com\@evil.com' is a.com's page), the host is not the text after '@'.
+_USER_INFO = re.compile(r"[a-z0-9._~!$&'()*+,;=:%-]*\Z")
 
 
 def normalize_domain(raw: str) -> str | None:
@@ -41,9 +47,11 @@ def normalize_domain(raw: str) -> str | None:
     value = raw.strip().lower()
     value = _SCHEME.sub("", value)
     value = re.split(r"[/?#]", value, maxsplit=1)[0]
-    value = value.rpartition("@")[2]  # user:pass@
+    user_info, at, value = value.rpartition("@")  # user:pass@
+    if at and not _USER_INFO.match(user_info):
+        return None
     value = value.split(":", 1)[0].rstrip(".")
-    if value.startswith("www."):
+    if value.startswith("www.") and "." in value[4:]:  # www.com is a domain, not com's www. prefix
         value = value[4:]
     try:
         value = value.encode("idna").decode("ascii")
@@ -176,6 +184,10 @@ async def post_verify(request: web.Request) -> web.Response:
     async with pool.acquire() as conn:
         if await site_store.verified_elsewhere(conn, row["domain"], row["workspace_id"]):
             raise SiteError(409, "domain verified by another workspace")
+    account = await current_account(request)
+    verdict = await request.config_dict[LIMITER].hit(f"verify:{account.id}", VERIFY_LIMITS)
+    if not verdict.allowed:
+        raise SiteError(429, "too many verification attempts", headers={"Retry-After": str(verdict.retry_after)})
     try:
         records = await txt_records(doh_url, row["domain"])
     except (ResolverUnreachable, LookupFailed) as exc:
