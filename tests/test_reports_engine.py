@@ -19,7 +19,8 @@ from storage import analytics_mirror, report_queries
 from storage import events as event_store
 from storage.clickhouse_layout import ensure_schema
 from storage.events import EventRow
-from tests.reports_support import seed, seed_traits, workspace_id
+from storage.ids import new_id
+from tests.reports_support import create_report, run_report, seed, seed_traits, workspace_id
 
 BASE = datetime(2024, 5, 1, tzinfo=UTC)
 START, END = BASE + timedelta(days=2), BASE + timedelta(days=16)
@@ -217,3 +218,41 @@ async def test_a_user_id_that_looks_anonymous_keeps_its_trait(client, make_key, 
     assert {r.grp: r.n for r in volume} == {"gold": 2, None: 1}
     assert [(r.grp, r.step, r.users) for r in funnel] == [("gold", 1, 1), ("gold", 2, 0), (None, 1, 1),
                                                           (None, 2, 1)]
+
+
+async def test_a_tie_of_entry_events_takes_the_property_of_the_lower_event_id(client, make_key, pool, workspace,
+                                                                              database_url):
+    """Two step-1 events of one user at the same instant with different properties: a funnel by the property
+    enters the user with the event of the lower id (bytewise; ids are made in order), whatever part of the
+    store holds it. Each insert below holds one user's lower id and the other user's higher one, so a store
+    taking the entry from whichever part it reads first puts one of the two users in the wrong group."""
+    key = await make_key("read,write")
+    ws = await workspace_id(database_url, workspace)
+    db = client.app[ANALYTICS]
+    at = datetime(2024, 5, 3, 10, tzinfo=UTC)
+    ids = [new_id("evt") for _ in range(4)]
+    assert ids == sorted(ids)
+
+    def row(event_id: str, user: str, plan: str) -> EventRow:
+        return EventRow(event_id, ws, "live", "a", at, at, user_id=user, properties={"plan": plan})
+
+    keyed = db.local_table("keyed_events")
+    await db.command(f"SYSTEM STOP MERGES {keyed}")  # the two inserts stay two parts
+    try:
+        for rows in ([row(ids[0], "p", "first"), row(ids[3], "q", "second")],
+                     [row(ids[2], "p", "second"), row(ids[1], "q", "first")]):
+            async with pool.acquire() as conn:
+                await event_store.ensure_partitions(conn, {at})
+                await event_store.copy_events(conn, rows)
+            await client.app[MIRROR].catch_up()
+        parts = await db.query("SELECT count() FROM system.parts WHERE active AND database = {d:String} "
+                               "AND table = 'keyed_events' AND partition = '202405'", {"d": db.database})
+        assert parts[0][0] >= 2
+        report = await create_report(client, key, {"name": "tie", "type": "funnel", "config": {
+            "events": ["a", "b"], "group_by": "properties.plan",
+            "from": "2024-05-03T00:00:00Z", "to": "2024-05-04T00:00:00Z"}})
+        for _ in range(3):  # the same answer each time
+            body = await run_report(client, key, report["id"])
+            assert [row[:4] for row in body["rows"]] == [[1, "a", "first", 2], [2, "b", "first", 0]]
+    finally:
+        await db.command(f"SYSTEM START MERGES {keyed}")
