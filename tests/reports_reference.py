@@ -24,6 +24,7 @@ class Event:
     anonymous_id: str | None
     ts: datetime
     props: dict
+    seq: int = 0  # the order it was sent in, which is its id's order (storage/ids.py makes ids in order)
 
     @property
     def actor(self) -> str:
@@ -36,8 +37,11 @@ class World:
 
     events: list[Event] = field(default_factory=list)
     traits: dict[str, dict] = field(default_factory=dict)
+    sent: int = 0
 
     def add(self, event: Event) -> None:
+        self.sent += 1
+        event.seq = self.sent
         self.events.append(event)
         if event.user_id is not None:
             self.traits.setdefault(event.user_id, {})
@@ -126,31 +130,30 @@ def event_volume(world: World, events: list[str], start: datetime, to: datetime,
 
 
 def funnel(world: World, steps: list[str], start: datetime, to: datetime, window_days: int,
-           group_by: str | None) -> tuple[list[list], bool]:
-    """The rows, and whether some entry was a tie of step-1 events with different groups (then the
-    engine may pick either, and only the totals over groups are comparable)."""
+           group_by: str | None) -> list[list]:
+    """The rows. Of an actor's step-1 events at its entry's instant, the one with the lower event id gives the
+    group."""
     end, window = through(to), timedelta(days=window_days)
     by_actor: dict[str, list[Event]] = {}
     for e in world.events:
         by_actor.setdefault(e.actor, []).append(e)
     reached: dict[str | None, list[int]] = {}
-    tie = False
     for actor, evs in by_actor.items():
         entries = [e for e in evs if e.name == steps[0] and start <= e.ts <= end]
         if not entries:
             continue
-        t1 = min(e.ts for e in entries)
-        groups = {_group(world, e, group_by) for e in entries if e.ts == t1}
+        entry = min(entries, key=lambda e: (e.ts, e.seq))
+        t1 = entry.ts
+        group = _group(world, entry, group_by)
         if group_by and group_by.startswith("traits.") and actor.startswith("anon:"):
-            groups = {None}
-        tie |= len(groups) > 1
+            group = None
         level, prev = 1, t1
         for step in steps[1:]:
             later = [e.ts for e in evs if e.name == step and prev < e.ts <= t1 + window]
             if not later:
                 break
             level, prev = level + 1, min(later)
-        per = reached.setdefault(sorted(groups, key=lambda g: (g is None, g or ""))[0], [0] * len(steps))
+        per = reached.setdefault(group, [0] * len(steps))
         for k in range(level):
             per[k] += 1
     if not reached:
@@ -161,7 +164,7 @@ def funnel(world: World, steps: list[str], start: datetime, to: datetime, window
         for k, n in enumerate(users):
             rows.append([k + 1, steps[k], *([g] if group_by else []), n, ratio(n, users[0]),
                          ratio(n, users[k - 1] if k else n)])
-    return rows, tie
+    return rows
 
 
 def retention(world: World, start_event: str, return_event: str, start: datetime, to: datetime, period: str,
