@@ -1,6 +1,7 @@
 """POST /v1/identify, GET /v1/users, GET/DELETE /v1/users/{id}."""
 
 import asyncio
+import base64
 import contextlib
 from datetime import UTC, datetime, timedelta
 
@@ -337,3 +338,16 @@ async def test_a_trait_filter_that_is_not_trait_key_is_400_not_ignored(client, m
     twice = await client.get("/v1/users", headers=bearer(key), params=[("trait[plan]", "pro"), ("trait[plan]", "free")])
     assert twice.status == 400
     assert (await twice.json())["error"]["fields"][0]["field"] == "trait[plan]"
+
+
+@pytest.mark.parametrize("tampered", ["[9223372036854775808]", "[true]", "[-1]"])
+async def test_a_users_cursor_the_service_never_issues_is_400(client, make_key, tampered):
+    """The users cursor is a position the service wrote: one past PostgreSQL's bigint was a 500 (the query
+    failed), and `true` or a negative number was read as a position and answered a page."""
+    key = await make_key("read,write")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "ada", "traits": {}})
+    cursor = base64.urlsafe_b64encode(tampered.encode()).decode().rstrip("=")
+    resp = await client.get("/v1/users", headers=bearer(key), params={"cursor": cursor})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"] == [{"field": "cursor", "message": "not valid"}]
