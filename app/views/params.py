@@ -57,7 +57,13 @@ def time_param(request: web.Request, name: str) -> datetime | None:
     except ValueError:
         raise invalid(f"{name} must be an ISO 8601 timestamp",
                       fields=[{"field": name, "message": "not ISO 8601"}]) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
+    try:
+        value.astimezone(UTC)  # year 1 at +14:00 or 9999 at -14:00 is valid text no UTC date-time can hold
+    except OverflowError:
+        raise invalid(f"{name} is out of range", fields=[{"field": name, "message": "out of range"}]) from None
+    return value
 
 
 # A position in a bigserial: what an integer in a cursor can be (a bool is an int to Python, not to a cursor).
