@@ -11,7 +11,7 @@ from aiohttp import web
 
 from app.input_rules import NotAnInteger, OutOfRange, query_int, storable_text
 from app.responses import invalid, json_response
-from app.timestamps import parse_timestamp
+from app.timestamps import has_utc_time, parse_timestamp
 from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 
@@ -59,10 +59,8 @@ def time_param(request: web.Request, name: str) -> datetime | None:
                       fields=[{"field": name, "message": "not ISO 8601"}]) from None
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
-    try:
-        value.astimezone(UTC)  # year 1 at +14:00 or 9999 at -14:00 is valid text no UTC date-time can hold
-    except OverflowError:
-        raise invalid(f"{name} is out of range", fields=[{"field": name, "message": "out of range"}]) from None
+    if not has_utc_time(value):
+        raise invalid(f"{name} is out of range", fields=[{"field": name, "message": "out of range"}])
     return value
 
 
