@@ -28,6 +28,7 @@ from app.startup import (
     mismatch_message,
     prepare_folders,
 )
+from app.timestamps import has_utc_time
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
@@ -128,6 +129,8 @@ def _iso(text: str) -> datetime:
         raise argparse.ArgumentTypeError("expected an ISO 8601 timestamp") from None
     if value.tzinfo is None:
         raise argparse.ArgumentTypeError("the timestamp needs a timezone, e.g. 2027-01-01T00:00:00Z")
+    if not has_utc_time(value):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: in UTC it falls outside the years 1 to 9999")
     return value
 
 

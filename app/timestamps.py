@@ -4,7 +4,7 @@ report configs, Segment's calls), and what an inclusive `to` covers."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 # Calendar date, then optionally a time to the hour, minute, second or a fraction, then optionally a zone;
 # extended ("2026-11-25T10:00:00Z") or basic ("20261125T100000Z") format, T, t or a space between them.
@@ -27,6 +27,17 @@ def parse_timestamp(text: str) -> datetime:
     if len(text) > MAX_LENGTH or not _ISO_8601.fullmatch(text):
         raise ValueError(f"not an ISO 8601 date-time: {text[:MAX_LENGTH]!r}")
     return datetime.fromisoformat(text.upper())  # 3.11's fromisoformat wants T and Z in capitals
+
+
+def has_utc_time(value: datetime) -> bool:
+    """Whether a date-time with a zone is a UTC date-time too: year 1 just after midnight at +14:00 is year 0 in
+    UTC and the last second of 9999 at -14:00 is year 10000, valid ISO 8601 that PostgreSQL's driver cannot
+    send (its callers answered 500, or the CLI a traceback)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 def is_date(text: str) -> bool:

@@ -7,8 +7,9 @@ ClickHouse and deletes exactly those outbox rows, in one REPEATABLE READ transac
 DELETE see the same rows), under an advisory lock, so rounds of all processes run one at a time. A crash
 before the COMMIT leaves the rows listed and the next round writes them again; the store's
 ReplacingMergeTree tables collapse such copies by event id and every read uses FINAL, so nothing counts
-twice. Erasures are queued the same way (`analytics_erasures`) and applied in a round after its inserts, so
-a batch read before an erasure committed cannot bring the user back.
+twice. Erasures are queued the same way (`analytics_erasures`) and applied in a round before its inserts:
+rounds run one at a time, so a batch read before an erasure committed was written by an earlier round and
+is deleted, and this round's COPY, in the erasure's snapshot, holds only the events that survived it.
 
 No event passes through Python one by one: PostgreSQL writes the CSV, and the store's `events_in` views
 derive every column the reads need (page key, referrer host, visitor hash) from the raw fields. `rebuild`
@@ -189,18 +190,21 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             # The COPY's cost estimate (unnest guesses 10 events a row) passes jit_above_cost in rounds of a
             # few hundred rows: JIT compiling took ~14 ms a round, more than probing 10,000 events.
             await conn.execute("SET LOCAL jit = off")
-            bound = await conn.fetchval(_BOUND, limit)
-            done = 0
-            if bound is not None:
-                await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
-                done = int(await conn.fetchval(_DONE, bound))
-                await analytics_moves.apply_moves(conn, store)  # only written rows make a move ready
+            # Erasures before this round's inserts: the rows they delete were written by earlier rounds, and
+            # this round's COPY (the same snapshot) holds none of the erased events, only the user's events
+            # committed after the erasure, which are kept (deleted after the inserts, they were lost).
             erasures = await conn.fetch(_ERASURES)
             for e in erasures:
                 await store.delete_where("keyed_events", _ERASED_ROWS,
                                          {"w": e["workspace_id"], "e": e["env"], "u": e["user_id"]})
             if erasures:
                 await conn.execute(_ERASED, [e["seq"] for e in erasures])
+            bound = await conn.fetchval(_BOUND, limit)
+            done = 0
+            if bound is not None:
+                await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
+                done = int(await conn.fetchval(_DONE, bound))
+                await analytics_moves.apply_moves(conn, store)  # only written rows make a move ready
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_LOCK)
     return done

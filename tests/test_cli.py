@@ -136,6 +136,13 @@ def test_create_key_refuses_an_expiry_in_the_past(cli, workspace):
     assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_")
 
 
+def test_create_key_refuses_an_expiry_no_utc_time_can_hold(cli, workspace):
+    """The last second of 9999 at -14:00 is year 10000 in UTC: the key's insert failed with a traceback."""
+    done = cli("create-key", "--workspace", workspace, "--scopes", "read", "--expires", "9999-12-31T23:59:59-14:00")
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert "out of range" in done.stderr
+
+
 def test_arguments_that_name_nothing_are_usage_errors_not_tracebacks(cli, workspace):
     # Bytes that are not UTF-8 (a terminal in another encoding) reached asyncpg as lone surrogates: a traceback.
     for args in (("list-keys", "--workspace", "caf\udce9"), ("revoke-key", "key_\udcff"),

@@ -124,6 +124,21 @@ async def test_batch_ingests_valid_items_and_reports_the_rest(client, make_key, 
     assert sorted(e["event"] for e in listed["data"]) == ["a", "b"]
 
 
+async def test_a_batch_item_past_the_single_event_limit_fails_alone(client, make_key, database_url):
+    """A batch item is the single-event body, so it has that body's 64 KB limit: a 1 MB event refused with 413
+    by POST /v1/events was stored when sent in a batch. It fails on its own, as an invalid item does; the
+    others are stored."""
+    key = await make_key("write,read")
+    big = {"event": "big", "user_id": "u", "properties": {"x": "y" * 70_000}}
+    resp = await client.post("/v1/events/batch", headers=bearer(key),
+                             json={"events": [{"event": "small", "user_id": "u"}, big]})
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["received"] == 1 and body["failed"] == 1
+    assert body["errors"][0]["index"] == 1 and body["errors"][0]["code"] == "payload_too_large"
+    assert await _count(database_url, key) == 1
+
+
 async def test_batch_of_1000_is_accepted_and_1001_refused_whole(client, make_key, database_url):
     key = await make_key("write")
     ok = await client.post("/v1/events/batch", headers=bearer(key),

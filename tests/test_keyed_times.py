@@ -181,3 +181,19 @@ async def test_an_offset_whose_plus_became_a_space_in_the_query_string_is_read_a
     assert [e["timestamp"] for e in (await listed.json())["data"]] == [LISTED]
     assert await _listed(client, key, to="2025-06-01 14:00:00.122 02:00") == []
     assert await _listed(client, key, **{"from": "2025-06-01 12:00", "to": "2025-06-01 12:01"}) == [LISTED]
+
+
+@pytest.mark.parametrize("bound", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+async def test_a_query_bound_outside_the_utc_calendar_is_a_400_not_a_500(client, key, bound):
+    """Year 1 just after midnight at +14:00 is still year 0 in UTC, and the last second of 9999 at -14:00 is
+    year 10000: valid ISO 8601 that no UTC date-time can hold. GET /v1/events and chart data answered 500
+    (the database driver could not convert it); they are the bound's 400, as for any bound not understood."""
+    made = await (await client.post("/v1/dashboards", headers=bearer(key), json={
+        "name": "d", "charts": [{"title": "t", "type": "line", "event": "precision"}]})).json()
+    chart = f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}/data"
+    for name in ("from", "to"):
+        for path in ("/v1/events", chart):
+            resp = await client.get(path, headers=bearer(key), params={name: bound})
+            assert resp.status == 400, (path, name, await resp.text())
+            error = (await resp.json())["error"]
+            assert error["code"] == "invalid_request" and error["fields"][0]["field"] == name, (path, name)

@@ -28,6 +28,25 @@ async def test_create_returns_201_with_the_report(client, make_key):
     assert body["last_run_at"] is None
 
 
+async def test_config_bounds_come_back_in_utc_as_every_timestamp_of_the_api(client, make_key):
+    """The spec's timestamps are ISO 8601 in UTC; a config's from/to came back in the offset they were sent
+    with and with microseconds (`2026-11-22T10:00:00.500000-05:30`). They are the same instants in UTC with
+    Z, a fraction only when there is one (milliseconds, finer digits kept), also after a change of config."""
+    key = await make_key("read,write")
+    body = await create_report(client, key, {**VOLUME, "config": {
+        "events": ["signup"], "from": "2024-03-01T02:00:00+02:00", "to": "2024-03-02T10:00:00.5-05:30"}})
+    assert (body["config"]["from"], body["config"]["to"]) == ("2024-03-01T00:00:00Z", "2024-03-02T15:30:00.500Z")
+    patched = await (await client.patch(f"/v1/reports/{body['id']}", headers=bearer(key), json={"config": {
+        "events": ["signup"], "from": "2024-03-01T00:00:00.000001+00:00", "to": "2024-03-02T23:59:59.999Z"}})).json()
+    assert (patched["config"]["from"], patched["config"]["to"]) == ("2024-03-01T00:00:00.000001Z",
+                                                                  "2024-03-02T23:59:59.999Z")
+    retention = await create_report(client, key, {"name": "r", "type": "retention", "config": {
+        "events": ["a", "b"], "from": "2024-03-01T01:00:00+01:00"}})
+    assert retention["config"]["from"] == "2024-03-01T00:00:00Z"
+    assert (await (await client.get(f"/v1/reports/{body['id']}", headers=bearer(key))).json())["config"] == \
+        patched["config"]
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ({"type": "funnel", "config": {"events": ["a", "b"]}}, "name"),
     ({"name": "x", "type": "pie", "config": {}}, "type"),

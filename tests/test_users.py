@@ -1,14 +1,17 @@
 """POST /v1/identify, GET /v1/users, GET/DELETE /v1/users/{id}."""
 
 import asyncio
+import base64
 import contextlib
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
 
-from storage.events import erasure_lock_key
+from app.appkeys import MIRROR
+from storage.events import erase_user, erasure_lock_key
 from tests.conftest import bearer, connect
+from tests.reports_support import create_report, run_report, workspace_id
 
 
 async def test_identify_creates_then_merges_traits(client, make_key):
@@ -337,3 +340,40 @@ async def test_a_trait_filter_that_is_not_trait_key_is_400_not_ignored(client, m
     twice = await client.get("/v1/users", headers=bearer(key), params=[("trait[plan]", "pro"), ("trait[plan]", "free")])
     assert twice.status == 400
     assert (await twice.json())["error"]["fields"][0]["field"] == "trait[plan]"
+
+
+@pytest.mark.parametrize("tampered", ["[9223372036854775808]", "[true]", "[-1]"])
+async def test_a_users_cursor_the_service_never_issues_is_400(client, make_key, tampered):
+    """The users cursor is a position the service wrote: one past PostgreSQL's bigint was a 500 (the query
+    failed), and `true` or a negative number was read as a position and answered a page."""
+    key = await make_key("read,write")
+    await client.post("/v1/identify", headers=bearer(key), json={"user_id": "ada", "traits": {}})
+    cursor = base64.urlsafe_b64encode(tampered.encode()).decode().rstrip("=")
+    resp = await client.get("/v1/users", headers=bearer(key), params={"cursor": cursor})
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["code"] == "invalid_request" and error["fields"] == [{"field": "cursor", "message": "not valid"}]
+
+
+async def test_events_sent_after_an_erasure_stay_in_the_reports(client, make_key, database_url, workspace):
+    """Erasure is not a block list: the user's next events start again (the event list shows them). When an
+    erasure and such an event reached the analytics store in one mirror round, the round wrote the event and
+    then deleted every row of the user, so reports lost it for good while GET /v1/events listed it."""
+    key = await make_key("read,write,admin")
+    send = lambda: client.post("/v1/events", headers=bearer(key), json={  # noqa: E731
+        "event": "buy", "user_id": "back", "timestamp": "2026-11-20T10:00:00Z"})
+    assert (await send()).status == 200
+    report = await create_report(client, key, {"name": "V", "type": "event_volume", "config": {
+        "events": ["buy"], "from": "2026-11-20T00:00:00Z", "to": "2026-11-21T00:00:00Z"}})
+    total = lambda result: sum(row[2] for row in result["rows"])  # noqa: E731
+    assert total(await run_report(client, key, report["id"])) == 1
+    async with client.app[MIRROR]._lock:  # no round until both the erasure and the new event are committed
+        conn = await connect(database_url)
+        try:
+            await erase_user(conn, await workspace_id(database_url, workspace), "live", "back", datetime.now(UTC))
+        finally:
+            await conn.close()
+        assert (await send()).status == 200
+    listed = await (await client.get("/v1/events", headers=bearer(key), params={"user_id": "back"})).json()
+    assert len(listed["data"]) == 1
+    assert total(await run_report(client, key, report["id"])) == 1

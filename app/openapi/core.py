@@ -57,6 +57,8 @@ PATHS = {
     },
     "/v1/events/batch": {"post": {
         "summary": "Track up to 1,000 events", "security": KEYED,
+        "description": "Each item is a single event's body, with its 64 KB limit: a larger item fails alone "
+                       "(`payload_too_large` in `errors`); the whole body may be 8 MB.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["events"],
             "properties": {"events": {"type": "array", "maxItems": 1000, "items": ref("EventIn")}}}}}},

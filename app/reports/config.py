@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from app.bodies import field_of
-from app.responses import invalid
+from app.responses import invalid, iso_exact
 from app.schemas import EventName
 from app.timestamps import is_date, parse_timestamp, through
 
@@ -195,9 +195,19 @@ def parse_config(report_type: str, config: dict[str, Any]) -> msgspec.Struct:
         raise invalid(f"{field}: {message}", fields=[{"field": field, "message": message}]) from None
 
 
+def _utc_text(value: datetime) -> str:
+    """A bound as the API writes timestamps (UTC, Z, milliseconds, finer digits kept: a `to` with them is exact),
+    without a fraction when it has none, as configs have always come back."""
+    value = value.astimezone(UTC)
+    return value.isoformat(timespec="seconds")[:-6] + "Z" if not value.microsecond else iso_exact(value)
+
+
 def config_json(config: msgspec.Struct) -> dict[str, Any]:
-    """The normalised config as stored and returned (defaults filled in, timestamps ISO 8601), keeping the
-    form it was sent in (a retention config sent with events comes back with events)."""
-    if isinstance(config, RetentionConfig):
-        return config.echo()
-    return msgspec.to_builtins(config)
+    """The normalised config as stored and returned (defaults filled in, timestamps ISO 8601 in UTC), keeping
+    the form it was sent in (a retention config sent with events comes back with events)."""
+    out = config.echo() if isinstance(config, RetentionConfig) else msgspec.to_builtins(config)
+    if isinstance(config, _Ranged):
+        for name, value in (("from", config.from_), ("to", config.to)):
+            if value is not None:
+                out[name] = _utc_text(value)
+    return out

@@ -22,7 +22,7 @@ from app.dashboard_session import current_account
 from app.input_rules import decode_json
 from app.keys import SCOPES, create_key
 from app.responses import SiteError, invalid_payload, iso_ms, issue, json_response
-from app.timestamps import parse_timestamp
+from app.timestamps import has_utc_time, parse_timestamp
 from storage import workspaces as store
 
 MAX_BODY = 16 * 1024
@@ -72,6 +72,8 @@ def _parse(body: bytes) -> tuple[KeyIn, datetime | None]:
             raise _invalid("expiresAt", "must be an ISO 8601 date-time with a timezone") from None
         if expires.tzinfo is None:
             raise _invalid("expiresAt", "needs a timezone")
+        if not has_utc_time(expires):
+            raise _invalid("expiresAt", "is out of range: in UTC it falls outside the years 1 to 9999")
         if expires <= datetime.now(UTC):
             raise _invalid("expiresAt", "must be in the future")
     data.name = data.name.strip()

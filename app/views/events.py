@@ -69,6 +69,9 @@ async def post_batch(request: web.Request) -> web.Response:
     records, errors = [], []
     for index, raw in enumerate(batch.events):
         try:
+            if len(raw) > SINGLE_LIMIT:  # an item is the single-event body, with that body's limit
+                raise ApiError(413, "payload_too_large",
+                               f"the event exceeds {SINGLE_LIMIT} bytes, the limit of one event")
             event = decode(bytes(raw), EventIn)
         except ApiError as exc:
             errors.append({"index": index, "code": exc.code, "message": exc.message})

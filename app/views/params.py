@@ -11,7 +11,7 @@ from aiohttp import web
 
 from app.input_rules import NotAnInteger, OutOfRange, query_int, storable_text
 from app.responses import invalid, json_response
-from app.timestamps import parse_timestamp
+from app.timestamps import has_utc_time, parse_timestamp
 from storage.ids import BadCursor, decode_cursor, encode_cursor
 
 
@@ -57,11 +57,26 @@ def time_param(request: web.Request, name: str) -> datetime | None:
     except ValueError:
         raise invalid(f"{name} must be an ISO 8601 timestamp",
                       fields=[{"field": name, "message": "not ISO 8601"}]) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)  # a bound without a zone is UTC (spec §1)
+    if not has_utc_time(value):
+        raise invalid(f"{name} is out of range", fields=[{"field": name, "message": "out of range"}])
+    return value
+
+
+# A position in a bigserial: what an integer in a cursor can be (a bool is an int to Python, not to a cursor).
+_POSITION = range(0, 2**63)
+
+
+def _cursor_value_fits(value: object, kind: type) -> bool:
+    if kind is int:
+        return type(value) is int and value in _POSITION
+    return isinstance(value, kind) and (not isinstance(value, str) or storable_text(value))
 
 
 def cursor_param(request: web.Request, *types: type) -> list | None:
-    """Decode ?cursor= into values of the given types (None when absent); anything else is a 400."""
+    """Decode ?cursor= into values of the given types (None when absent); anything else, an integer the
+    service could not have written included, is a 400."""
     raw = request.query.get("cursor")
     if not raw:
         return None
@@ -69,9 +84,7 @@ def cursor_param(request: web.Request, *types: type) -> list | None:
         values = decode_cursor(raw, len(types))
     except BadCursor:
         values = None
-    if values is None or not all(
-        isinstance(v, t) and (not isinstance(v, str) or storable_text(v)) for v, t in zip(values, types, strict=True)
-    ):
+    if values is None or not all(_cursor_value_fits(v, t) for v, t in zip(values, types, strict=True)):
         raise invalid("cursor is not valid", fields=[{"field": "cursor", "message": "not valid"}])
     return values
 
