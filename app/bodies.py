@@ -15,6 +15,7 @@ T = TypeVar("T")
 
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
+_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 
 
 def unreadable(request: web.Request) -> dict[str, str]:
@@ -78,13 +79,14 @@ def _too_large(limit: int) -> ApiError:
 
 
 def field_of(error: msgspec.ValidationError) -> tuple[str, str]:
-    """Split msgspec's 'Expected `str`, got `int` - at `$.event`' into (field, message)."""
+    """Split msgspec's 'Expected `str`, got `int` - at `$.event`' into (field, message). A missing or unknown
+    key is named itself: msgspec puts its path on the object holding it ('' for the body's top level)."""
     text = str(error)
     match = _PATH.search(text)
     prefix, message = ("", text) if not match else (match.group(1), text[: match.start()])
-    missing = _MISSING.search(message)
-    if missing:
-        return ".".join(p for p in (prefix, missing.group(1)) if p), message
+    key = _MISSING.search(message) or _UNKNOWN.search(message)
+    if key:
+        return ".".join(p for p in (prefix, key.group(1)) if p), message
     return prefix, message
 
 

@@ -144,7 +144,9 @@ async def test_unknown_ids_are_404(client, make_key):
     ({}, "name"),
     ({"name": ""}, "name"),
     ({"name": 5}, "name"),
-    ({"name": "x", "colour": "red"}, ""),
+    ({"name": "x", "colour": "red"}, "colour"),
+    ({"name": " \t "}, "name"),
+    ({"name": "x", "charts": [{**CHART, "title": "  "}]}, "charts[0].title"),
     ({"name": "x", "charts": [{**CHART, "type": "scatter"}]}, "charts[0].type"),
     ({"name": "x", "charts": [{**CHART, "event": "Not Snake"}]}, "charts[0].event"),
     ({"name": "x", "charts": [{**CHART, "filters": [{"property": "p", "operator": "like", "value": "a"}]}]},
@@ -168,6 +170,23 @@ async def test_create_validation_names_the_field(client, make_key, body, field):
     error = (await resp.json())["error"]
     assert error["code"] == "invalid_request"
     assert error["fields"][0]["field"] == field, error
+
+
+async def test_blank_names_and_titles_are_refused_on_change_and_change_nothing(client, make_key):
+    """A blank name or title listed as an empty row; padded ones are kept as sent."""
+    key = await make_key("read,write")
+    made = await (await client.post("/v1/dashboards", headers=bearer(key),
+                                    json={"name": " Growth ", "charts": [CHART]})).json()
+    assert made["name"] == " Growth "
+    resp = await client.patch(f"/v1/dashboards/{made['id']}", headers=bearer(key), json={"name": "   "})
+    assert resp.status == 400
+    assert (await resp.json())["error"]["fields"][0]["field"] == "name"
+    chart = made["charts"][0]["id"]
+    resp = await client.patch(f"/v1/dashboards/{made['id']}/charts/{chart}", headers=bearer(key),
+                              json={"title": "\n"})
+    assert resp.status == 400
+    assert (await resp.json())["error"]["fields"][0]["field"] == "title"
+    assert (await (await client.get(f"/v1/dashboards/{made['id']}", headers=bearer(key))).json()) == made
 
 
 async def test_invalid_json_is_400(client, make_key):
@@ -233,7 +252,7 @@ async def test_chart_patch_is_validated_as_a_whole(client, make_key):
     made = await _create(client, key, charts=[CHART])
     path = f"/v1/dashboards/{made['id']}/charts/{made['charts'][0]['id']}"
     for body, field in [({"type": "funnel"}, "steps"), ({"type": "donut"}, "type"),
-                        ({"steps": ["buy"]}, "steps"), ({"shape": 1}, ""),
+                        ({"steps": ["buy"]}, "steps"), ({"shape": 1}, "shape"),
                         ({"filters": [{"property": "n", "operator": "gt", "value": "x"}]}, "filters[0].value")]:
         resp = await client.patch(path, headers=bearer(key), json=body)
         assert resp.status == 400, body

@@ -88,6 +88,9 @@ async def test_config_bounds_come_back_in_utc_as_every_timestamp_of_the_api(clie
     ({**VOLUME, "schedule": {"frequency": "daily", "recipients": ["ops@example.com\n"]}}, "schedule.recipients[0]"),
     ({"name": "x", "type": "event_volume", "config": {"events": ["a"], "group_by": "traits.plan\n"}},
      "config.group_by"),
+    # A blank name listed as an empty row; an unknown key is named (the field was "").
+    ({**VOLUME, "name": " \u3000 "}, "name"),
+    ({**VOLUME, "colour": "red"}, "colour"),
 ])
 async def test_invalid_bodies_are_400_naming_the_field(client, make_key, body, field):
     key = await make_key("write")
@@ -261,6 +264,16 @@ async def test_patch_with_a_required_field_null_is_400_and_changes_nothing(clien
     assert error["code"] == "invalid_request" and error["fields"][0]["field"] == field
     after = await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json()
     assert after == report
+
+
+async def test_a_blank_name_on_patch_is_400_and_changes_nothing(client, make_key):
+    key = await make_key("read,write")
+    report = await create_report(client, key, {**VOLUME, "name": " padded "})
+    assert report["name"] == " padded "
+    resp = await client.patch(f"/v1/reports/{report['id']}", headers=bearer(key), json={"name": "\t"})
+    assert resp.status == 400
+    assert (await resp.json())["error"]["fields"][0]["field"] == "name"
+    assert await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json() == report
 
 
 def _days_ago(days: int) -> str:

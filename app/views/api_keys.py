@@ -7,7 +7,6 @@ stop accepting the key within `key_cache_seconds`.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -26,7 +25,6 @@ from app.timestamps import has_utc_time, parse_timestamp
 from storage import workspaces as store
 
 MAX_BODY = 16 * 1024
-_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 
 
 class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -60,8 +58,7 @@ def _parse(body: bytes) -> tuple[KeyIn, datetime | None]:
         data = decode_json(body, type=KeyIn)
     except msgspec.ValidationError as exc:
         field, message = field_of(exc)
-        unknown = _UNKNOWN.search(message)
-        raise _invalid(unknown.group(1) if unknown else field, message.strip()) from None
+        raise _invalid(field, message.strip()) from None
     except msgspec.DecodeError:
         raise SiteError(400, "invalid json") from None
     expires = None

@@ -56,6 +56,12 @@ class FilterIn(msgspec.Struct, forbid_unknown_fields=True):
             raise ValueError("value: must be a finite number")
 
 
+def _not_blank(field: str, value: object) -> None:
+    # A blank name or title lists as an empty row; they are otherwise kept as sent.
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"{field}: must not be blank")
+
+
 class ChartIn(msgspec.Struct, forbid_unknown_fields=True):
     title: Name
     type: ChartType
@@ -66,6 +72,7 @@ class ChartIn(msgspec.Struct, forbid_unknown_fields=True):
     steps: Steps | None = None
 
     def __post_init__(self) -> None:
+        _not_blank("title", self.title)
         if self.type == "funnel":
             if not self.steps:
                 raise ValueError("steps: a funnel chart needs at least one step after `event`")
@@ -83,16 +90,25 @@ class ChartPatch(msgspec.Struct, forbid_unknown_fields=True):
     group_by: Property | UnsetType | None = UNSET
     steps: Steps | UnsetType | None = UNSET
 
+    def __post_init__(self) -> None:
+        _not_blank("title", self.title)
+
 
 class DashboardIn(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     description: Description | None = None
     charts: Annotated[list[ChartIn], Meta(max_length=MAX_CHARTS)] = []
 
+    def __post_init__(self) -> None:
+        _not_blank("name", self.name)
+
 
 class DashboardPatch(msgspec.Struct, forbid_unknown_fields=True):
     name: Name | UnsetType = UNSET
     description: Description | UnsetType | None = UNSET
+
+    def __post_init__(self) -> None:
+        _not_blank("name", self.name)
 
 
 _OWN_FIELD = re.compile(r"^([a-z_]+): (.*)$", re.S)
