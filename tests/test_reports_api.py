@@ -276,6 +276,21 @@ async def test_a_blank_name_on_patch_is_400_and_changes_nothing(client, make_key
     assert await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json() == report
 
 
+async def test_head_on_run_checks_access_and_runs_nothing(client, make_key):
+    """aiohttp answers HEAD with the GET handler: a probe ran the whole report and stamped last_run_at."""
+    key = await make_key("read,write")
+    report = await create_report(client, key, VOLUME)
+    resp = await client.head(f"/v1/reports/{report['id']}/run", headers=bearer(key))
+    assert resp.status == 200 and resp.headers["Content-Type"].startswith("application/json")
+    assert (await client.head("/v1/reports/rpt_nope/run", headers=bearer(key))).status == 404
+    assert (await client.head(f"/v1/reports/{report['id']}/run", headers=bearer(await make_key("write")))).status == 403
+    after = await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json()
+    assert after["last_run_at"] is None
+    await run_report(client, key, report["id"])
+    after = await (await client.get(f"/v1/reports/{report['id']}", headers=bearer(key))).json()
+    assert after["last_run_at"] is not None
+
+
 def _days_ago(days: int) -> str:
     return (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="seconds").replace("+00:00", "Z")
 

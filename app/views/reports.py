@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from app.appkeys import ANALYTICS, METRICS, MIRROR, POOL, REPORT_POOL, REPORT_SLOTS, SETTINGS
 from app.auth import key_of, requires
@@ -127,6 +127,8 @@ async def delete_report(request: web.Request) -> web.Response:
 async def run(request: web.Request) -> web.Response:
     key = key_of(request)
     row = await _stored(request)
+    if request.method == hdrs.METH_HEAD:  # aiohttp routes HEAD here: a probe checks access, runs nothing
+        return web.Response(content_type="application/json")
     with request.config_dict[REPORT_SLOTS].take(key.workspace_id):  # no tenant holds the whole report pool
         result = await run_report(  # built-in reports see every event committed before the run
             request.config_dict[REPORT_POOL], request.config_dict[SETTINGS], request.config_dict[METRICS],
