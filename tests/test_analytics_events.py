@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 
@@ -200,6 +201,19 @@ async def test_workspaces_see_only_their_own_numbers(client, site, database_url,
 
 # --- CSV formula injection (issue 10, item 6) ----------------------------------------------------------
 
+async def _raw_exchange(client, method: str, target: str) -> tuple[bytes, bytes]:
+    """One request over a bare socket with the client's session cookie: the head and the body bytes as sent, to
+    see what aiohttp's client would hide (chunk framing, a body after a HEAD)."""
+    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(f"{method} {target} HTTP/1.1\r\nHost: tally\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+                 .encode())
+    raw = await reader.read()  # until the server closes the connection
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head, body
+
+
 async def _site_with_events(database_url: str, workspace: str, events: list[tuple]) -> str:
     """A new site of the workspace holding these events (tests.analytics_support.insert_events rows)."""
     from tests.analytics_support import insert_events
@@ -289,8 +303,6 @@ async def test_export_failing_mid_stream_is_cut_off_not_an_error_page_in_the_fil
     """Once the 200 and the first rows are sent, a failing page query can only cut the download short (the
     client sees an incomplete chunked body). It wrote a whole `HTTP/1.1 500` answer into the file's
     bytes instead, which broke the chunk framing, and a keep-alive client waited on it for minutes."""
-    import asyncio
-
     from storage import analytics_events as store
     from tests.site_helpers import post_event, register_site
 
@@ -308,13 +320,7 @@ async def test_export_failing_mid_stream_is_cut_off_not_an_error_page_in_the_fil
 
     monkeypatch.setattr(store, "export_page", second_page_fails)
     monkeypatch.setattr("app.views.analytics_events.EXPORT_PAGE", 2)
-    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
-    reader, writer = await asyncio.open_connection(client.host, client.port)
-    writer.write(f"GET /api/analytics/export?siteId={site_id}&range=1h HTTP/1.1\r\nHost: tally\r\n"
-                 f"Cookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
-    raw = await reader.read()  # until the server closes the connection
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
+    head, body = await _raw_exchange(client, "GET", f"/api/analytics/export?siteId={site_id}&range=1h")
     assert head.startswith(b"HTTP/1.1 200 ") and b"Transfer-Encoding: chunked" in head
     assert len(pages) == 2 and b",e2," in body and b",e1," in body  # the first page was sent
     assert b"HTTP/1.1" not in body and b"internal error" not in body
@@ -325,8 +331,6 @@ async def test_head_on_export_answers_what_get_would_without_running_it(client, 
     """aiohttp routes HEAD to the GET handler: HEAD ran the whole export and wrote its rows onto the connection
     after the headers, where a keep-alive client reads them as the start of its next answer. HEAD answers GET's
     status and headers (401, 400 and 404 alike) and reads no event: tally_exported_events_total stays put."""
-    import asyncio
-
     from tests.conftest import metric
     from tests.site_helpers import post_event, register_site
 
@@ -339,13 +343,7 @@ async def test_head_on_export_answers_what_get_would_without_running_it(client, 
         return metric(await (await client.get("/metrics")).text(), "tally_exported_events_total", format="csv")
 
     before = await exported()
-    cookie = "; ".join(f"{c.key}={c.value}" for c in client.session.cookie_jar)
-    reader, writer = await asyncio.open_connection(client.host, client.port)
-    writer.write(f"HEAD /api/analytics/export?siteId={site_id}&range=1h HTTP/1.1\r\nHost: tally\r\n"
-                 f"Cookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
-    raw = await reader.read()  # until the server closes the connection
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
+    head, body = await _raw_exchange(client, "HEAD", f"/api/analytics/export?siteId={site_id}&range=1h")
     assert head.startswith(b"HTTP/1.1 200 ") and body == b""
     assert f'filename="tally-{site_id}-1h.csv"'.encode() in head
     assert await exported() == before
