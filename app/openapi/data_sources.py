@@ -68,7 +68,8 @@ SCHEMAS = {
     "DataSourceIn": {
         "type": "object", "required": ["name", "type", "credentials"],
         "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "\\S",
+                     "description": "kept as sent; not blank"},
             "type": {"type": "string", "enum": _TYPES},
             "credentials": {
                 "description": "Fields depend on type; never returned or logged, stored encrypted.",
