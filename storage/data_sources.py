@@ -56,8 +56,10 @@ async def delete(conn: asyncpg.Connection, workspace_id: int, env: str, source_i
 
 
 async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
+    """-> paused, remembering the status it had for resume (a second pause keeps the first one's)."""
     return await conn.fetchrow(
-        f"""UPDATE data_sources SET status = 'paused', status_reason = NULL
+        f"""UPDATE data_sources SET status = 'paused', status_reason = NULL,
+                   unpaused_status = CASE WHEN status = 'paused' THEN unpaused_status ELSE status END
             WHERE workspace_id = $1 AND env = $2 AND id = $3 RETURNING {PUBLIC}""",
         workspace_id, env, source_id,
     )
@@ -66,12 +68,16 @@ async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id
 async def resume(
     conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str, next_sync_at: datetime
 ) -> asyncpg.Record | None:
-    """paused -> active with the next sync per schedule, or -> syncing when a run paused between pages still
-    holds the lease (it goes on, and ends the source as any run does); other states are left as they are.
-    The lease stays with that run: a second one would import its pages again."""
+    """paused -> testing when paused before its connection check and first sync passed (a run still checking
+    goes on; without one the scheduled job checks it at once, as it does new sources); else -> active with
+    the next sync per schedule, or -> syncing when a run paused between pages still holds the lease (it goes
+    on, and ends the source as any run does); other states are left as they are. The lease stays with that
+    run: a second one would import its pages again."""
     await conn.execute(
         """UPDATE data_sources
-           SET status = CASE WHEN lease_until > now() THEN 'syncing' ELSE 'active' END, next_sync_at = $4
+           SET status = CASE WHEN unpaused_status = 'testing' THEN 'testing'
+                             WHEN lease_until > now() THEN 'syncing' ELSE 'active' END,
+               next_sync_at = $4, unpaused_status = NULL
            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status = 'paused'""",
         workspace_id, env, source_id, next_sync_at,
     )
@@ -133,11 +139,13 @@ async def finish(
 ) -> None:
     """End a run: release the lease and move the source to active or error, from whatever status it has
     (testing, syncing, or active once resumed during the run) but paused: a source paused meanwhile stays
-    paused. last_synced_at moves only on success."""
+    paused, and one whose check and sync passed meanwhile resumes active, no longer testing. last_synced_at
+    moves only on success."""
     await conn.execute(
         """UPDATE data_sources
            SET status = CASE WHEN status = 'paused' THEN status ELSE $2 END,
                status_reason = CASE WHEN status = 'paused' THEN status_reason ELSE $3 END,
+               unpaused_status = CASE WHEN status = 'paused' AND $4 THEN 'active' ELSE unpaused_status END,
                last_synced_at = CASE WHEN $4 THEN now() ELSE last_synced_at END,
                next_sync_at = COALESCE($5, next_sync_at),
                lease_until = NULL

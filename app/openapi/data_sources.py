@@ -54,7 +54,8 @@ PATHS = {
             "200": _ok(ref("DataSource")), **keyed_errors(401, 403, 404, 429)}, params=_ID),
     },
     "/v1/data-sources/{id}/resume": {
-        "post": _op("Resume a paused source: active, next sync per schedule (scope admin)", {
+        "post": _op("Resume a paused source: active, next sync per schedule; testing (checked again) when "
+                     "paused before its check passed (scope admin)", {
             "200": _ok(ref("DataSource")), **keyed_errors(401, 403, 404, 429)}, params=_ID),
     },
     "/v1/data-sources/{id}/sync": {

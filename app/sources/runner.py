@@ -4,7 +4,8 @@
     testing --check passes--> syncing --sync ok--> active, or --sync fails--> error
     active/error --schedule or POST .../sync--> syncing --> active (last_synced_at set) or error
     any --pause--> paused --resume--> active (next sync per schedule), or syncing while a run paused between
-    pages goes on (a run ends the source in active or error whatever it was resumed to)
+    pages goes on (a run ends the source in active or error whatever it was resumed to), or testing when
+    paused before its check and first sync passed (the check runs again)
 
 A run holds a lease on the row (lease_until), renewed while it runs and with every committed page; a lease
 left by a process that died expires and the scheduled job picks the source up again. Each page's events,
