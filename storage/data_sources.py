@@ -12,24 +12,24 @@ PUBLIC = (
 )
 # What a runner needs to sync (includes the sealed credentials; never rendered).
 RUNNABLE = "id, workspace_id, env, type, status, credentials, options, frequency, sync_time, sync_cursor"
+# A claim answered to a request: what the runner needs and what the response shows.
+CLAIMED = f"{RUNNABLE}, name, status_reason, next_sync_at, last_synced_at, rows_imported, created_at"
 
 
 async def insert(
     conn: asyncpg.Connection, *, source_id: str, workspace_id: int, env: str, name: str, type_: str,
-    credentials: bytes, options: dict, frequency: str, sync_time: str, lease_seconds: float | None,
-    write_key_hash: bytes | None = None,
+    credentials: bytes, options: dict, frequency: str, sync_time: str, write_key_hash: bytes | None = None,
 ) -> asyncpg.Record | None:
-    """New sources start in 'testing', already leased to the creating process's background check (pulled
-    sources), or unleased with a write key (segment: it turns active on its first call). None when that
+    """New sources start in 'testing', unleased: a pulled source's check is claimed next (claim_new, or the
+    scheduled job when no slot was free), a segment source turns active on its first call. None when its
     write key is already registered."""
     return await conn.fetchrow(
         f"""INSERT INTO data_sources (id, workspace_id, env, name, type, status, credentials, options,
-                                     frequency, sync_time, lease_until, write_key_hash)
-            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, now() + make_interval(secs => $10), $11)
+                                     frequency, sync_time, write_key_hash)
+            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, $10)
             ON CONFLICT (write_key_hash) WHERE write_key_hash IS NOT NULL DO NOTHING
             RETURNING {PUBLIC}""",
-        source_id, workspace_id, env, name, type_, credentials, options, frequency, sync_time, lease_seconds,
-        write_key_hash,
+        source_id, workspace_id, env, name, type_, credentials, options, frequency, sync_time, write_key_hash,
     )
 
 
@@ -89,11 +89,22 @@ async def claim_manual(
 ) -> asyncpg.Record | None:
     """Take the lease for an on-demand sync of an active or errored source; None when it cannot run now."""
     return await conn.fetchrow(
-        """UPDATE data_sources SET status = 'syncing', lease_until = now() + make_interval(secs => $4)
-           WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status IN ('active', 'error')
-             AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
-           RETURNING id""",
+        f"""UPDATE data_sources SET status = 'syncing', lease_until = now() + make_interval(secs => $4)
+            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status IN ('active', 'error')
+              AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
+            RETURNING {CLAIMED}""",
         workspace_id, env, source_id, lease_seconds,
+    )
+
+
+async def claim_new(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> asyncpg.Record | None:
+    """Take the lease for the check of a source just created; None when another process's job took it first."""
+    return await conn.fetchrow(
+        f"""UPDATE data_sources SET lease_until = now() + make_interval(secs => $2)
+            WHERE id = $1 AND status = 'testing' AND type <> 'segment'
+              AND (lease_until IS NULL OR lease_until < now())
+            RETURNING {RUNNABLE}""",
+        source_id, lease_seconds,
     )
 
 
@@ -122,10 +133,6 @@ async def claim_next_due(
     here) and the workspaces whose share of this process's runs is taken; None when nothing is due. A
     source still 'testing' stays so (its check has not passed yet). Concurrent claimers skip each other's row."""
     return await conn.fetchrow(CLAIM_NEXT_DUE, lease_seconds, running, busy_workspaces)
-
-
-async def runnable(conn: asyncpg.Connection, source_id: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(f"SELECT {RUNNABLE} FROM data_sources WHERE id = $1", source_id)
 
 
 async def set_syncing(conn: asyncpg.Connection, source_id: str) -> None:

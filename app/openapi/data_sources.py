@@ -59,7 +59,8 @@ PATHS = {
             "200": _ok(ref("DataSource")), **keyed_errors(401, 403, 404, 429)}, params=_ID),
     },
     "/v1/data-sources/{id}/sync": {
-        "post": _op("Start a sync now (scope admin); 409 when paused, testing or already syncing", {
+        "post": _op("Start a sync now (scope admin); 409 when paused, testing or already syncing; 429 "
+                     "too_many_syncs when no sync slot is free for the workspace (nothing started)", {
             "202": _ok(ref("DataSource"), "sync started, status syncing"),
             **keyed_errors(401, 403, 404, 409, 429)}, params=_ID),
     },

@@ -53,8 +53,9 @@ LEASE_SECONDS = 900.0
 # than the lease (a slow query, a slow peer), and another process would then claim the source and import the
 # same rows again.
 HEARTBEAT_SECONDS = LEASE_SECONDS / 4
-# Scheduled runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace,
-# so that another workspace's due source always finds a slot. Runs started by POST (create, sync now) are apart.
+# Runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace, so that
+# another workspace's source always finds a slot: scheduled runs and those started by POST (create, sync now)
+# alike, or one workspace could start any number of syncs at once.
 CONCURRENCY = 4
 
 
@@ -102,6 +103,10 @@ class PageSink:
             return await store.import_digests(conn, self.source_id)
 
 
+class NoFreeSlot(Exception):
+    """No run slot this workspace may take is free in this process: nothing was started."""
+
+
 class SourceRunner:
     def __init__(self, pool: asyncpg.Pool, box: CredentialBox, timeout: float, guard: NetGuard,
                  metrics: Metrics) -> None:
@@ -111,16 +116,12 @@ class SourceRunner:
         self.timeout = timeout
         self.guard = guard
         self._tasks: dict[str, asyncio.Task] = {}
-        self._scheduled: dict[str, int] = {}  # source id -> workspace id of the scheduled runs in this process
+        self._slots: dict[str, int] = {}  # source id -> workspace id of every run in this process
         self._filling = asyncio.Lock()  # one claimer at a time counts the free slots
         self._stopping = False
 
     def start(self) -> None:
-        """Nothing runs until a source is launched (POST, or the scheduled job's run_due)."""
-
-    def launch(self, source_id: str) -> None:
-        """Run a source the caller has already leased, in the background."""
-        self._start(source_id, self.run(source_id))
+        """Nothing runs until a source is started (start_new, start_sync, or the scheduled job's run_due)."""
 
     def _start(self, source_id: str, run: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(run, name=f"source:{source_id}")
@@ -145,37 +146,81 @@ class SourceRunner:
             async with self.pool.acquire() as conn:
                 await store.release_leases(conn, running)
 
-    async def run(self, source_id: str) -> None:
-        async with self.pool.acquire() as conn:
-            row = await store.runnable(conn, source_id)
-        if row is not None:
-            await self._run(row)
+    def _busy_workspaces(self) -> list[int]:
+        """Workspaces holding their share of this process's slots: CONCURRENCY - 1 (at least one), so that
+        another workspace's source always finds a slot."""
+        share = max(1, CONCURRENCY - 1)
+        return [w for w, n in Counter(self._slots.values()).items() if n >= share]
+
+    def _refusal(self, workspace_id: int) -> str | None:
+        """Why no run of this workspace can start in this process now; None when a slot is free."""
+        if self._stopping:
+            return "the server is stopping; try again once it is back"
+        if len(self._slots) >= CONCURRENCY:
+            return (f"all {CONCURRENCY} sync slots of this server are taken; try again once a sync ends "
+                    "(the source also syncs on its schedule)")
+        if workspace_id in self._busy_workspaces():
+            return (f"this workspace already runs {max(1, CONCURRENCY - 1)} syncs on this server, its most at "
+                    "once; try again once one ends (the source also syncs on its schedule)")
+        return None
+
+    async def start_new(self, workspace_id: int, source_id: str) -> bool:
+        """The connection check and first sync of a source just created, in a slot, now. Without a free slot
+        (False) the source waits, testing and unleased, for the scheduled job, which takes testing sources first."""
+        async with self._filling:
+            if self._refusal(workspace_id) is not None:
+                return False
+            async with self.pool.acquire() as conn:
+                row = await store.claim_new(conn, source_id, LEASE_SECONDS)
+            if row is not None:
+                self._begin(row, refill=False)
+            return row is not None
+
+    async def start_sync(self, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
+        """POST .../sync: a sync of an active or errored source, in a slot, now; the source's row (syncing), or
+        None when it cannot run now (paused, testing, running). NoFreeSlot, starting nothing, when no slot
+        this workspace may take is free: a workspace could otherwise run any number of syncs at once."""
+        async with self._filling:
+            refusal = self._refusal(workspace_id)
+            if refusal is not None:
+                raise NoFreeSlot(refusal)
+            if source_id in self._tasks:  # a page slower than its lease: the run goes on
+                return None
+            async with self.pool.acquire() as conn:
+                row = await store.claim_manual(conn, workspace_id, env, source_id, LEASE_SECONDS)
+            if row is not None:
+                self._begin(row, refill=False)
+            return row
 
     async def run_due(self) -> None:
         """The scheduled job: start the sources whose sync is due (or whose runner died) in the background,
         at most CONCURRENCY at once in this process, and return without waiting for them. A long import
-        holds its own slot, not the job, so the other sources keep their schedule; a run that ends starts
-        the next due source at once."""
+        holds its own slot, not the job, so the other sources keep their schedule; a run the job started
+        starts the next due source at once when it ends."""
         await self._fill()
 
     async def _fill(self) -> None:
         async with self._filling:
-            while not self._stopping and len(self._scheduled) < CONCURRENCY:
-                per_workspace = Counter(self._scheduled.values())
-                busy = [w for w, n in per_workspace.items() if n >= max(1, CONCURRENCY - 1)]
+            while not self._stopping and len(self._slots) < CONCURRENCY:
                 async with self.pool.acquire() as conn:
-                    row = await store.claim_next_due(conn, LEASE_SECONDS, list(self._tasks), busy)
+                    row = await store.claim_next_due(conn, LEASE_SECONDS, list(self._tasks),
+                                                     self._busy_workspaces())
                 if row is None:
                     return
-                self._scheduled[row["id"]] = row["workspace_id"]
-                self._start(row["id"], self._run_scheduled(row))
+                self._begin(row, refill=True)
 
-    async def _run_scheduled(self, row: asyncpg.Record) -> None:
+    def _begin(self, row: asyncpg.Record, *, refill: bool) -> None:
+        """Run a leased source in a slot. A run the job started gives its slot to the next due source when it
+        ends (`refill`); one started by a request leaves that to the job's next round."""
+        self._slots[row["id"]] = row["workspace_id"]
+        self._start(row["id"], self._run_in_slot(row, refill))
+
+    async def _run_in_slot(self, row: asyncpg.Record, refill: bool) -> None:
         try:
             await self._run(row)
         finally:
-            self._scheduled.pop(row["id"], None)
-        if not self._stopping:
+            self._slots.pop(row["id"], None)
+        if refill and not self._stopping:
             await self._fill()  # the freed slot goes to the next due source
 
     async def _run(self, row: asyncpg.Record) -> None:
