@@ -203,19 +203,40 @@ async def release_leases(conn: asyncpg.Connection, source_ids: list[str]) -> Non
     await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", source_ids)
 
 
-async def keep_import_digests(conn: asyncpg.Connection, source_id: str, digests: bytes) -> None:
-    """Inside a page's transaction: the digests of the rows a one-time import committed with it."""
+async def keep_import_rows(
+    conn: asyncpg.Connection, source_id: str, imported: list[bytes], skipped: list[bytes]
+) -> None:
+    """Inside a page's transaction: the digests of the rows a one-time import read for it, counted: those it
+    imported are kept, and every one read is matched (migration 0035)."""
     await conn.execute(
-        "INSERT INTO data_source_import_digests (source_id, digests) VALUES ($1, $2)", source_id, digests
+        """INSERT INTO data_source_import_rows AS r (source_id, digest, kept, matched)
+           SELECT $1, page.digest, sum(page.kept), count(*)
+           FROM unnest($2::bytea[], $3::int[]) AS page (digest, kept)
+           GROUP BY page.digest
+           ON CONFLICT (source_id, digest)
+           DO UPDATE SET kept = r.kept + EXCLUDED.kept, matched = r.matched + EXCLUDED.matched""",
+        source_id, [*imported, *skipped], [1] * len(imported) + [0] * len(skipped),
     )
 
 
-async def import_digests(conn: asyncpg.Connection, source_id: str) -> list[bytes]:
-    """The digests kept by a one-time import cut short, one bytes value per committed page."""
-    rows = await conn.fetch("SELECT digests FROM data_source_import_digests WHERE source_id = $1", source_id)
-    return [row["digests"] for row in rows]
+async def restart_import(conn: asyncpg.Connection, source_id: str) -> None:
+    """A one-time import cut short reads its rows again from the first: none of the kept ones is read yet."""
+    await conn.execute(
+        "UPDATE data_source_import_rows SET matched = 0 WHERE source_id = $1 AND matched <> 0", source_id
+    )
 
 
-async def drop_import_digests(conn: asyncpg.Connection, source_id: str) -> None:
+async def kept_unread(conn: asyncpg.Connection, source_id: str, digests: list[bytes]) -> dict[bytes, int]:
+    """Of these digests (one page's rows), how many rows with each a one-time import cut short imported and
+    its current sync has not read again yet: as many rows, read now, are skipped."""
+    rows = await conn.fetch(
+        """SELECT digest, kept - matched AS unread FROM data_source_import_rows
+           WHERE source_id = $1 AND digest = ANY($2::bytea[]) AND kept > matched""",
+        source_id, digests,
+    )
+    return {row["digest"]: row["unread"] for row in rows}
+
+
+async def drop_import_rows(conn: asyncpg.Connection, source_id: str) -> None:
     """Inside the last page's transaction: the one-time import is complete, its digests are no longer needed."""
-    await conn.execute("DELETE FROM data_source_import_digests WHERE source_id = $1", source_id)
+    await conn.execute("DELETE FROM data_source_import_rows WHERE source_id = $1", source_id)

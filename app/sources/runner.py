@@ -91,16 +91,20 @@ class PageSink:
                     # The events trigger drops erased users' rows and keeps profiles (migration 0009).
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
-                if batch.digests:
-                    await store.keep_import_digests(conn, self.source_id, batch.digests)
+                if batch.digests_imported or batch.digests_skipped:
+                    await store.keep_import_rows(conn, self.source_id, batch.digests_imported,
+                                                 batch.digests_skipped)
                 if batch.import_done:
-                    await store.drop_import_digests(conn, self.source_id)
+                    await store.drop_import_rows(conn, self.source_id)
                 await store.advance(conn, self.source_id, batch.cursor, batch.size, LEASE_SECONDS)
 
-
-    async def kept_digests(self) -> list[bytes]:
+    async def restart_import(self) -> None:
         async with self.pool.acquire() as conn:
-            return await store.import_digests(conn, self.source_id)
+            await store.restart_import(conn, self.source_id)
+
+    async def kept_unread(self, digests: list[bytes]) -> dict[bytes, int]:
+        async with self.pool.acquire() as conn:
+            return await store.kept_unread(conn, self.source_id, digests)
 
 
 class NoFreeSlot(Exception):
