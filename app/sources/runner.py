@@ -20,8 +20,9 @@ import contextlib
 import logging
 import traceback
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
+from functools import partial
 
 import asyncpg
 import msgspec
@@ -121,6 +122,7 @@ class SourceRunner:
         self.guard = guard
         self._tasks: dict[str, asyncio.Task] = {}
         self._slots: dict[str, int] = {}  # source id -> workspace id of every run in this process
+        self._claims: set[asyncio.Task] = set()  # leases being taken
         self._filling = asyncio.Lock()  # one claimer at a time counts the free slots
         self._stopping = False
 
@@ -139,7 +141,9 @@ class SourceRunner:
 
     async def stop(self) -> None:
         """Stop runs in progress and release their leases so that the next start resumes them at once."""
-        self._stopping = True  # a run that ends now starts no other
+        self._stopping = True  # a run that ends now starts no other, and no claim begins
+        # A claim under way ends first (its caller may be gone: the scheduler stopped); its run is stopped below.
+        await asyncio.gather(*self._claims, return_exceptions=True)
         running = list(self._tasks)
         for task in list(self._tasks.values()):
             task.cancel()
@@ -174,10 +178,7 @@ class SourceRunner:
         async with self._filling:
             if self._refusal(workspace_id) is not None:
                 return False
-            async with self.pool.acquire() as conn:
-                row = await store.claim_new(conn, source_id, LEASE_SECONDS)
-            if row is not None:
-                self._begin(row, refill=False)
+            row = await self._claim(lambda conn: store.claim_new(conn, source_id, LEASE_SECONDS), refill=False)
             return row is not None
 
     async def start_sync(self, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
@@ -190,11 +191,8 @@ class SourceRunner:
                 raise NoFreeSlot(refusal)
             if source_id in self._tasks:  # a page slower than its lease: the run goes on
                 return None
-            async with self.pool.acquire() as conn:
-                row = await store.claim_manual(conn, workspace_id, env, source_id, LEASE_SECONDS)
-            if row is not None:
-                self._begin(row, refill=False)
-            return row
+            return await self._claim(
+                lambda conn: store.claim_manual(conn, workspace_id, env, source_id, LEASE_SECONDS), refill=False)
 
     async def run_due(self) -> None:
         """The scheduled job: start the sources whose sync is due (or whose runner died) in the background,
@@ -206,18 +204,32 @@ class SourceRunner:
     async def _fill(self) -> None:
         async with self._filling:
             while not self._stopping and len(self._slots) < CONCURRENCY:
-                async with self.pool.acquire() as conn:
-                    row = await store.claim_next_due(conn, LEASE_SECONDS, list(self._tasks),
-                                                     self._busy_workspaces())
+                claim = partial(store.claim_next_due, lease_seconds=LEASE_SECONDS, running=list(self._tasks),
+                                busy_workspaces=self._busy_workspaces())
+                row = await self._claim(claim, refill=True)
                 if row is None:
                     return
-                self._begin(row, refill=True)
 
-    def _begin(self, row: asyncpg.Record, *, refill: bool) -> None:
-        """Run a leased source in a slot. A run the job started gives its slot to the next due source when it
-        ends (`refill`); one started by a request leaves that to the job's next round."""
-        self._slots[row["id"]] = row["workspace_id"]
-        self._start(row["id"], self._run_in_slot(row, refill))
+    async def _claim(self, claim: Callable[[asyncpg.Connection], Awaitable[asyncpg.Record | None]], *,
+                     refill: bool) -> asyncpg.Record | None:
+        """Take a lease with `claim` and run the source it returns in a slot. The claim goes on to its end when
+        the caller is cancelled (the scheduler stopping, a request cut off): a lease taken whose answer was
+        dropped held the source for LEASE_SECONDS past a restart. Its run starts, and stop() ends it and gives
+        the lease back. A run the job started gives its slot to the next due source when it ends (`refill`);
+        one started by a request leaves that to the job's next round."""
+
+        async def claimed() -> asyncpg.Record | None:
+            async with self.pool.acquire() as conn:
+                row = await claim(conn)
+            if row is not None:
+                self._slots[row["id"]] = row["workspace_id"]
+                self._start(row["id"], self._run_in_slot(row, refill))
+            return row
+
+        task = asyncio.create_task(claimed(), name="source-claim")
+        self._claims.add(task)
+        task.add_done_callback(self._claims.discard)
+        return await asyncio.shield(task)
 
     async def _run_in_slot(self, row: asyncpg.Record, refill: bool) -> None:
         try:
