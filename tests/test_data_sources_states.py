@@ -45,6 +45,8 @@ async def test_a_source_paused_while_testing_is_testing_once_resumed(
 
     resumed = await post(client, key, source, "resume")
     assert resumed["status"] == "testing", resumed
+    resp = await client.post(f"/v1/data-sources/{source}/sync", headers=bearer(key))  # no run: the job's to start
+    assert resp.status == 409 and "still being tested" in (await resp.json())["error"]["message"]
     # A testing source is due at once: the job checks it and runs its first sync.
     await run_job(client, pool, source)
     body = await wait_status(client, key, source, "active", "error")

@@ -143,6 +143,8 @@ async def sync_source(request: web.Request) -> web.Response:
             raise not_found("no data source with that id")
     if row["status"] == "paused":
         raise ApiError(409, "conflict", "the data source is paused; resume it first")
+    if row["status"] == "testing":  # running, or waiting for a slot: the first sync follows the check
+        raise ApiError(409, "conflict", "the data source is still being tested; its first sync follows the check")
     raise ApiError(409, "conflict", f"the data source is {row['status']}; a run is already in progress")
 
 
