@@ -12,24 +12,24 @@ PUBLIC = (
 )
 # What a runner needs to sync (includes the sealed credentials; never rendered).
 RUNNABLE = "id, workspace_id, env, type, status, credentials, options, frequency, sync_time, sync_cursor"
+# A claim answered to a request: what the runner needs and what the response shows.
+CLAIMED = f"{RUNNABLE}, name, status_reason, next_sync_at, last_synced_at, rows_imported, created_at"
 
 
 async def insert(
     conn: asyncpg.Connection, *, source_id: str, workspace_id: int, env: str, name: str, type_: str,
-    credentials: bytes, options: dict, frequency: str, sync_time: str, lease_seconds: float | None,
-    write_key_hash: bytes | None = None,
+    credentials: bytes, options: dict, frequency: str, sync_time: str, write_key_hash: bytes | None = None,
 ) -> asyncpg.Record | None:
-    """New sources start in 'testing', already leased to the creating process's background check (pulled
-    sources), or unleased with a write key (segment: it turns active on its first call). None when that
+    """New sources start in 'testing', unleased: a pulled source's check is claimed next (claim_new, or the
+    scheduled job when no slot was free), a segment source turns active on its first call. None when its
     write key is already registered."""
     return await conn.fetchrow(
         f"""INSERT INTO data_sources (id, workspace_id, env, name, type, status, credentials, options,
-                                     frequency, sync_time, lease_until, write_key_hash)
-            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, now() + make_interval(secs => $10), $11)
+                                     frequency, sync_time, write_key_hash)
+            VALUES ($1, $2, $3, $4, $5, 'testing', $6, $7, $8, $9, $10)
             ON CONFLICT (write_key_hash) WHERE write_key_hash IS NOT NULL DO NOTHING
             RETURNING {PUBLIC}""",
-        source_id, workspace_id, env, name, type_, credentials, options, frequency, sync_time, lease_seconds,
-        write_key_hash,
+        source_id, workspace_id, env, name, type_, credentials, options, frequency, sync_time, write_key_hash,
     )
 
 
@@ -56,8 +56,10 @@ async def delete(conn: asyncpg.Connection, workspace_id: int, env: str, source_i
 
 
 async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
+    """-> paused, remembering the status it had for resume (a second pause keeps the first one's)."""
     return await conn.fetchrow(
-        f"""UPDATE data_sources SET status = 'paused', status_reason = NULL
+        f"""UPDATE data_sources SET status = 'paused', status_reason = NULL,
+                   unpaused_status = CASE WHEN status = 'paused' THEN unpaused_status ELSE status END
             WHERE workspace_id = $1 AND env = $2 AND id = $3 RETURNING {PUBLIC}""",
         workspace_id, env, source_id,
     )
@@ -66,12 +68,16 @@ async def pause(conn: asyncpg.Connection, workspace_id: int, env: str, source_id
 async def resume(
     conn: asyncpg.Connection, workspace_id: int, env: str, source_id: str, next_sync_at: datetime
 ) -> asyncpg.Record | None:
-    """paused -> active with the next sync per schedule, or -> syncing when a run paused between pages still
-    holds the lease (it goes on, and ends the source as any run does); other states are left as they are.
-    The lease stays with that run: a second one would import its pages again."""
+    """paused -> testing when paused before its connection check and first sync passed (a run still checking
+    goes on; without one the scheduled job checks it at once, as it does new sources); else -> active with
+    the next sync per schedule, or -> syncing when a run paused between pages still holds the lease (it goes
+    on, and ends the source as any run does); other states are left as they are. The lease stays with that
+    run: a second one would import its pages again."""
     await conn.execute(
         """UPDATE data_sources
-           SET status = CASE WHEN lease_until > now() THEN 'syncing' ELSE 'active' END, next_sync_at = $4
+           SET status = CASE WHEN unpaused_status = 'testing' THEN 'testing'
+                             WHEN lease_until > now() THEN 'syncing' ELSE 'active' END,
+               next_sync_at = $4, unpaused_status = NULL
            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status = 'paused'""",
         workspace_id, env, source_id, next_sync_at,
     )
@@ -83,11 +89,22 @@ async def claim_manual(
 ) -> asyncpg.Record | None:
     """Take the lease for an on-demand sync of an active or errored source; None when it cannot run now."""
     return await conn.fetchrow(
-        """UPDATE data_sources SET status = 'syncing', lease_until = now() + make_interval(secs => $4)
-           WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status IN ('active', 'error')
-             AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
-           RETURNING id""",
+        f"""UPDATE data_sources SET status = 'syncing', lease_until = now() + make_interval(secs => $4)
+            WHERE workspace_id = $1 AND env = $2 AND id = $3 AND status IN ('active', 'error')
+              AND type <> 'segment' AND (lease_until IS NULL OR lease_until < now())
+            RETURNING {CLAIMED}""",
         workspace_id, env, source_id, lease_seconds,
+    )
+
+
+async def claim_new(conn: asyncpg.Connection, source_id: str, lease_seconds: float) -> asyncpg.Record | None:
+    """Take the lease for the check of a source just created; None when another process's job took it first."""
+    return await conn.fetchrow(
+        f"""UPDATE data_sources SET lease_until = now() + make_interval(secs => $2)
+            WHERE id = $1 AND status = 'testing' AND type <> 'segment'
+              AND (lease_until IS NULL OR lease_until < now())
+            RETURNING {RUNNABLE}""",
+        source_id, lease_seconds,
     )
 
 
@@ -118,10 +135,6 @@ async def claim_next_due(
     return await conn.fetchrow(CLAIM_NEXT_DUE, lease_seconds, running, busy_workspaces)
 
 
-async def runnable(conn: asyncpg.Connection, source_id: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(f"SELECT {RUNNABLE} FROM data_sources WHERE id = $1", source_id)
-
-
 async def set_syncing(conn: asyncpg.Connection, source_id: str) -> None:
     await conn.execute(
         "UPDATE data_sources SET status = 'syncing' WHERE id = $1 AND status = 'testing'", source_id
@@ -133,11 +146,13 @@ async def finish(
 ) -> None:
     """End a run: release the lease and move the source to active or error, from whatever status it has
     (testing, syncing, or active once resumed during the run) but paused: a source paused meanwhile stays
-    paused. last_synced_at moves only on success."""
+    paused, and one whose check and sync passed meanwhile resumes active, no longer testing. last_synced_at
+    moves only on success."""
     await conn.execute(
         """UPDATE data_sources
            SET status = CASE WHEN status = 'paused' THEN status ELSE $2 END,
                status_reason = CASE WHEN status = 'paused' THEN status_reason ELSE $3 END,
+               unpaused_status = CASE WHEN status = 'paused' AND $4 THEN 'active' ELSE unpaused_status END,
                last_synced_at = CASE WHEN $4 THEN now() ELSE last_synced_at END,
                next_sync_at = COALESCE($5, next_sync_at),
                lease_until = NULL
@@ -188,19 +203,40 @@ async def release_leases(conn: asyncpg.Connection, source_ids: list[str]) -> Non
     await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", source_ids)
 
 
-async def keep_import_digests(conn: asyncpg.Connection, source_id: str, digests: bytes) -> None:
-    """Inside a page's transaction: the digests of the rows a one-time import committed with it."""
+async def keep_import_rows(
+    conn: asyncpg.Connection, source_id: str, imported: list[bytes], skipped: list[bytes]
+) -> None:
+    """Inside a page's transaction: the digests of the rows a one-time import read for it, counted: those it
+    imported are kept, and every one read is matched (migration 0035)."""
     await conn.execute(
-        "INSERT INTO data_source_import_digests (source_id, digests) VALUES ($1, $2)", source_id, digests
+        """INSERT INTO data_source_import_rows AS r (source_id, digest, kept, matched)
+           SELECT $1, page.digest, sum(page.kept), count(*)
+           FROM unnest($2::bytea[], $3::int[]) AS page (digest, kept)
+           GROUP BY page.digest
+           ON CONFLICT (source_id, digest)
+           DO UPDATE SET kept = r.kept + EXCLUDED.kept, matched = r.matched + EXCLUDED.matched""",
+        source_id, [*imported, *skipped], [1] * len(imported) + [0] * len(skipped),
     )
 
 
-async def import_digests(conn: asyncpg.Connection, source_id: str) -> list[bytes]:
-    """The digests kept by a one-time import cut short, one bytes value per committed page."""
-    rows = await conn.fetch("SELECT digests FROM data_source_import_digests WHERE source_id = $1", source_id)
-    return [row["digests"] for row in rows]
+async def restart_import(conn: asyncpg.Connection, source_id: str) -> None:
+    """A one-time import cut short reads its rows again from the first: none of the kept ones is read yet."""
+    await conn.execute(
+        "UPDATE data_source_import_rows SET matched = 0 WHERE source_id = $1 AND matched <> 0", source_id
+    )
 
 
-async def drop_import_digests(conn: asyncpg.Connection, source_id: str) -> None:
+async def kept_unread(conn: asyncpg.Connection, source_id: str, digests: list[bytes]) -> dict[bytes, int]:
+    """Of these digests (one page's rows), how many rows with each a one-time import cut short imported and
+    its current sync has not read again yet: as many rows, read now, are skipped."""
+    rows = await conn.fetch(
+        """SELECT digest, kept - matched AS unread FROM data_source_import_rows
+           WHERE source_id = $1 AND digest = ANY($2::bytea[]) AND kept > matched""",
+        source_id, digests,
+    )
+    return {row["digest"]: row["unread"] for row in rows}
+
+
+async def drop_import_rows(conn: asyncpg.Connection, source_id: str) -> None:
     """Inside the last page's transaction: the one-time import is complete, its digests are no longer needed."""
-    await conn.execute("DELETE FROM data_source_import_digests WHERE source_id = $1", source_id)
+    await conn.execute("DELETE FROM data_source_import_rows WHERE source_id = $1", source_id)

@@ -215,6 +215,28 @@ async def test_missing_name_and_bad_json(client, make_key):
     assert resp.status == 400
 
 
+@pytest.mark.parametrize("name", ["", " ", "   ", "\t\n", "\u3000"])
+async def test_a_blank_name_is_refused_and_nothing_is_created(client, make_key, name):
+    """A name of nothing but whitespace names nothing in the list: 400 naming the field, no source created
+    (and no check started)."""
+    key = await make_key("admin,read")
+    for body in (UNREACHABLE, {"type": "segment", "credentials": {}}):
+        resp = await client.post("/v1/data-sources", json={**body, "name": name}, headers=bearer(key))
+        assert resp.status == 400, await resp.text()
+        error = (await resp.json())["error"]
+        assert error["code"] == "invalid_request" and error["fields"][0]["field"] == "name", error
+    assert (await (await client.get("/v1/data-sources", headers=bearer(key))).json())["data"] == []
+
+
+async def test_a_name_with_spaces_around_is_kept_as_sent(client, make_key):
+    """As dashboards' and reports' names are: spaces around a name are the caller's, not trimmed."""
+    key = await make_key("admin,read")
+    created = await create(client, key, {**UNREACHABLE, "name": "  crm export "})
+    assert created["name"] == "  crm export "
+    body = await wait_status(client, key, created["id"], "error")
+    assert body["name"] == "  crm export "
+
+
 async def test_pagination(client, make_key):
     key = await make_key("admin,read")
     ids = [(await create(client, key, {**UNREACHABLE, "name": f"s{i}"}))["id"] for i in range(3)]

@@ -221,7 +221,46 @@ async def test_a_one_time_import_cut_short_imports_the_rest_once(client, make_ke
     assert sorted(users) == sorted(f"i{n}" for n in range(1, 11))
     assert body["rows_imported"] == 10
     # Done: what kept the committed rows apart is dropped, and later syncs import nothing.
-    assert await pool.fetchval("SELECT count(*) FROM data_source_import_digests WHERE source_id = $1",
+    assert await pool.fetchval("SELECT count(*) FROM data_source_import_rows WHERE source_id = $1",
                                created["id"]) == 0
     body = await sync(client, key, created["id"])
     assert len(await events(client, key, "item_added")) == 10 and body["rows_imported"] == 10
+
+
+async def test_a_resumed_one_time_import_reads_the_kept_digests_a_page_at_a_time(
+        client, make_key, scratch_pg, pool, monkeypatch):  # noqa: F811
+    """The resume of a one-time import cut short read every digest its pages had kept at once (memory as large as
+    the rows imported before the cut); it asks PostgreSQL about each page's rows instead. Identical rows each
+    count, one pair of them split by the cut."""
+    database, conn, port = scratch_pg
+    monkeypatch.setattr("app.sources.sql.PAGE", 3)
+    await conn.execute("CREATE TABLE items (id int, user_id text)")
+    # Rows alike in pairs (the query leaves id out): i0, i1, i1, i2, i2, ... i15; row 25 (i12) is cut off
+    # from row 24 (i12, committed before the cut), and comes in with the resume.
+    await conn.execute("INSERT INTO items SELECT g, 'i' || (g / 2) FROM generate_series(1, 30) g")
+    await conn.execute("CREATE TABLE gate (open boolean)")
+    await conn.execute("INSERT INTO gate VALUES (false)")
+    query = ("SELECT user_id, 1 / CASE WHEN id = 25 AND NOT (SELECT open FROM gate) THEN 0 ELSE 1 END AS one "
+             "FROM items")
+    key = await make_key("admin,read")
+    created = await create(client, key, pg_source(database, port, table=None, cursor_column=None, query=query,
+                                                  timestamp_column=None, event_name="item_added"))
+    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "error"
+    assert len(await events(client, key, "item_added")) == 24  # eight pages committed
+
+    digests_per_read: list[int] = []
+    fetch = asyncpg.Connection.fetch
+
+    async def counting_fetch(self, query, *args, **kwargs):
+        rows = await fetch(self, query, *args, **kwargs)
+        if "data_source_import" in query:  # a read of the kept digests: how many it brought back
+            digests_per_read.append(sum(len(v) // 8 for row in rows for v in row.values() if isinstance(v, bytes)))
+        return rows
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", counting_fetch)
+    await conn.execute("UPDATE gate SET open = true")
+    body = await sync(client, key, created["id"])
+    assert body["status"] == "active" and body["rows_imported"] == 30, body
+    expected = sorted(f"i{n // 2}" for n in range(1, 31))
+    assert sorted(e["user_id"] for e in await events(client, key, "item_added")) == expected
+    assert digests_per_read and max(digests_per_read) <= 3, digests_per_read  # a page's rows at most

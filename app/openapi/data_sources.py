@@ -54,11 +54,13 @@ PATHS = {
             "200": _ok(ref("DataSource")), **keyed_errors(401, 403, 404, 429)}, params=_ID),
     },
     "/v1/data-sources/{id}/resume": {
-        "post": _op("Resume a paused source: active, next sync per schedule (scope admin)", {
+        "post": _op("Resume a paused source: active, next sync per schedule; testing (checked again) when "
+                     "paused before its check passed (scope admin)", {
             "200": _ok(ref("DataSource")), **keyed_errors(401, 403, 404, 429)}, params=_ID),
     },
     "/v1/data-sources/{id}/sync": {
-        "post": _op("Start a sync now (scope admin); 409 when paused, testing or already syncing", {
+        "post": _op("Start a sync now (scope admin); 409 when paused, testing or already syncing; 429 "
+                     "too_many_syncs when no sync slot is free for the workspace (nothing started)", {
             "202": _ok(ref("DataSource"), "sync started, status syncing"),
             **keyed_errors(401, 403, 404, 409, 429)}, params=_ID),
     },
@@ -68,7 +70,8 @@ SCHEMAS = {
     "DataSourceIn": {
         "type": "object", "required": ["name", "type", "credentials"],
         "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "\\S",
+                     "description": "kept as sent; not blank"},
             "type": {"type": "string", "enum": _TYPES},
             "credentials": {
                 "description": "Fields depend on type; never returned or logged, stored encrypted.",

@@ -39,9 +39,11 @@ class Batch:
     traits: dict[str, tuple[dict[str, Any], datetime]] = field(default_factory=dict)
     # The cursor once this batch is stored; committed in the same transaction as the rows.
     cursor: Any = None
-    # A one-time import (no cursor column): the 8-byte digests of the rows imported with this page, kept until
-    # the import is complete so that a sync cut short does not import them again; `import_done` drops them.
-    digests: bytes = b""
+    # A one-time import (no cursor column): the 8-byte digests of the rows read for this page, those imported
+    # with it and those skipped as imported before the import was cut short; kept, counted, until the import is
+    # complete so that a sync cut short does not import them again; `import_done` drops them.
+    digests_imported: list[bytes] = field(default_factory=list)
+    digests_skipped: list[bytes] = field(default_factory=list)
     import_done: bool = False
 
     @property
@@ -52,8 +54,14 @@ class Batch:
 class Sink(Protocol):
     async def commit(self, batch: Batch) -> None: ...
 
-    async def kept_digests(self) -> list[bytes]:
-        """The digests the pages of a one-time import cut short kept (Batch.digests), one value per page."""
+    async def restart_import(self) -> None:
+        """A one-time import cut short reads its rows again from the first: none of those its pages kept
+        (Batch.digests_imported) has been read again yet."""
+        ...
+
+    async def kept_unread(self, digests: list[bytes]) -> dict[bytes, int]:
+        """Of these digests (one page's rows), how many rows with each the pages of a one-time import cut short
+        kept and this sync has not read again yet."""
         ...
 
 

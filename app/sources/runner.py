@@ -4,7 +4,8 @@
     testing --check passes--> syncing --sync ok--> active, or --sync fails--> error
     active/error --schedule or POST .../sync--> syncing --> active (last_synced_at set) or error
     any --pause--> paused --resume--> active (next sync per schedule), or syncing while a run paused between
-    pages goes on (a run ends the source in active or error whatever it was resumed to)
+    pages goes on (a run ends the source in active or error whatever it was resumed to), or testing when
+    paused before its check and first sync passed (the check runs again)
 
 A run holds a lease on the row (lease_until), renewed while it runs and with every committed page; a lease
 left by a process that died expires and the scheduled job picks the source up again. Each page's events,
@@ -19,8 +20,9 @@ import contextlib
 import logging
 import traceback
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
+from functools import partial
 
 import asyncpg
 import msgspec
@@ -52,8 +54,9 @@ LEASE_SECONDS = 900.0
 # than the lease (a slow query, a slow peer), and another process would then claim the source and import the
 # same rows again.
 HEARTBEAT_SECONDS = LEASE_SECONDS / 4
-# Scheduled runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace,
-# so that another workspace's due source always finds a slot. Runs started by POST (create, sync now) are apart.
+# Runs at once in one process, and of them at most CONCURRENCY - 1 (at least one) of one workspace, so that
+# another workspace's source always finds a slot: scheduled runs and those started by POST (create, sync now)
+# alike, or one workspace could start any number of syncs at once.
 CONCURRENCY = 4
 
 
@@ -89,16 +92,24 @@ class PageSink:
                     # The events trigger drops erased users' rows and keeps profiles (migration 0009).
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
-                if batch.digests:
-                    await store.keep_import_digests(conn, self.source_id, batch.digests)
+                if batch.digests_imported or batch.digests_skipped:
+                    await store.keep_import_rows(conn, self.source_id, batch.digests_imported,
+                                                 batch.digests_skipped)
                 if batch.import_done:
-                    await store.drop_import_digests(conn, self.source_id)
+                    await store.drop_import_rows(conn, self.source_id)
                 await store.advance(conn, self.source_id, batch.cursor, batch.size, LEASE_SECONDS)
 
-
-    async def kept_digests(self) -> list[bytes]:
+    async def restart_import(self) -> None:
         async with self.pool.acquire() as conn:
-            return await store.import_digests(conn, self.source_id)
+            await store.restart_import(conn, self.source_id)
+
+    async def kept_unread(self, digests: list[bytes]) -> dict[bytes, int]:
+        async with self.pool.acquire() as conn:
+            return await store.kept_unread(conn, self.source_id, digests)
+
+
+class NoFreeSlot(Exception):
+    """No run slot this workspace may take is free in this process: nothing was started."""
 
 
 class SourceRunner:
@@ -110,16 +121,13 @@ class SourceRunner:
         self.timeout = timeout
         self.guard = guard
         self._tasks: dict[str, asyncio.Task] = {}
-        self._scheduled: dict[str, int] = {}  # source id -> workspace id of the scheduled runs in this process
+        self._slots: dict[str, int] = {}  # source id -> workspace id of every run in this process
+        self._claims: set[asyncio.Task] = set()  # leases being taken
         self._filling = asyncio.Lock()  # one claimer at a time counts the free slots
         self._stopping = False
 
     def start(self) -> None:
-        """Nothing runs until a source is launched (POST, or the scheduled job's run_due)."""
-
-    def launch(self, source_id: str) -> None:
-        """Run a source the caller has already leased, in the background."""
-        self._start(source_id, self.run(source_id))
+        """Nothing runs until a source is started (start_new, start_sync, or the scheduled job's run_due)."""
 
     def _start(self, source_id: str, run: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(run, name=f"source:{source_id}")
@@ -133,7 +141,9 @@ class SourceRunner:
 
     async def stop(self) -> None:
         """Stop runs in progress and release their leases so that the next start resumes them at once."""
-        self._stopping = True  # a run that ends now starts no other
+        self._stopping = True  # a run that ends now starts no other, and no claim begins
+        # A claim under way ends first (its caller may be gone: the scheduler stopped); its run is stopped below.
+        await asyncio.gather(*self._claims, return_exceptions=True)
         running = list(self._tasks)
         for task in list(self._tasks.values()):
             task.cancel()
@@ -144,37 +154,89 @@ class SourceRunner:
             async with self.pool.acquire() as conn:
                 await store.release_leases(conn, running)
 
-    async def run(self, source_id: str) -> None:
-        async with self.pool.acquire() as conn:
-            row = await store.runnable(conn, source_id)
-        if row is not None:
-            await self._run(row)
+    def _busy_workspaces(self) -> list[int]:
+        """Workspaces holding their share of this process's slots: CONCURRENCY - 1 (at least one), so that
+        another workspace's source always finds a slot."""
+        share = max(1, CONCURRENCY - 1)
+        return [w for w, n in Counter(self._slots.values()).items() if n >= share]
+
+    def _refusal(self, workspace_id: int) -> str | None:
+        """Why no run of this workspace can start in this process now; None when a slot is free."""
+        if self._stopping:
+            return "the server is stopping; try again once it is back"
+        if len(self._slots) >= CONCURRENCY:
+            return (f"all {CONCURRENCY} sync slots of this server are taken; try again once a sync ends "
+                    "(the source also syncs on its schedule)")
+        if workspace_id in self._busy_workspaces():
+            return (f"this workspace already runs {max(1, CONCURRENCY - 1)} syncs on this server, its most at "
+                    "once; try again once one ends (the source also syncs on its schedule)")
+        return None
+
+    async def start_new(self, workspace_id: int, source_id: str) -> bool:
+        """The connection check and first sync of a source just created, in a slot, now. Without a free slot
+        (False) the source waits, testing and unleased, for the scheduled job, which takes testing sources first."""
+        async with self._filling:
+            if self._refusal(workspace_id) is not None:
+                return False
+            row = await self._claim(lambda conn: store.claim_new(conn, source_id, LEASE_SECONDS), refill=False)
+            return row is not None
+
+    async def start_sync(self, workspace_id: int, env: str, source_id: str) -> asyncpg.Record | None:
+        """POST .../sync: a sync of an active or errored source, in a slot, now; the source's row (syncing), or
+        None when it cannot run now (paused, testing, running). NoFreeSlot, starting nothing, when no slot
+        this workspace may take is free: a workspace could otherwise run any number of syncs at once."""
+        async with self._filling:
+            refusal = self._refusal(workspace_id)
+            if refusal is not None:
+                raise NoFreeSlot(refusal)
+            if source_id in self._tasks:  # a page slower than its lease: the run goes on
+                return None
+            return await self._claim(
+                lambda conn: store.claim_manual(conn, workspace_id, env, source_id, LEASE_SECONDS), refill=False)
 
     async def run_due(self) -> None:
         """The scheduled job: start the sources whose sync is due (or whose runner died) in the background,
         at most CONCURRENCY at once in this process, and return without waiting for them. A long import
-        holds its own slot, not the job, so the other sources keep their schedule; a run that ends starts
-        the next due source at once."""
+        holds its own slot, not the job, so the other sources keep their schedule; a run the job started
+        starts the next due source at once when it ends."""
         await self._fill()
 
     async def _fill(self) -> None:
         async with self._filling:
-            while not self._stopping and len(self._scheduled) < CONCURRENCY:
-                per_workspace = Counter(self._scheduled.values())
-                busy = [w for w, n in per_workspace.items() if n >= max(1, CONCURRENCY - 1)]
-                async with self.pool.acquire() as conn:
-                    row = await store.claim_next_due(conn, LEASE_SECONDS, list(self._tasks), busy)
+            while not self._stopping and len(self._slots) < CONCURRENCY:
+                claim = partial(store.claim_next_due, lease_seconds=LEASE_SECONDS, running=list(self._tasks),
+                                busy_workspaces=self._busy_workspaces())
+                row = await self._claim(claim, refill=True)
                 if row is None:
                     return
-                self._scheduled[row["id"]] = row["workspace_id"]
-                self._start(row["id"], self._run_scheduled(row))
 
-    async def _run_scheduled(self, row: asyncpg.Record) -> None:
+    async def _claim(self, claim: Callable[[asyncpg.Connection], Awaitable[asyncpg.Record | None]], *,
+                     refill: bool) -> asyncpg.Record | None:
+        """Take a lease with `claim` and run the source it returns in a slot. The claim goes on to its end when
+        the caller is cancelled (the scheduler stopping, a request cut off): a lease taken whose answer was
+        dropped held the source for LEASE_SECONDS past a restart. Its run starts, and stop() ends it and gives
+        the lease back. A run the job started gives its slot to the next due source when it ends (`refill`);
+        one started by a request leaves that to the job's next round."""
+
+        async def claimed() -> asyncpg.Record | None:
+            async with self.pool.acquire() as conn:
+                row = await claim(conn)
+            if row is not None:
+                self._slots[row["id"]] = row["workspace_id"]
+                self._start(row["id"], self._run_in_slot(row, refill))
+            return row
+
+        task = asyncio.create_task(claimed(), name="source-claim")
+        self._claims.add(task)
+        task.add_done_callback(self._claims.discard)
+        return await asyncio.shield(task)
+
+    async def _run_in_slot(self, row: asyncpg.Record, refill: bool) -> None:
         try:
             await self._run(row)
         finally:
-            self._scheduled.pop(row["id"], None)
-        if not self._stopping:
+            self._slots.pop(row["id"], None)
+        if refill and not self._stopping:
             await self._fill()  # the freed slot goes to the next due source
 
     async def _run(self, row: asyncpg.Record) -> None:

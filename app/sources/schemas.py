@@ -74,11 +74,16 @@ class Schedule(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class CreateIn(msgspec.Struct):
+    # Kept as sent, spaces around included, as dashboards' and reports' names are.
     name: Annotated[str, Meta(min_length=1, max_length=200)]
     type: Literal[SOURCE_TYPES]  # type: ignore[valid-type]
     credentials: msgspec.Raw
     options: msgspec.Raw = msgspec.Raw(b"{}")
     schedule: Schedule | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():  # names nothing in a list of sources
+            raise _fail("name", "must not be blank")
 
 
 class Secret(msgspec.Struct, forbid_unknown_fields=True):

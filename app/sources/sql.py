@@ -5,7 +5,8 @@ streams, in cursor order, the rows whose cursor value is at least the last one s
 rows already imported at that value (the cursor keeps their digests), so a row written after a sync
 with the value it ended on (a DATETIME's second, a date) is still imported, once; rows whose cursor
 is NULL are skipped. Without a cursor column the source is a one-time import; one cut short resumes
-skipping the rows its committed pages imported (their digests are kept until it completes). Pages are
+skipping the rows its committed pages imported (their digests are kept until it completes, and each page's
+rows are looked up among them, so that the resume holds one page's digests, not all). Pages are
 committed with their cursor, and a page never ends inside a run of equal cursor values, so a sync cut short resumes
 without gaps. BigQuery and Snowflake (app.sources.bigquery, app.sources.snowflake) are SqlConnectors
 too, with the same rules.
@@ -97,6 +98,7 @@ class SqlConnector(Connector):
     quote = '"'
     default_port = 5432
     credentials: SqlCredentials
+    _resuming = False  # a one-time import cut short, read again
 
     # --- dialect hooks ---------------------------------------------------------------------------
     def placeholder(self, index: int) -> str:
@@ -161,10 +163,10 @@ class SqlConnector(Connector):
                 args.append(value)
                 sql += f" WHERE {self.ident(column)} {'>=' if inclusive else '>'} {self.placeholder(1)}"
             sql += f" ORDER BY {self.ident(column)}"
-        elif cursor == UNDER_WAY:
-            # A one-time import cut short: the rows its committed pages imported are not imported again.
-            seen = [page[i : i + DIGEST].hex() for page in await self.sink.kept_digests()
-                    for i in range(0, len(page), DIGEST)]
+        # A one-time import cut short: the rows its committed pages imported are not imported again (_commit).
+        self._resuming = not column and cursor == UNDER_WAY
+        if self._resuming:
+            await self.sink.restart_import()
         async with asyncio.timeout(self.timeout):
             conn = await self.open()
         try:
@@ -200,13 +202,27 @@ class SqlConnector(Connector):
         return total + await self._commit(pending, final), final
 
     async def _commit(self, page: list[tuple[dict, str, bool]], cursor: Any) -> int:
+        if self._resuming and page:
+            page = await self._skip_kept(page)
         rows = [row for row, _, fresh in page if fresh]
         batch = self._batch(rows, cursor)
         if cursor == UNDER_WAY:
-            batch.digests = b"".join(bytes.fromhex(digest) for _, digest, fresh in page if fresh)
+            batch.digests_imported = [bytes.fromhex(digest) for _, digest, fresh in page if fresh]
+            batch.digests_skipped = [bytes.fromhex(digest) for _, digest, fresh in page if not fresh]
         batch.import_done = cursor == DONE
         await self.sink.commit(batch)
         return len(rows)
+
+    async def _skip_kept(self, page: list[tuple[dict, str, bool]]) -> list[tuple[dict, str, bool]]:
+        """A page of a resumed one-time import: a row is stale while rows like it that the pages committed
+        before the cut imported are left unread by this sync (counted, so identical rows each count)."""
+        unread = Counter(await self.sink.kept_unread(list({bytes.fromhex(digest) for _, digest, _ in page})))
+        marked = []
+        for row, digest, _ in page:
+            key = bytes.fromhex(digest)
+            marked.append((row, digest, unread[key] <= 0))
+            unread[key] -= 1
+        return marked
 
     def _mark(self, page: list[tuple[dict, str, bool]]) -> dict:
         """The cursor after a page: its last value and the digests of every row read (this sync or the

@@ -12,7 +12,7 @@ from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.responses import ApiError, iso_ms, json_response, not_found
 from app.segment import writekeys
-from app.sources.runner import LEASE_SECONDS, RUNNER
+from app.sources.runner import RUNNER, NoFreeSlot
 from app.sources.schedule import next_sync
 from app.sources.schemas import CreateIn, Schedule, decode_parts
 from app.views.params import cursor_param, int_param, page_response
@@ -50,8 +50,7 @@ async def create_source(request: web.Request) -> web.Response:
         row = await store.insert(
             conn, source_id=source_id, workspace_id=key.workspace_id, env=key.env, name=body.name,
             type_=body.type, credentials=sealed, options=msgspec.to_builtins(options),
-            frequency=schedule.frequency, sync_time=schedule.time,
-            lease_seconds=None if write_key_hash else LEASE_SECONDS, write_key_hash=write_key_hash,
+            frequency=schedule.frequency, sync_time=schedule.time, write_key_hash=write_key_hash,
         )
     if row is None:
         raise ApiError(409, "conflict", "a Segment source with this write key already exists")
@@ -60,7 +59,9 @@ async def create_source(request: web.Request) -> web.Response:
     if generated:
         created["write_key"] = generated  # shown this once; only its hash is stored
     if write_key_hash is None:
-        runner.launch(source_id)  # the connection check and first sync run after the 201
+        # The connection check and first sync run after the 201, in a slot; when none is free the scheduled
+        # job starts them once one is.
+        await runner.start_new(key.workspace_id, source_id)
     return json_response(created, status=201)
 
 
@@ -118,23 +119,33 @@ async def resume_source(request: web.Request) -> web.Response:
 
 @requires("admin", "admin")
 async def sync_source(request: web.Request) -> web.Response:
-    """Start a sync now (202). 409 when paused or still being tested, or when a sync is already running."""
+    """Start a sync now (202). 409 when paused or still being tested, or when a sync is already running; 429
+    when no sync slot this workspace may take is free in this process (nothing is started)."""
     key = key_of(request)
     source_id = request.match_info["id"]
     async with request.config_dict[POOL].acquire() as conn:
-        claimed = await store.claim_manual(conn, key.workspace_id, key.env, source_id, LEASE_SECONDS)
         row = await store.get(conn, key.workspace_id, key.env, source_id)
     if row is None:
         raise not_found("no data source with that id")
     if row["type"] == "segment":
         raise ApiError(409, "conflict", "a Segment source receives calls from Segment's SDKs; there is "
                        "nothing to sync")
-    if claimed is None:
-        if row["status"] == "paused":
-            raise ApiError(409, "conflict", "the data source is paused; resume it first")
-        raise ApiError(409, "conflict", f"the data source is {row['status']}; a run is already in progress")
-    request.config_dict[RUNNER].launch(source_id)
-    return json_response(source_json(row), status=202)
+    if row["status"] in ("active", "error"):  # a state that cannot sync is said before a lack of slots
+        try:
+            claimed = await request.config_dict[RUNNER].start_sync(key.workspace_id, key.env, source_id)
+        except NoFreeSlot as exc:
+            raise ApiError(429, "too_many_syncs", str(exc)) from None
+        if claimed is not None:
+            return json_response(source_json(claimed), status=202)
+        async with request.config_dict[POOL].acquire() as conn:
+            row = await store.get(conn, key.workspace_id, key.env, source_id)
+        if row is None:
+            raise not_found("no data source with that id")
+    if row["status"] == "paused":
+        raise ApiError(409, "conflict", "the data source is paused; resume it first")
+    if row["status"] == "testing":  # running, or waiting for a slot: the first sync follows the check
+        raise ApiError(409, "conflict", "the data source is still being tested; its first sync follows the check")
+    raise ApiError(409, "conflict", f"the data source is {row['status']}; a run is already in progress")
 
 
 def setup_data_source_routes(router: web.UrlDispatcher) -> None:
