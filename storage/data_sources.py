@@ -203,27 +203,26 @@ async def release_leases(conn: asyncpg.Connection, source_ids: list[str]) -> Non
     await conn.execute("UPDATE data_sources SET lease_until = NULL WHERE id = ANY($1)", source_ids)
 
 
-async def keep_import_rows(
-    conn: asyncpg.Connection, source_id: str, imported: list[bytes], skipped: list[bytes]
-) -> None:
-    """Inside a page's transaction: the digests of the rows a one-time import read for it, counted: those it
-    imported are kept, and every one read is matched (migration 0035)."""
+async def keep_import_digests(conn: asyncpg.Connection, source_id: str, digests: bytes) -> None:
+    """Inside a page's transaction: the digests of the rows a one-time import committed with it (migration 0033)."""
     await conn.execute(
-        """INSERT INTO data_source_import_rows AS r (source_id, digest, kept, matched)
-           SELECT $1, page.digest, sum(page.kept), count(*)
-           FROM unnest($2::bytea[], $3::int[]) AS page (digest, kept)
-           GROUP BY page.digest
-           ON CONFLICT (source_id, digest)
-           DO UPDATE SET kept = r.kept + EXCLUDED.kept, matched = r.matched + EXCLUDED.matched""",
-        source_id, [*imported, *skipped], [1] * len(imported) + [0] * len(skipped),
+        "INSERT INTO data_source_import_digests (source_id, digests) VALUES ($1, $2)", source_id, digests
     )
 
 
 async def restart_import(conn: asyncpg.Connection, source_id: str) -> None:
-    """A one-time import cut short reads its rows again from the first: none of the kept ones is read yet."""
-    await conn.execute(
-        "UPDATE data_source_import_rows SET matched = 0 WHERE source_id = $1 AND matched <> 0", source_id
-    )
+    """A one-time import cut short reads its rows again from the first: the digests its pages kept are counted
+    afresh (none read again yet), in PostgreSQL, so a resume holds none of them in memory (migration 0035)."""
+    async with conn.transaction():
+        await conn.execute("DELETE FROM data_source_import_rows WHERE source_id = $1", source_id)
+        await conn.execute(
+            """INSERT INTO data_source_import_rows (source_id, digest, kept)
+               SELECT source_id, substring(digests FROM i * 8 + 1 FOR 8), count(*)
+               FROM data_source_import_digests, generate_series(0, length(digests) / 8 - 1) AS i
+               WHERE source_id = $1
+               GROUP BY 1, 2""",
+            source_id,
+        )
 
 
 async def kept_unread(conn: asyncpg.Connection, source_id: str, digests: list[bytes]) -> dict[bytes, int]:
@@ -237,6 +236,17 @@ async def kept_unread(conn: asyncpg.Connection, source_id: str, digests: list[by
     return {row["digest"]: row["unread"] for row in rows}
 
 
-async def drop_import_rows(conn: asyncpg.Connection, source_id: str) -> None:
+async def match_import_rows(conn: asyncpg.Connection, source_id: str, skipped: list[bytes]) -> None:
+    """Inside a page's transaction: the kept rows this page read again and skipped."""
+    await conn.execute(
+        """UPDATE data_source_import_rows AS r SET matched = r.matched + page.n
+           FROM (SELECT digest, count(*) AS n FROM unnest($2::bytea[]) AS digest GROUP BY digest) AS page
+           WHERE r.source_id = $1 AND r.digest = page.digest""",
+        source_id, skipped,
+    )
+
+
+async def drop_import_digests(conn: asyncpg.Connection, source_id: str) -> None:
     """Inside the last page's transaction: the one-time import is complete, its digests are no longer needed."""
+    await conn.execute("DELETE FROM data_source_import_digests WHERE source_id = $1", source_id)
     await conn.execute("DELETE FROM data_source_import_rows WHERE source_id = $1", source_id)

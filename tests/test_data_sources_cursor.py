@@ -221,8 +221,8 @@ async def test_a_one_time_import_cut_short_imports_the_rest_once(client, make_ke
     assert sorted(users) == sorted(f"i{n}" for n in range(1, 11))
     assert body["rows_imported"] == 10
     # Done: what kept the committed rows apart is dropped, and later syncs import nothing.
-    assert await pool.fetchval("SELECT count(*) FROM data_source_import_rows WHERE source_id = $1",
-                               created["id"]) == 0
+    for table in ("data_source_import_digests", "data_source_import_rows"):
+        assert await pool.fetchval(f"SELECT count(*) FROM {table} WHERE source_id = $1", created["id"]) == 0
     body = await sync(client, key, created["id"])
     assert len(await events(client, key, "item_added")) == 10 and body["rows_imported"] == 10
 
@@ -231,22 +231,21 @@ async def test_a_resumed_one_time_import_reads_the_kept_digests_a_page_at_a_time
         client, make_key, scratch_pg, pool, monkeypatch):  # noqa: F811
     """The resume of a one-time import cut short read every digest its pages had kept at once (memory as large as
     the rows imported before the cut); it asks PostgreSQL about each page's rows instead. Identical rows each
-    count, one pair of them split by the cut."""
+    count, a pair of them split by each cut, and an import cut twice resumes as well the second time."""
     database, conn, port = scratch_pg
     monkeypatch.setattr("app.sources.sql.PAGE", 3)
     await conn.execute("CREATE TABLE items (id int, user_id text)")
-    # Rows alike in pairs (the query leaves id out): i0, i1, i1, i2, i2, ... i15; row 25 (i12) is cut off
-    # from row 24 (i12, committed before the cut), and comes in with the resume.
+    # Rows alike in pairs (the query leaves id out): i0, i1, i1, i2, i2, ... i15. The first cut is at row 13
+    # (i6, whose twin row 12 is committed before it), the second at row 25 (i12, twin of row 24).
     await conn.execute("INSERT INTO items SELECT g, 'i' || (g / 2) FROM generate_series(1, 30) g")
-    await conn.execute("CREATE TABLE gate (open boolean)")
-    await conn.execute("INSERT INTO gate VALUES (false)")
-    query = ("SELECT user_id, 1 / CASE WHEN id = 25 AND NOT (SELECT open FROM gate) THEN 0 ELSE 1 END AS one "
-             "FROM items")
+    await conn.execute("CREATE TABLE gate (cut int)")
+    await conn.execute("INSERT INTO gate VALUES (13)")
+    query = "SELECT user_id, 1 / CASE WHEN id = (SELECT cut FROM gate) THEN 0 ELSE 1 END AS one FROM items"
     key = await make_key("admin,read")
     created = await create(client, key, pg_source(database, port, table=None, cursor_column=None, query=query,
                                                   timestamp_column=None, event_name="item_added"))
     assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "error"
-    assert len(await events(client, key, "item_added")) == 24  # eight pages committed
+    assert len(await events(client, key, "item_added")) == 12  # four pages committed
 
     digests_per_read: list[int] = []
     fetch = asyncpg.Connection.fetch
@@ -258,7 +257,11 @@ async def test_a_resumed_one_time_import_reads_the_kept_digests_a_page_at_a_time
         return rows
 
     monkeypatch.setattr(asyncpg.Connection, "fetch", counting_fetch)
-    await conn.execute("UPDATE gate SET open = true")
+    await conn.execute("UPDATE gate SET cut = 25")
+    body = await sync(client, key, created["id"])
+    assert body["status"] == "error", body
+    assert len(await events(client, key, "item_added")) == 24  # four pages more, none of the first twelve again
+    await conn.execute("UPDATE gate SET cut = 0")
     body = await sync(client, key, created["id"])
     assert body["status"] == "active" and body["rows_imported"] == 30, body
     expected = sorted(f"i{n // 2}" for n in range(1, 31))

@@ -137,26 +137,3 @@ async def test_processes_making_the_same_partition_at_once_all_succeed(database_
     finally:
         await first.close()
         await second.close()
-
-
-async def test_digests_kept_by_a_cut_import_carry_over_counted(pg_admin_dsn):
-    """Migration 0035: the digests an import cut short kept, one bytea per page, become one row per digest with
-    its count, so an import cut before the upgrade still resumes without importing those rows again."""
-    dsn = await fresh_database(pg_admin_dsn)
-    conn = await asyncpg.connect(dsn)
-    try:
-        await migrate(conn, upto=34)
-        ws = await ensure_workspace(conn, "import")
-        await conn.execute("""INSERT INTO data_sources (id, workspace_id, env, name, type, status, credentials,
-                                                        frequency, sync_time)
-                              VALUES ('src_cut', $1, 'live', 'w', 'postgres', 'error', '', 'daily', '00:00')""", ws)
-        a, b = b"aaaaaaaa", b"bbbbbbbb"
-        await conn.executemany("INSERT INTO data_source_import_digests (source_id, digests) VALUES ('src_cut', $1)",
-                               [(a + b + a,), (b,)])
-        await migrate(conn)
-        rows = await conn.fetch("SELECT digest, kept, matched FROM data_source_import_rows "
-                                "WHERE source_id = 'src_cut' ORDER BY digest")
-        assert [tuple(r) for r in rows] == [(a, 2, 0), (b, 2, 0)]
-    finally:
-        await conn.close()
-        await drop_database(pg_admin_dsn, dsn)

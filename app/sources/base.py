@@ -39,9 +39,9 @@ class Batch:
     traits: dict[str, tuple[dict[str, Any], datetime]] = field(default_factory=dict)
     # The cursor once this batch is stored; committed in the same transaction as the rows.
     cursor: Any = None
-    # A one-time import (no cursor column): the 8-byte digests of the rows read for this page, those imported
-    # with it and those skipped as imported before the import was cut short; kept, counted, until the import is
-    # complete so that a sync cut short does not import them again; `import_done` drops them.
+    # A one-time import (no cursor column): the 8-byte digests of the rows imported with this page, kept until
+    # the import is complete so that a sync cut short does not import them again (`import_done` drops them),
+    # and, in a resumed import, of the rows read again and skipped as imported before the cut.
     digests_imported: list[bytes] = field(default_factory=list)
     digests_skipped: list[bytes] = field(default_factory=list)
     import_done: bool = False

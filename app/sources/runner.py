@@ -92,11 +92,12 @@ class PageSink:
                     # The events trigger drops erased users' rows and keeps profiles (migration 0009).
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
-                if batch.digests_imported or batch.digests_skipped:
-                    await store.keep_import_rows(conn, self.source_id, batch.digests_imported,
-                                                 batch.digests_skipped)
+                if batch.digests_imported:
+                    await store.keep_import_digests(conn, self.source_id, b"".join(batch.digests_imported))
+                if batch.digests_skipped:
+                    await store.match_import_rows(conn, self.source_id, batch.digests_skipped)
                 if batch.import_done:
-                    await store.drop_import_rows(conn, self.source_id)
+                    await store.drop_import_digests(conn, self.source_id)
                 await store.advance(conn, self.source_id, batch.cursor, batch.size, LEASE_SECONDS)
 
     async def restart_import(self) -> None:
