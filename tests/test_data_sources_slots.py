@@ -34,6 +34,7 @@ async def test_syncs_asked_for_through_the_api_take_the_slots(client, make_key, 
         assert resp.status == 429, await resp.text()
         error = (await resp.json())["error"]
         assert error["code"] == "too_many_syncs" and "this workspace" in error["message"], error
+        assert resp.headers["Retry-After"] == "60"
         assert (await wait_status(client, busy, busy_sources[3], "active"))["status"] == "active"
         assert busy_sources[3] not in client.app[RUNNER].running
         # Another workspace takes the fourth slot; then the process has none left for anyone.

@@ -134,7 +134,8 @@ async def sync_source(request: web.Request) -> web.Response:
         try:
             claimed = await request.config_dict[RUNNER].start_sync(key.workspace_id, key.env, source_id)
         except NoFreeSlot as exc:
-            raise ApiError(429, "too_many_syncs", str(exc)) from None
+            # A slot frees when a sync ends, which no one can tell; a minute is the scheduled job's round.
+            raise ApiError(429, "too_many_syncs", str(exc), headers={"Retry-After": "60"}) from None
         if claimed is not None:
             return json_response(source_json(claimed), status=202)
         async with request.config_dict[POOL].acquire() as conn:
