@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import msgspec
 from aiohttp import web
 
+from app.appkeys import SETTINGS
 from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.responses import ApiError, SiteError, invalid
 
@@ -37,20 +40,39 @@ async def read_limited(request: web.Request, limit: int, too_large: Callable[[],
     """The body, or `too_large()` as soon as more than `limit` bytes of it are known. A chunked or compressed
     body is read as it arrives: request.read() gathers up to the app's 8 MB before any check, and a gzip
     body of a few KB decodes to that much, so a client sending the start of one and then nothing held 8 MB
-    of the process per connection, without a key or a session. aiohttp's RequestPayloadError (a body not in
-    its Content-Encoding, or cut short) is left to the caller."""
+    of the process per connection, without a key or a session. A body that has not all arrived within
+    TALLY_BODY_TIMEOUT_SECONDS is a 408 (see body_deadline). aiohttp's RequestPayloadError (a body not in its
+    Content-Encoding, or cut short) is left to the caller."""
     length = request.content_length
     if length is not None and length > limit:
         raise too_large()
-    if length is not None and request.headers.get("Content-Encoding", "identity").strip().lower() == "identity":
-        return await request.read()  # the HTTP parser ends the body at its Content-Length
-    # StreamReader.read(n) returns what has arrived so far, decoded: read until EOF or past the limit.
-    body = bytearray()
-    while chunk := await request.content.read(limit + 1 - len(body)):
-        body += chunk
-        if len(body) > limit:
-            raise too_large()
-    return bytes(body)
+    async with body_deadline(request):
+        if length is not None and request.headers.get("Content-Encoding", "identity").strip().lower() == "identity":
+            return await request.read()  # the HTTP parser ends the body at its Content-Length
+        # StreamReader.read(n) returns what has arrived so far, decoded: read until EOF or past the limit.
+        body = bytearray()
+        while chunk := await request.content.read(limit + 1 - len(body)):
+            body += chunk
+            if len(body) > limit:
+                raise too_large()
+        return bytes(body)
+
+
+@asynccontextmanager
+async def body_deadline(request: web.Request) -> AsyncIterator[None]:
+    """Reading a body within the deadline, else 408 with the connection closed. Without it a client sending a
+    body slowly, or part of one and then nothing, held its connection and handler for as long as it liked
+    (aiohttp's keep-alive timeout closes only connections between requests), so enough of them used up the
+    process's file descriptors. A body that has already arrived (most of them: one packet with the headers)
+    arms no timer."""
+    if request.content.is_eof():
+        yield
+        return
+    try:
+        async with asyncio.timeout(request.config_dict[SETTINGS].body_timeout_seconds):
+            yield
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(headers=unreadable(request)) from None
 
 
 async def read_body(request: web.Request, limit: int, too_large: Exception | None = None) -> bytes:
@@ -90,7 +112,8 @@ async def read_site_form(request: web.Request, limit: int) -> dict[str, object]:
     try:
         # A copy of the request with its own size cap: aiohttp's form parser then reads (and decodes) the body
         # in pieces of at most `limit` and stops past it, where the app's cap is 8 MB.
-        return dict(await request.clone(client_max_size=limit).post())
+        async with body_deadline(request):
+            return dict(await request.clone(client_max_size=limit).post())
     except web.HTTPRequestEntityTooLarge:
         raise too_large from None
     except web.RequestPayloadError:

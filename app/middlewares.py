@@ -153,3 +153,11 @@ async def nosniff(request: web.Request, response: web.StreamResponse) -> None:
     """Every response, JSON and errors included, tells browsers not to guess a type: an API answer that
     echoes input must never be sniffed into HTML or script."""
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
+
+
+async def close_when_told(request: web.Request, response: web.StreamResponse) -> None:
+    """An answer carrying `Connection: close` (app/bodies.unreadable: a body cut short, undecodable or too slow)
+    closes its connection. aiohttp sends the header but keeps the connection open for a next request, whose
+    parser still waits for the rest of the body, until its keep-alive timeout."""
+    if response.headers.get("Connection", "").lower() == "close":
+        response.force_close()

@@ -5,6 +5,7 @@ shape with the X-RateLimit-* headers, never a 500; on /api too, such a body leav
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import json
 import logging
@@ -220,3 +221,31 @@ async def test_a_compressed_body_is_refused_once_it_decodes_past_the_limit(clien
     body = (json.dumps({field: filler}) if content_type == "application/json" else f"{field}={filler}").encode()
     answer = await _stalled_gzip_answer(client, path, content_type, body, headers)
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+
+
+@pytest.mark.parametrize(("path", "content_type"), [
+    ("/api/service/event", "text/plain"),
+    ("/api/auth/login", "application/json"),
+    ("/v1/events", "application/json"),
+    ("/v1/batch", "application/json"),
+    ("/api/sites", "application/x-www-form-urlencoded"),
+])
+async def test_a_body_that_stops_arriving_is_a_408_and_a_closed_connection(make_client, settings, make_key, login,
+                                                                          path, content_type):
+    """A client sending part of a body and then nothing held its connection and its handler for as long as it
+    liked: aiohttp's keep-alive timeout closes connections between requests only, so a few thousand such
+    clients used up the process's file descriptors (2,000 held for minutes in the audit, none closed)."""
+    client = await make_client(dataclasses.replace(settings, body_timeout_seconds=1))
+    await login(the_client=client)
+    cookies = client.session.cookie_jar.filter_cookies(client.make_url("/"))
+    head = (f"POST {path} HTTP/1.1\r\nHost: {client.host}:{client.port}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: 100\r\nAuthorization: Bearer {await make_key('write')}\r\n"
+            f"Cookie: {'; '.join(f'{name}={m.value}' for name, m in cookies.items())}\r\n\r\n")
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    try:
+        writer.write(head.encode() + b'{"s')
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), STALL_LIVENESS)  # to the end: the server closes it
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
