@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import msgspec
 from aiohttp import web
 
+from app.appkeys import SETTINGS
 from app.input_rules import MAX_DEPTH, decode_json, problem
 from app.responses import ApiError, SiteError, invalid
 
@@ -30,6 +34,46 @@ def unreadable(request: web.Request) -> dict[str, str]:
 # The content codings aiohttp's parser decodes (br through Brotli, zstd through backports.zstd or the
 # standard library: both are dependencies so that every one of them is); any other it passes on as is.
 CONTENT_CODINGS = ("gzip", "deflate", "br", "zstd")
+INVALID_SITE_BODY = "invalid request body"
+
+
+async def read_limited(request: web.Request, limit: int, too_large: Callable[[], Exception]) -> bytes:
+    """The body, or `too_large()` as soon as more than `limit` bytes of it are known. A chunked or compressed
+    body is read as it arrives: request.read() gathers up to the app's 8 MB before any check, and a gzip
+    body of a few KB decodes to that much, so a client sending the start of one and then nothing held 8 MB
+    of the process per connection, without a key or a session. A body that has not all arrived within
+    TALLY_BODY_TIMEOUT_SECONDS is a 408 (see body_deadline). aiohttp's RequestPayloadError (a body not in its
+    Content-Encoding, or cut short) is left to the caller."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise too_large()
+    async with body_deadline(request):
+        if length is not None and request.headers.get("Content-Encoding", "identity").strip().lower() == "identity":
+            return await request.read()  # the HTTP parser ends the body at its Content-Length
+        # StreamReader.read(n) returns what has arrived so far, decoded: read until EOF or past the limit.
+        body = bytearray()
+        while chunk := await request.content.read(limit + 1 - len(body)):
+            body += chunk
+            if len(body) > limit:
+                raise too_large()
+        return bytes(body)
+
+
+@asynccontextmanager
+async def body_deadline(request: web.Request) -> AsyncIterator[None]:
+    """Reading a body within the deadline, else 408 with the connection closed. Without it a client sending a
+    body slowly, or part of one and then nothing, held its connection and handler for as long as it liked
+    (aiohttp's keep-alive timeout closes only connections between requests), so enough of them used up the
+    process's file descriptors. A body that has already arrived (most of them: one packet with the headers)
+    arms no timer."""
+    if request.content.is_eof():
+        yield
+        return
+    try:
+        async with asyncio.timeout(request.config_dict[SETTINGS].body_timeout_seconds):
+            yield
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(headers=unreadable(request)) from None
 
 
 async def read_body(request: web.Request, limit: int, too_large: Exception | None = None) -> bytes:
@@ -41,27 +85,40 @@ async def read_body(request: web.Request, limit: int, too_large: Exception | Non
         raise ApiError(415, "unsupported_media_type",
                        f"Content-Encoding {coding!r} is not supported; send {', '.join(CONTENT_CODINGS)} or none",
                        headers={"Accept-Encoding": ", ".join(CONTENT_CODINGS)})
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large or _too_large(limit)
-    # request.read() gathers every chunk of a chunked body and stops at the app's client_max_size.
     try:
-        body = await request.read()
+        return await read_limited(request, limit, (lambda: too_large) if too_large else (lambda: _too_large(limit)))
     except web.RequestPayloadError:
         # aiohttp's "Can not decode content-encoding: gzip", or a body cut short by the client.
         raise invalid(f"request body is not valid {coding} data (its Content-Encoding)" if coding in CONTENT_CODINGS
                       else "request body ended before its Content-Length or last chunk",
                       headers=unreadable(request)) from None
-    if len(body) > limit:
-        raise too_large or _too_large(limit)
-    return body
 
 
 async def read_site_body(request: web.Request, limit: int) -> bytes:
-    """read_body for the site API's routes, its errors in that API's shape ({"error": ...})."""
+    """read_body for the site API's routes, its errors in that API's shape ({"error": ...}); a body that does
+    not decode by its Content-Encoding, or is cut short, is the "invalid request body" of the site API's layer."""
     try:
         return await read_body(request, limit, SiteError(413, "payload too large", limit=limit))
     except ApiError as exc:
-        raise SiteError(exc.status, exc.message, headers=exc.headers) from None
+        message = INVALID_SITE_BODY if exc.status == 400 else exc.message
+        raise SiteError(exc.status, message, headers=exc.headers) from None
+
+
+async def read_site_form(request: web.Request, limit: int) -> dict[str, object]:
+    """The fields of a form body (URL-encoded or multipart), read no further than `limit` decoded bytes (see
+    read_limited), else the site API's 413."""
+    too_large = SiteError(413, "payload too large", limit=limit)
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    try:
+        # A copy of the request with its own size cap: aiohttp's form parser then reads (and decodes) the body
+        # in pieces of at most `limit` and stops past it, where the app's cap is 8 MB.
+        async with body_deadline(request):
+            return dict(await request.clone(client_max_size=limit).post())
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+    except web.RequestPayloadError:
+        raise SiteError(400, INVALID_SITE_BODY, headers=unreadable(request)) from None
 
 
 def decode_site_json(raw: bytes) -> object:

@@ -57,6 +57,10 @@ def _render_http_exception(request: web.Request, exc: web.HTTPException, site: b
 
 def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.Response:
     """An unreachable dependency is a 503 (logged once per outage); anything else a logged 500."""
+    if isinstance(exc, ConnectionError) and request.transport is None:
+        # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
+        # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.
+        return _client_gone(site)
     dependency = unreachable(exc)
     if dependency is not None:
         root_app(request)[OUTAGES].down(dependency, exc, "requests that need it answer 503")
@@ -65,6 +69,13 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
     if site:
         return json_response({"error": "internal error"}, 500)
     return json_response({"error": {"code": "internal_error", "message": "internal server error"}}, 500)
+
+
+def _client_gone(site: bool) -> web.Response:
+    message = "the connection closed before the request ended"
+    if site:
+        return json_response({"error": message}, 400)
+    return json_response({"error": {"code": "invalid_request", "message": message}}, 400)
 
 
 def root_middleware(sessions: Middleware) -> Middleware:
@@ -142,3 +153,11 @@ async def nosniff(request: web.Request, response: web.StreamResponse) -> None:
     """Every response, JSON and errors included, tells browsers not to guess a type: an API answer that
     echoes input must never be sniffed into HTML or script."""
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
+
+
+async def close_when_told(request: web.Request, response: web.StreamResponse) -> None:
+    """An answer carrying `Connection: close` (app/bodies.unreadable: a body cut short, undecodable or too slow)
+    closes its connection. aiohttp sends the header but keeps the connection open for a next request, whose
+    parser still waits for the rest of the body, until its keep-alive timeout."""
+    if response.headers.get("Connection", "").lower() == "close":
+        response.force_close()

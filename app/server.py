@@ -45,7 +45,7 @@ from app.crypto import CredentialBox
 from app.dashboard_warmer import DashboardWarmer
 from app.embedded import EmbeddedPostgres
 from app.keys import KeyCache
-from app.middlewares import nosniff, root_middleware, site_api_middleware
+from app.middlewares import close_when_told, nosniff, root_middleware, site_api_middleware
 from app.ratelimit import MemoryLimiter, RedisLimiter
 from app.reports import schedule as report_schedule
 from app.reports.slots import ReportSlots
@@ -319,6 +319,7 @@ def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> 
     app[OUTAGES] = Outages(metrics)
     app[EXPORT_SLOTS] = ExportSlots()
     app.on_response_prepare.append(nosniff)
+    app.on_response_prepare.append(close_when_told)
     app.cleanup_ctx.append(database_ctx)
     app.cleanup_ctx.append(analytics_ctx_for(analytics))
     app.cleanup_ctx.append(redis_ctx)

@@ -196,6 +196,9 @@ class Settings:
     exports_per_account: int = field(default=2, metadata=var("TALLY_EXPORTS_PER_ACCOUNT", _int, 1))
     export_write_timeout_seconds: float = field(default=30.0,
                                                 metadata=var("TALLY_EXPORT_WRITE_TIMEOUT_SECONDS", _float, above=0))
+    # A request body must have arrived this long after the handler starts reading it, else 408 (slow clients
+    # would otherwise hold a connection, and a file descriptor, for as long as they like).
+    body_timeout_seconds: float = field(default=60.0, metadata=var("TALLY_BODY_TIMEOUT_SECONDS", _float, above=0))
     access_log: bool = field(default=True, metadata=var("TALLY_ACCESS_LOG", _flag))
     # Tests turn the timers off and call Scheduler.run_now() instead.
     run_scheduler: bool = field(default=True, metadata=var("TALLY_RUN_SCHEDULER", _flag))

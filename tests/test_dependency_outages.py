@@ -17,6 +17,7 @@ import tempfile
 import time
 from urllib.parse import urlparse
 
+import aiohttp
 import pytest
 import redis as redis_sync
 
@@ -288,3 +289,49 @@ async def test_a_timer_reports_postgres_unreachable_as_one_outage_line(caplog):
     assert rounds > 5
     assert [(r.name, r.getMessage().split(" (")[0]) for r in caplog.records] == [("tally.outages",
                                                                                    "postgres unreachable")]
+
+
+
+def _posted(text: str, route: str) -> float:
+    """Requests to `route` counted so far, whatever their status."""
+    prefix = f'tally_http_requests_total{{method="POST",route="{route}",'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+async def test_a_client_hanging_up_mid_body_is_no_postgres_outage(database_url, make_key):
+    """aiohttp ends the read of a body whose client has gone with a ConnectionResetError, which the outage policy
+    took for PostgreSQL's: each request a client cut short logged "postgres unreachable" (then "reachable
+    again"), answered 503 and counted an outage in tally_dependency_outages_total, so anyone could page the
+    operator without a key, and a real outage starting within 30 s of one went unlogged. A real process: the
+    test server cancels a handler whose client has gone, where `tally serve` lets it run."""
+    from tests import server_process
+
+    key = await make_key("write")
+    proc, base = await asyncio.to_thread(server_process.start, {"DATABASE_URL": database_url})
+    host, port = base.removeprefix("http://").split(":")
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def metrics() -> str:
+                async with http.get(base + "/metrics") as resp:
+                    return await resp.text()
+
+            before = await metrics()
+            for route in ("/api/service/event", "/api/auth/login", "/v1/events", "/v1/batch"):
+                counted = _posted(await metrics(), route)
+                _, writer = await asyncio.open_connection(host, int(port))
+                writer.write(f"POST {route} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                             'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"event": '.encode())
+                await writer.drain()
+                writer.close()
+                for _ in range(600):  # until the server has counted the request it was reading
+                    if _posted(after := await metrics(), route) > counted:
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    pytest.fail(f"the request to {route} cut short was never counted")
+                assert f'route="{route}",status="503"' not in after, route
+    finally:
+        log = await asyncio.to_thread(server_process.stop, proc)
+    assert metric(after, "tally_dependency_outages_total", dependency="postgres") == \
+        metric(before, "tally_dependency_outages_total", dependency="postgres")
+    assert "unreachable" not in log, log[-2000:]

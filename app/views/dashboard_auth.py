@@ -8,11 +8,12 @@ from aiohttp import web
 
 from app import dashboard_session as ds
 from app.appkeys import LIMITER, POOL, SETTINGS
-from app.bodies import decode_site_json
+from app.bodies import decode_site_json, read_site_body
 from app.net import client_ip
 from app.responses import SiteError, json_response
 from storage import accounts
 
+BODY_LIMIT = 16 * 1024  # an email and a password, with room to spare
 # Attempts (per second, per minute) per client address, per (address, email) and per email: slows
 # guessing one password and spraying many emails from one address, while an office behind one address
 # still has room for its people's typos.
@@ -23,7 +24,7 @@ async def _credentials(request: web.Request) -> tuple[str, str]:
     # JSON only (the site spec names no form here): a cross-site HTML form cannot send it.
     if request.content_type != "application/json":
         raise SiteError(415, "content-type must be application/json")
-    data = decode_site_json(await request.read())
+    data = decode_site_json(await read_site_body(request, BODY_LIMIT))
     if not isinstance(data, dict):
         raise SiteError(400, "invalid payload", issues=["body must be an object"])
     email, password = data.get("email"), data.get("password")

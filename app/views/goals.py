@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from app.appkeys import POOL
-from app.bodies import decode_site_json, read_site_body
+from app.bodies import decode_site_json, read_site_body, read_site_form
 from app.input_rules import storable_text
 from app.responses import SiteError, iso_ms, json_response
 from app.views.sites import path_site
@@ -36,10 +36,8 @@ def goal_json(row) -> dict:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     """A JSON object or form fields (Plausible's Sites API takes either)."""
-    if request.content_length is not None and request.content_length > BODY_LIMIT:
-        raise SiteError(413, "payload too large", limit=BODY_LIMIT)
     if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        return dict(await request.post())
+        return await read_site_form(request, BODY_LIMIT)
     raw = await read_site_body(request, BODY_LIMIT)
     data = decode_site_json(raw)
     if not isinstance(data, dict):

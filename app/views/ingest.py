@@ -28,7 +28,7 @@ from app import bots, cors, responses
 from app.acquisition import acquisition
 from app.appkeys import LIMITER, METRICS, POOL, SETTINGS, SITE_RUNTIME, SUPERVISOR, root_app
 from app.auth import ingestion
-from app.bodies import field_of, unreadable
+from app.bodies import field_of, read_limited, unreadable
 from app.enrich import country_from_headers, ip_hash, visitor_key
 from app.input_rules import MAX_DEPTH, decode_json, find_nul, nests_deeper
 from app.net import client_ip
@@ -191,20 +191,7 @@ def _too_large() -> SiteError:
 
 async def _read_body(request: web.Request) -> bytes:
     try:
-        length = request.content_length
-        if length is not None and length > BODY_LIMIT:
-            raise _too_large()
-        if length is not None and request.headers.get("Content-Encoding", "identity").lower() == "identity":
-            return await request.read()  # the HTTP parser ends the body at its Content-Length
-        # A chunked or compressed body (the limit is on the decoded event, and a small gzip body can decode
-        # to megabytes): StreamReader.read(n) returns what has arrived so far, decoded, so read until EOF or
-        # past the limit (request.read() would gather up to the app's 8 MB before any check).
-        body = bytearray()
-        while chunk := await request.content.read(BODY_LIMIT + 1 - len(body)):
-            body += chunk
-            if len(body) > BODY_LIMIT:
-                raise _too_large()
-        return bytes(body)
+        return await read_limited(request, BODY_LIMIT, _too_large)
     except web.RequestPayloadError:
         # Not decodable by its Content-Encoding, or cut short: no JSON to parse.
         raise SiteError(400, "invalid json", headers=unreadable(request)) from None

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from app.appkeys import LIMITER, POOL, SETTINGS
-from app.bodies import decode_site_json, read_site_body
+from app.bodies import decode_site_json, read_site_body, read_site_form
 from app.dashboard_session import check_password, hash_password
 from app.input_rules import storable_text
 from app.net import base_url, client_ip
@@ -170,9 +170,7 @@ async def unlock(request: web.Request) -> web.Response:
     verdict = await request.config_dict[LIMITER].hit(f"share-password:{ip}", PASSWORD_LIMITS)
     if not verdict.allowed:
         raise SiteError(429, "too many password attempts", headers={"Retry-After": str(verdict.retry_after)})
-    if request.content_length is not None and request.content_length > BODY_LIMIT:
-        raise SiteError(413, "payload too large", limit=BODY_LIMIT)
-    password = (await request.post()).get("password")
+    password = (await read_site_form(request, BODY_LIMIT)).get("password")
     response = web.Response(status=303, headers={"Location": f"/share/{link['token']}", "Cache-Control": "no-store"})
     if link["password_hash"] is not None:
         if not isinstance(password, str) or not await asyncio.to_thread(check_password, link["password_hash"],

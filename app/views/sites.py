@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from app.appkeys import LIMITER, POOL, SETTINGS, SITE_RUNTIME
-from app.bodies import decode_site_json
+from app.bodies import decode_site_json, read_site_body, read_site_form
 from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError, iso_ms, json_response
@@ -32,6 +32,7 @@ RECORD_PREFIX = "tally-verify"
 # DNS checks (per second, per minute) per signed-in account: each asks the resolver, and records take
 # minutes to appear, so a person re-checking has room while a loop cannot turn the service into its resolver.
 VERIFY_LIMITS = (2, 10)
+BODY_LIMIT = 4096  # a domain, as JSON or a form
 MAX_SITES = 50
 TOTAL_HEADER = "X-Total-Count"
 DOH_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -99,10 +100,10 @@ async def list_sites(request: web.Request) -> web.Response:
 
 async def _domain_field(request: web.Request) -> str:
     if request.content_type == "application/json":
-        data = decode_site_json(await request.read())
+        data = decode_site_json(await read_site_body(request, BODY_LIMIT))
         value = data.get("domain") if isinstance(data, dict) else None
     else:
-        value = (await request.post()).get("domain")
+        value = (await read_site_form(request, BODY_LIMIT)).get("domain")
     if not isinstance(value, str):
         raise SiteError(400, "invalid domain")
     return value
