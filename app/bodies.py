@@ -47,16 +47,23 @@ async def read_limited(request: web.Request, limit: int, too_large: Callable[[],
     length = request.content_length
     if length is not None and length > limit:
         raise too_large()
+    if request.content.is_eof():  # arrived with its headers, as most do: no deadline to arm (ingestion's path)
+        return await _read_up_to(request, length, limit, too_large)
     async with body_deadline(request):
-        if length is not None and request.headers.get("Content-Encoding", "identity").strip().lower() == "identity":
-            return await request.read()  # the HTTP parser ends the body at its Content-Length
-        # StreamReader.read(n) returns what has arrived so far, decoded: read until EOF or past the limit.
-        body = bytearray()
-        while chunk := await request.content.read(limit + 1 - len(body)):
-            body += chunk
-            if len(body) > limit:
-                raise too_large()
-        return bytes(body)
+        return await _read_up_to(request, length, limit, too_large)
+
+
+async def _read_up_to(request: web.Request, length: int | None, limit: int,
+                      too_large: Callable[[], Exception]) -> bytes:
+    if length is not None and request.headers.get("Content-Encoding", "identity").strip().lower() == "identity":
+        return await request.read()  # the HTTP parser ends the body at its Content-Length
+    # StreamReader.read(n) returns what has arrived so far, decoded: read until EOF or past the limit.
+    body = bytearray()
+    while chunk := await request.content.read(limit + 1 - len(body)):
+        body += chunk
+        if len(body) > limit:
+            raise too_large()
+    return bytes(body)
 
 
 @asynccontextmanager
