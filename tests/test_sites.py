@@ -176,6 +176,8 @@ async def test_verification_through_doh(app_client, login, doh, database_url):
     pending = await (await app_client.get(f"/api/verify?site={site}")).json()
     assert pending["status"] == "pending" and pending["domain"] == domain
     assert pending["record"].startswith("tally-verify=") and len(pending["record"]) > len("tally-verify=") + 16
+    # The id with spaces around it (pasted) is the site, as siteId is to the analytics reads.
+    assert await (await app_client.get(f"/api/verify?site=%20{site}%0A")).json() == pending
 
     doh.records[domain] = ["v=spf1 -all"]
     resp = await app_client.post(f"/api/verify?site={site}")
@@ -184,7 +186,7 @@ async def test_verification_through_doh(app_client, login, doh, database_url):
     assert doh.queries[-1] == {"name": domain, "type": "TXT", "accept": "application/dns-json"}
 
     doh.records[domain] = ["v=spf1 -all", pending["record"]]
-    resp = await app_client.post(f"/api/verify?site={site}")
+    resp = await app_client.post(f"/api/verify?site=%20{site}")
     assert await resp.json() == {"status": "verified", "domain": domain}
     assert await (await app_client.get(f"/api/verify?site={site}")).json() == {"status": "verified",
                                                                                 "domain": domain}

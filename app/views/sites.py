@@ -150,7 +150,7 @@ async def path_site(request: web.Request):
 async def _own_site(request: web.Request):
     """The ?site= row when it is in the caller's workspace; None when no such site exists."""
     account = await current_account(request)
-    site_id = request.query.get("site")
+    site_id = request.query.get("site", "").strip()  # as siteId is taken by the analytics reads
     if not site_id:
         raise SiteError(400, "missing site")
     if not storable_text(site_id):
