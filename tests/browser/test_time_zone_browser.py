@@ -4,6 +4,8 @@ before, and its legend dated today's traffic "yesterday 7:00pm"."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -35,3 +37,15 @@ def test_chart_dates_utc_days_as_the_api_labels_them(page: Page, live_server, ac
         expect(time.locator(".u-label")).to_have_text("Time (UTC)")
         expect(page.locator(".chart-zone")).to_have_text("Times in UTC")
 
+
+def test_event_log_names_the_zone_of_its_times(page: Page, live_server, account):
+    """The log writes times in the browser's zone, beside a chart in UTC: its column says which zone."""
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=24h")
+    expect(page.locator("table.log th").first).to_have_text(re.compile(r"^Time \((EST|EDT|GMT-[45])\)$"))
+    first = page.locator("table.log tbody tr").first.locator("td").first
+    created = first.get_attribute("title")  # the stored UTC time
+    shown = page.evaluate("(iso) => new Intl.DateTimeFormat('en-US', { timeZone: 'America/New_York', month: 'short',"
+                          " day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' })"
+                          ".format(new Date(iso))", created)
+    expect(first).to_have_text(shown)
