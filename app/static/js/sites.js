@@ -149,6 +149,10 @@ async function renderInto(container, { openId = null, offset = offsetOf(location
         h('p', { text: 'Add the domain of your website above. You will get a one-line script tag to put on its pages.' })))
     }
     for (const site of sites) list.append(siteCard(site, site.id === openId, () => go(offset, site.id)))
+    // The site just added or verified: the redraw took away the control the keyboard was on, so focus goes to
+    // the site's name, read with its mark ("✓ verified") and followed by its snippet.
+    const opened = openId !== null && [...list.querySelectorAll('li.site')].find((li) => li.dataset.site === openId)
+    if (opened && (document.activeElement === document.body || !document.activeElement)) opened.querySelector('a.site-domain').focus()
     if (total > PAGE_SIZE || offset) {
       count.textContent = sites.length ? `Sites ${offset + 1}–${offset + sites.length} of ${total}, newest first` : `No sites past ${total}.`
       count.hidden = false
