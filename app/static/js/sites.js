@@ -89,11 +89,17 @@ function siteCard(site, openSetup, onVerified) {
     ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
   )
   if (openSetup) fill()
+  // A disclosure button: it says whether its section is open, and which one (every card has one of the name).
+  const setupId = `setup-${site.id}`
+  setup.id = setupId
   const toggle = h('button', {
     type: 'button', class: 'small', text: verified ? 'Snippet' : 'Set up & verify',
+    'aria-expanded': String(!!openSetup), 'aria-controls': setupId,
+    'aria-label': `${verified ? 'Snippet' : 'Set up & verify'}: ${site.domain}`,
     onclick: () => {
       if (setup.hidden && !setup.firstChild) fill()
       setup.hidden = !setup.hidden
+      toggle.setAttribute('aria-expanded', String(!setup.hidden))
     },
   })
   return h('li', { class: 'card site', dataset: { site: site.id } },
