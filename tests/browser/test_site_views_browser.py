@@ -148,3 +148,21 @@ def test_the_event_log_lists_what_the_overviews_filters_match(page: Page, live_s
     expect(rows).to_have_count(3)
     expect(page.locator(".chips .chip")).to_have_count(0)
     assert "filter=" not in page.url
+
+
+def test_realtime_rates_of_a_quiet_site_are_not_zero(page: Page, live_server: LiveServer, account):
+    """One pageview in the last 30 minutes is 0.03 a minute (the API's two decimals): shown rounded to one
+    decimal it read 0 pageviews a minute beside that pageview in the feed and one current visitor."""
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"quiet-{secrets.token_hex(4)}.example.com")
+    resp = page.request.post(f"{live_server.base_url}/api/service/event",
+                             data={"s": site_id, "n": "pageview", "p": "/"})
+    assert resp.status == 202
+    realtime = f"{live_server.base_url}/api/analytics/realtime?siteId={site_id}&window=1800"
+    wait_for(lambda: page.request.get(realtime).json()["pageviewsPerMinute"] == 0.03, "the pageview in realtime")
+
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}/realtime?window=1800")
+    expect(page.locator(".feed li")).to_have_count(1)
+    expect(page.locator("[data-stat=activeVisitors] .stat-value")).to_have_text("1")
+    expect(page.locator("[data-stat=pageviewsPerMinute] .stat-value")).to_have_text("0.03")
+    expect(page.locator("[data-stat=eventsPerMinute] .stat-value")).to_have_text("0.03")

@@ -1,6 +1,10 @@
 // Time-series chart on uPlot (vendored in /static/vendor), resized with its container.
 import { h } from './dom.js'
 
+// The API's buckets are UTC hours and days, so the chart is drawn and labelled in UTC: in the browser's zone
+// a day's point sat between two local midnights, and New York's legend dated today's traffic yesterday 7pm.
+const UTC = 'Etc/UTC'
+
 // `previous`: the comparison period's points, drawn dashed over the same x positions.
 export function timeChart(points, label, previous = null) {
   const box = h('div', { class: 'chart' })
@@ -13,6 +17,7 @@ export function timeChart(points, label, previous = null) {
   const css = getComputedStyle(document.documentElement)
   const accent = css.getPropertyValue('--accent').trim() || '#4f46e5'
   const opts = {
+    tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1000), UTC),
     width: 600,
     height: 220,
     legend: { show: true, live: true },
@@ -20,7 +25,9 @@ export function timeChart(points, label, previous = null) {
     scales: { y: { range: (u, min, max) => [0, Math.max(1, max) * 1.1] } },
     axes: [{ stroke: '#6b7280', grid: { stroke: '#eef0f4' } },
       { stroke: '#6b7280', grid: { stroke: '#eef0f4' }, size: 50, values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? v : '')) }],
-    series: [{}, { label, stroke: accent, width: 2, fill: accent + '22', points: { show: points.length < 50 } }],
+    // The legend's time is the point's own label from the API ("Nov 28", "Nov 28 14:00", "14:05").
+    series: [{ label: 'Time (UTC)', value: (u, ts, sidx, idx) => (idx !== null && points[idx] ? points[idx].label || '' : '--') },
+      { label, stroke: accent, width: 2, fill: accent + '22', points: { show: points.length < 50 } }],
   }
   const data = [xs, ys]
   if (previous) {
@@ -34,5 +41,7 @@ export function timeChart(points, label, previous = null) {
   }
   const observer = new ResizeObserver(resize)
   observer.observe(box)
-  return { el: box, destroy() { observer.disconnect(); plot.destroy() } }
+  // Said under the chart too: the legend, which names the zone, is hidden on phones.
+  const el = h('div', { class: 'chart-wrap' }, box, h('p', { class: 'muted small chart-zone', text: 'Times in UTC' }))
+  return { el, destroy() { observer.disconnect(); plot.destroy() } }
 }

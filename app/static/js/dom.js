@@ -61,6 +61,13 @@ export function when(iso) {
   return isNaN(d) ? String(iso || '') : short.format(d)
 }
 
+// The zone when() writes in, as the browser abbreviates it ("EST", "GMT+5:30"): a column of when()'s times
+// names it, since the chart beside them is in UTC.
+export function localZone() {
+  const part = new Intl.DateTimeFormat(undefined, { timeZoneName: 'short' }).formatToParts(new Date()).find((p) => p.type === 'timeZoneName')
+  return part ? part.value : ''
+}
+
 export function ago(iso) {
   const s = Math.max(0, Math.round((Date.now() - new Date(iso).getTime()) / 1000))
   if (!isFinite(s)) return ''

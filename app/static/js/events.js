@@ -1,6 +1,6 @@
 // Event log with paging, plus export links; the overview's filters narrow both.
 import { api, qs } from './api.js'
-import { errorBox, h, replaceKeepingFocus, trackerHelp, when } from './dom.js'
+import { errorBox, h, localZone, replaceKeepingFocus, trackerHelp, when } from './dom.js'
 import { activeFilters, exportLinks, rangePicker, readState, writeState } from './overview.js'
 import { scope } from './panels.js'
 import { siteHeader } from './sites.js'
@@ -79,7 +79,7 @@ export function renderEvents(container, siteId) {
       // On the last page "Older" is disabled: its focus goes to "Newer".
       replaceKeepingFocus(body, [
         h('div', { class: 'table-wrap' }, h('table', { class: 'log' },
-          h('thead', {}, h('tr', {}, ['Time', 'Event', 'Path', 'Referrer', 'Country', 'Props', 'Session'].map((t) => h('th', { text: t })))),
+          h('thead', {}, h('tr', {}, [`Time (${localZone()})`, 'Event', 'Path', 'Referrer', 'Country', 'Props', 'Session'].map((t) => h('th', { text: t })))),
           h('tbody', {}, rows))),
         h('div', { class: 'row pager' }, prev, h('span', { class: 'muted small', text: `${offset + 1}–${end} of ${total}` }), next),
       ], () => body.querySelector('.pager button:not(:disabled)'))

@@ -6,6 +6,14 @@ import { siteHeader } from './sites.js'
 export const POLL_MS = 3000
 const WINDOWS = [['60', 'Last minute'], ['300', 'Last 5 minutes'], ['1800', 'Last 30 minutes']]
 
+// Per-minute rates to the API's two decimals: over 30 minutes one pageview is 0.03 a minute, which one
+// decimal rounded to 0 beside that pageview in the feed.
+const perMinute = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 })
+
+function rate(n) {
+  return typeof n === 'number' && isFinite(n) ? perMinute.format(n) : '–'
+}
+
 function big(label, value, id) {
   return h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: value }))
 }
@@ -46,8 +54,8 @@ export function renderRealtime(container, siteId) {
       body.replaceChildren(
         h('div', { class: 'stats' },
           big('Current visitors', number(rt.activeVisitors), 'activeVisitors'),
-          big('Pageviews / min', number(rt.pageviewsPerMinute), 'pageviewsPerMinute'),
-          big('Events / min', number(rt.eventsPerMinute), 'eventsPerMinute')),
+          big('Pageviews / min', rate(rt.pageviewsPerMinute), 'pageviewsPerMinute'),
+          big('Events / min', rate(rt.eventsPerMinute), 'eventsPerMinute')),
         h('div', { class: 'grid2' },
           h('section', { class: 'card' }, h('h3', { text: 'Active pages' }), pages),
           h('section', { class: 'card' }, h('h3', { text: 'Latest events' }),

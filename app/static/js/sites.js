@@ -89,11 +89,17 @@ function siteCard(site, openSetup, onVerified) {
     ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
   )
   if (openSetup) fill()
+  // A disclosure button: it says whether its section is open, and which one (every card has one of the name).
+  const setupId = `setup-${site.id}`
+  setup.id = setupId
   const toggle = h('button', {
     type: 'button', class: 'small', text: verified ? 'Snippet' : 'Set up & verify',
+    'aria-expanded': String(!!openSetup), 'aria-controls': setupId,
+    'aria-label': `${verified ? 'Snippet' : 'Set up & verify'}: ${site.domain}`,
     onclick: () => {
       if (setup.hidden && !setup.firstChild) fill()
       setup.hidden = !setup.hidden
+      toggle.setAttribute('aria-expanded', String(!setup.hidden))
     },
   })
   return h('li', { class: 'card site', dataset: { site: site.id } },
@@ -149,6 +155,10 @@ async function renderInto(container, { openId = null, offset = offsetOf(location
         h('p', { text: 'Add the domain of your website above. You will get a one-line script tag to put on its pages.' })))
     }
     for (const site of sites) list.append(siteCard(site, site.id === openId, () => go(offset, site.id)))
+    // The site just added or verified: the redraw took away the control the keyboard was on, so focus goes to
+    // the site's name, read with its mark ("✓ verified") and followed by its snippet.
+    const opened = openId !== null && [...list.querySelectorAll('li.site')].find((li) => li.dataset.site === openId)
+    if (opened && (document.activeElement === document.body || !document.activeElement)) opened.querySelector('a.site-domain').focus()
     if (total > PAGE_SIZE || offset) {
       count.textContent = sites.length ? `Sites ${offset + 1}–${offset + sites.length} of ${total}, newest first` : `No sites past ${total}.`
       count.hidden = false
