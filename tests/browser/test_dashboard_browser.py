@@ -163,6 +163,10 @@ def test_tracked_visit_shows_up_everywhere(page: Page, live_server, account, scr
     page.click(f"a[href='/app/sites/{site_id}']")
     expect(page.locator(".empty")).to_contain_text("No events yet")
     expect(page.locator(".empty .codeblock")).to_contain_text(f'data-site="{site_id}"')
+    # Without visits there is no bounce rate or duration, rather than 0% and 0s (as the comparison says).
+    expect(page.locator("[data-stat=bounceRate] .stat-value")).to_have_text("—")
+    expect(page.locator("[data-stat=avgSessionDuration] .stat-value")).to_have_text("—")
+    expect(page.locator("[data-stat=uniqueVisitors] .stat-value")).to_have_text("0")
 
     visitor = page.context.new_page()
     visit = browse_site(visitor, live_server, site_id)

@@ -40,11 +40,13 @@ export function rangePicker(state, onChange) {
 
 // A headline figure; with a comparison, its change under it: percent, or percentage points for rates.
 function stat(label, value, id, data, format) {
-  const el = h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: format(value) }))
+  // A period without visits has no bounce rate or visit duration (not 0%, 0s).
+  const perVisit = id === 'bounceRate' || id === 'avgSessionDuration'
+  const own = perVisit && !data.sessions ? '—' : format(value)
+  const el = h('div', { class: 'stat', dataset: { stat: id } }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: own }))
   if (data.comparison) {
     const delta = data.change[id]
-    // A period without visits has no bounce rate or visit duration (not 0).
-    const before = (id === 'bounceRate' || id === 'avgSessionDuration') && !data.comparison.sessions ? null : data.comparison[id]
+    const before = perVisit && !data.comparison.sessions ? null : data.comparison[id]
     const shown = before === null ? '—' : format(before)
     const points = id === 'bounceRate'
     // No change: the previous period had none ("new"), or, for the bounce rate, one period had no visits.
