@@ -195,12 +195,16 @@ async def main() -> None:
                     t0 = time.perf_counter()
                     await postgres_run(pool, ws, kind, config, now)
                     postgres.append((time.perf_counter() - t0) * 1000)
-            e, p = statistics.median(engine), statistics.median(postgres)
+            e = statistics.median(engine)
             line = f"| {label} | {len(rows)} | {e:.0f} | {min(engine):.0f} |"
             if before is not None:
                 o = statistics.median(old)
                 line += f" {o:.0f} | {min(old):.0f} | {o / e:.1f}x |"
-            lines.append(line + f" {p:.0f} | {p / e:.0f}x |")
+            if postgres:  # --pg-runs 0 times the engine alone
+                p = statistics.median(postgres)
+                lines.append(line + f" {p:.0f} | {p / e:.0f}x |")
+            else:
+                lines.append(line + " - | - |")
             print(lines[-1], file=sys.stderr)
         await pool.close()
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
