@@ -218,7 +218,7 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[LIMITER] = RedisLimiter(redis, app[OUTAGES]) if redis else MemoryLimiter()
     try:
         if redis is not None:
-            await check_redis(redis, url)
+            await check_redis(redis, url, app[OUTAGES])
         yield
     finally:
         if redis is not None:

@@ -1,16 +1,19 @@
 """The `tally` command line, as other tools call it."""
 
 import os
+import socket
 import socketserver
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from tests import server_process
 from tests.conftest import bearer
 from tests.server_process import free_port
 
@@ -193,6 +196,23 @@ def test_a_redis_this_configuration_cannot_use_is_a_configuration_error(database
             assert last.startswith("configuration error: REDIS_URL: ") and reason in last, done.stderr
             assert "answered, but not as a Redis this configuration can use: " in last
         web_server.shutdown()
+
+
+def test_a_redis_that_does_not_answer_at_start_is_reported_at_start(database_url):
+    """Tally starts on the fallback, as documented, but said nothing until the first request that needed Redis:
+    a REDIS_URL with a mistyped port went unnoticed by an operator reading the start-up log or /metrics."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"  # bound, not listening: refused
+        proc, base = server_process.start({"DATABASE_URL": database_url, "TALLY_SECRET": "s" * 32, "REDIS_URL": url})
+        try:
+            with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
+                metrics = resp.read().decode()
+            log = server_process.output(proc)
+        finally:
+            server_process.stop(proc)
+    assert 'tally_dependency_outages_total{dependency="redis"} 1.0' in metrics
+    assert "redis unreachable (ConnectionError: " in log and "fall back to process memory" in log
 
 
 def test_a_malformed_limit_is_reported_by_set_plan_with_its_own_usage(cli, workspace):
