@@ -215,6 +215,21 @@ def test_a_redis_that_does_not_answer_at_start_is_reported_at_start(database_url
     assert "redis unreachable (ConnectionError: " in log and "fall back to process memory" in log
 
 
+def test_a_damaged_embedded_analytics_store_is_one_start_up_error_line(database_url, tmp_path):
+    """A store chDB cannot open (a damaged file, a partial copy) ended `tally serve` and `tally analytics status`
+    in clickhouse-connect's traceback; it is `start-up error: …` naming the folder and the way out, exit 1."""
+    assert tally(database_url, tmp_path, "analytics", "status").returncode == 0  # the store exists
+    store = tmp_path / "analytics"
+    (store / "metadata" / "tally.sql").write_text("ATTACH DATABASE tally ((\n")
+    for done in (tally(database_url, tmp_path, "analytics", "status"),
+                 serve({"DATABASE_URL": database_url, "TALLY_DATA_DIR": str(tmp_path), "TALLY_SECRET": "s" * 32},
+                       "--port", str(free_port()))):
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        last = done.stderr.splitlines()[-1]
+        assert last.startswith(f"start-up error: the embedded analytics store at {store} cannot be opened: "), last
+        assert last.endswith("run `tally analytics rebuild`, which copies every event again from PostgreSQL"), last
+
+
 def test_a_malformed_limit_is_reported_by_set_plan_with_its_own_usage(cli, workspace):
     # It printed the top-level usage (`usage: tally [-h] {serve,create-key,...}`), as if the command were wrong.
     done = cli("set-plan", "--workspace", workspace, "--plan", "enterprise", "--limit", "events=fast")
