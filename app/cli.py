@@ -17,7 +17,7 @@ import orjson
 
 from app.embedded import EmbeddedPostgres
 from app.keys import SCOPES, create_key
-from app.plans import parse_limit
+from app.plans import GROUPS, parse_limit
 from app.schemas import EARLIEST, FUTURE_SKEW
 from app.settings import ConfigError, Settings
 from app.startup import (
@@ -139,15 +139,15 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the HTTP server")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=_port)
+    serve.add_argument("--host", help="address to listen on (default: HOST, else 0.0.0.0)")
+    serve.add_argument("--port", type=_port, help="port to listen on (default: PORT, else 8000)")
 
     ck = sub.add_parser("create-key", help="create an API key and print it (shown only once)")
     ck.add_argument("--workspace", required=True, type=_workspace)
-    ck.add_argument("--scopes", required=True, type=_scopes)
+    ck.add_argument("--scopes", required=True, type=_scopes, help=f"comma list of {', '.join(SCOPES)}")
     ck.add_argument("--test", action="store_true", help="a test-environment key (tally_test_sk_...)")
-    ck.add_argument("--name", default="default")
-    ck.add_argument("--expires", type=_future)
+    ck.add_argument("--name", default="default", help="a label shown by list-keys (default: default)")
+    ck.add_argument("--expires", type=_future, help="ISO 8601 with a timezone, e.g. 2027-01-01T00:00:00Z")
 
     rk = sub.add_parser("revoke-key", help="revoke a key by its id")
     rk.add_argument("key_id")
@@ -158,7 +158,8 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("set-plan", help="set a workspace's plan and custom limits")
     sp.add_argument("--workspace", required=True, type=_workspace)
     sp.add_argument("--plan", required=True, choices=["free", "pro", "enterprise"])
-    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE", type=_limit)
+    sp.add_argument("--limit", action="append", default=[], metavar="GROUP=PER_SECOND/PER_MINUTE", type=_limit,
+                    help=f"enterprise only, repeatable; GROUP is one of {', '.join(GROUPS)}")
 
     cu = sub.add_parser("create-user", help="create a dashboard user (or reset its password)")
     cu.add_argument("--workspace", required=True, type=_workspace)

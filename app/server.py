@@ -64,7 +64,7 @@ from common.metrics import Metrics
 from common.outages import Outages
 from common.service import Timer
 from storage import analytics_mirror
-from storage.clickhouse import AnalyticsStore, open_store
+from storage.clickhouse import AnalyticsStore, StoreUnopenable, open_store
 from storage.db import close_pool, create_pool, create_writer_pool, maintaining_pool
 from storage.migrate import migrate
 
@@ -152,6 +152,9 @@ def open_analytics(settings: Settings) -> AnalyticsStore:
         return open_store(url=settings.analytics_url, path=settings.analytics_path,
                           database=settings.analytics_database, cluster=settings.analytics_cluster,
                           max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+    except StoreUnopenable as exc:  # it holds only copies of PostgreSQL's events, which a rebuild copies again
+        raise StartupError(f"{exc}; move that folder aside (or restore it) and run `tally analytics rebuild`, "
+                           "which copies every event again from PostgreSQL") from None
     except ClickHouseError as exc:
         if settings.analytics_url is None:
             raise
@@ -218,7 +221,7 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[LIMITER] = RedisLimiter(redis, app[OUTAGES]) if redis else MemoryLimiter()
     try:
         if redis is not None:
-            await check_redis(redis, url)
+            await check_redis(redis, url, app[OUTAGES])
         yield
     finally:
         if redis is not None:

@@ -20,6 +20,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from app.settings import ConfigError, Settings
+from common.outages import REDIS, REDIS_FALLBACK, Outages
 from storage.analytics_mirror import StoreMismatch
 
 
@@ -72,11 +73,12 @@ async def connecting_to_postgres(dsn: str, *, embedded_in: Path | None = None) -
         raise StartupError(f"cannot connect to {place}: {_reason(exc)}") from None
 
 
-async def check_redis(redis: Redis, url: str) -> None:
+async def check_redis(redis: Redis, url: str, outages: Outages) -> None:
     """At start, one PING. A Redis that refuses the login (a wrong password), a database it does not have, or
     a server that is not Redis is a ConfigError: each request would otherwise run on the outage fallback for
     as long as the server ran (a refused login) or fail (not Redis). One that does not answer is an outage, as
-    it would be later: Tally starts, on the fallback (common/outages.py)."""
+    it would be later: Tally starts, on the fallback (common/outages.py), and says so now rather than at the
+    first request that needs Redis (a mistyped port went unnoticed until then)."""
     from redis.exceptions import AuthenticationError, RedisError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -86,7 +88,8 @@ async def check_redis(redis: Redis, url: str) -> None:
         return
     except AuthenticationError as exc:  # a ConnectionError to redis-py, but the server did answer
         refusal = exc
-    except (RedisConnectionError, RedisTimeoutError, OSError):
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        outages.down(REDIS, exc, REDIS_FALLBACK)
         return
     except RedisError as exc:
         refusal = exc

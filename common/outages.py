@@ -27,6 +27,7 @@ log = logging.getLogger("tally.outages")
 POSTGRES, REDIS = "postgres", "redis"
 QUIET_SECONDS = 30.0
 RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients to wait
+REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
 
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
 REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -80,5 +81,5 @@ class Outages:
 
     def fallback(self, use: str, exc: BaseException) -> None:
         """Redis failed and `use` (sessions, rate_limits, salt) was served from process memory."""
-        self.down(REDIS, exc, "sessions, rate limits and salts fall back to process memory")
+        self.down(REDIS, exc, REDIS_FALLBACK)
         self.metrics.dependency_fallbacks.labels(use).inc()

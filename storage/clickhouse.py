@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import (
@@ -71,6 +72,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 class StoreBusy(RuntimeError):
     """The embedded store's directory is open in another process (a running server)."""
+
+
+class StoreUnopenable(RuntimeError):
+    """The embedded engine cannot open the store's directory (damaged, or a partial copy)."""
 
 
 # Clients reading at the same time: the unfiltered overview's three queries side by side
@@ -239,7 +244,14 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
 
         def connect() -> Any:  # each client its own connection to the process's one engine
             return clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}", chdb_options=options)
-    client = connect()
+    try:
+        client = connect()
+    except ClickHouseError as exc:
+        if lock_file is None:  # a server: the caller says which and why
+            raise
+        lock_file.close()
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StoreUnopenable(f"the embedded analytics store at {path} cannot be opened: {reason}") from None
     readers: queue.SimpleQueue = queue.SimpleQueue()
     for _ in range(READERS):
         readers.put(connect())

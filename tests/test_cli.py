@@ -1,16 +1,19 @@
 """The `tally` command line, as other tools call it."""
 
 import os
+import socket
 import socketserver
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from tests import server_process
 from tests.conftest import bearer
 from tests.server_process import free_port
 
@@ -193,6 +196,38 @@ def test_a_redis_this_configuration_cannot_use_is_a_configuration_error(database
             assert last.startswith("configuration error: REDIS_URL: ") and reason in last, done.stderr
             assert "answered, but not as a Redis this configuration can use: " in last
         web_server.shutdown()
+
+
+def test_a_redis_that_does_not_answer_at_start_is_reported_at_start(database_url):
+    """Tally starts on the fallback, as documented, but said nothing until the first request that needed Redis:
+    a REDIS_URL with a mistyped port went unnoticed by an operator reading the start-up log or /metrics."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"  # bound, not listening: refused
+        proc, base = server_process.start({"DATABASE_URL": database_url, "TALLY_SECRET": "s" * 32, "REDIS_URL": url})
+        try:
+            with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
+                metrics = resp.read().decode()
+            log = server_process.output(proc)
+        finally:
+            server_process.stop(proc)
+    assert 'tally_dependency_outages_total{dependency="redis"} 1.0' in metrics
+    assert "redis unreachable (ConnectionError: " in log and "fall back to process memory" in log
+
+
+def test_a_damaged_embedded_analytics_store_is_one_start_up_error_line(database_url, tmp_path):
+    """A store chDB cannot open (a damaged file, a partial copy) ended `tally serve` and `tally analytics status`
+    in clickhouse-connect's traceback; it is `start-up error: …` naming the folder and the way out, exit 1."""
+    assert tally(database_url, tmp_path, "analytics", "status").returncode == 0  # the store exists
+    store = tmp_path / "analytics"
+    (store / "metadata" / "tally.sql").write_text("ATTACH DATABASE tally ((\n")
+    for done in (tally(database_url, tmp_path, "analytics", "status"),
+                 serve({"DATABASE_URL": database_url, "TALLY_DATA_DIR": str(tmp_path), "TALLY_SECRET": "s" * 32},
+                       "--port", str(free_port()))):
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        last = done.stderr.splitlines()[-1]
+        assert last.startswith(f"start-up error: the embedded analytics store at {store} cannot be opened: "), last
+        assert last.endswith("run `tally analytics rebuild`, which copies every event again from PostgreSQL"), last
 
 
 def test_a_malformed_limit_is_reported_by_set_plan_with_its_own_usage(cli, workspace):

