@@ -195,22 +195,31 @@ async def test_nul_characters_in_mysql_text_do_not_fail_the_sync(client, make_ke
     assert got == {"n1": "a\ufffdb", "u\ufffd": "ok"}
 
 
+async def _gated_import(client, key: str, scratch: tuple, monkeypatch, user_id: str, rows: int, gate: str,
+                        shut: str, query: str) -> tuple[dict, dict]:
+    """A one-time import (pages of 3) of `rows` rows of `items` (id, user_id), read by `query`, which fails at a
+    row while the one-row table `gate` (column `gate`, value `shut`) says so: the source made and its first
+    sync's end."""
+    database, conn, port = scratch
+    monkeypatch.setattr("app.sources.sql.PAGE", 3)
+    await conn.execute("CREATE TABLE items (id int, user_id text)")
+    await conn.execute(f"INSERT INTO items SELECT g, {user_id} FROM generate_series(1, {rows}) g")
+    await conn.execute(f"CREATE TABLE gate ({gate})")
+    await conn.execute(f"INSERT INTO gate VALUES ({shut})")
+    created = await create(client, key, pg_source(database, port, table=None, cursor_column=None, query=query,
+                                                  timestamp_column=None, event_name="item_added"))
+    return created, await wait_status(client, key, created["id"], "active", "error")
+
+
 async def test_a_one_time_import_cut_short_imports_the_rest_once(client, make_key, scratch_pg, pool, monkeypatch):  # noqa: F811
     """Without cursor_column, a sync cut short keeps the pages it committed; the next sync imported the whole
     table again, so those rows became two events each."""
-    database, conn, port = scratch_pg
-    monkeypatch.setattr("app.sources.sql.PAGE", 3)
-    await conn.execute("CREATE TABLE items (id int, user_id text)")
-    await conn.execute("INSERT INTO items SELECT g, 'i' || g FROM generate_series(1, 10) g")
-    await conn.execute("CREATE TABLE gate (open boolean)")
-    await conn.execute("INSERT INTO gate VALUES (false)")
-    # Row 7 fails the query while the gate is shut: the rows read before it are committed, page by page.
-    query = ("SELECT id, user_id, 1 / CASE WHEN id = 7 AND NOT (SELECT open FROM gate) THEN 0 ELSE 1 END AS one "
-             "FROM items")
+    _, conn, _ = scratch_pg
     key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database, port, table=None, cursor_column=None, query=query,
-                                                  timestamp_column=None, event_name="item_added"))
-    body = await wait_status(client, key, created["id"], "active", "error")
+    # Row 7 fails the query while the gate is shut: the rows read before it are committed, page by page.
+    created, body = await _gated_import(
+        client, key, scratch_pg, monkeypatch, "'i' || g", 10, "open boolean", "false",
+        "SELECT id, user_id, 1 / CASE WHEN id = 7 AND NOT (SELECT open FROM gate) THEN 0 ELSE 1 END AS one FROM items")
     assert body["status"] == "error" and "division by zero" in body["status_reason"], body
     assert sorted(e["user_id"] for e in await events(client, key, "item_added")) == [f"i{n}" for n in range(1, 7)]
 
@@ -232,19 +241,14 @@ async def test_a_resumed_one_time_import_reads_the_kept_digests_a_page_at_a_time
     """The resume of a one-time import cut short read every digest its pages had kept at once (memory as large as
     the rows imported before the cut); it asks PostgreSQL about each page's rows instead. Identical rows each
     count, a pair of them split by each cut, and an import cut twice resumes as well the second time."""
-    database, conn, port = scratch_pg
-    monkeypatch.setattr("app.sources.sql.PAGE", 3)
-    await conn.execute("CREATE TABLE items (id int, user_id text)")
+    _, conn, _ = scratch_pg
+    key = await make_key("admin,read")
     # Rows alike in pairs (the query leaves id out): i0, i1, i1, i2, i2, ... i15. The first cut is at row 13
     # (i6, whose twin row 12 is committed before it), the second at row 25 (i12, twin of row 24).
-    await conn.execute("INSERT INTO items SELECT g, 'i' || (g / 2) FROM generate_series(1, 30) g")
-    await conn.execute("CREATE TABLE gate (cut int)")
-    await conn.execute("INSERT INTO gate VALUES (13)")
-    query = "SELECT user_id, 1 / CASE WHEN id = (SELECT cut FROM gate) THEN 0 ELSE 1 END AS one FROM items"
-    key = await make_key("admin,read")
-    created = await create(client, key, pg_source(database, port, table=None, cursor_column=None, query=query,
-                                                  timestamp_column=None, event_name="item_added"))
-    assert (await wait_status(client, key, created["id"], "active", "error"))["status"] == "error"
+    created, body = await _gated_import(
+        client, key, scratch_pg, monkeypatch, "'i' || (g / 2)", 30, "cut int", "13",
+        "SELECT user_id, 1 / CASE WHEN id = (SELECT cut FROM gate) THEN 0 ELSE 1 END AS one FROM items")
+    assert body["status"] == "error"
     assert len(await events(client, key, "item_added")) == 12  # four pages committed
 
     digests_per_read: list[int] = []
