@@ -34,8 +34,6 @@ MAX_BUCKETS = 10_000
 INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 
 
-
-
 def _at(field: str, message: str) -> ValueError:
     # msgspec reports a ValueError raised in __post_init__ with this suffix as the failing path.
     return ValueError(f"{message} - at `$.{field}`")
