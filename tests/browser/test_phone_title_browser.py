@@ -4,6 +4,7 @@ also carries it as a title attribute, and nothing makes the document scroll side
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from playwright.sync_api import Locator, Page, expect
@@ -11,6 +12,7 @@ from playwright.sync_api import Locator, Page, expect
 from tests.browser.test_dashboard_browser import PHONE, add_site, sign_in
 
 DOMAIN = "a-very-long-company-name-for-analytics.shop.example.com"
+re_full_prefix = re.compile(r"^tally_live_sk_\w{4,}…$")
 
 
 def no_sideways_scroll(page: Page) -> bool:
@@ -55,3 +57,24 @@ def test_a_long_site_name_fits_a_phone(page: Page, live_server, account, screens
     link = page.request.post(f"{live_server.base_url}/api/sites/{site_id}/shared-links", data={}).json()
     page.goto(link["url"])
     expect_whole_name(page.locator(".page-head h1"), page)
+
+
+def test_api_keys_fit_a_phone(page: Page, live_server, account, screenshots: Path):
+    """The keys table was 640 px wide: on a phone a key's created time, status and Revoke needed sideways
+    scrolling, and every prefix was cut to the same "tally_…". Each key is a card of labelled lines there."""
+    sign_in(page, live_server, account, "/app/keys")
+    page.set_viewport_size(PHONE)
+    page.fill("input[name=name]", "backend server")
+    page.click("form.key-form button[type=submit]")
+    row = page.locator("table.keys tbody tr")
+    expect(row).to_have_count(1)
+    prefix = row.locator("td[data-label=Key]")
+    expect(prefix).to_have_text(re_full_prefix)
+    assert not prefix.evaluate("el => el.scrollWidth > el.clientWidth")  # the whole prefix shows
+    expect(row.locator("td[data-label=Status]")).to_contain_text("active")
+    revoke = row.locator("button", has_text="Revoke")
+    revoke.scroll_into_view_if_needed()
+    expect(revoke).to_be_in_viewport(ratio=1)  # scrolling down, never sideways
+    assert no_sideways_scroll(page)
+    assert page.locator(".table-wrap").evaluate("el => el.scrollWidth <= el.clientWidth")
+    page.screenshot(path=screenshots / "keys-phone.png", full_page=True)

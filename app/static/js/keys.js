@@ -2,6 +2,8 @@
 import { api } from './api.js'
 import { codeBlock, errorBox, h, replaceKeepingFocus, when } from './dom.js'
 
+const COLUMNS = ['Name', 'Key', 'Scopes', 'Env', 'Created', 'Status', '']
+
 function keyRow(key, reload) {
   const revoke = h('button', { type: 'button', class: 'small danger', text: 'Revoke' })
   revoke.addEventListener('click', async () => {
@@ -21,14 +23,16 @@ function keyRow(key, reload) {
       revoke.removeAttribute('aria-disabled')
     }
   })
+  // Each cell names its column (data-label): on a phone the rows stack as cards (app.css) and show it.
+  const cell = (label, attrs, ...children) => h('td', { ...attrs, dataset: { label } }, ...children)
   return h('tr', { dataset: { key: key.id } },
-    h('td', { class: 'ellipsis', text: key.name }),
-    h('td', { class: 'mono ellipsis', text: key.prefix + '…' }),
-    h('td', { text: key.scopes.join(', ') }),
-    h('td', {}, h('span', { class: key.env === 'live' ? 'badge ok' : 'badge', text: key.env })),
-    h('td', { class: 'nowrap', text: when(key.createdAt) }),
-    h('td', {}, h('span', { class: key.status === 'active' ? 'badge ok' : 'badge off', text: key.status })),
-    h('td', {}, key.status === 'active' ? revoke : ''),
+    cell(COLUMNS[0], { class: 'ellipsis', text: key.name }),
+    cell(COLUMNS[1], { class: 'mono ellipsis', text: key.prefix + '…' }),
+    cell(COLUMNS[2], { text: key.scopes.join(', ') }),
+    cell(COLUMNS[3], {}, h('span', { class: key.env === 'live' ? 'badge ok' : 'badge', text: key.env })),
+    cell(COLUMNS[4], { class: 'nowrap', text: when(key.createdAt) }),
+    cell(COLUMNS[5], {}, h('span', { class: key.status === 'active' ? 'badge ok' : 'badge off', text: key.status })),
+    cell(COLUMNS[6], {}, key.status === 'active' ? revoke : ''),
   )
 }
 
@@ -51,7 +55,7 @@ export function renderKeys(container) {
         return
       }
       replaceKeepingFocus(list, [h('div', { class: 'table-wrap' }, h('table', { class: 'keys' },
-        h('thead', {}, h('tr', {}, ['Name', 'Key', 'Scopes', 'Env', 'Created', 'Status', ''].map((t) => h('th', { text: t })))),
+        h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', { text: t })))),
         h('tbody', {}, keys.map((k) => keyRow(k, reload)))))], () => list.querySelector('button') || form.querySelector('input[name=name]'))
     } catch (e) {
       list.replaceChildren(errorBox(e))
