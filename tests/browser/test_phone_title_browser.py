@@ -12,7 +12,7 @@ from playwright.sync_api import Locator, Page, expect
 from tests.browser.test_dashboard_browser import PHONE, add_site, sign_in
 
 DOMAIN = "a-very-long-company-name-for-analytics.shop.example.com"
-re_full_prefix = re.compile(r"^tally_live_sk_\w{4,}…$")
+re_full_prefix = re.compile(r"^tally_live_sk_[A-Za-z0-9_-]{4,}…$")  # URL-safe base64
 
 
 def no_sideways_scroll(page: Page) -> bool:
