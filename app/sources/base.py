@@ -42,7 +42,7 @@ class Batch:
     # A one-time import (no cursor column): the 8-byte digests of the rows imported with this page, kept until
     # the import is complete so that a sync cut short does not import them again (`import_done` drops them),
     # and, in a resumed import, of the rows read again and skipped as imported before the cut.
-    digests_imported: list[bytes] = field(default_factory=list)
+    digests_imported: bytes = b""
     digests_skipped: list[bytes] = field(default_factory=list)
     import_done: bool = False
 

@@ -93,7 +93,7 @@ class PageSink:
                     await event_store.copy_events(conn, records)
                 await user_store.merge_traits(conn, self.workspace_id, self.env, batch.traits)
                 if batch.digests_imported:
-                    await store.keep_import_digests(conn, self.source_id, b"".join(batch.digests_imported))
+                    await store.keep_import_digests(conn, self.source_id, batch.digests_imported)
                 if batch.digests_skipped:
                     await store.match_import_rows(conn, self.source_id, batch.digests_skipped)
                 if batch.import_done:

@@ -207,7 +207,7 @@ class SqlConnector(Connector):
         rows = [row for row, _, fresh in page if fresh]
         batch = self._batch(rows, cursor)
         if cursor == UNDER_WAY:
-            batch.digests_imported = [bytes.fromhex(digest) for _, digest, fresh in page if fresh]
+            batch.digests_imported = b"".join(bytes.fromhex(digest) for _, digest, fresh in page if fresh)
             batch.digests_skipped = [bytes.fromhex(digest) for _, digest, fresh in page if not fresh]
         batch.import_done = cursor == DONE
         await self.sink.commit(batch)
@@ -216,10 +216,10 @@ class SqlConnector(Connector):
     async def _skip_kept(self, page: list[tuple[dict, str, bool]]) -> list[tuple[dict, str, bool]]:
         """A page of a resumed one-time import: a row is stale while rows like it that the pages committed
         before the cut imported are left unread by this sync (counted, so identical rows each count)."""
-        unread = Counter(await self.sink.kept_unread(list({bytes.fromhex(digest) for _, digest, _ in page})))
+        keys = [bytes.fromhex(digest) for _, digest, _ in page]
+        unread = Counter(await self.sink.kept_unread(list(set(keys))))
         marked = []
-        for row, digest, _ in page:
-            key = bytes.fromhex(digest)
+        for (row, digest, _), key in zip(page, keys, strict=True):
             marked.append((row, digest, unread[key] <= 0))
             unread[key] -= 1
         return marked
