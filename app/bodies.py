@@ -17,7 +17,8 @@ from app.responses import ApiError, SiteError, invalid
 
 T = TypeVar("T")
 
-_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+_PATH = re.compile(r"(?: - at `\$\.?[^`]*`)+$")
+_PATH_PART = re.compile(r" - at `\$\.?([^`]*)`")
 _MISSING = re.compile(r"missing required field `([^`]+)`")
 _UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 
@@ -147,11 +148,30 @@ def field_of(error: msgspec.ValidationError) -> tuple[str, str]:
     key is named itself: msgspec puts its path on the object holding it ('' for the body's top level)."""
     text = str(error)
     match = _PATH.search(text)
-    prefix, message = ("", text) if not match else (match.group(1), text[: match.start()])
+    prefix, message = ("", text) if not match else (_joined(match.group(0)), text[: match.start()])
     key = _MISSING.search(message) or _UNKNOWN.search(message)
     if key:
         return ".".join(p for p in (prefix, key.group(1)) if p), message
     return prefix, message
+
+
+def _joined(suffixes: str) -> str:
+    # A nested struct's own error carries its field's path, then msgspec appends the struct's: outermost last.
+    parts = [p for p in reversed(_PATH_PART.findall(suffixes)) if p]
+    return "".join(p if i == 0 or p.startswith("[") else f".{p}" for i, p in enumerate(parts))
+
+
+def field_error(field: str, message: str) -> ValueError:
+    """The error a struct's `__post_init__` raises about one of its fields: msgspec then reports it with the
+    struct's own path appended, and field_of names the whole path, as for msgspec's own errors."""
+    return ValueError(f"{message} - at `$.{field}`")
+
+
+def not_blank(field: str, value: object) -> None:
+    """A name or title that is only spaces lists as an empty row that cannot be told apart; names are
+    otherwise kept as sent, spaces around included."""
+    if isinstance(value, str) and not value.strip():
+        raise field_error(field, "must not be blank")
 
 
 def reject_unstorable(body: bytes, value: object) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from app.bodies import field_of
+from app.bodies import field_error, field_of, not_blank
 from app.responses import invalid, iso_exact
 from app.schemas import EventName
 from app.timestamps import is_date, parse_timestamp, through
@@ -34,11 +34,6 @@ MAX_BUCKETS = 10_000
 INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 
 
-def _at(field: str, message: str) -> ValueError:
-    # msgspec reports a ValueError raised in __post_init__ with this suffix as the failing path.
-    return ValueError(f"{message} - at `$.{field}`")
-
-
 class _Ranged(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """from/to are optional: without them a run covers the 30 days before `to` (default: now),
     which is what a scheduled report wants."""
@@ -54,9 +49,9 @@ class _Ranged(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def _check_range(self) -> None:
         for name, value in (("from", self.from_), ("to", self.to)):
             if value is not None and not EARLIEST <= value <= LATEST:
-                raise _at(name, f"{name} must be between 2000-01-01 and 2100-01-01")
+                raise field_error(name, f"{name} must be between 2000-01-01 and 2100-01-01")
         if self.from_ and self.to and self.from_ >= self.to:
-            raise _at("from", "from must be before to")
+            raise field_error("from", "from must be before to")
 
 
 class EventVolumeConfig(_Ranged):
@@ -71,9 +66,9 @@ class EventVolumeConfig(_Ranged):
         start, end = self.window(datetime.now(UTC))
         if (end - start) / INTERVALS[self.interval] > MAX_BUCKETS:
             if self.from_ is not None and self.to is None:
-                raise _at("from", f"more than {MAX_BUCKETS} {self.interval} buckets from `from` to now (to defaults "
-                                  "to now); give a later from, a to, or a wider interval")
-            raise _at("interval", f"more than {MAX_BUCKETS} {self.interval} buckets; use a wider interval")
+                raise field_error("from", f"more than {MAX_BUCKETS} {self.interval} buckets from `from` to now "
+                                          "(to defaults to now); give a later from, a to, or a wider interval")
+            raise field_error("interval", f"more than {MAX_BUCKETS} {self.interval} buckets; use a wider interval")
 
 
 class FunnelConfig(_Ranged):
@@ -99,12 +94,12 @@ class RetentionConfig(_Ranged):
         self._check_range()
         if self.events is not None:
             if self.start_event is not None or self.return_event is not None:
-                raise _at("events", "give either events or start_event and return_event, not both")
+                raise field_error("events", "give either events or start_event and return_event, not both")
             self.start_event, self.return_event = self.events
             return
         for name in ("start_event", "return_event"):
             if getattr(self, name) is None:
-                raise _at(name, f"{name} is required (or events: [start_event, return_event])")
+                raise field_error(name, f"{name} is required (or events: [start_event, return_event])")
 
     def echo(self) -> dict[str, Any]:
         out = msgspec.to_builtins(self)
@@ -118,7 +113,7 @@ class CustomConfig(msgspec.Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if not self.sql.strip().rstrip(";").strip():
-            raise _at("sql", "sql is empty")
+            raise field_error("sql", "sql is empty")
 
 
 CONFIGS: dict[str, type[msgspec.Struct]] = {
@@ -135,12 +130,6 @@ class Schedule(msgspec.Struct, forbid_unknown_fields=True):
     format: Literal["pdf", "csv"] = "csv"
 
 
-def _named(name: object) -> None:
-    # A blank name lists as an empty row and cannot be told apart; names are otherwise kept as sent.
-    if isinstance(name, str) and not name.strip():
-        raise _at("name", "must not be blank")
-
-
 class ReportIn(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     type: ReportType
@@ -148,7 +137,7 @@ class ReportIn(msgspec.Struct, forbid_unknown_fields=True):
     schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
-        _named(self.name)
+        not_blank("name", self.name)
 
 
 class ReportPatch(msgspec.Struct, forbid_unknown_fields=True):
@@ -161,7 +150,7 @@ class ReportPatch(msgspec.Struct, forbid_unknown_fields=True):
     schedule: Schedule | msgspec.UnsetType | None = msgspec.UNSET
 
     def __post_init__(self) -> None:
-        _named(self.name)
+        not_blank("name", self.name)
 
 
 def _bounds_parsed(config: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import msgspec
 import yarl
 from msgspec import Meta
 
-from app.bodies import field_of
+from app.bodies import field_error, field_of, not_blank
 from app.input_rules import HOST_NAME, MAX_DEPTH, decode_json, problem
 from app.responses import invalid
 
@@ -30,11 +30,6 @@ PropertyName = Annotated[str, Meta(min_length=1, max_length=128)]
 Url = Annotated[str, Meta(max_length=2048, pattern=r"^https?://[^\s/?#@]+(/[^\s]*)?\Z")]  # no user:password@
 
 
-def _fail(field: str, message: str) -> ValueError:
-    # The " - at `$.x`" suffix makes app.bodies.field_of name the field, as msgspec's own errors do.
-    return ValueError(f"{message} - at `$.{field}`")
-
-
 def _check_host(value: str, field: str) -> None:
     """A database host is a name or an IP address: a URL or DSN there (credentials and all) named no host,
     and was echoed in the source's status_reason."""
@@ -48,7 +43,7 @@ def _check_host(value: str, field: str) -> None:
     except UnicodeError:
         name = ""
     if not HOST_NAME.match(name):
-        raise _fail(field, "must be a host name or an IP address, without scheme, user, port or path "
+        raise field_error(field, "must be a host name or an IP address, without scheme, user, port or path "
                     "(the port has its own field)")
 
 
@@ -61,11 +56,11 @@ def _check_url(value: str | None, field: str) -> None:
         url = yarl.URL(value)
         port = url.explicit_port
     except ValueError as exc:  # UnicodeError (an IDNA label) is one
-        raise _fail(field, f"not a usable URL ({exc})") from None
+        raise field_error(field, f"not a usable URL ({exc})") from None
     if not url.host:
-        raise _fail(field, "not a usable URL (no host)")
+        raise field_error(field, "not a usable URL (no host)")
     if port is not None and not 1 <= port <= 65535:
-        raise _fail(field, f"not a usable URL (port {port} is out of range 1-65535)")
+        raise field_error(field, f"not a usable URL (port {port} is out of range 1-65535)")
 
 
 class Schedule(msgspec.Struct, forbid_unknown_fields=True):
@@ -82,8 +77,7 @@ class CreateIn(msgspec.Struct):
     schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
-        if not self.name.strip():  # names nothing in a list of sources
-            raise _fail("name", "must not be blank")
+        not_blank("name", self.name)
 
 
 class Secret(msgspec.Struct, forbid_unknown_fields=True):
@@ -131,7 +125,7 @@ class BigQueryCredentials(Secret):
     def __post_init__(self) -> None:
         for needed in ("client_email", "private_key"):
             if not isinstance(self.service_account_key.get(needed), str):
-                raise _fail("service_account_key", f"the service account key JSON lacks `{needed}`")
+                raise field_error("service_account_key", f"the service account key JSON lacks `{needed}`")
 
     def values(self) -> list[str]:
         # Only the key material is secret; the key file's other fields (project, e-mail, token URI) are
@@ -171,7 +165,7 @@ class OAuthCredentials(Secret):
             return
         for needed in ("client_id", "client_secret", "refresh_token"):
             if getattr(self, needed) is None:
-                raise _fail(needed if self.client_id else "access_token",
+                raise field_error(needed if self.client_id else "access_token",
                             "give access_token, or client_id, client_secret and refresh_token")
 
 
@@ -185,7 +179,7 @@ class SalesforceCredentials(OAuthCredentials):
         super().__post_init__()
         _check_url(self.instance_url, "instance_url")
         if self.access_token is not None and self.instance_url is None:
-            raise _fail("instance_url", "an access_token needs the org's instance_url")
+            raise field_error("instance_url", "an access_token needs the org's instance_url")
 
 
 class SegmentCredentials(Secret):
@@ -224,11 +218,11 @@ class Options(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     def __post_init__(self) -> None:
         _check_url(self.base_url, "base_url")
         if self.table is not None and self.query is not None:
-            raise _fail("query", "give either table or query, not both")
+            raise field_error("query", "give either table or query, not both")
         if self.event_column is not None and self.event_name is not None:
-            raise _fail("event_name", "give either event_column or event_name, not both")
+            raise field_error("event_name", "give either event_column or event_name, not both")
         if self.lookback_seconds and self.cursor_column is None:
-            raise _fail("lookback_seconds", "needs cursor_column")
+            raise field_error("lookback_seconds", "needs cursor_column")
 
 
 def _decode_part(raw: bytes, schema: type, prefix: str) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, TypeVar
@@ -14,7 +13,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from app.appkeys import POOL
 from app.auth import key_of, requires
-from app.bodies import field_of, read_body, reject_unstorable
+from app.bodies import field_error, field_of, not_blank, read_body, reject_unstorable
 from app.input_rules import decode_json
 from app.net import base_url
 from app.responses import ApiError, invalid, iso_ms, json_response, not_found
@@ -51,15 +50,9 @@ class FilterIn(msgspec.Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if self.operator in ("gt", "lt") and isinstance(self.value, (bool, str)):
-            raise ValueError(f"value: must be a number for operator '{self.operator}'")
+            raise field_error("value", f"must be a number for operator '{self.operator}'")
         if isinstance(self.value, float) and not math.isfinite(self.value):
-            raise ValueError("value: must be a finite number")
-
-
-def _not_blank(field: str, value: object) -> None:
-    # A blank name or title lists as an empty row; they are otherwise kept as sent.
-    if isinstance(value, str) and not value.strip():
-        raise ValueError(f"{field}: must not be blank")
+            raise field_error("value", "must be a finite number")
 
 
 class ChartIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -72,14 +65,14 @@ class ChartIn(msgspec.Struct, forbid_unknown_fields=True):
     steps: Steps | None = None
 
     def __post_init__(self) -> None:
-        _not_blank("title", self.title)
+        not_blank("title", self.title)
         if self.type == "funnel":
             if not self.steps:
-                raise ValueError("steps: a funnel chart needs at least one step after `event`")
+                raise field_error("steps", "a funnel chart needs at least one step after `event`")
             if self.group_by is not None:
-                raise ValueError("group_by: funnel charts cannot be grouped")
+                raise field_error("group_by", "funnel charts cannot be grouped")
         elif self.steps is not None:
-            raise ValueError("steps: only funnel charts have steps")
+            raise field_error("steps", "only funnel charts have steps")
 
 
 class ChartPatch(msgspec.Struct, forbid_unknown_fields=True):
@@ -91,7 +84,7 @@ class ChartPatch(msgspec.Struct, forbid_unknown_fields=True):
     steps: Steps | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
-        _not_blank("title", self.title)
+        not_blank("title", self.title)
 
 
 class DashboardIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -100,7 +93,7 @@ class DashboardIn(msgspec.Struct, forbid_unknown_fields=True):
     charts: Annotated[list[ChartIn], Meta(max_length=MAX_CHARTS)] = []
 
     def __post_init__(self) -> None:
-        _not_blank("name", self.name)
+        not_blank("name", self.name)
 
 
 class DashboardPatch(msgspec.Struct, forbid_unknown_fields=True):
@@ -108,19 +101,11 @@ class DashboardPatch(msgspec.Struct, forbid_unknown_fields=True):
     description: Description | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
-        _not_blank("name", self.name)
-
-
-_OWN_FIELD = re.compile(r"^([a-z_]+): (.*)$", re.S)
+        not_blank("name", self.name)
 
 
 def _problem(exc: msgspec.ValidationError) -> ApiError:
     field, message = field_of(exc)
-    # __post_init__ errors start with the field they are about; join it to msgspec's path.
-    own = _OWN_FIELD.match(message)
-    if own:
-        field = f"{field}.{own.group(1)}" if field else own.group(1)
-        message = own.group(2)
     return invalid(f"{field}: {message}" if field else message, fields=[{"field": field, "message": message}])
 
 
