@@ -35,6 +35,16 @@ export function replaceKeepingFocus(parent, children, fallback = null) {
   if (target) target.focus()
 }
 
+const RTL = /[\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFF]/
+
+// A path as text nodes whose segments keep their order in the left-to-right layout: in "/שלום/עולם" the
+// slash between two Hebrew words takes their direction, so the browser showed the segments reversed. Each
+// segment with right-to-left letters is isolated in a <bdi>; the text (copy, title, textContent) is unchanged.
+export function pathNodes(path) {
+  if (!RTL.test(path)) return [path]
+  return path.split(/(\/)/).filter((part) => part !== '').map((part) => part === '/' ? part : h('bdi', { text: part }))
+}
+
 export const fmt = new Intl.NumberFormat()
 
 export function number(n) {

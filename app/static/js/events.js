@@ -1,6 +1,6 @@
 // Event log with paging, plus export links; the overview's filters narrow both.
 import { api, qs } from './api.js'
-import { errorBox, h, localZone, replaceKeepingFocus, trackerHelp, when } from './dom.js'
+import { errorBox, h, localZone, pathNodes, replaceKeepingFocus, trackerHelp, when } from './dom.js'
 import { activeFilters, exportLinks, rangePicker, readState, writeState } from './overview.js'
 import { scope } from './panels.js'
 import { siteHeader } from './sites.js'
@@ -67,7 +67,7 @@ export function renderEvents(container, siteId) {
         h('td', { class: 'nowrap', title: e.createdAt, text: when(e.createdAt) }),
         // Names run to 64 characters: cut like paths, the whole name in the title.
         h('td', {}, h('span', { class: 'badge ellipsis', title: e.name, text: e.name })),
-        h('td', { class: 'ellipsis', title: e.url || '', text: e.path || '' }),
+        h('td', { class: 'ellipsis', title: e.url || '' }, ...pathNodes(e.path || '')),
         h('td', { class: 'ellipsis', title: e.referrer || '', text: e.referrer || '' }),
         h('td', { text: e.country || '' }),
         h('td', { class: 'ellipsis mono', title: props(e.props), text: props(e.props) }),

@@ -1,7 +1,7 @@
 // Breakdown panels of a site's overview: Sources, Pages, Locations, Devices and Goals, each with tabs,
 // each reading GET /api/analytics/breakdown under the page's filters. Clicking a row adds a filter.
 import { api, qs } from './api.js'
-import { errorBox, h, number, percent, replaceKeepingFocus } from './dom.js'
+import { errorBox, h, number, pathNodes, percent, replaceKeepingFocus } from './dom.js'
 import { displayValue, termValue } from './filters.js'
 import { goalManager } from './goals.js'
 
@@ -24,7 +24,9 @@ export function scope(siteId, state) {
   return { siteId, range: state.range, eventName: state.eventName, path: state.path, referrer: state.referrer, country: state.country, filter: state.filters }
 }
 
-function rowList(rows, columns, { onPick, barOf, labelOf, empty }) {
+const PATHS = new Set(['page', 'entry_page', 'exit_page'])
+
+function rowList(rows, columns, { onPick, barOf, labelOf, empty, paths = false }) {
   const list = h('ol', { class: 'toplist' })
   if (!rows.length) list.append(h('li', { class: 'muted small none', text: empty }))
   else list.append(h('li', { class: `toprow head cols${columns.length} muted small`, 'aria-hidden': 'true' }, h('span'), ...columns.map(([, label]) => h('span', { class: 'count', text: label }))))
@@ -34,7 +36,7 @@ function rowList(rows, columns, { onPick, barOf, labelOf, empty }) {
     const label = labelOf(row.key)
     list.append(h('li', {},
       h('button', { type: 'button', class: `toprow cols${columns.length}`, title: `Filter by ${label}`, dataset: { key: row.key }, onclick: () => onPick(row.key) },
-        bar, h('span', { class: 'key ellipsis', text: label }),
+        bar, h('span', { class: 'key ellipsis' }, ...(paths ? pathNodes(label) : [label])),
         ...columns.map(([metric, , format]) => h('span', { class: 'count', dataset: { metric }, text: format(row[metric]) })))))
   }
   return list
@@ -127,6 +129,7 @@ function breakdownPanel(spec, ctx) {
         onPick: (key) => ctx.addFilter(property, key),
         barOf: (r) => (100 * r.visitors) / max,
         labelOf: (key) => prefix + displayValue(property, key),
+        paths: PATHS.has(property),
         empty: 'No data for this range and these filters.',
       })])
     } catch (e) {

@@ -1,6 +1,6 @@
 // Realtime panel: polls /api/analytics/realtime every few seconds while the tab is visible.
 import { api, qs } from './api.js'
-import { ago, errorBox, h, number, trackerHelp } from './dom.js'
+import { ago, errorBox, h, number, pathNodes, trackerHelp } from './dom.js'
 import { siteHeader } from './sites.js'
 
 export const POLL_MS = 3000
@@ -36,13 +36,13 @@ export function renderRealtime(container, siteId) {
       if (!alive) return
       const pages = h('ol', { class: 'toplist' })
       for (const p of rt.topActivePages || []) {
-        pages.append(h('li', {}, h('div', { class: 'toprow' }, h('span', { class: 'key ellipsis', text: p.key }), h('span', { class: 'count', text: number(p.count) }))))
+        pages.append(h('li', {}, h('div', { class: 'toprow' }, h('span', { class: 'key ellipsis' }, ...pathNodes(p.key)), h('span', { class: 'count', text: number(p.count) }))))
       }
       if (!pages.firstChild) pages.append(h('li', { class: 'muted small', text: 'Nobody is on the site right now.' }))
       const feed = h('ul', { class: 'feed' })
       for (const e of rt.recentEvents || []) {
         feed.append(h('li', { dataset: { event: e.id } },
-          h('span', { class: 'badge ellipsis', title: e.name, text: e.name }), h('span', { class: 'ellipsis path', text: e.path || '' }),
+          h('span', { class: 'badge ellipsis', title: e.name, text: e.name }), h('span', { class: 'ellipsis path' }, ...pathNodes(e.path || '')),
           h('span', { class: 'muted small', text: e.country || '' }), h('time', { class: 'muted small', datetime: e.timestamp, text: ago(e.timestamp) })))
       }
       const idle = !(rt.recentEvents || []).length
