@@ -256,3 +256,51 @@ async def test_a_tie_of_entry_events_takes_the_property_of_the_lower_event_id(cl
             assert [row[:4] for row in body["rows"]] == [[1, "a", "first", 2], [2, "b", "first", 0]]
     finally:
         await db.command(f"SYSTEM START MERGES {keyed}")
+
+
+async def test_a_tie_of_entry_events_goes_to_the_bytewise_lower_id_wherever_the_ids_differ(
+        client, make_key, pool, workspace, database_url):
+    """Tied step-1 events whose ids differ only in their last hex digit, only in their first, or in a way
+    that a little-endian reading of the id's bytes orders the other way round (a low first byte against a
+    high last byte): each user enters with the property of the id that is lower bytewise, as ids compare
+    in PostgreSQL and in storage/ids.py's order. Each insert holds some users' lower ids and others' higher
+    (of the two users whose ids differ in the last digit alone, one each), so a key that ties them fails too."""
+    key = await make_key("read,write")
+    ws = await workspace_id(database_url, workspace)
+    db = client.app[ANALYTICS]
+    at = datetime(2024, 5, 3, 10, tzinfo=UTC)
+    pairs = {  # user: (lower id, higher id), bytewise
+        "last": ("evt_" + "7" * 31 + "0", "evt_" + "7" * 31 + "f"),
+        "first": ("evt_0" + "f" * 31, "evt_f" + "0" * 31),
+        "digit": ("evt_" + "0" * 31 + "9", "evt_" + "0" * 31 + "a"),
+        "endian": ("evt_" + "00" * 15 + "ff", "evt_01" + "00" * 15),
+        "middle": ("evt_" + "5" * 15 + "4" + "9" * 16, "evt_" + "5" * 15 + "5" + "0" * 16),
+        "last, other part": ("evt_" + "8" * 31 + "1", "evt_" + "8" * 31 + "2"),
+    }
+    for low, high in pairs.values():
+        assert len(low) == len(high) == 36 and low < high
+
+    def row(event_id: str, user: str, plan: str) -> EventRow:
+        return EventRow(event_id, ws, "live", "a", at, at, user_id=user, properties={"plan": plan})
+
+    users = list(pairs)
+    keyed = db.local_table("keyed_events")
+    await db.command(f"SYSTEM STOP MERGES {keyed}")  # the two inserts stay two parts
+    try:
+        inserts = ([row(pairs[u][0], u, "lower") if i % 2 else row(pairs[u][1], u, "higher")
+                    for i, u in enumerate(users)],
+                   [row(pairs[u][1], u, "higher") if i % 2 else row(pairs[u][0], u, "lower")
+                    for i, u in enumerate(users)])
+        for rows in inserts:
+            async with pool.acquire() as conn:
+                await event_store.ensure_partitions(conn, {at})
+                await event_store.copy_events(conn, rows)
+            await client.app[MIRROR].catch_up()
+        report = await create_report(client, key, {"name": "ties", "type": "funnel", "config": {
+            "events": ["a", "b"], "group_by": "properties.plan",
+            "from": "2024-05-03T00:00:00Z", "to": "2024-05-04T00:00:00Z"}})
+        for _ in range(3):
+            body = await run_report(client, key, report["id"])
+            assert [row[:4] for row in body["rows"]] == [[1, "a", "lower", len(pairs)], [2, "b", "lower", 0]]
+    finally:
+        await db.command(f"SYSTEM START MERGES {keyed}")
