@@ -11,7 +11,7 @@ is not imported yet (the next listing reads it as it is then). So where the stre
 duplicate, only miss; and a pending charge's outcome always comes after the listing that saw it pending.
 `charge.updated` (description, metadata, shipping) and `charge.captured` (an uncaptured charge is already
 `succeeded`) change no status and are not read. Pending charges created over PENDING_KEEP ago are dropped
-from the list: their outcome event is long gone.
+from the list: bank debits settle within weeks, and the list rides in every page's cursor.
 
 Customers: a `customer.updated` event holds the customer as it was just after that change, so its traits
 are set as the customer listing sets them. Stripe lists newest first, so each listing takes only the
@@ -19,8 +19,9 @@ newest change of each customer (`updated_customers`, kept in the cursor while a 
 sync cut short does not let an older change, listed after the cut, win).
 
 The stream is incremental like the listings (`updates`: the same created-second mark and `partial` mark).
-A source without it (new, or synced by a release that did not read events) starts at the oldest second
-it has imported or kept pending, or now, and never before Stripe's 30 days. A cursor without `pending`
+A source without it (new, or synced by a release that did not read events) starts at the earliest second
+its cursor holds (each listing's newest, a partial listing's oldest, each pending charge's), or now, and
+never before Stripe's 30 days. A cursor without `pending`
 but with charges was stored by such a release: the charges it imported as pending are read once from the
 stored `charge_pending` events of the last PENDING_KEEP (Sink.first_seen), so their outcomes come in too.
 """
@@ -53,8 +54,8 @@ def pending_of(charges: list[dict]) -> dict[str, int]:
 
 
 def stream_start(cursor: dict, now: float) -> int:
-    """The second a source's first listing of events starts at: the oldest second it has imported (a mark's
-    own or its partial's oldest) or keeps pending, else now, bounded by Stripe's retention."""
+    """The second a source's first listing of events starts at: the earliest second its cursor holds (a mark's
+    own, its partial's oldest, a pending charge's), else now, bounded by Stripe's retention."""
     seconds = [int(now), *cursor.get("pending", {}).values()]
     for kind in ("customers", "charges"):
         mark = cursor.get(kind) or {}
