@@ -117,6 +117,21 @@ async def list_events(
     return await conn.fetch(" ".join(sql), *args)
 
 
+FIRST_SEEN = """
+SELECT properties->>$4 AS value, min(ts) AS ts FROM events
+WHERE workspace_id = $1 AND env = $2 AND name = $3 AND ts >= $5 AND site_id IS NULL AND properties->>$4 IS NOT NULL
+GROUP BY 1
+"""
+
+
+async def first_seen(conn: asyncpg.Connection, workspace_id: int, env: str, name: str, prop: str,
+                     since: datetime) -> dict[str, datetime]:
+    """Each value of property `prop` in the keyed events named `name` since `since`, with its earliest time
+    (the name index narrows the scan to those events; partitions before `since` are skipped)."""
+    rows = await conn.fetch(FIRST_SEEN, workspace_id, env, name, prop, since)
+    return {row["value"]: row["ts"] for row in rows}
+
+
 async def erase_user(conn: asyncpg.Connection, workspace_id: int, env: str, user_id: str,
                      erased_at: datetime) -> None:
     """Delete a user's profile and events. The exclusive lock waits for in-flight flushes; the

@@ -1,7 +1,8 @@
 """Local stand-ins for Stripe's and HubSpot's HTTP APIs (aiohttp servers on loopback), with the
 paging, filtering and auth behaviour the connectors rely on. FakeStripe answers as Stripe's API does
 for the official SDK: list objects (`object: "list"`, `data`, `has_more`, `url`), newest first, paged
-by `starting_after`, filtered by `created[gte]`, with `expand[]=data.charge` on refunds."""
+by `starting_after`, filtered by `created[gt|gte|lte]`, with `expand[]=data.charge` on refunds, and
+`/v1/events` filtered by `types[]` as well (an event holds its object as it was: `data.object`)."""
 
 from __future__ import annotations
 
@@ -28,13 +29,42 @@ class FakeStripe:
     # When set, the charges request with this number (1 for the first) answers Stripe's 400 error, once.
     fail_charges_request: int | None = None
     charges_requests: int = 0
+    events: list[dict] = field(default_factory=list)  # newest-first order is the fake's, as for the others
+    # A restricted key without events read access: /v1/events answers Stripe's 403.
+    events_forbidden: bool = False
+    # When set, the events request with this number (1 for the first) answers Stripe's 400 error, once.
+    fail_events_request: int | None = None
+    events_requests: int = 0
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/customers", self._lister(lambda: self.customers))
         app.router.add_get("/v1/charges", self._gated(self._lister(lambda: self.charges)))
         app.router.add_get("/v1/refunds", self._forbiddable(self._lister(lambda: self.refunds)))
+        app.router.add_get("/v1/events", self._events(self._lister(lambda: self.events)))
         return app
+
+    def event(self, type_: str, obj: dict, created: int) -> dict:
+        """Record an event as Stripe does when `obj` changes: a copy of the object as it is now."""
+        evt = {"id": f"evt_{len(self.events) + 1:06d}", "object": "event", "type": type_, "created": created,
+               "api_version": "2025-01-27.acacia", "livemode": False, "pending_webhooks": 0,
+               "data": {"object": dict(obj)}}
+        self.events.append(evt)
+        return evt
+
+    def _events(self, handler):
+        async def handle(request: web.Request) -> web.Response:
+            self.events_requests += 1
+            if self.events_forbidden:
+                return web.json_response({"error": {"type": "invalid_request_error", "message": (
+                    "The provided key 'rk_test_****abcd' does not have the required permissions for this endpoint. "
+                    "Having the 'rak_event_read' permission would allow this request to continue.")}}, status=403)
+            if self.events_requests == self.fail_events_request:
+                return web.json_response({"error": {"type": "invalid_request_error",
+                                                    "message": "Simulated failure."}}, status=400)
+            return await handler(request)
+
+        return handle
 
     def _gated(self, handler):
         async def handle(request: web.Request) -> web.Response:
@@ -71,6 +101,12 @@ class FakeStripe:
             q = request.query
             limit = int(q.get("limit", "10"))
             items = sorted(objects(), key=lambda o: (o["created"], o["id"]), reverse=True)  # newest first
+            # The SDK encodes lists with indices: types[0]=charge.succeeded.
+            types = [v for k, v in q.items() if k == "types[]" or k.startswith("types[")]
+            if types:
+                items = [o for o in items if o["type"] in types]
+            if "created[gt]" in q:
+                items = [o for o in items if o["created"] > int(q["created[gt]"])]
             if "created[gte]" in q:
                 items = [o for o in items if o["created"] >= int(q["created[gte]"])]
             if "created[lte]" in q:

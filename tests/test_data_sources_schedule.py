@@ -125,7 +125,7 @@ async def test_a_slow_source_past_its_lease_is_not_started_again_beside_itself(c
         await asyncio.wait_for(first_tick, 60)
         await wait_idle(client)
     assert (await wait_status(client, key, slow, "active", "error"))["status"] == "active"
-    assert fake.requests == asked + 2  # the held charges page, then refunds: one run
+    assert fake.requests == asked + 3  # the held charges page, then refunds and events: one run
     assert sorted(e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")) == [
         "ch_1", "ch_2"]
 

@@ -64,6 +64,12 @@ class Sink(Protocol):
         kept and this sync has not read again yet."""
         ...
 
+    async def first_seen(self, name: str, prop: str, since: datetime) -> dict[str, datetime]:
+        """Of the events named `name` stored since `since` in the source's workspace and env, each value of
+        their property `prop` with the earliest time it was seen (what an earlier release imported, for a
+        connector that now keeps it in its cursor)."""
+        ...
+
 
 class Connector:
     """check() verifies credentials and reachability; sync(cursor) imports what is new since cursor,

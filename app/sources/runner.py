@@ -108,6 +108,10 @@ class PageSink:
         async with self.pool.acquire() as conn:
             return await store.kept_unread(conn, self.source_id, digests)
 
+    async def first_seen(self, name: str, prop: str, since: datetime) -> dict[str, datetime]:
+        async with self.pool.acquire() as conn:
+            return await event_store.first_seen(conn, self.workspace_id, self.env, name, prop, since)
+
 
 class NoFreeSlot(Exception):
     """No run slot this workspace may take is free in this process: nothing was started."""

@@ -1,13 +1,15 @@
 """Stripe through the official SDK (`stripe`): customers become user profiles (user id = Stripe customer
 id), charges become events charge_succeeded / charge_failed / charge_pending, refunds become events
-charge_refunded (a refund made after its charge was imported is picked up by its own `created`).
+charge_refunded (a refund made after its charge was imported is picked up by its own `created`). Later
+changes come from Stripe's events (app/sources/stripe_updates.py): a charge imported while pending gets a
+charge_succeeded / charge_failed event when it settles, and a customer's changes reach its profile.
 
-Incremental by `created`: the cursor keeps, per object, the newest created second and the ids seen in
-it, and the next sync asks for created >= that second and skips those ids (Stripe timestamps are
-whole seconds, so `>` alone could miss objects created in the same second after a sync). Stripe lists
-newest first; each page is committed as it comes, with a `partial` mark (the newest object listed, the
-oldest second committed and the ids committed in it), so a sync cut short resumes with created <= that
-second, skipping those ids, rather than listing everything again.
+Incremental by `created`: the cursor keeps, per kind (Stripe's events too, under `updates`), the newest
+created second and the ids seen in it, and the next sync asks for created >= that second and skips those
+ids (Stripe timestamps are whole seconds, so `>` alone could miss objects created in the same second
+after a sync). Stripe lists newest first; each page is committed as it comes, with a `partial` mark (the
+newest object listed, the oldest second committed and the ids committed in it), so a sync cut short
+resumes with created <= that second, skipping those ids, rather than listing everything again.
 
 The SDK's aiohttp client runs on the event loop over the network policy's guarded connector, so every
 connection (redirect hops included) is checked as the other HTTP connectors' are.
@@ -27,6 +29,7 @@ import stripe
 from app.sources.base import Batch, Connector, Imported, SourceError
 from app.sources.netguard import DestinationRefused, GuardedConnector
 from app.sources.schemas import StripeCredentials
+from app.sources.stripe_updates import StripeUpdates, pending_of
 
 BASE_URL = "https://api.stripe.com"
 PAGE = 100
@@ -48,7 +51,7 @@ class GuardedStripeHTTP(stripe.AIOHTTPClient):
         super()._handle_request_error(e)
 
 
-class StripeConnector(Connector):
+class StripeConnector(StripeUpdates, Connector):
     credentials: StripeCredentials
 
     @property
@@ -65,14 +68,15 @@ class StripeConnector(Connector):
             yield stripe.StripeClient(self.credentials.api_key, base_addresses={"api": self.base_url},
                                       http_client=http, max_network_retries=retries)
 
-    async def _call(self, fn: Callable[[], Awaitable[stripe.ListObject]]) -> stripe.ListObject:
+    async def _call(self, fn: Callable[[], Awaitable[stripe.ListObject]], forbidden: str = "") -> stripe.ListObject:
         try:
             return await fn()
         except stripe.StripeError as exc:
-            raise self._reason(exc) from None
+            raise self._reason(exc, forbidden) from None
 
-    def _reason(self, exc: stripe.StripeError) -> SourceError:
-        """An SDK exception as a SourceError with a reason fit for status_reason (the runner scrubs secrets)."""
+    def _reason(self, exc: stripe.StripeError, forbidden: str = "") -> SourceError:
+        """An SDK exception as a SourceError with a reason fit for status_reason (the runner scrubs secrets);
+        `forbidden` follows Stripe's message when the key lacks a permission (what the call is for)."""
         if isinstance(exc, stripe.APIConnectionError):
             # One text for refused, reset and timed out: the reason would tell port states apart.
             return SourceError(f"could not reach Stripe at {self.base_url}")
@@ -80,7 +84,9 @@ class StripeConnector(Connector):
         # Stripe's own message when the answer was a Stripe error object, not the body of whatever answered.
         message = exc.error.message if exc.error is not None and exc.error.message else None
         detail = f": {message[:DETAIL_CHARS]}" if message else ""
-        if isinstance(exc, stripe.AuthenticationError | stripe.PermissionError):
+        if isinstance(exc, stripe.PermissionError):
+            return SourceError(f"Stripe rejected the credentials (HTTP {status}){detail}{forbidden}")
+        if isinstance(exc, stripe.AuthenticationError):
             return SourceError(f"Stripe rejected the credentials (HTTP {status}){detail}")
         if isinstance(exc, stripe.RateLimitError):
             return SourceError(f"Stripe rate-limited the sync (HTTP {status}); it will retry on schedule")
@@ -95,6 +101,7 @@ class StripeConnector(Connector):
     async def sync(self, cursor: Any) -> tuple[int, Any]:
         cursor = dict(cursor or {})
         total = 0
+        await self._keep_pending(cursor)
         async with self.client(retries=SYNC_RETRIES) as client:
             v1 = client.v1
             for kind, lister, to_batch, params in (
@@ -104,12 +111,16 @@ class StripeConnector(Connector):
                     ("refunds", v1.refunds.list_async, self._refunds, {"expand": ["data.charge"]})):
                 async for items, mark in self._list_new(lister, params, cursor.get(kind)):
                     cursor[kind] = mark
+                    if kind == "charges":  # their outcome comes from the events
+                        cursor["pending"] = {**cursor["pending"], **pending_of(items)}
                     await self.sink.commit(Batch(**to_batch(items), cursor=dict(cursor)))
                     total += len(items)
+            # After the listings: a charge they read as pending settles after that.
+            total += await self._sync_updates(v1.events.list_async, cursor)
         return total, cursor
 
     async def _list_new(self, lister: Callable[[dict], Awaitable[stripe.ListObject]], params: dict,
-                        mark: dict | None) -> AsyncIterator[tuple[list[dict], dict | None]]:
+                        mark: dict | None, *, forbidden: str = "") -> AsyncIterator[tuple[list[dict], dict | None]]:
         """The objects created since `mark`, a page at a time (newest first, as Stripe lists), each with the
         mark to store once it is committed: while the listing goes on, the mark keeps where it has got to
         (`partial`: the newest object listed, and the oldest second committed with the ids committed in it),
@@ -130,7 +141,7 @@ class StripeConnector(Connector):
         if created:
             params["created"] = created
         while True:
-            page = await self._call(lambda: lister(params))
+            page = await self._call(lambda: lister(params), forbidden)
             data = [o.to_dict() for o in page.data]
             items = [o for o in data if o.get("id") not in seen]
             for o in items:  # newest first: the top's second comes first, the oldest last
