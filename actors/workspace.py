@@ -82,7 +82,8 @@ class WorkspaceActor(Actor):
             else:
                 segment.extend(msg.items)
         stamps = {r.ts for r in records}
-        stamps.update(r.ts for msg in claimed for r in msg.items)
+        if claimed:
+            stamps.update(r.ts for msg in claimed for r in msg.items)
         stamps.update(item[3].ts for item in segment if item[2] == OP_EVENT)
         await self.partitions.ensure(self.pool, stamps)
         async with self.connection() as conn:
