@@ -49,6 +49,8 @@ class Message:
     items: list
     future: asyncio.Future
     enqueued: float = 0.0
+    # The request's Idempotency-Key (a storage.idempotency.Claim), for the workspace actor; None for most.
+    claim: object = None
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,13 +99,15 @@ class Actor:
         self._ingested = metrics.events_ingested.labels(self.kind)
 
     # -- called by request handlers ------------------------------------------------------------
-    def submit(self, kind: str, items: list) -> asyncio.Future:
+    def submit(self, kind: str, items: list, claim: object = None) -> asyncio.Future:
+        """Queue the items; the future resolves once they are committed: to None, or to what the actor's
+        flush answers instead (the workspace actor: the earlier claim of an Idempotency-Key already used)."""
         if self.closing:
             raise Overloaded("shutting down")
         if self.pending and self.pending + len(items) > self.capacity:
             raise Overloaded("mailbox full")
         loop = asyncio.get_running_loop()
-        msg = Message(kind, items, loop.create_future(), loop.time())
+        msg = Message(kind, items, loop.create_future(), loop.time(), claim)
         self._mail.append(msg)
         self.pending += msg.size
         self._depth.inc(msg.size)

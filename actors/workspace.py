@@ -6,12 +6,15 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from actors.base import Actor, Message
+from actors.base import Actor, Message, StoreFailed
 from storage import events as event_store
+from storage import idempotency as idempotency_store
 from storage import segment as segment_store
 from storage import users as user_store
 from storage.events import EventRow
 
+# Items are storage.events.EventRows; a message with a claim (an Idempotency-Key) stores them only if its key is
+# new, else it resolves to the key's earlier claim.
 EVENTS = "events"
 # Tally's identify: items are (user id, traits to merge, time, anonymous id to merge into the user or None,
 # receive time).
@@ -65,9 +68,13 @@ class WorkspaceActor(Actor):
         segment: list[tuple] = []
         # (previous id, target id, received) of Segment aliases, then of identify calls' anonymous-id merges
         merges: list[tuple[str, str, datetime]] = []
+        claimed: list[Message] = []  # event messages with an Idempotency-Key: stored once their key is claimed
         for msg in batch:
             if msg.kind == EVENTS:
-                records.extend(msg.items)
+                if msg.claim is None:
+                    records.extend(msg.items)
+                else:
+                    claimed.append(msg)
             elif msg.kind == IDENTIFY:
                 traits.extend((user_id, new, at, received) for user_id, new, at, _, received in msg.items)
                 merges.extend((anon, user_id, received) for user_id, _, _, anon, received in msg.items
@@ -75,20 +82,27 @@ class WorkspaceActor(Actor):
             else:
                 segment.extend(msg.items)
         stamps = {r.ts for r in records}
+        if claimed:
+            stamps.update(r.ts for msg in claimed for r in msg.items)
         stamps.update(item[3].ts for item in segment if item[2] == OP_EVENT)
         await self.partitions.ensure(self.pool, stamps)
         async with self.connection() as conn:
-            if not traits and not segment and not merges:
+            if not traits and not segment and not merges and not claimed:
                 # One statement: the events trigger checks erasures and keeps profiles (migration 0009).
                 await event_store.copy_events(conn, records)
                 return
-            if not traits and not records and all(item[2] == OP_EVENT for item in segment):
+            if not traits and not records and not claimed and all(item[2] == OP_EVENT for item in segment):
                 # Segment tracks, pages and screens alone: one statement too (storage.segment.STORE_EVENTS).
                 await segment_store.store_events(
                     conn, self.workspace_id, self.env,
                     [(s, m, row) for s, m, _, row in _first_of_each(segment)], datetime.now(UTC))
                 return
+            retries: list[tuple[Message, idempotency_store.Claim | None]] = []
             async with conn.transaction():
+                # Keys first, in every transaction that claims any: a retry waits on its key before it locks
+                # anything else, so it holds nothing the first request's flush could wait for.
+                if claimed:
+                    retries = await self._claim(conn, claimed, records)
                 merges[:0] = await self._segment_ops(conn, segment, records, traits) if segment else []
                 if segment:
                     # The sources' rows before any profile's, as in STORE_EVENTS (whose profile upkeep runs in
@@ -108,6 +122,36 @@ class WorkspaceActor(Actor):
                 await user_store.merge_traits(conn, self.workspace_id, self.env, _merged(traits))
                 for previous, target, _ in merges:
                     await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
+        # Committed: a retry is answered with its key's first answer. A key taken but gone by the time it was
+        # read (pruned in between) stored nothing and says so; the client's next retry claims it afresh.
+        for msg, earlier in retries:
+            if msg.future.done():  # its request went away
+                continue
+            if earlier is None:
+                msg.future.set_exception(StoreFailed("the Idempotency-Key was taken and could not be read"))
+                msg.future.exception()
+            else:
+                msg.future.set_result(earlier)
+
+    async def _claim(self, conn: asyncpg.Connection, claimed: list[Message],
+                     records: list[EventRow]) -> list[tuple[Message, idempotency_store.Claim | None]]:
+        """Claim the Idempotency-Keys in this transaction: the events of a request whose key is new join
+        records; the others are returned with the claim each is to be answered with (None: none found). The
+        same key twice in one flush (a retry racing its first request in this process) counts once."""
+        first: dict[str, Message] = {}
+        for msg in claimed:
+            first.setdefault(msg.claim.key, msg)
+        fresh, earlier = await idempotency_store.claim(
+            conn, self.workspace_id, self.env, [msg.claim for msg in first.values()])
+        retries: list[tuple[Message, idempotency_store.Claim | None]] = []
+        for msg in claimed:
+            key = msg.claim.key
+            if key in fresh and first[key] is msg:
+                records.extend(msg.items)
+                continue
+            retries.append((msg, first[key].claim if key in fresh else earlier.get(key)))
+            msg.size = 0  # nothing of it is stored: the ingestion counters leave it out
+        return retries
 
     async def _segment_ops(self, conn: asyncpg.Connection, segment: list[tuple], records: list[EventRow],
                            traits: list[tuple]) -> list[tuple[str, str, datetime]]:

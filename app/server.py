@@ -19,7 +19,7 @@ from actors.analytics_mirror import Mirror
 from actors.site import SiteActor
 from actors.supervisor import Supervisor
 from actors.workspace import PartitionCache, WorkspaceActor
-from app import dashboard_session
+from app import dashboard_session, idempotency
 from app.appkeys import (
     ANALYTICS,
     DATABASE_DSN,
@@ -301,7 +301,8 @@ async def scheduler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 # Each entry: (app, scheduler) -> None, calling scheduler.every(...).
-JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register]
+JOB_REGISTRARS = [source_runner.register, report_schedule.register, segment_upkeep.register,
+                  idempotency.register]
 
 
 def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> web.Application:

@@ -40,7 +40,7 @@ SINGLE_BODY = orjson.dumps({"event": "page_viewed", "user_id": "u42",
 class _Committed:
     """An actor whose every submission is already committed: the flush is not measured here."""
 
-    def submit(self, kind: str, items: list) -> asyncio.Future:
+    def submit(self, kind: str, items: list, claim: object = None) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future

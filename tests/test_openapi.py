@@ -49,3 +49,14 @@ def test_patterns_are_ecma_regexes():
     patterns = _patterns(document())
     assert "^[a-z][a-z0-9_]*$" in patterns  # the event name, generated from the reports' Structs
     assert [p for p in patterns if "\\Z" in p] == []
+
+
+async def test_event_ingestion_documents_its_idempotency_key(client):
+    doc = await (await client.get("/openapi.json")).json()
+    for path in ("/v1/events", "/v1/events/batch"):
+        op = doc["paths"][path]["post"]
+        header = [p for p in op["parameters"] if p["in"] == "header"]
+        assert [p["name"] for p in header] == ["Idempotency-Key"] and not header[0]["required"]
+        assert header[0]["schema"]["maxLength"] == 255
+        assert "409" in op["responses"]
+        assert "Idempotent-Replayed" in op["responses"]["200"]["headers"]

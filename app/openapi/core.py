@@ -28,6 +28,19 @@ def _page(item: str) -> dict:
     }
 
 
+# app/idempotency.py: 1-255 printable ASCII characters (spaces around a header value are not part of it).
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key", "in": "header", "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]([ -~]*[!-~])?$"},
+    "description": "Makes retries safe: a request with a key this workspace and environment (live or test) "
+                   "used in the last 48 hours stores nothing and is answered as the first one was (same `id` "
+                   "and `received_at`, or the same counts), with `Idempotent-Replayed: true`; one still being "
+                   "committed is waited for. The same key with another body (or the other endpoint) is a 409 "
+                   "`idempotency_conflict`. A request that failed (4xx, 5xx) keeps no key.",
+}
+_REPLAYED = {**RATE_HEADERS, "Idempotent-Replayed": {
+    "schema": {"type": "string", "enum": ["true"]},
+    "description": "present on the answer to a retry with an Idempotency-Key: the first request's answer"}}
 _LIMIT_1000 = query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100})
 _CURSOR = query("cursor", {"type": "string"})
 
@@ -40,10 +53,10 @@ PATHS = {
     "/openapi.json": {"get": {"summary": "This document", "responses": {"200": json_body(_JSON_OBJ)}}},
     "/v1/events": {
         "post": {
-            "summary": "Track one event", "security": KEYED,
+            "summary": "Track one event", "security": KEYED, "parameters": [_IDEMPOTENCY_KEY],
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("EventIn")}}},
-            "responses": {"200": json_body(ref("EventAccepted"), headers=RATE_HEADERS),
-                          **keyed_errors(400, 401, 403, 413, 429, 500, 503)},
+            "responses": {"200": json_body(ref("EventAccepted"), headers=_REPLAYED),
+                          **keyed_errors(400, 401, 403, 409, 413, 429, 500, 503)},
         },
         "get": {
             "summary": "List events, newest first", "security": KEYED,
@@ -56,14 +69,14 @@ PATHS = {
         },
     },
     "/v1/events/batch": {"post": {
-        "summary": "Track up to 1,000 events", "security": KEYED,
+        "summary": "Track up to 1,000 events", "security": KEYED, "parameters": [_IDEMPOTENCY_KEY],
         "description": "Each item is a single event's body, with its 64 KB limit: a larger item fails alone "
                        "(`payload_too_large` in `errors`); the whole body may be 8 MB.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["events"],
             "properties": {"events": {"type": "array", "maxItems": 1000, "items": ref("EventIn")}}}}}},
-        "responses": {"200": json_body(ref("BatchAccepted"), headers=RATE_HEADERS),
-                      **keyed_errors(400, 401, 403, 413, 429, 500, 503)},
+        "responses": {"200": json_body(ref("BatchAccepted"), headers=_REPLAYED),
+                      **keyed_errors(400, 401, 403, 409, 413, 429, 500, 503)},
     }},
     "/v1/identify": {"post": {
         "summary": "Identify a user and merge traits",

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from actors.base import Overloaded, StoreFailed, StoreUnreachable
 from actors.workspace import EVENTS
+from app import idempotency
 from app.appkeys import METRICS, POOL, SUPERVISOR, root_app
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
@@ -18,6 +19,7 @@ from app.timestamps import through
 from app.views.params import cursor_param, int_param, page_response, text_param, time_param
 from storage import events as event_store
 from storage.events import EventRow
+from storage.idempotency import Claim
 from storage.ids import new_id
 
 SINGLE_LIMIT = 64 * 1024
@@ -29,12 +31,14 @@ def _record(key: KeyInfo, event: EventIn, event_id: str, received: datetime) -> 
                     user_id=event.user_id, anonymous_id=event.anonymous_id, properties=event.properties)
 
 
-async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> None:
-    """Hand items to the workspace actor and wait until they are durable."""
+async def commit(request: web.Request, key: KeyInfo, kind: str, items: list,
+                 claim: Claim | None = None) -> Claim | None:
+    """Hand items to the workspace actor and wait until they are durable. With an Idempotency-Key's claim:
+    None when the key was new and the items are stored, else the key's earlier claim (nothing was stored)."""
     app = root_app(request)
     try:
         actor = app[SUPERVISOR].actor(("ws", key.workspace_id, key.env))
-        await actor.submit(kind, items)
+        return await actor.submit(kind, items, claim)
     except Overloaded as exc:
         app[METRICS].events_rejected.labels("overloaded").inc(len(items))
         raise ApiError(503, "overloaded", "the server is busy; retry shortly",
@@ -51,17 +55,26 @@ async def commit(request: web.Request, key: KeyInfo, kind: str, items: list) -> 
 @requires("write", "events")
 async def post_event(request: web.Request) -> web.Response:
     key = key_of(request)
-    event = decode(await read_body(request, SINGLE_LIMIT), EventIn)
+    once = idempotency.idempotency_key(request)
+    raw = await read_body(request, SINGLE_LIMIT)
+    event = decode(raw, EventIn)
     received = datetime.now(UTC)
     event_id = new_id("evt")
-    await commit(request, key, EVENTS, [_record(key, event, event_id, received)])
-    return json_response({"id": event_id, "status": "received", "received_at": iso_ms(received)})
+    rows = [_record(key, event, event_id, received)]
+    answer = {"id": event_id, "status": "received", "received_at": iso_ms(received)}
+    if once is None:
+        await commit(request, key, EVENTS, rows)
+        return json_response(answer)
+    claim = idempotency.claim(idempotency.SINGLE, once, raw, answer)
+    return idempotency.respond(claim, await commit(request, key, EVENTS, rows, claim))
 
 
 @requires("write", "events")
 async def post_batch(request: web.Request) -> web.Response:
     key = key_of(request)
-    batch = decode(await read_body(request, BATCH_LIMIT), BatchIn)
+    once = idempotency.idempotency_key(request)
+    raw = await read_body(request, BATCH_LIMIT)
+    batch = decode(raw, BatchIn)
     if len(batch.events) > MAX_BATCH:
         raise invalid(f"a batch holds at most {MAX_BATCH} events, got {len(batch.events)}",
                       fields=[{"field": "events", "message": f"more than {MAX_BATCH} items"}])
@@ -79,11 +92,15 @@ async def post_batch(request: web.Request) -> web.Response:
         records.append(_record(key, event, new_id("evt"), received))
     if errors:
         request.config_dict[METRICS].events_rejected.labels("invalid").inc(len(errors))
-    if records:
-        await commit(request, key, EVENTS, records)
     body: dict = {"received": len(records), "failed": len(errors)}
     if errors:
         body["errors"] = errors
+    if once is not None:
+        # Claimed even when every item failed: a retry gets the same answer, another body under the key a 409.
+        claim = idempotency.claim(idempotency.BATCH, once, raw, body)
+        return idempotency.respond(claim, await commit(request, key, EVENTS, records, claim))
+    if records:
+        await commit(request, key, EVENTS, records)
     return json_response(body)
 
 
