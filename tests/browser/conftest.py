@@ -161,9 +161,9 @@ def live_server(database_url: str, tmp_path_factory: pytest.TempPathFactory,
     loop.close()
 
 
-def npm_bundle(project: Path, package: str, entry: str) -> str:
-    """`entry` bundled by esbuild into one script, from the packages `project`'s lockfile pins. npm ci runs
-    once, under a lock: the suite's workers may build the same project's bundle at the same time."""
+def npm_install(project: Path, package: str) -> None:
+    """The packages `project`'s lockfile pins, in its node_modules. npm ci runs once, under a lock: the
+    suite's workers may need the same project at the same time."""
     with open(Path(tempfile.gettempdir()) / f"tally-npm-{project.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (project / "node_modules" / package).exists():
@@ -171,6 +171,11 @@ def npm_bundle(project: Path, package: str, entry: str) -> str:
             if npm is None:
                 pytest.skip(f"npm is needed to install {package} ({project})")
             subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=project, check=True, timeout=300)
+
+
+def npm_bundle(project: Path, package: str, entry: str) -> str:
+    """`entry` bundled by esbuild into one script, from the packages `project`'s lockfile pins."""
+    npm_install(project, package)
     built = subprocess.run([str(project / "node_modules" / ".bin" / "esbuild"), "--bundle", "--format=iife",
                             "--target=es2017", "--log-level=warning"],
                            input=entry, cwd=project, capture_output=True, text=True, check=True, timeout=120)
