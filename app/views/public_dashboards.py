@@ -32,7 +32,7 @@ PAGE_HEADERS = {
 }
 NOT_SHARED_PAGE = (
     "<!doctype html><html lang=en><meta charset=utf-8><title>Dashboard not found</title>"
-    "<h1>Dashboard not found</h1><p>This link is wrong, or the dashboard is no longer shared.</p></html>"
+    "<main><h1>Dashboard not found</h1><p>This link is wrong, or the dashboard is no longer shared.</p></main></html>"
 )
 
 

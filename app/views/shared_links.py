@@ -64,7 +64,7 @@ PASSWORD_PAGE = (
 )
 NOT_SHARED_PAGE = (
     "<!doctype html><html lang=en><meta charset=utf-8><title>Link not found</title>"
-    "<h1>Link not found</h1><p>This link is wrong, or it is no longer shared.</p></html>"
+    "<main><h1>Link not found</h1><p>This link is wrong, or it is no longer shared.</p></main></html>"
 )
 
 

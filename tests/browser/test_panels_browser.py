@@ -286,7 +286,7 @@ def test_goal_drill_down_by_property(page: Page, live_server, account, screensho
     goals.locator("button.toprow[data-key=signup]").click()
     expect(page).to_have_url(re.compile(r"filter=goal%3D%3Dsignup"))
     expect(page.locator(".chip > .ellipsis")).to_have_text(["Goal is signup"])
-    expect(page.locator("section.card h3", has_text="events")).to_have_text("“signup” events")
+    expect(page.locator("section.card h2", has_text="events")).to_have_text("“signup” events")
     expect_stats(page, "3", "0", "3", "33.3%")  # of A, C and E, only E's visit had one pageview
     # Only the chosen goal: A and C also visited /pricing, which a "Visit /pricing 0" row denied.
     expect_rows(page, "goals", [("signup", "3", "3", "50%")], ("visitors", "events", "conversion_rate"))
@@ -315,7 +315,7 @@ def test_an_event_filter_charts_that_event(page: Page, live_server, account):
     site_id = open_site(page, live_server, account)
     page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h&filter=" + quote("event==signup"))
     expect(page.locator(".chip > .ellipsis")).to_have_text(["Event is signup"])
-    expect(page.locator("section.card h3", has_text="events")).to_have_text("\u201csignup\u201d events")
+    expect(page.locator("section.card h2", has_text="events")).to_have_text("\u201csignup\u201d events")
     expect_stats(page, "3", "0", "3", "33.3%")
 
 

@@ -109,13 +109,13 @@ def test_a_shared_link_with_a_password_asks_for_it(page: Page, browser: Browser,
         link.get_by_role("button", name="Password of Board").click()
         link.get_by_label("New password for Board").fill("battery staple 7")
         link.get_by_role("button", name="Change password").click()
-        expect(link.get_by_role("button", name="Remove the password of Board")).to_be_hidden()  # redrawn, closed
+        expect(link.get_by_role("button", name="Remove password of Board")).to_be_hidden()  # redrawn, closed
         shared.reload()
         unlock(shared, wrong="correct horse 42", right="battery staple 7")
 
         # Removed: the link opens without one, in a fresh browser too.
         link.get_by_role("button", name="Password of Board").click()
-        link.get_by_role("button", name="Remove the password of Board").click()
+        link.get_by_role("button", name="Remove password of Board").click()
         expect(link.locator(".badge")).to_have_count(0)
         fresh = browser.new_context(**browser_context_args)
         try:

@@ -125,7 +125,7 @@ export function codeBlock(text, label = 'Copy') {
 
 export function trackerHelp(siteId) {
   return h('div', { class: 'empty' },
-    h('h3', { text: 'No events yet' }),
+    h('h2', { text: 'No events yet' }),
     h('p', { text: 'Add this snippet to the <head> of every page of your site. Pageviews, SPA navigation and outbound link clicks are tracked automatically:' }),
     codeBlock(snippet(siteId)),
     customEventsHint(),

@@ -20,7 +20,7 @@ export function renderEvents(container, siteId) {
   // Page size: one of the picker's, or any 1-200 given in the URL (?limit=).
   let pageSize = Math.min(200, Math.max(1, parseInt(query.get('limit'), 10) || 50))
   const controls = h('div', { class: 'row controls' })
-  const chips = h('div', { class: 'row chips', 'aria-label': 'Active filters' })
+  const chips = h('div', { class: 'row chips', role: 'group', 'aria-label': 'Active filters' })
   const body = h('div', { class: 'events' })
   container.append(siteHeader(siteId, 'events'), controls, chips, body)
   let alive = true
@@ -78,7 +78,8 @@ export function renderEvents(container, siteId) {
       const next = h('button', { type: 'button', class: 'small', text: 'Older →', disabled: end >= total, onclick: () => page(1) })
       // On the last page "Older" is disabled: its focus goes to "Newer".
       replaceKeepingFocus(body, [
-        h('div', { class: 'table-wrap' }, h('table', { class: 'log' },
+        // The table scrolls sideways on a phone: a named region in the tab order, so a keyboard can scroll it.
+        h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': 'Events' }, h('table', { class: 'log' },
           h('thead', {}, h('tr', {}, [`Time (${localZone()})`, 'Event', 'Path', 'Referrer', 'Country', 'Props', 'Session'].map((t) => h('th', { text: t })))),
           h('tbody', {}, rows))),
         h('div', { class: 'row pager' }, prev, h('span', { class: 'muted small', text: `${offset + 1}–${end} of ${total}` }), next),

@@ -55,7 +55,8 @@ export function renderKeys(container) {
         return
       }
       replaceKeepingFocus(list, [h('div', { class: 'table-wrap' }, h('table', { class: 'keys' },
-        h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', { text: t })))),
+        // The last column holds each key's Revoke button: its heading is for screen readers only.
+        h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', {}, t || h('span', { class: 'visually-hidden', text: 'Actions' }))))),
         h('tbody', {}, keys.map((k) => keyRow(k, reload)))))], () => list.querySelector('button') || form.querySelector('input[name=name]'))
     } catch (e) {
       list.replaceChildren(errorBox(e))
@@ -70,7 +71,7 @@ export function renderKeys(container) {
       const key = await api('/api/keys', { method: 'POST', json: { name: form.name.value.trim(), scopes, test: form.test.checked } })
       form.reset()
       created.replaceChildren(h('section', { class: 'card notice', role: 'status' },
-        h('h3', { text: `Key “${key.name}” created` }),
+        h('h2', { text: `Key “${key.name}” created` }),
         h('p', { text: 'Copy it now: this is the only time it is shown. Store it as a secret; send it as Authorization: Bearer <key>.' }),
         codeBlock(key.key),
         h('button', { type: 'button', class: 'small', text: 'Done, hide it', onclick: () => created.replaceChildren() })))
@@ -85,8 +86,8 @@ export function renderKeys(container) {
     h('div', { class: 'page-head' }, h('h1', { text: 'API keys' }),
       h('p', { class: 'muted', text: 'Keys authenticate the /v1 REST API from your servers. The browser tracker needs no key.' })),
     created,
-    h('section', { class: 'card' }, h('h3', { text: 'Create a key' }), form, error),
-    h('section', { class: 'card' }, h('h3', { text: 'Keys' }), list),
+    h('section', { class: 'card' }, h('h2', { text: 'Create a key' }), form, error),
+    h('section', { class: 'card' }, h('h2', { text: 'Keys' }), list),
   )
   reload()
 }

@@ -29,13 +29,18 @@ function render() {
   for (const [re, page, section] of routes) {
     const m = location.pathname.match(re)
     if (!m) continue
-    for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === section)
+    // The section a page is in is the current one: the page itself (Sites), or a page under it (a site's).
+    for (const a of document.querySelectorAll('[data-nav]')) {
+      a.classList.toggle('active', a.dataset.nav === section)
+      if (a.dataset.nav === section) a.setAttribute('aria-current', a.pathname === location.pathname ? 'page' : 'true')
+      else a.removeAttribute('aria-current')
+    }
     const params = m.slice(1).map(decodeURIComponent)
     cleanup = page(view, ...params) || null
     window.scrollTo(0, 0)
     return
   }
-  view.append(h('div', { class: 'empty' }, h('h2', { text: 'Page not found' }), h('a', { href: '/app', text: 'Back to your sites' })))
+  view.append(h('div', { class: 'empty' }, h('h1', { text: 'Page not found' }), h('a', { href: '/app', text: 'Back to your sites' })))
 }
 
 // Same-origin /app links navigate without a page load.

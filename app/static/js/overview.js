@@ -100,7 +100,8 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
   let chart = null
   let alive = true
 
-  const chips = h('div', { class: 'row chips', 'aria-label': 'Active filters' })
+  // A group: a plain div's aria-label is prohibited, and screen readers ignore it.
+  const chips = h('div', { class: 'row chips', role: 'group', 'aria-label': 'Active filters' })
   const panels = breakdownPanels({ siteId, state, shared: !!shared, addFilter: (dimension, value) => { state.filters = withTerm(state.filters, dimension, value); changed() } })
   let generation = 0
   let retry = null
@@ -160,7 +161,7 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
       replaceKeepingFocus(body, [
         ...(data.totalEvents === 0 && !filtered && !shared ? [trackerHelp(siteId)] : []),
         stats,
-        h('section', { class: 'card' }, h('h3', { text: charted ? `“${charted}” events` : 'Pageviews' }), chart.el),
+        h('section', { class: 'card' }, h('h2', { text: charted ? `“${charted}” events` : 'Pageviews' }), chart.el),
         panels.el,
       ])
     } catch (e) {

@@ -100,7 +100,7 @@ function breakdownPanel(spec, ctx) {
   const panelId = `panel-${spec.id}`
   function drawHead() {
     const tabs = spec.tabs.filter(([k]) => !hidden.has(k))
-    replaceKeepingFocus(head, [h('h3', { text: spec.title }),
+    replaceKeepingFocus(head, [h('h2', { text: spec.title }),
       tabBar(panelId, tabs, active, (k) => { active = k; load() }, spec.title)])
     tabPanel(body, panelId, active)
   }
@@ -165,7 +165,7 @@ function goalsPanel(ctx) {
     const mine = ++generation
     const goal = termValue(ctx.state.filters, 'goal')
     if (!goal) active = 'goal'
-    replaceKeepingFocus(head, [h('h3', { text: 'Goals' }),
+    replaceKeepingFocus(head, [h('h2', { text: 'Goals' }),
       ...(goal ? [tabBar('panel-goals', [['goal', 'Goals'], ['props', 'Properties']], active, (k) => { active = k; load() }, 'Goals')] : []),
       h('span', { class: 'spacer' }), ...tools])
     tabPanel(body, 'panel-goals', active, !!goal)

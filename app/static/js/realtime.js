@@ -57,8 +57,8 @@ export function renderRealtime(container, siteId) {
           big('Pageviews / min', rate(rt.pageviewsPerMinute), 'pageviewsPerMinute'),
           big('Events / min', rate(rt.eventsPerMinute), 'eventsPerMinute')),
         h('div', { class: 'grid2' },
-          h('section', { class: 'card' }, h('h3', { text: 'Active pages' }), pages),
-          h('section', { class: 'card' }, h('h3', { text: 'Latest events' }),
+          h('section', { class: 'card' }, h('h2', { text: 'Active pages' }), pages),
+          h('section', { class: 'card' }, h('h2', { text: 'Latest events' }),
             idle ? h('p', { class: 'muted small', text: hasEvents ? 'No events in this window. New ones appear here within seconds of happening.' : 'No events yet. They appear here within seconds of happening.' }) : feed)),
         ...(idle && !hasEvents ? [trackerHelp(siteId)] : []),
       )

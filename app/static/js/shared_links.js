@@ -35,7 +35,7 @@ export function sharedLinks(siteId) {
     const form = h('form', { class: 'row goal-form', hidden: true }, input,
       h('button', { type: 'submit', class: 'small', text: link.protected ? 'Change password' : 'Set password' }),
       ...(link.protected
-        ? [h('button', { type: 'button', class: 'link small', text: 'Remove password', 'aria-label': `Remove the password of ${link.name}`,
+        ? [h('button', { type: 'button', class: 'link small', text: 'Remove password', 'aria-label': `Remove password of ${link.name}`,
             onclick: () => act(() => api(path, { method: 'PATCH', json: { password: null } })) })]
         : []))
     form.addEventListener('submit', (e) => {

@@ -83,10 +83,10 @@ function siteCard(site, openSetup, onVerified) {
   const verified = isVerified(site)
   const setup = h('div', { class: 'setup', hidden: !openSetup })
   const fill = () => setup.replaceChildren(
-    h('h4', { text: 'Install the tracker' }),
+    h('h3', { text: 'Install the tracker' }),
     codeBlock(snippet(site.id)),
     customEventsHint(),
-    ...(verified ? [] : [h('h4', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
+    ...(verified ? [] : [h('h3', { text: 'Verify the domain' }), verifyPanel(site, onVerified)]),
   )
   if (openSetup) fill()
   // A disclosure button: it says whether its section is open, and which one (every card has one of the name).
@@ -103,8 +103,9 @@ function siteCard(site, openSetup, onVerified) {
     },
   })
   return h('li', { class: 'card site', dataset: { site: site.id } },
-    h('div', { class: 'row' },
-      h('a', { class: 'site-domain', href: `/app/sites/${encodeURIComponent(site.id)}`, title: site.domain, text: site.domain }),
+    // The domain is the card's heading: a screen reader's heading keys go from site to site.
+    h('div', { class: 'row' }, h('h2', { class: 'site-name' },
+      h('a', { class: 'site-domain', href: `/app/sites/${encodeURIComponent(site.id)}`, title: site.domain, text: site.domain })),
       badge(verified), h('span', { class: 'spacer' }), toggle),
     h('div', { class: 'muted small ellipsis' }, 'Site id ', h('code', { text: site.id })),
     setup,
@@ -144,14 +145,14 @@ async function renderInto(container, { openId = null, offset = offsetOf(location
   })
   container.replaceChildren(
     h('div', { class: 'page-head' }, h('h1', { text: 'Sites' })),
-    h('section', { class: 'card' }, h('h3', { text: 'Add a site' }), form, error),
+    h('section', { class: 'card' }, h('h2', { text: 'Add a site' }), form, error),
     count, list, pager,
   )
   try {
     const { sites, total } = offset ? await sitesPage(offset) : await loadSites(openId !== null)
     if (!sites.length && !offset) {
       list.append(h('li', { class: 'empty' },
-        h('h3', { text: 'No sites yet' }),
+        h('h2', { text: 'No sites yet' }),
         h('p', { text: 'Add the domain of your website above. You will get a one-line script tag to put on its pages.' })))
     }
     for (const site of sites) list.append(siteCard(site, site.id === openId, () => go(offset, site.id)))
@@ -211,10 +212,11 @@ export function siteHeader(siteId, active) {
     mark.replaceWith(badge(isVerified(site)))
   }).catch(() => {})
   const base = `/app/sites/${encodeURIComponent(siteId)}`
-  const tab = (href, label, key) => h('a', { href: href + location.search, class: active === key ? 'tab active' : 'tab', text: label })
+  const tab = (href, label, key) => h('a', { href: href + location.search, class: active === key ? 'tab active' : 'tab', text: label,
+    'aria-current': active === key ? 'page' : null })
   return h('div', { class: 'page-head' },
     h('div', { class: 'row title-row' }, h('a', { href: '/app', class: 'muted', text: 'Sites /' }), title, mark),
-    h('nav', { class: 'tabs' }, tab(base, 'Overview', 'overview'), tab(`${base}/realtime`, 'Realtime', 'realtime'),
+    h('nav', { class: 'tabs', 'aria-label': 'Site pages' }, tab(base, 'Overview', 'overview'), tab(`${base}/realtime`, 'Realtime', 'realtime'),
       tab(`${base}/events`, 'Events', 'events')),
   )
 }
