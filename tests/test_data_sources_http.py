@@ -132,16 +132,23 @@ async def test_stripe_refund_made_after_its_charge_was_imported_is_an_event_once
     assert len(await named(client, key, "charge_succeeded")) == 3
 
 
-async def test_stripe_key_without_refunds_access_keeps_customers_and_charges_and_says_why(client, make_key, stripe):
+@pytest.mark.parametrize(("kind", "permission", "what_for"), [
+    ("refunds", "rak_refund_read", ""),
+    ("events", "rak_event_read", "charge outcomes and customer changes"),
+])
+async def test_a_stripe_key_without_a_read_permission_keeps_what_it_read_and_says_why(
+        client, make_key, stripe, kind, permission, what_for):
+    """A restricted key without read access to refunds, or to events (read after the listings): the sync
+    commits the customers and charges, then ends in `error` with Stripe's message naming the permission."""
     fake, url = stripe
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
-    fake.refunds_forbidden = True
+    setattr(fake, f"{kind}_forbidden", True)
     key = await make_key("admin,read")
     created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
                                          "options": {"base_url": url}})
     body = await wait_status(client, key, created["id"], "error")
     assert body["status_reason"].startswith("Stripe rejected the credentials (HTTP 403): The provided key "), body
-    assert "rak_refund_read" in body["status_reason"]
+    assert permission in body["status_reason"] and what_for in body["status_reason"]
     assert [e["properties"]["charge_id"] for e in await named(client, key, "charge_succeeded")] == ["ch_1"]
     assert (await client.get("/v1/users/cus_1", headers=bearer(key))).status == 200
 

@@ -180,18 +180,3 @@ async def test_a_cursor_stored_before_updates_were_read_still_syncs(client, make
     assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1", "ch_2", "ch_3"]
     body = await sync_again(client, key, body["id"])
     assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1", "ch_2", "ch_3"]
-
-
-async def test_a_key_without_events_access_keeps_the_rest_and_says_what_it_needs(client, make_key, fake_stripe):
-    fake, url = fake_stripe
-    fake.customers, fake.charges = [customer(1, T0)], [charge(1, 1, T0 + 10)]
-    fake.events_forbidden = True
-    key = await make_key("admin,read")
-    created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
-                                         "options": {"base_url": url}})
-    body = await wait_status(client, key, created["id"], "error")
-    assert body["status_reason"].startswith("Stripe rejected the credentials (HTTP 403): The provided key "), body
-    assert "rak_event_read" in body["status_reason"]
-    assert "charge outcomes and customer changes" in body["status_reason"]
-    assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1"]
-    assert (await client.get("/v1/users/cus_1", headers=bearer(key))).status == 200
