@@ -32,7 +32,7 @@ from app.timestamps import has_utc_time
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
-from storage.migrate import migrate
+from storage.migrate import available, migrate
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> None:
@@ -84,7 +84,9 @@ async def _tune_gc(app: object) -> None:
     gc.set_threshold(10_000)
 
 
-async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[int]]) -> int:
+async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[int]],
+                   applied: list[int] | None = None) -> int:
+    """Run `work` on a connection to a migrated database; the versions this call applied go into `applied`."""
     embedded = None
     dsn = settings.database_url
     if dsn is None:
@@ -95,7 +97,7 @@ async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awai
             pool = await create_pool(dsn, min_size=1, max_size=2)
         try:
             async with pool.acquire() as conn:
-                await migrate(conn)
+                (applied if applied is not None else []).extend(await migrate(conn))
                 return await work(conn)
         finally:
             await pool.close()
@@ -290,7 +292,11 @@ async def _create_user(conn: asyncpg.Connection, args: argparse.Namespace, *, re
     return 0
 
 
-async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace) -> int:
+async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace, applied: list[int]) -> int:
+    # Said, so that an operator upgrading sees what the upgrade did to the database.
+    names = {version: name for version, name, _ in available()}
+    for version in applied:
+        print(f"applied migration {version:04d}_{names[version]}")
     print("database schema is up to date")
     return 0
 
@@ -359,10 +365,12 @@ def main(argv: list[str] | None = None) -> None:
             return
         if args.command == "analytics":
             sys.exit(asyncio.run(_analytics(settings, args)))
-        command = COMMANDS[args.command]
+        command, applied = COMMANDS[args.command], []
         if args.command == "create-user":
             command = functools.partial(_create_user, redis_url=settings.redis_url)
-        code = asyncio.run(_with_db(settings, lambda conn: command(conn, args)))
+        if args.command == "migrate":
+            command = functools.partial(_migrate, applied=applied)
+        code = asyncio.run(_with_db(settings, lambda conn: command(conn, args), applied))
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         code = 2

@@ -74,6 +74,32 @@ def test_migrate_and_create_user(cli, workspace):
     assert done.returncode == 0, done.stderr
 
 
+async def test_migrate_says_which_migrations_it_applied(pg_admin_dsn, tmp_path):
+    """An operator upgrading runs `tally migrate` and reads what it did: it said "database schema is up to date"
+    whether it had just applied sixteen migrations or none (found in an upgrade walk-through)."""
+    import asyncpg
+
+    from storage.migrate import available, migrate
+    from tests.test_analytics_durability import drop_database, fresh_database
+
+    dsn = await fresh_database(pg_admin_dsn)
+    try:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await migrate(conn, upto=34)  # a database of an older release
+        finally:
+            await conn.close()
+        pending = [f"{v:04d}_{name}" for v, name, _ in available() if v > 34]
+        done = tally(dsn, tmp_path, "migrate")
+        assert done.returncode == 0, done.stderr
+        said = [f"applied migration {p}" for p in pending] + ["database schema is up to date"]
+        assert done.stdout.splitlines() == said
+        again = tally(dsn, tmp_path, "migrate")
+        assert again.returncode == 0 and again.stdout == "database schema is up to date\n"
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
 def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`tally serve` with `env` over this process's environment; for settings it refuses, so it exits."""
     return subprocess.run([sys.executable, "-m", "app", "serve", *args], capture_output=True, text=True,
