@@ -32,7 +32,7 @@ from app.timestamps import has_utc_time
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
-from storage.migrate import available, migrate
+from storage.migrate import SchemaTooNew, available, migrate, pending
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> None:
@@ -84,9 +84,23 @@ async def _tune_gc(app: object) -> None:
     gc.set_threshold(10_000)
 
 
+async def _current_schema(conn: asyncpg.Connection) -> None:
+    """Before a command other than `migrate`: a new database is migrated (nothing older can be using it); one
+    an older release migrated is refused, not migrated. Migrating it under that release's running server
+    broke the server (its mirror failed every round, reports answered 500) until it was restarted."""
+    missing = await pending(conn)
+    if missing is None:
+        await migrate(conn)
+    elif missing:
+        raise StartupError(f"the database schema is older than this release ({len(missing)} migrations pending: "
+                           f"{', '.join(missing)}); run `tally migrate`, or start `tally serve`, which migrates "
+                           "at start, once the servers of the older release are stopped")
+
+
 async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[int]],
                    applied: list[int] | None = None) -> int:
-    """Run `work` on a connection to a migrated database; the versions this call applied go into `applied`."""
+    """Run `work` on a connection to a database of this release's schema. With `applied` (`tally migrate`) the
+    database is migrated and the versions applied go into it; else an older schema is refused."""
     embedded = None
     dsn = settings.database_url
     if dsn is None:
@@ -97,7 +111,10 @@ async def _with_db(settings: Settings, work: Callable[[asyncpg.Connection], Awai
             pool = await create_pool(dsn, min_size=1, max_size=2)
         try:
             async with pool.acquire() as conn:
-                (applied if applied is not None else []).extend(await migrate(conn))
+                if applied is None:
+                    await _current_schema(conn)
+                else:
+                    applied.extend(await migrate(conn))
                 return await work(conn)
         finally:
             await pool.close()
@@ -365,16 +382,17 @@ def main(argv: list[str] | None = None) -> None:
             return
         if args.command == "analytics":
             sys.exit(asyncio.run(_analytics(settings, args)))
-        command, applied = COMMANDS[args.command], []
+        command, applied = COMMANDS[args.command], None
         if args.command == "create-user":
             command = functools.partial(_create_user, redis_url=settings.redis_url)
         if args.command == "migrate":
+            applied = []
             command = functools.partial(_migrate, applied=applied)
         code = asyncio.run(_with_db(settings, lambda conn: command(conn, args), applied))
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         code = 2
-    except StartupError as exc:
+    except (StartupError, SchemaTooNew) as exc:
         print(f"start-up error: {exc}", file=sys.stderr)
         code = 1
     sys.exit(code)

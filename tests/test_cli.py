@@ -100,6 +100,101 @@ async def test_migrate_says_which_migrations_it_applied(pg_admin_dsn, tmp_path):
         await drop_database(pg_admin_dsn, dsn)
 
 
+async def _database_at(pg_admin_dsn: str, upto: int | None, extra_version: int | None = None) -> str:
+    """A database of its own migrated up to `upto` (None: none at all), with `extra_version` in its ledger as
+    a newer release would leave it."""
+    import asyncpg
+
+    from storage.migrate import migrate
+    from tests.test_analytics_durability import fresh_database
+
+    dsn = await fresh_database(pg_admin_dsn)
+    if upto is not None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await migrate(conn, upto=upto)
+            if extra_version is not None:
+                await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_the_future')",
+                                   extra_version)
+        finally:
+            await conn.close()
+    return dsn
+
+
+async def _ledger(dsn: str) -> list[int]:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations ORDER BY 1")]
+    finally:
+        await conn.close()
+
+
+async def test_a_command_does_not_migrate_a_database_an_older_release_uses(pg_admin_dsn, tmp_path):
+    """`tally create-key` (or any command but `migrate` and `serve`) from a new install, with the older
+    release's server still running on the database, migrated it under that server, whose mirror then failed
+    every round and whose reports answered 500 (upgrade walk-through): it now refuses, changing nothing."""
+    from storage.migrate import available
+    from tests.test_analytics_durability import drop_database
+
+    dsn = await _database_at(pg_admin_dsn, upto=34)
+    try:
+        before = await _ledger(dsn)
+        pending = ", ".join(f"{v:04d}_{name}" for v, name, _ in available() if v > 34)
+        for args in (("create-key", "--workspace", "acme", "--scopes", "read"), ("list-keys", "--workspace", "acme"),
+                     ("analytics", "status")):
+            done = tally(dsn, tmp_path, *args)
+            assert done.returncode == 1, done
+            assert done.stderr == (f"start-up error: the database schema is older than this release ("
+                                   f"{len(available()) - len(before)} migrations pending: {pending}); run `tally "
+                                   "migrate`, or start `tally serve`, which migrates at start, once the servers of "
+                                   "the older release are stopped\n"), done.stderr
+            assert done.stdout == ""
+        assert await _ledger(dsn) == before
+        assert tally(dsn, tmp_path, "migrate").returncode == 0
+        done = tally(dsn, tmp_path, "create-key", "--workspace", "acme", "--scopes", "read")
+        assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_"), done
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
+async def test_a_command_migrates_a_new_database(pg_admin_dsn, tmp_path):
+    """Nothing older can be using a database without a schema: the first command sets it up, as before."""
+    from storage.migrate import available
+    from tests.test_analytics_durability import drop_database
+
+    dsn = await _database_at(pg_admin_dsn, upto=None)
+    try:
+        done = tally(dsn, tmp_path, "create-key", "--workspace", "acme", "--scopes", "read")
+        assert done.returncode == 0 and done.stdout.startswith("tally_live_sk_"), done
+        assert await _ledger(dsn) == [v for v, _, _ in available()]
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
+async def test_a_database_a_newer_release_migrated_is_refused(pg_admin_dsn, tmp_path):
+    """This release's SQL would meet a schema it does not know: every command, `migrate` and `serve` included,
+    stops with one line naming the unknown migration, and changes nothing."""
+    from tests.test_analytics_durability import drop_database
+
+    dsn = await _database_at(pg_admin_dsn, upto=34, extra_version=9999)
+    said = ("start-up error: the database was migrated by a newer release of Tally (migration 9999 is unknown to "
+            "this one): run that release, or restore a backup taken before the upgrade\n")
+    try:
+        before = await _ledger(dsn)
+        for args in (("create-key", "--workspace", "acme", "--scopes", "read"), ("migrate",)):
+            done = tally(dsn, tmp_path, *args)
+            assert (done.returncode, done.stdout, done.stderr) == (1, "", said), done
+        done = serve({"DATABASE_URL": dsn, "TALLY_DATA_DIR": str(tmp_path), "TALLY_SECRET": "s" * 32},
+                     "--port", str(free_port()))
+        assert done.returncode == 1, done
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert await _ledger(dsn) == before
+    finally:
+        await drop_database(pg_admin_dsn, dsn)
+
+
 def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`tally serve` with `env` over this process's environment; for settings it refuses, so it exits."""
     return subprocess.run([sys.executable, "-m", "app", "serve", *args], capture_output=True, text=True,
