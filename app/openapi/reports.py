@@ -96,7 +96,9 @@ PATHS = {
                                "result_too_large past TALLY_CUSTOM_SQL_MAX_BYTES; 429 reports_busy (with Retry-After) "
                                "when the workspace already runs all but one of the report connections' worth "
                                "of reports; 503 reports_busy (with Retry-After) when every report connection "
-                               "stayed busy.",
+                               "stayed busy; 503 unavailable (with Retry-After) when waiting for the analytics "
+                               "store to mirror the events committed before the run took the whole timeout (a "
+                               "backlog after an upgrade or an outage).",
                 "responses": {"200": json_body(ref("ReportResult"), headers=RATE_HEADERS),
                               **keyed_errors(400, 401, 403, 404, 413, 429, 503, 504)}},
     },

@@ -29,6 +29,11 @@ from storage.clickhouse import AnalyticsStore
 TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
                      "LIMIT")
 TIMEOUT_MESSAGE = "the report took longer than {s:g} s; narrow the date range or use scheduled delivery"
+# A run first waits for the analytics store to hold every event committed before it. When that wait takes the
+# whole timeout (a backlog after an upgrade, a rebuild or an outage; a lock), the report's size is not the
+# cause: narrowing its range would not help, and the same run will pass once the store has caught up.
+CATCHING_UP_MESSAGE = ("the analytics store is still mirroring events committed before this run (a backlog "
+                       "after an upgrade, a rebuild or an outage); retry shortly")
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ async def run_report(
     now = datetime.now(UTC)
     timeout = settings.report_timeout_seconds
     started, outcome = time.perf_counter(), "error"
+    catching_up = False
     try:
         # The report pool is small on purpose: a run waits its turn (at most its own timeout) rather
         # than taking connections that ingestion and other tenants need.
@@ -139,7 +145,9 @@ async def run_report(
             limits = {"max_execution_time": max(1, round(timeout))}
             async with asyncio.timeout(timeout):
                 if catch_up is not None:
+                    catching_up = True
                     await catch_up()
+                    catching_up = False
                 columns, rows = await _built_in(analytics, conn, workspace_id, env, parsed, now, limits)
             outcome = "ok"
             return Result(columns, rows, now)
@@ -151,6 +159,8 @@ async def run_report(
             n=settings.custom_sql_max_bytes)) from None
     except (asyncpg.QueryCanceledError, TimeoutError):
         outcome = "timeout"
+        if catching_up:
+            raise ApiError(503, "unavailable", CATCHING_UP_MESSAGE, headers={"Retry-After": "10"}) from None
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
     except ClickHouseError as exc:
         if "TIMEOUT_EXCEEDED" not in str(exc):
