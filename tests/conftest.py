@@ -23,6 +23,7 @@ from storage.clickhouse import AnalyticsStore, open_store
 from storage.clickhouse_layout import ensure_schema
 from storage.db import close_pool, create_pool
 from tests.embedded_dirs import embedded_dir  # noqa: F401 (a fixture)
+from tests.fake_peers import STRIPE_KEY, FakeHubSpot, FakeStripe, base_url, serve
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -217,3 +218,21 @@ async def connect(database_url: str) -> asyncpg.Connection:
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
     return conn
+
+
+@pytest.fixture
+async def stripe() -> AsyncIterator[tuple[FakeStripe, str]]:
+    """A fake Stripe API for the official SDK (tests/fake_peers.py), and its base URL; key STRIPE_KEY."""
+    fake = FakeStripe(api_key=STRIPE_KEY)
+    server = await serve(fake.app())
+    yield fake, base_url(server)
+    await server.close()
+
+
+@pytest.fixture
+async def hubspot() -> AsyncIterator[tuple[FakeHubSpot, str]]:
+    """A fake HubSpot API for the official client, and its base URL."""
+    fake = FakeHubSpot(access_token="hub-access-token-xyz")
+    server = await serve(fake.app())
+    yield fake, base_url(server)
+    await server.close()

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+STRIPE_KEY = "sk_test_StripeSecret4242abcd"
+
 
 @dataclass
 class FakeStripe:

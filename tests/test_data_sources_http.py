@@ -10,10 +10,8 @@ import logging
 import pytest
 
 from tests.conftest import bearer
-from tests.fake_peers import FakeHubSpot, FakeStripe, base_url, serve
+from tests.fake_peers import STRIPE_KEY, FakeHubSpot, base_url, serve
 from tests.test_data_sources import create, wait_idle, wait_status
-
-STRIPE_KEY = "sk_test_StripeSecret4242abcd"
 
 
 def customer(n: int, created: int) -> dict:
@@ -25,14 +23,6 @@ def charge(n: int, cust: int, created: int, status: str = "succeeded") -> dict:
     return {"id": f"ch_{n}", "object": "charge", "amount": 1000 + n, "currency": "usd", "status": status,
             "paid": status == "succeeded", "refunded": False, "amount_refunded": 0, "customer": f"cus_{cust}",
             "created": created, "description": None}
-
-
-@pytest.fixture
-async def stripe():
-    fake = FakeStripe(api_key=STRIPE_KEY)
-    server = await serve(fake.app())
-    yield fake, base_url(server)
-    await server.close()
 
 
 async def named(client, key: str, name: str) -> list[dict]:

@@ -7,22 +7,12 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from tests.conftest import bearer
-from tests.fake_peers import FakeHubSpot, base_url, serve
+from tests.fake_peers import FakeHubSpot
 from tests.test_data_sources import create, wait_status
 from tests.test_data_sources_http import contact
 
 AT = "2024-02-01T00:00:00.123Z"  # HubSpot's updatedAt has millisecond precision
-
-
-@pytest.fixture
-async def hubspot():
-    fake = FakeHubSpot(access_token="hub-access-token-xyz")
-    server = await serve(fake.app())
-    yield fake, base_url(server)
-    await server.close()
 
 
 def source(fake: FakeHubSpot, url: str) -> dict:

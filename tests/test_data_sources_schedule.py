@@ -12,15 +12,7 @@ from app.sources.runner import JOB, RUNNER, SourceRunner
 from tests.conftest import bearer
 from tests.fake_peers import FakeHubSpot
 from tests.test_data_sources import create, park_other_sources, wait_idle, wait_status
-from tests.test_data_sources_http import (  # noqa: F401 (fixture)
-    STRIPE_KEY,
-    charge,
-    contact,
-    customer,
-    named,
-    stripe,
-)
-from tests.test_data_sources_hubspot import hubspot  # noqa: F401 (fixture)
+from tests.test_data_sources_http import STRIPE_KEY, charge, contact, customer, named
 
 
 async def make_due(pool, source_id: str, minutes: int = 1) -> None:
@@ -77,7 +69,7 @@ async def held_due_stripe_source(client, key: str, fake, url: str, pool) -> str:
     return slow
 
 
-async def test_a_long_import_does_not_hold_the_next_ticks_sources(client, make_key, stripe, hubspot, pool):  # noqa: F811
+async def test_a_long_import_does_not_hold_the_next_ticks_sources(client, make_key, stripe, hubspot, pool):
     fake, url = stripe
     hub, hub_url = hubspot
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
@@ -108,7 +100,7 @@ async def test_a_long_import_does_not_hold_the_next_ticks_sources(client, make_k
         "ch_1", "ch_2"]
 
 
-async def test_a_slow_source_past_its_lease_is_not_started_again_beside_itself(client, make_key, stripe, pool):  # noqa: F811
+async def test_a_slow_source_past_its_lease_is_not_started_again_beside_itself(client, make_key, stripe, pool):
     """A page slower than the lease: the next tick must not start a second run of the source in this process,
     which would read from the same cursor and import every charge twice."""
     fake, url = stripe
@@ -130,7 +122,7 @@ async def test_a_slow_source_past_its_lease_is_not_started_again_beside_itself(c
         "ch_1", "ch_2"]
 
 
-async def test_one_workspace_cannot_take_every_slot(client, make_key, stripe, hubspot, pool, monkeypatch):  # noqa: F811
+async def test_one_workspace_cannot_take_every_slot(client, make_key, stripe, hubspot, pool, monkeypatch):
     """Two slots: a workspace with two long imports due first gets one of them; the other workspace's due
     source takes the second and syncs while both long imports wait."""
     monkeypatch.setattr("app.sources.runner.CONCURRENCY", 2)
@@ -163,7 +155,7 @@ async def test_one_workspace_cannot_take_every_slot(client, make_key, stripe, hu
 
 
 async def test_a_live_run_keeps_its_lease_so_another_process_does_not_import_it_again(
-        client, make_key, stripe, pool, monkeypatch):  # noqa: F811
+        client, make_key, stripe, pool, monkeypatch):
     """A page outlasting the lease (a slow peer: here held between two pages): the run renews its lease while it
     lives, so another process's scheduled job does not claim the source and import the same
     charges a second time."""

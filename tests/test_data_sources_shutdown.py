@@ -13,7 +13,7 @@ import asyncpg
 from app.appkeys import SCHEDULER
 from app.sources.runner import SourceRunner
 from tests.test_data_sources import park_other_sources, run_job, wait_status
-from tests.test_data_sources_http import charge, customer, named, stripe  # noqa: F401 (fixture)
+from tests.test_data_sources_http import charge, customer, named
 from tests.test_data_sources_schedule import hold_charges, stripe_source
 
 CLAIM_WAITS = """SELECT count(*) FROM pg_stat_activity
@@ -51,7 +51,7 @@ class DueBehindALock:
 
 
 async def test_a_claim_cut_off_by_a_graceful_stop_gives_its_lease_back(
-        client, make_client, make_key, settings, stripe, pool, database_url, monkeypatch):  # noqa: F811
+        client, make_client, make_key, settings, stripe, pool, database_url, monkeypatch):
     fake, url = stripe
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     key = await make_key("admin,read")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from app.sources.runner import RUNNER
 from tests.conftest import bearer
 from tests.test_data_sources import run_job, wait_idle, wait_status
-from tests.test_data_sources_http import STRIPE_KEY, charge, customer, named, stripe  # noqa: F401 (fixture)
+from tests.test_data_sources_http import STRIPE_KEY, charge, customer
 from tests.test_data_sources_schedule import hold_charges, stripe_source
 
 
@@ -15,7 +15,7 @@ async def sync_now(client, key: str, source_id: str):
     return await client.post(f"/v1/data-sources/{source_id}/sync", headers=bearer(key))
 
 
-async def test_syncs_asked_for_through_the_api_take_the_slots(client, make_key, stripe):  # noqa: F811
+async def test_syncs_asked_for_through_the_api_take_the_slots(client, make_key, stripe):
     fake, url = stripe
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     busy = await make_key("admin,read")
@@ -53,7 +53,7 @@ async def test_syncs_asked_for_through_the_api_take_the_slots(client, make_key, 
     assert (await wait_status(client, third, third_source, "active", "error"))["status"] == "active"
 
 
-async def test_a_source_created_with_no_slot_free_waits_for_the_job(client, make_key, stripe, pool):  # noqa: F811
+async def test_a_source_created_with_no_slot_free_waits_for_the_job(client, make_key, stripe, pool):
     fake, url = stripe
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
     key = await make_key("admin,read")

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import bearer
-from tests.fake_peers import FakeStripe, base_url, serve
+from tests.fake_peers import FakeStripe
 from tests.test_data_sources import create, wait_idle, wait_status
 from tests.test_data_sources_http import STRIPE_KEY, charge, customer, named, sync_again
 
@@ -20,17 +20,9 @@ DAY = 86_400
 T0 = int(time.time()) - 10 * DAY
 
 
-@pytest.fixture
-async def fake_stripe():
-    fake = FakeStripe(api_key=STRIPE_KEY)
-    server = await serve(fake.app())
-    yield fake, base_url(server)
-    await server.close()
-
-
-async def start(client, make_key, fake_stripe) -> tuple[FakeStripe, str, dict]:
+async def start(client, make_key, stripe) -> tuple[FakeStripe, str, dict]:
     """A Stripe source after its first sync: (the fake, an admin key, the source as GET shows it)."""
-    fake, url = fake_stripe
+    fake, url = stripe
     key = await make_key("admin,read")
     created = await create(client, key, {"name": "billing", "type": "stripe", "credentials": {"api_key": STRIPE_KEY},
                                          "options": {"base_url": url}})
@@ -60,11 +52,11 @@ def charge_ids(events: list[dict]) -> list[str]:
 
 
 @pytest.mark.parametrize("outcome", ["succeeded", "failed"])
-async def test_a_pending_charge_gets_its_outcome_once_at_the_time_it_happened(client, make_key, fake_stripe, outcome):
-    fake, _ = fake_stripe
+async def test_a_pending_charge_gets_its_outcome_once_at_the_time_it_happened(client, make_key, stripe, outcome):
+    fake, _ = stripe
     fake.customers = [customer(1, T0)]
     pending(fake, 1, 1, T0 + 100)
-    fake, key, body = await start(client, make_key, fake_stripe)
+    fake, key, body = await start(client, make_key, stripe)
     assert charge_ids(await named(client, key, "charge_pending")) == ["ch_1"]
     imported = body["rows_imported"]
 
@@ -86,11 +78,11 @@ async def test_a_pending_charge_gets_its_outcome_once_at_the_time_it_happened(cl
     assert body["rows_imported"] == imported + 1
 
 
-async def test_a_charge_created_and_settled_between_syncs_counts_once(client, make_key, fake_stripe):
-    fake, _ = fake_stripe
+async def test_a_charge_created_and_settled_between_syncs_counts_once(client, make_key, stripe):
+    fake, _ = stripe
     fake.customers = [customer(1, T0)]
     fake.charges = [charge(1, 1, T0 + 10)]
-    fake, key, body = await start(client, make_key, fake_stripe)
+    fake, key, body = await start(client, make_key, stripe)
 
     pending(fake, 2, 1, T0 + DAY)
     settle(fake, 2, "succeeded", T0 + 2 * DAY)
@@ -103,11 +95,11 @@ async def test_a_charge_created_and_settled_between_syncs_counts_once(client, ma
     assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1", "ch_2"]
 
 
-async def test_a_customer_change_reaches_the_profile_newest_last(client, make_key, fake_stripe, monkeypatch):
+async def test_a_customer_change_reaches_the_profile_newest_last(client, make_key, stripe, monkeypatch):
     monkeypatch.setattr("app.sources.stripe.PAGE", 1)  # each change on a page of its own
-    fake, _ = fake_stripe
+    fake, _ = stripe
     fake.customers = [customer(1, T0), customer(2, T0 + 5)]
-    fake, key, body = await start(client, make_key, fake_stripe)
+    fake, key, body = await start(client, make_key, stripe)
 
     cus = fake.customers[0]
     for n, email in enumerate(["first@example.com", "second@example.com", "third@example.com"]):
@@ -122,13 +114,13 @@ async def test_a_customer_change_reaches_the_profile_newest_last(client, make_ke
     assert other["traits"]["email"] == "c2@example.com"
 
 
-async def test_a_cut_mid_stream_resumes_without_loss_or_duplicates(client, make_key, fake_stripe, monkeypatch):
+async def test_a_cut_mid_stream_resumes_without_loss_or_duplicates(client, make_key, stripe, monkeypatch):
     monkeypatch.setattr("app.sources.stripe.PAGE", 2)
-    fake, _ = fake_stripe
+    fake, _ = stripe
     fake.customers = [customer(1, T0)]
     for n in range(1, 6):
         pending(fake, n, 1, T0 + n)
-    fake, key, body = await start(client, make_key, fake_stripe)
+    fake, key, body = await start(client, make_key, stripe)
     assert len(await named(client, key, "charge_pending")) == 5
 
     # Newest first: ch_5 and the newest email on the first page, then the cut; the older email comes after it.
@@ -158,13 +150,13 @@ async def test_a_cut_mid_stream_resumes_without_loss_or_duplicates(client, make_
     assert len(await named(client, key, "charge_failed")) == 1
 
 
-async def test_a_cursor_stored_before_updates_were_read_still_syncs(client, make_key, fake_stripe, pool):
-    fake, _ = fake_stripe
+async def test_a_cursor_stored_before_updates_were_read_still_syncs(client, make_key, stripe, pool):
+    fake, _ = stripe
     fake.customers = [customer(1, T0)]
     pending(fake, 1, 1, T0 + 10)
     pending(fake, 2, 1, T0 + 20)
     settle(fake, 2, "succeeded", T0 + 30)  # before the first sync: imported as succeeded
-    fake, key, body = await start(client, make_key, fake_stripe)
+    fake, key, body = await start(client, make_key, stripe)
     assert charge_ids(await named(client, key, "charge_pending")) == ["ch_1"]
     # The cursor as the release before this one stored it: customers, charges and refunds only.
     old = {k: v for k, v in json.loads(await pool.fetchval("SELECT sync_cursor::text FROM data_sources WHERE id = $1",
