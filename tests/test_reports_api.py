@@ -224,7 +224,7 @@ async def test_a_run_whose_wait_for_the_mirror_takes_the_timeout_says_so(make_cl
     assert resp.headers["Retry-After"] == "10"
     error = (await resp.json())["error"]
     assert error["code"] == "unavailable"
-    assert error["message"].startswith("the analytics store is still mirroring events committed before this run")
+    assert error["message"].startswith("the analytics store is still mirroring events committed before this request")
     assert "narrow" not in error["message"]
     got = await (await client.get(f"/v1/reports/{rid}", headers=bearer(key))).json()
     assert got["last_run_at"] is None

@@ -19,7 +19,7 @@ from app.reports.config import (
     RetentionConfig,
     parse_config,
 )
-from app.responses import ApiError, iso_exact, iso_ms
+from app.responses import MIRROR_BEHIND, MIRROR_BEHIND_RETRY, ApiError, iso_exact, iso_ms
 from app.settings import Settings
 from common.metrics import Metrics
 from storage import report_queries as q
@@ -29,11 +29,6 @@ from storage.clickhouse import AnalyticsStore
 TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
                      "LIMIT")
 TIMEOUT_MESSAGE = "the report took longer than {s:g} s; narrow the date range or use scheduled delivery"
-# A run first waits for the analytics store to hold every event committed before it. When that wait takes the
-# whole timeout (a backlog after an upgrade, a rebuild or an outage; a lock), the report's size is not the
-# cause: narrowing its range would not help, and the same run will pass once the store has caught up.
-CATCHING_UP_MESSAGE = ("the analytics store is still mirroring events committed before this run (a backlog "
-                       "after an upgrade, a rebuild or an outage); retry shortly")
 
 
 @dataclass(frozen=True)
@@ -160,7 +155,7 @@ async def run_report(
     except (asyncpg.QueryCanceledError, TimeoutError):
         outcome = "timeout"
         if catching_up:
-            raise ApiError(503, "unavailable", CATCHING_UP_MESSAGE, headers={"Retry-After": "10"}) from None
+            raise ApiError(503, "unavailable", MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
     except ClickHouseError as exc:
         if "TIMEOUT_EXCEEDED" not in str(exc):

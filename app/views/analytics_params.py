@@ -7,6 +7,7 @@ therefore start on a bucket boundary, so the totals equal the sum of the time-se
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
-from app.appkeys import ANALYTICS, MIRROR, POOL
+from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
 from app.input_rules import query_int, storable_text
-from app.responses import SiteError
+from app.responses import MIRROR_BEHIND, MIRROR_BEHIND_RETRY, ApiError, SiteError
 from app.shared_access import check_site, reader
 from storage import analytics as store
 from storage.clickhouse import AnalyticsStore
@@ -95,8 +96,15 @@ async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
 
 async def analytics_store(request: web.Request) -> AnalyticsStore:
     """The store, brought up to date with every event committed before this read began (one indexed probe
-    of the outbox when the mirror has nothing pending)."""
-    await request.config_dict[MIRROR].catch_up()
+    of the outbox when the mirror has nothing pending). A wait longer than the report timeout is a 503 with
+    Retry-After, in the site API's shape under /api, else the keyed one's; the catch-up goes on meanwhile."""
+    try:
+        async with asyncio.timeout(request.config_dict[SETTINGS].report_timeout_seconds):
+            await request.config_dict[MIRROR].catch_up()
+    except TimeoutError:
+        if request.path.startswith("/api/"):
+            raise SiteError(503, MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
+        raise ApiError(503, "unavailable", MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
     return request.config_dict[ANALYTICS]
 
 
