@@ -73,7 +73,7 @@ PATHS = {
     },
     "/v1/dashboards/{id}/charts/{chart_id}/data": {
         "get": _op("A chart's numbers over a range (scope read)", {
-            "200": _ok(ref("ChartData")), **keyed_errors(400, 401, 403, 404, 429)}, params=_CHART + _RANGE),
+            "200": _ok(ref("ChartData")), **keyed_errors(400, 401, 403, 404, 429, 503)}, params=_CHART + _RANGE),
     },
     "/v1/dashboards/{id}/share": {
         "post": _op("Share publicly: sets public_url (kept if already shared) (scopes read and write)", {
@@ -91,7 +91,7 @@ PATHS = {
     "/public/dashboards/{token}/data": {
         "get": {"summary": "A shared dashboard and every chart's data, for its page (no key)", "security": [],
                 "parameters": [path_param("token"), *_RANGE],
-                "responses": {"200": json_body(ref("PublicDashboardData")), **keyed_errors(400, 404, 429)}},
+                "responses": {"200": json_body(ref("PublicDashboardData")), **keyed_errors(400, 404, 429, 503)}},
     },
     "/public/assets/{name}": {
         "get": {"summary": "Script and stylesheet of the shared-dashboard page", "security": [],

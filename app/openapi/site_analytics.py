@@ -9,7 +9,7 @@ _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query
 _RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d"], "default": "7d"},
                description="the N most recent UTC buckets: 60 minutes, 24 hours, 168 hours, 30 days or 90 days")
 _EVENT = query("eventName", {"type": "string"}, description="exact event name")
-_ERRORS = site_errors(400, 401, 404, 500)
+_ERRORS = site_errors(400, 401, 404, 500, 503)  # 503: PostgreSQL away, or the store behind its mirror
 _FILTER = {"name": "filter", "in": "query", "required": False, "style": "form", "explode": True,
            "description": "repeatable, ANDed: dimension==value (is), != (is not), ~= (contains); page values "
                           "with == may use * (one segment) and ** (any)",
