@@ -15,6 +15,7 @@ from app.appkeys import MIRROR
 from app.responses import MIRROR_BEHIND
 from tests.analytics_support import load_fixture
 from tests.conftest import bearer
+from tests.reports_support import create_report, run_report
 
 
 @asynccontextmanager
@@ -59,3 +60,23 @@ async def test_a_keyed_chart_behind_the_mirror_is_a_503_in_the_keyed_shape(make_
     await client.app[MIRROR].catch_up()
     resp = await client.get(url, headers=bearer(key))
     assert resp.status == 200, await resp.text()
+
+
+async def test_an_erasure_behind_the_mirror_answers_and_no_read_returns_the_user(make_client, settings, make_key):
+    """DELETE /v1/users/{id} applies the erasure to the store at once when it can; behind a backlog it answers
+    204 after the bounded wait (it waited for the whole backlog), the erasure queued, and reads apply it first."""
+    client = await make_client(dataclasses.replace(settings, report_timeout_seconds=0.3))
+    key = await make_key("read,write,admin")
+    events = [{"event": "signup", "user_id": user, "timestamp": "2024-03-01T10:00:00Z"} for user in ("u1", "u2")]
+    resp = await client.post("/v1/events/batch", headers=bearer(key), json={"events": events})
+    assert (await resp.json())["received"] == 2
+    report = await create_report(client, key, {"name": "s", "type": "event_volume", "config": {
+        "events": ["signup"], "from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z"}})
+    assert sum(row[-1] for row in (await run_report(client, key, report["id"]))["rows"]) == 2
+    async with mirror_blocked(settings.database_url):
+        resp = await asyncio.wait_for(client.delete("/v1/users/u1", headers=bearer(key)), 20)
+        assert resp.status == 204
+        resp = await asyncio.wait_for(client.get(f"/v1/reports/{report['id']}/run", headers=bearer(key)), 20)
+        assert resp.status == 503
+    await client.app[MIRROR].catch_up()
+    assert sum(row[-1] for row in (await run_report(client, key, report["id"]))["rows"]) == 1

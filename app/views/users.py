@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from datetime import UTC, datetime
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from actors.workspace import IDENTIFY
-from app.appkeys import MIRROR, POOL
+from app.appkeys import MIRROR, POOL, SETTINGS
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.responses import invalid, iso_ms, json_response, not_found
@@ -88,10 +89,14 @@ async def delete_user(request: web.Request) -> web.Response:
         await event_store.erase_user(
             conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
         )
-    # Apply it to the analytics store now. Should that fail, the erasure stays queued, and every analytics
-    # read applies the queue before it reads, so no read returns the user's events either way.
+    # Apply it to the analytics store now. Should that fail, or wait past the report timeout (a backlog after
+    # an upgrade), the erasure stays queued, and every analytics read applies the queue before it reads (or
+    # answers 503), so no read returns the user's events either way.
     try:
-        await request.config_dict[MIRROR].catch_up()
+        async with asyncio.timeout(request.config_dict[SETTINGS].report_timeout_seconds):
+            await request.config_dict[MIRROR].catch_up()
+    except TimeoutError:
+        log.warning("the analytics store is behind its mirror: the erasure stays queued, applied before any read")
     except Exception:
         log.exception("applying an erasure to the analytics store failed; it stays queued")
     return web.Response(status=204)
