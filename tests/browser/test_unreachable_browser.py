@@ -1,10 +1,12 @@
 """The dashboard with its server out of reach, in a real headless Chromium: every read and every action
 whose request gets no answer (Playwright aborts it, as a stopped server or a lost network does) says so in
 words a site owner understands, never the browser's "Failed to fetch"; a proxy's own error page for a
-stopped server (502) reads the same; realtime keeps retrying and is live again once the server answers."""
+stopped server (502) reads the same; realtime keeps retrying and is live again once the server answers; the
+overview tries again after no answer or a 503."""
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 
@@ -143,3 +145,26 @@ def test_a_public_dashboard_names_a_stopped_server(page: Page, live_server: Live
         "Can't reach the Tally server. Check your connection; the dashboard tries again every minute."
     )
     no_raw_error(page)
+
+
+def test_the_overview_left_open_tries_again_after_a_503(page: Page, live_server: LiveServer, account):
+    """A 503 is temporary by its meaning (PostgreSQL away, or the analytics store still mirroring a backlog
+    after an upgrade, with Retry-After): the overview shows the server's words and loads again by itself, as it
+    does when the server is out of reach; it stayed on the error until the visitor reloaded."""
+    behind = ("the analytics store is still mirroring events committed before this request (a backlog after an "
+              "upgrade, a rebuild or an outage); retry shortly")
+    base = live_server.base_url
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"behind-{secrets.token_hex(4)}.example.com")
+
+    def still_mirroring(route: Route) -> None:
+        route.fulfill(status=503, content_type="application/json", headers={"Retry-After": "10"},
+                      body=json.dumps({"error": behind}))
+
+    page.route("**/api/analytics/overview*", still_mirroring)
+    page.goto(f"{base}/app/sites/{site_id}?range=24h")
+    expect(page.locator(".overview > [role=alert]")).to_have_text(f"Could not load: {behind}")
+    expect(page.locator(".overview > p.muted")).to_have_text("Trying again every 5s.")
+    page.unroute("**/api/analytics/overview*")
+    expect(page.locator(".stats")).to_be_visible(timeout=15000)
+    expect(page.locator(".overview > [role=alert]")).to_have_count(0)

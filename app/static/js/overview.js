@@ -167,9 +167,10 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     } catch (e) {
       if (!alive || mine !== generation) return
       body.replaceChildren(errorBox(e))
-      // No answer at all (server stopped, network gone): load again by itself, as realtime polls on, so a
-      // dashboard left open comes back once the server does. Any other load since then supersedes this one.
-      if (e && e.status === 0) {
+      // No answer at all (server stopped, network gone), or a 503 (PostgreSQL away, the analytics store still
+      // mirroring a backlog after an upgrade): load again by itself, as realtime polls on, so a dashboard left
+      // open comes back once the server does. Any other load since then supersedes this one.
+      if (e && (e.status === 0 || e.status === 503)) {
         body.append(h('p', { class: 'muted small', text: `Trying again every ${RETRY_MS / 1000}s.` }))
         retry = setTimeout(() => alive && mine === generation && load(), RETRY_MS)
       }
