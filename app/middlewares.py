@@ -16,7 +16,7 @@ from app.appkeys import METRICS, OUTAGES, root_app
 from app.auth import RATE_HEADERS, Handler, is_ingestion
 from app.bodies import unreadable
 from app.input_rules import storable_path_ids
-from app.outages import unavailable, unreachable
+from app.outages import MirrorBehind, mirror_behind, unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 from app.same_origin import refuse_cross_origin
 from app.shared_access import refuse_token_elsewhere
@@ -56,7 +56,10 @@ def _render_http_exception(request: web.Request, exc: web.HTTPException, site: b
 
 
 def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.Response:
-    """An unreachable dependency is a 503 (logged once per outage); anything else a logged 500."""
+    """An unreachable dependency, or the analytics store behind its mirror, is a 503 (an outage logged once);
+    anything else a logged 500."""
+    if isinstance(exc, MirrorBehind):
+        return mirror_behind(site)
     if isinstance(exc, ConnectionError) and request.transport is None:
         # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
         # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.

@@ -1,5 +1,6 @@
 """The HTTP edge of the dependency policy (common/outages.py): a request that finds PostgreSQL or Redis
-unreachable answers 503 with Retry-After in its API's shape, never a 500 with a traceback."""
+unreachable, or the analytics store too far behind its mirror, answers 503 with Retry-After in its API's
+shape, never a 500 with a traceback."""
 
 from __future__ import annotations
 
@@ -18,6 +19,25 @@ def unavailable(dependency: str, site: bool) -> web.Response:
         return json_response({"error": "service unavailable"}, 503, headers)
     message = f"a storage dependency ({dependency}) is unreachable; retry shortly"
     return json_response({"error": {"code": "unavailable", "message": message}}, 503, headers)
+
+
+# Every analytics read first waits for the store to hold the events committed before it (read-your-writes).
+# When that wait outlasts the report timeout (a backlog after an upgrade, a rebuild or an outage; a lock), the
+# read's own size is not the cause: the same read passes once the store has caught up.
+MIRROR_BEHIND = ("the analytics store is still mirroring events committed before this request (a backlog after "
+                 "an upgrade, a rebuild or an outage); retry shortly")
+MIRROR_BEHIND_RETRY = {"Retry-After": "10"}
+
+
+class MirrorBehind(Exception):
+    """A read's wait for the analytics mirror outlasted its bound; each API's layer renders it (mirror_behind)."""
+
+
+def mirror_behind(site: bool) -> web.Response:
+    """503 with Retry-After: {"error": MIRROR_BEHIND} on /api, {"error": {"code": "unavailable", …}} elsewhere."""
+    if site:
+        return json_response({"error": MIRROR_BEHIND}, 503, MIRROR_BEHIND_RETRY)
+    return json_response({"error": {"code": "unavailable", "message": MIRROR_BEHIND}}, 503, MIRROR_BEHIND_RETRY)
 
 
 def unreachable(exc: BaseException) -> str | None:

@@ -37,14 +37,6 @@ def iso_exact(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
-# Every analytics read first waits for the store to hold the events committed before it (read-your-writes).
-# When that wait outlasts the report timeout (a backlog after an upgrade, a rebuild or an outage; a lock), the
-# read's own size is not the cause: the same read passes once the store has caught up.
-MIRROR_BEHIND = ("the analytics store is still mirroring events committed before this request (a backlog after "
-                 "an upgrade, a rebuild or an outage); retry shortly")
-MIRROR_BEHIND_RETRY = {"Retry-After": "10"}
-
-
 class ApiError(Exception):
     """A keyed-API failure: rendered as {"error": {"code", "message", ...}}."""
 

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from app.appkeys import MIRROR
-from app.responses import MIRROR_BEHIND
+from app.outages import MIRROR_BEHIND
 from tests.analytics_support import load_fixture
 from tests.conftest import bearer
 from tests.reports_support import create_report, run_report

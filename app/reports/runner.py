@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from app.outages import MIRROR_BEHIND, MIRROR_BEHIND_RETRY
 from app.reports.config import (
     CustomConfig,
     EventVolumeConfig,
@@ -19,7 +20,7 @@ from app.reports.config import (
     RetentionConfig,
     parse_config,
 )
-from app.responses import MIRROR_BEHIND, MIRROR_BEHIND_RETRY, ApiError, iso_exact, iso_ms
+from app.responses import ApiError, iso_exact, iso_ms
 from app.settings import Settings
 from common.metrics import Metrics
 from storage import report_queries as q

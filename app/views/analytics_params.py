@@ -18,7 +18,8 @@ from aiohttp import web
 
 from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
 from app.input_rules import query_int, storable_text
-from app.responses import MIRROR_BEHIND, MIRROR_BEHIND_RETRY, ApiError, SiteError
+from app.outages import MirrorBehind
+from app.responses import SiteError
 from app.shared_access import check_site, reader
 from storage import analytics as store
 from storage.clickhouse import AnalyticsStore
@@ -94,17 +95,23 @@ async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
     return Site(row["id"], row["domain"])
 
 
-async def analytics_store(request: web.Request) -> AnalyticsStore:
-    """The store, brought up to date with every event committed before this read began (one indexed probe
-    of the outbox when the mirror has nothing pending). A wait longer than the report timeout is a 503 with
-    Retry-After, in the site API's shape under /api, else the keyed one's; the catch-up goes on meanwhile."""
+async def caught_up(request: web.Request) -> bool:
+    """Whether the mirror brought the store up to date with every event committed before this call within the
+    report timeout (a backlog after an upgrade, a rebuild or an outage takes longer); it goes on regardless."""
     try:
         async with asyncio.timeout(request.config_dict[SETTINGS].report_timeout_seconds):
             await request.config_dict[MIRROR].catch_up()
     except TimeoutError:
-        if request.path.startswith("/api/"):
-            raise SiteError(503, MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
-        raise ApiError(503, "unavailable", MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
+        return False
+    return True
+
+
+async def analytics_store(request: web.Request) -> AnalyticsStore:
+    """The store, brought up to date with every event committed before this read began (one indexed probe
+    of the outbox when the mirror has nothing pending); MirrorBehind, a 503 in each API's shape, when that
+    takes longer than the report timeout."""
+    if not await caught_up(request):
+        raise MirrorBehind()
     return request.config_dict[ANALYTICS]
 
 

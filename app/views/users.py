@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from datetime import UTC, datetime
@@ -10,11 +9,12 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from actors.workspace import IDENTIFY
-from app.appkeys import MIRROR, POOL, SETTINGS
+from app.appkeys import POOL
 from app.auth import key_of, requires
 from app.bodies import decode, read_body
 from app.responses import invalid, iso_ms, json_response, not_found
 from app.schemas import IdentifyIn
+from app.views.analytics_params import caught_up
 from app.views.events import SINGLE_LIMIT, commit
 from app.views.params import cursor_param, int_param, page_response, storable_param
 from storage import events as event_store
@@ -93,10 +93,8 @@ async def delete_user(request: web.Request) -> web.Response:
     # an upgrade), the erasure stays queued, and every analytics read applies the queue before it reads (or
     # answers 503), so no read returns the user's events either way.
     try:
-        async with asyncio.timeout(request.config_dict[SETTINGS].report_timeout_seconds):
-            await request.config_dict[MIRROR].catch_up()
-    except TimeoutError:
-        log.warning("the analytics store is behind its mirror: the erasure stays queued, applied before any read")
+        if not await caught_up(request):
+            log.warning("the analytics store is behind its mirror: the erasure stays queued, applied before any read")
     except Exception:
         log.exception("applying an erasure to the analytics store failed; it stays queued")
     return web.Response(status=204)
