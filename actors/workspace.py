@@ -122,8 +122,9 @@ class WorkspaceActor(Actor):
                 await user_store.merge_traits(conn, self.workspace_id, self.env, _merged(traits))
                 for previous, target, _ in merges:
                     await segment_store.alias(conn, self.workspace_id, self.env, previous, target)
-        # Committed: a retry is answered with its key's first answer. A key taken but gone by the time it was
-        # read (pruned in between) stored nothing and says so; the client's next retry claims it afresh.
+        # Committed: a retry is answered with its key's first answer. A key still unread after the claim's
+        # rounds (pruned again and again between claim and read) stored nothing and says so; the client's
+        # next retry claims it afresh.
         for msg, earlier in retries:
             if msg.future.done():  # its request went away
                 continue

@@ -28,6 +28,9 @@ ON CONFLICT DO NOTHING
 RETURNING key
 """
 
+# At most this many claim statements per flush: a key pruned between one's claim and read goes to the next.
+_ROUNDS = 3
+
 EARLIER = """
 SELECT key, request_sha256, response FROM idempotency_keys
 WHERE workspace_id = $1 AND env = $2 AND key = ANY($3::text[])
@@ -44,18 +47,25 @@ async def claim(conn: asyncpg.Connection, workspace_id: int, env: str,
     """Record the claims (no key twice). Returns the keys claimed now, and by key the earlier claim of each key
     already taken, to be answered as a retry. Call inside the transaction that stores the claimed requests'
     events, so a rolled-back flush leaves its keys claimable."""
-    if not claims:
-        return set(), {}
-    ordered = sorted(claims)
-    fresh = {r["key"] for r in await conn.fetch(
-        CLAIM, workspace_id, env, [c.key for c in ordered], [c.request_sha256 for c in ordered],
-        [c.response for c in ordered])}
-    taken = [c.key for c in ordered if c.key not in fresh]
-    if not taken:
-        return fresh, {}
-    # A new statement sees what the transactions the claim waited for committed.
-    rows = await conn.fetch(EARLIER, workspace_id, env, taken)
-    return fresh, {r["key"]: Claim(r["key"], r["request_sha256"], r["response"]) for r in rows}
+    fresh: set[str] = set()
+    earlier: dict[str, Claim] = {}
+    left = sorted(claims)
+    # A key taken at the claim but gone at the read was pruned in between (past the window): it is new again,
+    # so it is claimed once more. Each round settles every key unless the prune strikes again in between.
+    for _ in range(_ROUNDS):
+        if not left:
+            break
+        now = {r["key"] for r in await conn.fetch(
+            CLAIM, workspace_id, env, [c.key for c in left], [c.request_sha256 for c in left],
+            [c.response for c in left])}
+        fresh |= now
+        taken = [c.key for c in left if c.key not in now]
+        if taken:
+            # A new statement sees what the transactions the claim waited for committed.
+            earlier.update((r["key"], Claim(r["key"], r["request_sha256"], r["response"]))
+                           for r in await conn.fetch(EARLIER, workspace_id, env, taken))
+        left = [c for c in left if c.key not in fresh and c.key not in earlier]
+    return fresh, earlier
 
 
 async def prune(conn: asyncpg.Connection, older_than_hours: int, *, chunk: int, rounds: int) -> int:

@@ -5,8 +5,10 @@ import asyncio
 import hashlib
 import json
 
+import asyncpg
 import pytest
 
+from storage import idempotency as store
 from tests.conftest import bearer, connect
 from tests.reports_support import workspace_id
 
@@ -158,8 +160,6 @@ async def test_a_retry_waits_for_an_uncommitted_first_request(client, make_key, 
                                                               outcome):
     """Another process's flush holds the key uncommitted: the retry waits on it, then is answered as a retry
     if it committed, or claims the key and stores its event if it rolled back."""
-    from storage import idempotency as store
-
     key = await make_key()
     ws = await workspace_id(database_url, workspace)
     earlier = store.Claim("held", hashlib.sha256(b"POST /v1/events\n" + EVENT).digest(),
@@ -273,8 +273,6 @@ async def test_keys_are_forgotten_after_48_hours(client, make_key, pool, databas
 
 
 async def test_pruning_is_bounded_per_run(pool, database_url, client, make_key, workspace):
-    from storage import idempotency as store
-
     await make_key()
     ws = await workspace_id(database_url, workspace)
     await pool.execute("INSERT INTO idempotency_keys (workspace_id, env, key, request_sha256, response, created_at) "
@@ -285,3 +283,41 @@ async def test_pruning_is_bounded_per_run(pool, database_url, client, make_key, 
         assert await pool.fetchval("SELECT count(*) FROM idempotency_keys WHERE workspace_id = $1", ws) <= 5
         assert await store.prune(conn, 48, chunk=10, rounds=2) >= 5
         assert await pool.fetchval("SELECT count(*) FROM idempotency_keys WHERE workspace_id = $1", ws) == 0
+
+
+class _PrunedAfterTheClaim(asyncpg.Connection):
+    """A connection on which the prune job runs, and commits, right after the first claim statement: the key
+    was taken when claimed and is gone when read."""
+
+    prune = None
+
+    async def fetch(self, query, *args, **kwargs):
+        rows = await super().fetch(query, *args, **kwargs)
+        if query == store.CLAIM and self.prune is not None:
+            prune, self.prune = self.prune, None
+            await prune()
+        return rows
+
+
+async def test_a_key_pruned_between_its_claim_and_its_read_is_claimed_afresh(pool, database_url, client,
+                                                                             make_key, workspace):
+    await make_key()
+    ws = await workspace_id(database_url, workspace)
+    await pool.execute("INSERT INTO idempotency_keys (workspace_id, env, key, request_sha256, response, created_at) "
+                       "VALUES ($1, 'live', 'old', '\\x00', '{}', now() - interval '49 hours')", ws)
+    conn = await asyncpg.connect(database_url, connection_class=_PrunedAfterTheClaim)
+    try:
+        async def prune() -> None:
+            async with pool.acquire() as other:
+                assert await store.prune(other, 48, chunk=10, rounds=1) == 1
+
+        conn.prune = prune
+        async with conn.transaction():
+            fresh, earlier = await store.claim(conn, ws, "live", [store.Claim("old", b"\x01", b'{"id": 2}')])
+    finally:
+        await conn.close()
+    # Before, the key was neither claimed nor found: the request answered 500 and stored nothing.
+    assert (fresh, earlier) == ({"old"}, {})
+    row = await pool.fetchrow("SELECT request_sha256, response FROM idempotency_keys WHERE workspace_id = $1 "
+                              "AND key = 'old'", ws)
+    assert (bytes(row["request_sha256"]), bytes(row["response"])) == (b"\x01", b'{"id": 2}')
