@@ -172,3 +172,21 @@ async def test_a_cursor_stored_before_updates_were_read_still_syncs(client, make
     assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1", "ch_2", "ch_3"]
     body = await sync_again(client, key, body["id"])
     assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1", "ch_2", "ch_3"]
+
+
+async def test_a_charge_settling_between_its_listing_and_the_events_in_one_sync_gets_its_outcome(client, make_key,
+                                                                                                 stripe):
+    """The listing reads ch_1 pending; by the time the same sync reads the events, it has settled (the fake
+    lists the charge as the listing saw it, while its events hold the outcome that came after)."""
+    fake, _ = stripe
+    fake.customers = [customer(1, T0)]
+    listed = pending(fake, 1, 1, T0 + 100)
+    fake.event("charge.succeeded", {**listed, "status": "succeeded", "paid": True}, T0 + 200)
+    fake, key, body = await start(client, make_key, stripe)
+    assert charge_ids(await named(client, key, "charge_pending")) == ["ch_1"]
+    [event] = await named(client, key, "charge_succeeded")
+    assert event["timestamp"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(T0 + 200)))
+    body = await sync_again(client, key, body["id"])  # taken off the list: never again
+    assert body["status"] == "active", body
+    assert len(await named(client, key, "charge_succeeded")) == 1
+    assert charge_ids(await named(client, key, "charge_pending")) == ["ch_1"]
