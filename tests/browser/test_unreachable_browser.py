@@ -2,7 +2,7 @@
 whose request gets no answer (Playwright aborts it, as a stopped server or a lost network does) says so in
 words a site owner understands, never the browser's "Failed to fetch"; a proxy's own error page for a
 stopped server (502) reads the same; realtime keeps retrying and is live again once the server answers; the
-overview tries again after no answer or a 503."""
+overview and its panels try again after no answer or a 503."""
 
 from __future__ import annotations
 
@@ -168,3 +168,47 @@ def test_the_overview_left_open_tries_again_after_a_503(page: Page, live_server:
     page.unroute("**/api/analytics/overview*")
     expect(page.locator(".stats")).to_be_visible(timeout=15000)
     expect(page.locator(".overview > [role=alert]")).to_have_count(0)
+
+
+def test_a_panel_tries_again_after_a_503_and_keeps_a_later_tabs_rows(page: Page, live_server: LiveServer,
+                                                                     account):
+    """A panel's read answered 503 (or nothing) shows the error and loads again by itself, as the overview does
+    (it stayed on the error until the visitor reloaded); and a slow failure of a tab left behind does not
+    replace the rows of the tab chosen since."""
+    base = live_server.base_url
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"panel-{secrets.token_hex(4)}.example.com")
+    page.request.post(f"{base}/api/service/event", data={"s": site_id, "n": "pageview", "p": "/a", "sid": "v1"})
+    page.goto(f"{base}/app/sites/{site_id}?range=24h")
+    pages = panel(page, "pages")
+    expect(pages.locator("button.toprow")).to_have_count(1)
+
+    entry = "**/api/analytics/breakdown?*property=entry_page*"
+    page.route(entry, lambda route: route.fulfill(status=503, content_type="application/json",
+                                                  headers={"Retry-After": "10"},
+                                                  body=json.dumps({"error": "the database is unreachable"})))
+    pages.locator("[data-tab=entry_page]").click()
+    expect(pages.locator("[role=alert]")).to_have_text("Could not load: the database is unreachable")
+    expect(pages.locator(".panel-body > p.muted")).to_have_text("Trying again every 5s.")
+    page.unroute(entry)
+    expect(pages.locator("button.toprow")).to_have_count(1, timeout=15000)
+    expect(pages.locator("[role=alert]")).to_have_count(0)
+
+    # The exit pages' read is held; the top pages' answer comes first; then the held read fails.
+    held: list[Route] = []
+    exits = "**/api/analytics/breakdown?*property=exit_page*"
+    page.route(exits, lambda route: held.append(route))
+    pages.locator("[data-tab=exit_page]").click()
+    for _ in range(100):  # the route handler runs as Playwright dispatches events
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the exit pages' read was not sent"
+    pages.locator("[data-tab=page]").click()
+    expect(pages.locator("[data-tab=page]")).to_have_attribute("aria-selected", "true")
+    expect(pages.locator("button.toprow")).to_have_count(1)
+    with page.expect_response(exits):
+        held[0].fulfill(status=500, content_type="application/json", body=json.dumps({"error": "boom"}))
+    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # the failed read's handler has run
+    expect(pages.locator("[role=alert]")).to_have_count(0)
+    expect(pages.locator("button.toprow")).to_have_count(1)

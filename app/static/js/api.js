@@ -16,6 +16,12 @@ export function unreachable() {
   return new ApiError(0, { error: UNREACHABLE })
 }
 
+// A read that got no answer at all (server stopped, network gone), or a 503 (PostgreSQL away, the analytics
+// store still mirroring a backlog after an upgrade), is tried again by itself every RETRY_MS, as realtime
+// polls on, so a dashboard left open comes back once the server does.
+export const RETRY_MS = 5000
+export const retriesItself = (error) => !!error && (error.status === 0 || error.status === 503)
+
 // On a shared link's page (/share/<token>) every read carries the link's token instead of a session.
 let shareToken = null
 

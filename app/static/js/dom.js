@@ -1,4 +1,6 @@
 // Small DOM helpers. Text always goes in through textContent, so server data is never parsed as HTML.
+import { RETRY_MS } from './api.js'
+
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag)
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -130,6 +132,11 @@ export function trackerHelp(siteId) {
     codeBlock(snippet(siteId)),
     customEventsHint(),
   )
+}
+
+// Said under an error that is tried again by itself (api.js's retriesItself).
+export function retryNote() {
+  return h('p', { class: 'muted small', text: `Trying again every ${RETRY_MS / 1000}s.` })
 }
 
 export function errorBox(error) {

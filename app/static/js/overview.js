@@ -1,8 +1,8 @@
 // A site's overview: totals (with an optional comparison), time series, the breakdown panels, range
 // picker and filters, all kept in the URL.
-import { api, qs } from './api.js'
+import { api, qs, RETRY_MS, retriesItself } from './api.js'
 import { timeChart } from './chart.js'
-import { duration, errorBox, h, number, percent, replaceKeepingFocus, trackerHelp } from './dom.js'
+import { duration, errorBox, h, number, percent, replaceKeepingFocus, retryNote, trackerHelp } from './dom.js'
 import { filterChips, termValue, withTerm } from './filters.js'
 import { breakdownPanels, scope } from './panels.js'
 import { sharedLinks } from './shared_links.js'
@@ -11,8 +11,6 @@ import { siteHeader, syncTabs } from './sites.js'
 export const RANGES = [['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'Last 7 days'], ['30d', 'Last 30 days'], ['90d', 'Last 90 days']]
 const FILTERS = [['eventName', 'Event'], ['path', 'Page contains'], ['referrer', 'Referrer contains'], ['country', 'Country']]
 const COMPARE = 'previous_period'
-// How often an overview that got no answer loads again.
-const RETRY_MS = 5000
 
 export function readState() {
   const q = new URLSearchParams(location.search)
@@ -167,11 +165,9 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     } catch (e) {
       if (!alive || mine !== generation) return
       body.replaceChildren(errorBox(e))
-      // No answer at all (server stopped, network gone), or a 503 (PostgreSQL away, the analytics store still
-      // mirroring a backlog after an upgrade): load again by itself, as realtime polls on, so a dashboard left
-      // open comes back once the server does. Any other load since then supersedes this one.
-      if (e && (e.status === 0 || e.status === 503)) {
-        body.append(h('p', { class: 'muted small', text: `Trying again every ${RETRY_MS / 1000}s.` }))
+      // Loads again by itself (api.js's retriesItself); any other load since then supersedes this one.
+      if (retriesItself(e)) {
+        body.append(retryNote())
         retry = setTimeout(() => alive && mine === generation && load(), RETRY_MS)
       }
     } finally {
@@ -196,6 +192,7 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     alive = false
     clearInterval(timer)
     clearTimeout(retry)
+    panels.stop()
     if (chart) chart.destroy()
   }
 }

@@ -1,7 +1,7 @@
 // Breakdown panels of a site's overview: Sources, Pages, Locations, Devices and Goals, each with tabs,
 // each reading GET /api/analytics/breakdown under the page's filters. Clicking a row adds a filter.
-import { api, qs } from './api.js'
-import { errorBox, h, number, pathNodes, percent, replaceKeepingFocus } from './dom.js'
+import { api, qs, RETRY_MS, retriesItself } from './api.js'
+import { errorBox, h, number, pathNodes, percent, replaceKeepingFocus, retryNote } from './dom.js'
 import { displayValue, termValue } from './filters.js'
 import { goalManager } from './goals.js'
 
@@ -77,6 +77,29 @@ function tabBar(panelId, tabs, active, onSelect, group = '') {
 
 const tabId = (panelId, key) => `${panelId}-tab-${key}`
 
+// A panel's failed read: its error, unless a later load of the panel superseded it (a slow failure arrived
+// after another tab's rows), and for a read that retries itself (api.js) a load again after RETRY_MS, as the
+// overview's. `isCurrent()` tells whether the failed load is still the panel's latest.
+function failures(body, load) {
+  let timer = null
+  let stopped = false
+  return {
+    show(error, isCurrent) {
+      if (!isCurrent()) return
+      clearTimeout(timer)
+      body.replaceChildren(errorBox(error))
+      if (stopped || !retriesItself(error)) return
+      body.append(retryNote())
+      // Not while the overview shows its own error instead of the panels: its retry loads them too.
+      timer = setTimeout(() => !stopped && isCurrent() && body.isConnected && load(), RETRY_MS)
+    },
+    stop() {
+      stopped = true
+      clearTimeout(timer)
+    },
+  }
+}
+
 // The panel's body as the tabpanel of its selected tab, or a plain region when the panel shows no tabs.
 function tabPanel(body, panelId, active, tabbed = true) {
   body.id = panelId
@@ -88,7 +111,7 @@ function tabPanel(body, panelId, active, tabbed = true) {
   body.setAttribute('aria-labelledby', tabId(panelId, active))
 }
 
-// One tabbed breakdown panel. `ctx`: {siteId, state, shared, addFilter(dimension, value)}. Returns {el, load()}.
+// One tabbed breakdown panel. `ctx`: {siteId, state, shared, addFilter(dimension, value)}. Returns {el, load(), stop()}.
 function breakdownPanel(spec, ctx) {
   let active = spec.tabs[0][0]
   let hidden = new Set(spec.optional || [])
@@ -133,14 +156,15 @@ function breakdownPanel(spec, ctx) {
         empty: 'No data for this range and these filters.',
       })])
     } catch (e) {
-      body.replaceChildren(errorBox(e))
+      failed.show(e, () => mine === generation)
     } finally {
       body.classList.remove('loading')
     }
   }
 
+  const failed = failures(body, load)
   drawHead()
-  return { el, load }
+  return { el, load, stop: failed.stop }
 }
 
 // Goals with their conversion rates; once a goal filter is set, the Properties tab breaks a custom
@@ -203,19 +227,20 @@ function goalsPanel(ctx) {
           empty: 'No values of this property.',
         })])
     } catch (e) {
-      body.replaceChildren(errorBox(e))
+      failed.show(e, () => mine === generation)
     } finally {
       body.classList.remove('loading')
     }
   }
 
-  return { el, load }
+  const failed = failures(body, load)
+  return { el, load, stop: failed.stop }
 }
 
-// All panels of the overview, laid out in a grid; load() refreshes every one of them.
+// All panels of the overview, laid out in a grid; load() refreshes every one of them, stop() ends their retries.
 export function breakdownPanels(ctx) {
   const panels = [...PANELS.map((spec) => breakdownPanel(spec, ctx)), goalsPanel(ctx)]
   const el = h('div', { class: 'panels' }, panels.map((p) => p.el))
-  return { el, load: () => Promise.all(panels.map((p) => p.load())) }
+  return { el, load: () => Promise.all(panels.map((p) => p.load())), stop: () => panels.forEach((p) => p.stop()) }
 }
 
