@@ -45,11 +45,15 @@ export function renderEvents(container, siteId) {
     activeFilters(chips, state, () => { offset = 0; writeState(state); remember(false); load() })
   }
 
+  // Each load supersedes the ones before it: a slow answer for a page left behind (Older clicked twice, the
+  // range changed) is dropped, not drawn over the page shown since.
+  let generation = 0
   async function load() {
+    const mine = ++generation
     drawControls()
     try {
       const data = await api('/api/analytics/events?' + qs({ ...scope(siteId, state), limit: pageSize, offset }))
-      if (!alive) return
+      if (!alive || mine !== generation) return
       const events = data.events || []
       if (!events.length && offset > 0 && data.total > 0) {
         // An offset past the end (an old link, or events gone out of the range): say so and offer the last page.
@@ -85,7 +89,7 @@ export function renderEvents(container, siteId) {
         h('div', { class: 'row pager' }, prev, h('span', { class: 'muted small', text: `${offset + 1}–${end} of ${total}` }), next),
       ], () => body.querySelector('.pager button:not(:disabled)'))
     } catch (e) {
-      body.replaceChildren(errorBox(e))
+      if (alive && mine === generation) body.replaceChildren(errorBox(e))
     }
   }
 

@@ -30,10 +30,15 @@ export function renderRealtime(container, siteId) {
   container.append(siteHeader(siteId, 'realtime'), h('div', { class: 'row controls' }, picker, h('span', { class: 'spacer' }), updated), body)
   let alive = true
 
+  // A poll's answer is drawn only if no later poll started meanwhile: a slow one for the window left behind
+  // would show that window's figures under the new choice.
+  let generation = 0
   async function poll() {
+    const mine = ++generation
+    const current = () => alive && mine === generation
     try {
       const rt = await api('/api/analytics/realtime?' + qs({ siteId, window: windowSeconds }))
-      if (!alive) return
+      if (!current()) return
       const pages = h('ol', { class: 'toplist' })
       for (const p of rt.topActivePages || []) {
         pages.append(h('li', {}, h('div', { class: 'toprow' }, h('span', { class: 'key ellipsis' }, ...pathNodes(p.key)), h('span', { class: 'count', text: number(p.count) }))))
@@ -50,7 +55,7 @@ export function renderRealtime(container, siteId) {
       // it is known (the last 90 days' event count), not on every poll.
       if (!idle) hasEvents = true
       else if (!hasEvents) hasEvents = (await api('/api/analytics/events?' + qs({ siteId, range: '90d', limit: 1 }))).total > 0
-      if (!alive) return
+      if (!current()) return
       body.replaceChildren(
         h('div', { class: 'stats' },
           big('Current visitors', number(rt.activeVisitors), 'activeVisitors'),
@@ -64,7 +69,7 @@ export function renderRealtime(container, siteId) {
       )
       updated.textContent = `Live · updated ${new Date().toLocaleTimeString()}`
     } catch (e) {
-      if (!alive || e.status === 401) return
+      if (!current() || e.status === 401) return
       body.replaceChildren(errorBox(e))
       // Not "Live" while the figures are not updating; the next poll that answers says Live again.
       updated.textContent = `Not updating · retrying every ${POLL_MS / 1000}s`
