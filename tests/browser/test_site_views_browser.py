@@ -127,18 +127,24 @@ def test_dashboard_pages_load_without_console_errors(page: Page, live_server: Li
     assert errors == []
 
 
-def test_the_event_log_lists_what_the_overviews_filters_match(page: Page, live_server: LiveServer, account):
-    """The overview's filters carried to the Events page narrow its rows and its export links, show as chips,
-    and removing one lists every event again (the log listed every event under any filter)."""
+def site_with_pageviews(page: Page, live_server: LiveServer, account, name: str, paths: tuple[str, ...]) -> str:
+    """Signed in on a desktop, a new site whose event log holds a pageview of each path (one visit): its id."""
     page.set_viewport_size(DESKTOP)
     sign_in(page, live_server, account)
-    site_id = add_site(page, f"log-{secrets.token_hex(4)}.example.com")
-    for path in ("/pricing", "/blog/a", "/blog/b"):
+    site_id = add_site(page, f"{name}-{secrets.token_hex(4)}.example.com")
+    for path in paths:
         resp = page.request.post(f"{live_server.base_url}/api/service/event",
                                  data={"s": site_id, "n": "pageview", "p": path, "sid": "v1"})
         assert resp.status == 202
     events = f"{live_server.base_url}/api/analytics/events?siteId={site_id}&range=1h"
-    wait_for(lambda: page.request.get(events).json()["total"] == 3, "the three events")
+    wait_for(lambda: page.request.get(events).json()["total"] == len(paths), "the events")
+    return site_id
+
+
+def test_the_event_log_lists_what_the_overviews_filters_match(page: Page, live_server: LiveServer, account):
+    """The overview's filters carried to the Events page narrow its rows and its export links, show as chips,
+    and removing one lists every event again (the log listed every event under any filter)."""
+    site_id = site_with_pageviews(page, live_server, account, "log", ("/pricing", "/blog/a", "/blog/b"))
 
     page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=1h&filter=page%3D%3D%2Fblog%2F*")
     rows = page.locator("table.log tbody tr")
@@ -199,15 +205,7 @@ def settle(page: Page) -> None:
 
 def test_a_slow_page_of_the_event_log_left_behind_is_not_drawn_over_the_next(page: Page,
                                                                             live_server: LiveServer, account):
-    page.set_viewport_size(DESKTOP)
-    sign_in(page, live_server, account)
-    site_id = add_site(page, f"pages-{secrets.token_hex(4)}.example.com")
-    for path in ("/one", "/two", "/three"):
-        resp = page.request.post(f"{live_server.base_url}/api/service/event",
-                                 data={"s": site_id, "n": "pageview", "p": path, "sid": "v1"})
-        assert resp.status == 202
-    events = f"{live_server.base_url}/api/analytics/events?siteId={site_id}&range=1h"
-    wait_for(lambda: page.request.get(events).json()["total"] == 3, "the three events")
+    site_id = site_with_pageviews(page, live_server, account, "pages", ("/one", "/two", "/three"))
 
     page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=1h&limit=1")
     expect(page.locator(".pager")).to_contain_text("1\u20131 of 3")
