@@ -3,18 +3,20 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: serve test services install dev lint tracker bench clean
+.PHONY: serve test services install dev lint lock tracker bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+# Pinned by constraints.txt: a fresh clone installs the versions the suite last passed with, not whatever
+# was released since.
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.dev-installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -36,6 +38,16 @@ services:
 
 lint: dev
 	$(BIN)/ruff check app actors storage common tests bench
+
+# The newest releases pyproject.toml allows, into constraints.txt (then run `make test` before committing it).
+lock:
+	rm -rf .venv-lock
+	$(PY) -m venv .venv-lock
+	.venv-lock/bin/pip install -q --upgrade pip
+	.venv-lock/bin/pip install -q -e '.[dev]'
+	{ head -2 constraints.txt; .venv-lock/bin/pip freeze --exclude-editable; } > constraints.new
+	mv constraints.new constraints.txt
+	rm -rf .venv-lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
