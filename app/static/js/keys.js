@@ -47,9 +47,14 @@ export function renderKeys(container) {
     h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'test' }), 'Test environment key (tally_test_…, sees only test data)'),
     h('button', { type: 'submit', class: 'primary', text: 'Create key' }))
 
+  // Each reload supersedes the ones before it: a slow list left behind (the page's first, answered after a key
+  // was created or revoked) is dropped, not drawn over the newer one.
+  let generation = 0
   async function reload() {
+    const mine = ++generation
     try {
       const { keys } = await api('/api/keys')
+      if (mine !== generation) return
       if (!keys.length) {
         list.replaceChildren(h('p', { class: 'empty', text: 'No API keys yet. Create one above to send events from a server with POST /v1/events.' }))
         return
@@ -59,7 +64,7 @@ export function renderKeys(container) {
         h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', {}, t || h('span', { class: 'visually-hidden', text: 'Actions' }))))),
         h('tbody', {}, keys.map((k) => keyRow(k, reload)))))], () => list.querySelector('button') || form.querySelector('input[name=name]'))
     } catch (e) {
-      list.replaceChildren(errorBox(e))
+      if (mine === generation) list.replaceChildren(errorBox(e))
     }
   }
 

@@ -1,0 +1,52 @@
+"""Slow answers left behind, in a real headless Chromium: a list's read answered after a newer read of the
+same list (the API keys, a site's goals, its shared links, a public dashboard's range) is not drawn over it; a
+form sent twice while its first request is on its way creates one thing; an action answered after the
+visitor went to another page does not draw its page over that one."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timedelta, timezone
+
+from playwright.sync_api import Page, Route, expect
+
+from tests.browser.conftest import LiveServer
+from tests.browser.test_dashboard_browser import add_site, sign_in
+from tests.browser.test_panels_browser import panel
+from tests.browser.test_site_views_browser import settle, wait_held
+
+
+def held_request(page: Page, pattern: str, method: str = "GET") -> list[Route]:
+    """The first `method` request matching `pattern` is held until the test answers it; all others go."""
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        if held or route.request.method != method:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(pattern, hold)
+    return held
+
+
+def fulfill_json(route: Route, body: dict) -> None:
+    route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+
+def test_a_slow_first_list_of_keys_does_not_hide_a_key_created_since(page: Page, live_server: LiveServer, account):
+    sign_in(page, live_server, account)
+    held = held_request(page, "**/api/keys")
+    page.goto(f"{live_server.base_url}/app/keys")
+    first = wait_held(page, held)
+    page.fill("input[name=name]", "backend")
+    page.click("form.key-form button[type=submit]")
+    rows = page.locator("table.keys tbody tr")
+    expect(rows).to_have_count(1)
+    # What the server said when the page opened, before the key existed.
+    with page.expect_response("**/api/keys"):
+        fulfill_json(first, {"keys": []})
+    settle(page)
+    expect(rows).to_have_count(1)
+    expect(rows).to_contain_text("backend")
