@@ -50,3 +50,21 @@ def test_a_slow_first_list_of_keys_does_not_hide_a_key_created_since(page: Page,
     settle(page)
     expect(rows).to_have_count(1)
     expect(rows).to_contain_text("backend")
+
+
+def test_a_key_form_sent_twice_quickly_creates_one_key(page: Page, live_server: LiveServer, account):
+    sign_in(page, live_server, account, "/app/keys")
+    expect(page.locator(".empty")).to_contain_text("No API keys yet")
+    held = held_request(page, "**/api/keys", "POST")
+    page.fill("input[name=name]", "backend")
+    page.click("form.key-form button[type=submit]")
+    first = wait_held(page, held)
+    page.press("input[name=name]", "Enter")  # again, while the first is on its way
+    settle(page)
+    first.continue_()
+    expect(page.locator(".notice code")).to_be_visible()
+    expect(page.locator("table.keys tbody tr")).to_have_count(1)
+    settle(page)
+    keys = page.request.get(f"{live_server.base_url}/api/keys").json()["keys"]
+    assert [k["name"] for k in keys] == ["backend"]
+    expect(page.locator("form.key-form button[type=submit]")).not_to_have_attribute("aria-disabled", "true")

@@ -68,8 +68,12 @@ export function renderKeys(container) {
     }
   }
 
+  const submit = form.querySelector('button[type=submit]')
   form.addEventListener('submit', async (event) => {
     event.preventDefault()
+    // Busy, as Revoke is: a second submit while the first is on its way would create a second key.
+    if (submit.getAttribute('aria-disabled') === 'true') return
+    submit.setAttribute('aria-disabled', 'true')
     error.hidden = true
     const scopes = [...form.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
     try {
@@ -84,6 +88,8 @@ export function renderKeys(container) {
     } catch (e) {
       error.textContent = e.status === 400 ? 'Give the key a name and at least one scope.' : `Could not create the key: ${e.message}`
       error.hidden = false
+    } finally {
+      submit.removeAttribute('aria-disabled')
     }
   })
 
