@@ -68,3 +68,21 @@ def test_a_key_form_sent_twice_quickly_creates_one_key(page: Page, live_server: 
     keys = page.request.get(f"{live_server.base_url}/api/keys").json()["keys"]
     assert [k["name"] for k in keys] == ["backend"]
     expect(page.locator("form.key-form button[type=submit]")).not_to_have_attribute("aria-disabled", "true")
+
+
+def test_a_slow_first_list_of_goals_does_not_hide_a_goal_added_since(page: Page, live_server: LiveServer, account):
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"goals-{secrets.token_hex(4)}.example.com")
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    goals = panel(page, "goals")
+    held = held_request(page, "**/api/sites/*/goals")
+    goals.locator("button", has_text="Manage goals").click()
+    first = wait_held(page, held)
+    manage = goals.locator(".goal-manage")
+    manage.locator("input[name=goal_value]").fill("signup")
+    manage.locator("button[type=submit]").click()
+    expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])
+    with page.expect_response("**/api/sites/*/goals"):
+        fulfill_json(first, {"goals": []})
+    settle(page)
+    expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])

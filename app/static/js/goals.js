@@ -13,9 +13,14 @@ export function goalManager(siteId, onChange) {
   type.addEventListener('change', () => { value.placeholder = type.value === 'page' ? '/thanks/**' : 'signup' })
   const form = h('form', { class: 'row goal-form' }, type, value, h('button', { type: 'submit', class: 'small primary', text: 'Add goal' }))
 
+  // Each refresh supersedes the ones before it: a slow list left behind (the manager's first, answered after a
+  // goal was added or removed) is dropped, not drawn over the newer one.
+  let generation = 0
   async function refresh() {
+    const mine = ++generation
     try {
       const { goals } = await api(base)
+      if (mine !== generation) return
       // With none, the panel under this box already says so (and what a goal is): no second message here.
       replaceKeepingFocus(list, goals.map((g) => h('li', { class: 'row', dataset: { goal: g.id } },
         h('span', { class: 'badge', text: g.goal_type === 'page' ? 'page' : 'event' }),
@@ -32,7 +37,7 @@ export function goalManager(siteId, onChange) {
             }
           } }))), () => list.querySelector('button') || value)
     } catch (e) {
-      list.replaceChildren(errorBox(e))
+      if (mine === generation) list.replaceChildren(errorBox(e))
     }
   }
 
