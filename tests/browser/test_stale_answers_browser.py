@@ -86,3 +86,22 @@ def test_a_slow_first_list_of_goals_does_not_hide_a_goal_added_since(page: Page,
         fulfill_json(first, {"goals": []})
     settle(page)
     expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])
+
+
+def test_a_slow_first_list_of_shared_links_does_not_hide_a_link_created_since(page: Page, live_server: LiveServer,
+                                                                           account):
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"links-{secrets.token_hex(4)}.example.com")
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}")
+    held = held_request(page, "**/api/sites/*/shared-links")
+    page.click("details.shared-links summary")
+    first = wait_held(page, held)
+    page.fill("input[name=link_name]", "For the board")
+    page.click("details.shared-links button[type=submit]")
+    links = page.locator("li.shared-link")
+    expect(links).to_have_count(1)
+    with page.expect_response("**/api/sites/*/shared-links"):
+        fulfill_json(first, {"links": []})
+    settle(page)
+    expect(links).to_have_count(1)
+    expect(page.locator(".shared-list")).not_to_contain_text("No shared links.")

@@ -58,14 +58,19 @@ export function sharedLinks(siteId) {
       codeBlock(link.url, 'Copy link'), form)
   }
 
+  // Each refresh supersedes the ones before it: a slow list left behind (the one asked when the box opened,
+  // answered after a link was created) is dropped, not drawn over the newer one.
+  let generation = 0
   async function refresh() {
+    const mine = ++generation
     try {
       const { links } = await api(base)
+      if (mine !== generation) return
       error.hidden = true
       replaceKeepingFocus(list, [...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
         ...links.map(linkItem)], () => list.querySelector('button') || name)
     } catch (e) {
-      list.replaceChildren(errorBox(e))
+      if (mine === generation) list.replaceChildren(errorBox(e))
     }
   }
 
