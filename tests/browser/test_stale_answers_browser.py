@@ -105,3 +105,22 @@ def test_a_slow_first_list_of_shared_links_does_not_hide_a_link_created_since(pa
     settle(page)
     expect(links).to_have_count(1)
     expect(page.locator(".shared-list")).not_to_contain_text("No shared links.")
+
+
+def test_a_shared_link_form_sent_twice_quickly_creates_one_link(page: Page, live_server: LiveServer, account):
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"twice-{secrets.token_hex(4)}.example.com")
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}")
+    page.click("details.shared-links summary")
+    expect(page.locator(".shared-list")).to_contain_text("No shared links.")
+    held = held_request(page, "**/api/sites/*/shared-links", "POST")
+    page.fill("input[name=link_name]", "For the board")
+    page.click("details.shared-links button[type=submit]")
+    first = wait_held(page, held)
+    page.press("input[name=link_name]", "Enter")  # again, while the first is on its way
+    settle(page)
+    first.continue_()
+    expect(page.locator("li.shared-link")).to_have_count(1)
+    settle(page)
+    links = page.request.get(f"{live_server.base_url}/api/sites/{site_id}/shared-links").json()["links"]
+    assert [link["name"] for link in links] == ["For the board"]

@@ -74,8 +74,12 @@ export function sharedLinks(siteId) {
     }
   }
 
+  const submit = form.querySelector('button[type=submit]')
   form.addEventListener('submit', async (e) => {
     e.preventDefault()
+    // Busy until the answer: a second submit while the first is on its way would create a second link.
+    if (submit.getAttribute('aria-disabled') === 'true') return
+    submit.setAttribute('aria-disabled', 'true')
     try {
       const body = {}
       if (name.value.trim()) body.name = name.value.trim()
@@ -86,6 +90,8 @@ export function sharedLinks(siteId) {
       await refresh()
     } catch (err) {
       failed(err)
+    } finally {
+      submit.removeAttribute('aria-disabled')
     }
   })
   el.addEventListener('toggle', () => { if (el.open) refresh() })
