@@ -124,3 +124,21 @@ def test_a_shared_link_form_sent_twice_quickly_creates_one_link(page: Page, live
     settle(page)
     links = page.request.get(f"{live_server.base_url}/api/sites/{site_id}/shared-links").json()["links"]
     assert [link["name"] for link in links] == ["For the board"]
+
+
+def test_a_site_added_after_leaving_the_sites_page_does_not_draw_the_list_over_the_next(page: Page,
+                                                                                      live_server: LiveServer,
+                                                                                      account):
+    sign_in(page, live_server, account)
+    held = held_request(page, "**/api/sites", "POST")
+    page.fill("input[name=domain]", f"late-{secrets.token_hex(4)}.example.com")
+    page.click("form.add-site button")
+    added = wait_held(page, held)
+    page.click("[data-nav=keys]")
+    expect(page.locator("#view h1")).to_have_text("API keys")
+    with page.expect_response("**/api/sites"):
+        added.continue_()
+    settle(page)
+    expect(page.locator("#view h1")).to_have_text("API keys")
+    expect(page.locator("form.add-site")).to_have_count(0)
+    assert page.url == f"{live_server.base_url}/app/keys"
