@@ -142,3 +142,27 @@ def test_a_site_added_after_leaving_the_sites_page_does_not_draw_the_list_over_t
     expect(page.locator("#view h1")).to_have_text("API keys")
     expect(page.locator("form.add-site")).to_have_count(0)
     assert page.url == f"{live_server.base_url}/app/keys"
+
+
+def test_a_public_dashboards_slow_range_left_behind_is_not_drawn(page: Page, live_server: LiveServer, account):
+    base = live_server.base_url
+    sign_in(page, live_server, account, "/app/keys")
+    made = page.request.post(f"{base}/api/keys", data={"name": "share", "scopes": ["read", "write"]}).json()
+    auth = {"Authorization": f"Bearer {made['key']}"}
+    dashboard = page.request.post(f"{base}/v1/dashboards", headers=auth, data={
+        "name": "Launch", "charts": [{"title": "Signups", "type": "bar", "event": "signup"}]}).json()
+    shared = page.request.post(f"{base}/v1/dashboards/{dashboard['id']}/share", headers=auth).json()
+    held = held_request(page, "**/public/dashboards/*/data*")
+    page.goto(shared["public_url"])
+    seven_days = wait_held(page, held)  # the page's first read: the last 7 days
+    with page.expect_response("**/public/dashboards/*/data*") as answer:
+        page.locator("#range").select_option("30:day")
+    thirty = answer.value.json()
+    status = page.locator("#status")
+    expect(status).to_have_text(f"{thirty['from'][:16]} – {thirty['to'][:16]} UTC")
+    with page.expect_response("**/public/dashboards/*/data*"):
+        seven_days.continue_()
+    settle(page)
+    expect(status).to_have_text(f"{thirty['from'][:16]} – {thirty['to'][:16]} UTC")
+    start = datetime.fromisoformat(thirty["from"].replace("Z", "+00:00"))
+    assert datetime.now(timezone.utc) - start > timedelta(days=29)
