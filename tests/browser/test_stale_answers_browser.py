@@ -6,6 +6,7 @@ visitor went to another page does not draw its page over that one."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from datetime import datetime, timedelta, timezone
 
@@ -166,3 +167,43 @@ def test_a_public_dashboards_slow_range_left_behind_is_not_drawn(page: Page, liv
     expect(status).to_have_text(f"{thirty['from'][:16]} – {thirty['to'][:16]} UTC")
     start = datetime.fromisoformat(thirty["from"].replace("Z", "+00:00"))
     assert datetime.now(timezone.utc) - start > timedelta(days=29)
+
+
+def test_a_slow_answer_left_behind_does_not_end_the_newer_loads_dimming(page: Page, live_server: LiveServer,
+                                                                       account):
+    """While a range's figures (or a tab's rows) load, the old ones stay dimmed (.loading); the answer of a
+    load left behind ended the dimming, so the previous range's figures showed as current under the new one."""
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"dim-{secrets.token_hex(4)}.example.com")
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    overview = page.locator(".overview")
+    expect(page.locator(".stats")).to_be_visible()
+    expect(overview).not_to_have_class(re.compile("loading"))
+    week = held_request(page, "**/api/analytics/overview?*range=7d*")
+    month = held_request(page, "**/api/analytics/overview?*range=30d*")
+    page.locator("select.range").select_option("7d")
+    left_behind = wait_held(page, week)
+    page.locator("select.range").select_option("30d")
+    latest = wait_held(page, month)
+    with page.expect_response("**/api/analytics/overview?*range=7d*"):
+        left_behind.continue_()
+    settle(page)
+    expect(overview).to_have_class(re.compile("loading"))  # the 30 days' figures are not there yet
+    latest.continue_()
+    expect(overview).not_to_have_class(re.compile("loading"))
+
+    pages = panel(page, "pages")
+    body = pages.locator(".panel-body")
+    expect(body).not_to_have_class(re.compile("loading"))
+    entries = held_request(page, "**/api/analytics/breakdown?*property=entry_page*")
+    exits = held_request(page, "**/api/analytics/breakdown?*property=exit_page*")
+    pages.locator("[data-tab=entry_page]").click()
+    left_behind = wait_held(page, entries)
+    pages.locator("[data-tab=exit_page]").click()
+    latest = wait_held(page, exits)
+    with page.expect_response("**/api/analytics/breakdown?*property=entry_page*"):
+        left_behind.continue_()
+    settle(page)
+    expect(body).to_have_class(re.compile("loading"))
+    latest.continue_()
+    expect(body).not_to_have_class(re.compile("loading"))
