@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from playwright.sync_api import Page, Route, expect
 
@@ -160,13 +160,14 @@ def test_a_public_dashboards_slow_range_left_behind_is_not_drawn(page: Page, liv
         page.locator("#range").select_option("30:day")
     thirty = answer.value.json()
     status = page.locator("#status")
-    expect(status).to_have_text(f"{thirty['from'][:16]} – {thirty['to'][:16]} UTC")
+    period = f"{thirty['from'][:16]} \u2013 {thirty['to'][:16]} UTC"  # en dash
+    expect(status).to_have_text(period)
     with page.expect_response("**/public/dashboards/*/data*"):
         seven_days.continue_()
     settle(page)
-    expect(status).to_have_text(f"{thirty['from'][:16]} – {thirty['to'][:16]} UTC")
+    expect(status).to_have_text(period)
     start = datetime.fromisoformat(thirty["from"].replace("Z", "+00:00"))
-    assert datetime.now(timezone.utc) - start > timedelta(days=29)
+    assert datetime.now(UTC) - start > timedelta(days=29)
 
 
 def test_a_slow_answer_left_behind_does_not_end_the_newer_loads_dimming(page: Page, live_server: LiveServer,
