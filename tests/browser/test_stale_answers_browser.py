@@ -208,3 +208,43 @@ def test_a_slow_answer_left_behind_does_not_end_the_newer_loads_dimming(page: Pa
     expect(body).to_have_class(re.compile("loading"))
     latest.continue_()
     expect(body).not_to_have_class(re.compile("loading"))
+
+
+def test_revoking_a_link_or_removing_a_goal_twice_quickly_says_no_error(page: Page, live_server: LiveServer,
+                                                                        account):
+    """A second press of Revoke (Remove) while the first is on its way sent a second DELETE, whose 404 was
+    shown as an error ("not found", "Could not save") for an action that succeeded."""
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"revoke-{secrets.token_hex(4)}.example.com")
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    page.click("details.shared-links summary")
+    page.fill("input[name=link_name]", "For the board")
+    page.click("details.shared-links button[type=submit]")
+    expect(page.locator("li.shared-link")).to_have_count(1)
+    held = held_request(page, "**/api/sites/*/shared-links/*", "DELETE")
+    page.get_by_role("button", name="Revoke For the board").focus()
+    page.keyboard.press("Enter")
+    first = wait_held(page, held)
+    page.keyboard.press("Enter")  # again, while the first is on its way
+    settle(page)
+    first.continue_()
+    expect(page.locator(".shared-list")).to_contain_text("No shared links.")
+    settle(page)
+    expect(page.locator("details.shared-links [role=alert]")).to_be_hidden()
+
+    goals = panel(page, "goals")
+    goals.locator("button", has_text="Manage goals").click()
+    manage = goals.locator(".goal-manage")
+    manage.locator("input[name=goal_value]").fill("signup")
+    manage.locator("button[type=submit]").click()
+    expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])
+    held = held_request(page, "**/api/sites/*/goals/*", "DELETE")
+    manage.get_by_role("button", name="Remove goal signup").focus()
+    page.keyboard.press("Enter")
+    first = wait_held(page, held)
+    page.keyboard.press("Enter")
+    settle(page)
+    first.continue_()
+    expect(manage.locator(".goal-list li")).to_have_count(0)
+    settle(page)
+    expect(manage.locator("[role=alert]")).to_be_hidden()

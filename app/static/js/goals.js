@@ -27,13 +27,19 @@ export function goalManager(siteId, onChange) {
         h('span', { class: 'ellipsis', text: g.goal_type === 'page' ? g.page_path : g.event_name }),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', class: 'link danger small', text: 'Remove', 'aria-label': `Remove goal ${g.display_name}`,
-          onclick: async () => {
+          onclick: async (event) => {
+            // Busy until the answer: a second press would send a second DELETE, whose 404 read as a failure.
+            const button = event.currentTarget
+            if (button.getAttribute('aria-disabled') === 'true') return
+            button.setAttribute('aria-disabled', 'true')
             try {
               await api(`${base}/${encodeURIComponent(g.id)}`, { method: 'DELETE' })
               await refresh()
               onChange()
             } catch (e) {
               show(e)
+            } finally {
+              button.removeAttribute('aria-disabled')
             }
           } }))), () => list.querySelector('button') || value)
     } catch (e) {

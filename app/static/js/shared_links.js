@@ -54,7 +54,14 @@ export function sharedLinks(siteId) {
         h('button', { type: 'button', class: 'link small', text: 'Password', 'aria-label': `Password of ${link.name}`,
           onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector('input').focus() } }),
         h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
-          onclick: () => act(() => api(path, { method: 'DELETE' })) })),
+          // Busy until the answer: a second press would send a second DELETE, whose 404 read as a failure.
+          onclick: async (event) => {
+            const button = event.currentTarget
+            if (button.getAttribute('aria-disabled') === 'true') return
+            button.setAttribute('aria-disabled', 'true')
+            await act(() => api(path, { method: 'DELETE' }))
+            button.removeAttribute('aria-disabled')
+          } })),
       codeBlock(link.url, 'Copy link'), form)
   }
 
