@@ -144,7 +144,11 @@
     document.getElementById("status").textContent = `${body.from.slice(0, 16)} – ${body.to.slice(0, 16)} UTC`;
   }
 
+  // Each load supersedes the ones before it: a slow answer for a range left behind (or the minute's refresh)
+  // is dropped, not drawn under the range chosen since.
+  let generation = 0;
   async function load() {
+    const mine = ++generation;
     const [days, interval] = document.getElementById("range").value.split(":");
     const to = new Date(), from = new Date(to.getTime() - Number(days) * 86400000);
     const query = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), interval });
@@ -156,9 +160,10 @@
       text = await resp.text();
     } catch (err) {
       // No answer at all: the browser's own words for it ("Failed to fetch") say nothing to a reader.
-      status.textContent = unreachable;
+      if (mine === generation) status.textContent = unreachable;
       return;
     }
+    if (mine !== generation) return;
     if (resp.status === 404) {
       document.getElementById("name").textContent = "Dashboard not found";
       document.getElementById("charts").replaceChildren();

@@ -13,26 +13,37 @@ export function goalManager(siteId, onChange) {
   type.addEventListener('change', () => { value.placeholder = type.value === 'page' ? '/thanks/**' : 'signup' })
   const form = h('form', { class: 'row goal-form' }, type, value, h('button', { type: 'submit', class: 'small primary', text: 'Add goal' }))
 
+  // Each refresh supersedes the ones before it: a slow list left behind (the manager's first, answered after a
+  // goal was added or removed) is dropped, not drawn over the newer one.
+  let generation = 0
   async function refresh() {
+    const mine = ++generation
     try {
       const { goals } = await api(base)
+      if (mine !== generation) return
       // With none, the panel under this box already says so (and what a goal is): no second message here.
       replaceKeepingFocus(list, goals.map((g) => h('li', { class: 'row', dataset: { goal: g.id } },
         h('span', { class: 'badge', text: g.goal_type === 'page' ? 'page' : 'event' }),
         h('span', { class: 'ellipsis', text: g.goal_type === 'page' ? g.page_path : g.event_name }),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', class: 'link danger small', text: 'Remove', 'aria-label': `Remove goal ${g.display_name}`,
-          onclick: async () => {
+          onclick: async (event) => {
+            // Busy until the answer: a second press would send a second DELETE, whose 404 read as a failure.
+            const button = event.currentTarget
+            if (button.getAttribute('aria-disabled') === 'true') return
+            button.setAttribute('aria-disabled', 'true')
             try {
               await api(`${base}/${encodeURIComponent(g.id)}`, { method: 'DELETE' })
               await refresh()
               onChange()
             } catch (e) {
               show(e)
+            } finally {
+              button.removeAttribute('aria-disabled')
             }
           } }))), () => list.querySelector('button') || value)
     } catch (e) {
-      list.replaceChildren(errorBox(e))
+      if (mine === generation) list.replaceChildren(errorBox(e))
     }
   }
 

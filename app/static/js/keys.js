@@ -47,9 +47,14 @@ export function renderKeys(container) {
     h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'test' }), 'Test environment key (tally_test_…, sees only test data)'),
     h('button', { type: 'submit', class: 'primary', text: 'Create key' }))
 
+  // Each reload supersedes the ones before it: a slow list left behind (the page's first, answered after a key
+  // was created or revoked) is dropped, not drawn over the newer one.
+  let generation = 0
   async function reload() {
+    const mine = ++generation
     try {
       const { keys } = await api('/api/keys')
+      if (mine !== generation) return
       if (!keys.length) {
         list.replaceChildren(h('p', { class: 'empty', text: 'No API keys yet. Create one above to send events from a server with POST /v1/events.' }))
         return
@@ -59,12 +64,16 @@ export function renderKeys(container) {
         h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', {}, t || h('span', { class: 'visually-hidden', text: 'Actions' }))))),
         h('tbody', {}, keys.map((k) => keyRow(k, reload)))))], () => list.querySelector('button') || form.querySelector('input[name=name]'))
     } catch (e) {
-      list.replaceChildren(errorBox(e))
+      if (mine === generation) list.replaceChildren(errorBox(e))
     }
   }
 
+  const submit = form.querySelector('button[type=submit]')
   form.addEventListener('submit', async (event) => {
     event.preventDefault()
+    // Busy, as Revoke is: a second submit while the first is on its way would create a second key.
+    if (submit.getAttribute('aria-disabled') === 'true') return
+    submit.setAttribute('aria-disabled', 'true')
     error.hidden = true
     const scopes = [...form.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
     try {
@@ -79,6 +88,8 @@ export function renderKeys(container) {
     } catch (e) {
       error.textContent = e.status === 400 ? 'Give the key a name and at least one scope.' : `Could not create the key: ${e.message}`
       error.hidden = false
+    } finally {
+      submit.removeAttribute('aria-disabled')
     }
   })
 

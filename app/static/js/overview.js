@@ -171,7 +171,8 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
         retry = setTimeout(() => alive && mine === generation && load(), RETRY_MS)
       }
     } finally {
-      body.classList.remove('loading')
+      // A load left behind does not end the dimming of the one that superseded it.
+      if (mine === generation) body.classList.remove('loading')
     }
     await panelsLoaded
   }

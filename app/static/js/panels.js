@@ -158,7 +158,7 @@ function breakdownPanel(spec, ctx) {
     } catch (e) {
       failed.show(e, () => mine === generation)
     } finally {
-      body.classList.remove('loading')
+      if (mine === generation) body.classList.remove('loading')
     }
   }
 
@@ -229,7 +229,7 @@ function goalsPanel(ctx) {
     } catch (e) {
       failed.show(e, () => mine === generation)
     } finally {
-      body.classList.remove('loading')
+      if (mine === generation) body.classList.remove('loading')
     }
   }
 

@@ -54,23 +54,39 @@ export function sharedLinks(siteId) {
         h('button', { type: 'button', class: 'link small', text: 'Password', 'aria-label': `Password of ${link.name}`,
           onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector('input').focus() } }),
         h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
-          onclick: () => act(() => api(path, { method: 'DELETE' })) })),
+          // Busy until the answer: a second press would send a second DELETE, whose 404 read as a failure.
+          onclick: async (event) => {
+            const button = event.currentTarget
+            if (button.getAttribute('aria-disabled') === 'true') return
+            button.setAttribute('aria-disabled', 'true')
+            await act(() => api(path, { method: 'DELETE' }))
+            button.removeAttribute('aria-disabled')
+          } })),
       codeBlock(link.url, 'Copy link'), form)
   }
 
+  // Each refresh supersedes the ones before it: a slow list left behind (the one asked when the box opened,
+  // answered after a link was created) is dropped, not drawn over the newer one.
+  let generation = 0
   async function refresh() {
+    const mine = ++generation
     try {
       const { links } = await api(base)
+      if (mine !== generation) return
       error.hidden = true
       replaceKeepingFocus(list, [...(links.length ? [] : [h('li', { class: 'muted small', text: 'No shared links.' })]),
         ...links.map(linkItem)], () => list.querySelector('button') || name)
     } catch (e) {
-      list.replaceChildren(errorBox(e))
+      if (mine === generation) list.replaceChildren(errorBox(e))
     }
   }
 
+  const submit = form.querySelector('button[type=submit]')
   form.addEventListener('submit', async (e) => {
     e.preventDefault()
+    // Busy until the answer: a second submit while the first is on its way would create a second link.
+    if (submit.getAttribute('aria-disabled') === 'true') return
+    submit.setAttribute('aria-disabled', 'true')
     try {
       const body = {}
       if (name.value.trim()) body.name = name.value.trim()
@@ -81,6 +97,8 @@ export function sharedLinks(siteId) {
       await refresh()
     } catch (err) {
       failed(err)
+    } finally {
+      submit.removeAttribute('aria-disabled')
     }
   })
   el.addEventListener('toggle', () => { if (el.open) refresh() })

@@ -119,7 +119,8 @@ function offsetOf(search) {
 
 // The list shows 50 sites at a time; past that it says how many there are and pages through them
 // (?offset= in the URL, as GET /api/sites takes it).
-async function renderInto(container, { openId = null, offset = offsetOf(location.search) } = {}) {
+// `alive()`: whether the Sites page is still the one shown (main.js's router ends it on leaving).
+async function renderInto(container, { openId = null, offset = offsetOf(location.search), alive = () => true } = {}) {
   const list = h('ul', { class: 'cards' })
   const error = h('p', { class: 'error', role: 'alert', hidden: true })
   const input = h('input', { name: 'domain', placeholder: 'example.com', required: true, autocomplete: 'off', 'aria-label': 'Domain' })
@@ -127,9 +128,11 @@ async function renderInto(container, { openId = null, offset = offsetOf(location
   const count = h('p', { class: 'muted small sites-count', hidden: true })
   const pager = h('div', { class: 'row pager', hidden: true })
   const go = (to, openSite = null) => {
+    // A site added or verified after the visitor went to another page: that page stays.
+    if (!alive()) return
     const url = location.pathname + (to ? '?' + qs({ offset: to }) : '')
     if (url !== location.pathname + location.search) history.pushState(null, '', url) // Back returns
-    renderInto(container, { openId: openSite, offset: to })
+    renderInto(container, { openId: openSite, offset: to, alive })
   }
   form.addEventListener('submit', async (event) => {
     event.preventDefault()
@@ -174,7 +177,9 @@ async function renderInto(container, { openId = null, offset = offsetOf(location
 }
 
 export function renderSites(container) {
-  renderInto(container)
+  let alive = true
+  renderInto(container, { alive: () => alive })
+  return () => { alive = false }
 }
 
 // A site's pages open once the site is known: for an unknown id, or another workspace's, they say so and
