@@ -372,3 +372,18 @@ def test_panels_side_by_side_start_on_one_line(page: Page, live_server, account)
     # The grid's own gap separates the rows, not the gap plus a margin.
     gap = page.locator(".panels").evaluate("el => parseFloat(getComputedStyle(el).rowGap)")
     assert boxes["locations"]["y"] - (boxes["sources"]["y"] + boxes["sources"]["height"]) == gap, boxes
+
+
+def test_a_failed_values_check_asks_again_at_the_next_load(page: Page, live_server, account):
+    """The Regions and Cities tabs show when the range has values of them (GET /api/analytics/has-values). A
+    check that got no answer hid them for the range until it changed, as if there were none."""
+    site_id = open_site(page, live_server, account)
+    check = "**/api/analytics/has-values?*"
+    page.route(check, lambda route: route.abort())
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    expect_rows(page, "locations", [("Germany", "3"), ("United States", "2"), ("France", "1")])
+    expect(panel(page, "locations").locator("[data-tab=region]")).to_have_count(0)
+    page.unroute(check)
+    page.get_by_label("Compare to previous period").check()  # the next load of every panel, same range
+    tab(page, "locations", "region")
+    expect_rows(page, "locations", [("Berlin", "2"), ("Bavaria", "1"), ("Île-de-France", "1")])

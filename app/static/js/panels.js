@@ -134,11 +134,15 @@ function breakdownPanel(spec, ctx) {
     if (spec.optional && probed !== ctx.state.range) {
       // Regions and cities exist only with a GeoIP City database: each tab shows when the range has values
       // of it (asked once per range, not again for every filter; an existence check, not a breakdown).
-      const probe = await api('/api/analytics/has-values?' + qs({ siteId: ctx.siteId, range: ctx.state.range, properties: spec.optional.join(',') })).catch(() => ({ data: {} }))
+      // A probe that failed (no answer, a 503) decides nothing: the tabs stay as they were, and the panel's
+      // next load asks again.
+      const probe = await api('/api/analytics/has-values?' + qs({ siteId: ctx.siteId, range: ctx.state.range, properties: spec.optional.join(',') })).catch(() => null)
       if (mine !== generation) return
-      probed = ctx.state.range
-      hidden = new Set(spec.optional.filter((k) => !probe.data[k]))
-      if (hidden.has(active)) active = spec.tabs[0][0]
+      if (probe) {
+        probed = ctx.state.range
+        hidden = new Set(spec.optional.filter((k) => !probe.data[k]))
+        if (hidden.has(active)) active = spec.tabs[0][0]
+      }
     }
     drawHead()
     const property = DRILL[active] && termValue(ctx.state.filters, active) !== null ? DRILL[active] : active
