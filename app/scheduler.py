@@ -21,6 +21,7 @@ import asyncpg
 from common.outages import Outages
 from common.service import Timer
 from storage import job_locks
+from storage.db import connect
 
 log = logging.getLogger("tally.scheduler")
 
@@ -71,7 +72,7 @@ class Scheduler:
     async def _locking(self, statement: Callable[[asyncpg.Connection], Awaitable[bool | None]]) -> bool | None:
         async with self._conn_lock:
             if self._conn is None or self._conn.is_closed():
-                self._conn = await asyncpg.connect(self._dsn)
+                self._conn = await connect(self._dsn)
             return await statement(self._conn)
 
     async def _run_locked(self, entry: _Entry) -> bool:

@@ -65,7 +65,7 @@ from common.outages import Outages
 from common.service import Timer
 from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore, StoreUnopenable, open_store
-from storage.db import close_pool, create_pool, create_writer_pool, maintaining_pool
+from storage.db import close_pool, connect, create_pool, create_writer_pool, maintaining_pool
 from storage.migrate import migrate
 
 log = logging.getLogger("tally.server")
@@ -171,7 +171,7 @@ def analytics_ctx_for(shared: AnalyticsStore | None):
         owner = None  # the connection holding this process's claim on the database (embedded store)
         try:
             if shared is None and store.embedded:
-                owner = await asyncpg.connect(app[DATABASE_DSN])
+                owner = await connect(app[DATABASE_DSN])
                 await analytics_mirror.claim_embedded_store(owner)
             async with app[POOL].acquire() as conn:  # a store mirroring another database is refused
                 adopted = await analytics_mirror.check_origin(conn, store)

@@ -32,10 +32,14 @@ REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
 REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
 # Errors that mean "PostgreSQL cannot be reached" (a connection refused, reset or dropped mid-query, or
-# ended by a server going away: a shutdown, or a postmaster that died, ends each backend with 57P01/57P02).
+# ended by a server going away: a shutdown, or a postmaster that died, ends each backend with 57P01/57P02),
+# or that it cannot take this work now for want of a resource: its disk full (53100), out of memory (53200),
+# no connection slot left (53300). Those say nothing about the request, and the same request succeeds once
+# the resource is back, so they are an outage (503, Retry-After) too, not a refusal (decisions.md).
 POSTGRES_UNREACHABLE: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError, asyncpg.ConnectionFailureError,
     asyncpg.InterfaceError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError, ConnectionError,
+    asyncpg.DiskFullError, asyncpg.OutOfMemoryError, asyncpg.TooManyConnectionsError,
 )
 
 

@@ -14,6 +14,7 @@ numeric, and orjson refuses.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -52,12 +53,27 @@ SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
 WRITER_SETTINGS = {"plan_cache_mode": "auto"}
 
 
+async def connect(*args: object, **kwargs: object) -> asyncpg.Connection:
+    """asyncpg.connect, where a Unix socket that is gone is said as what it means: nothing listens there. An
+    embedded PostgreSQL that shut down (stopped, or after a recovery that failed on a full disk) removes its
+    socket, and asyncpg let the connect's FileNotFoundError through, which names no dependency: every request
+    answered 500 with a traceback rather than the outage's 503. (A file that is missing, a certificate say,
+    names itself and is left as it is.)"""
+    try:
+        return await asyncpg.connect(*args, **kwargs)
+    except FileNotFoundError as exc:
+        if exc.filename is not None:
+            raise
+        raise ConnectionRefusedError(errno.ECONNREFUSED, "PostgreSQL's Unix socket is gone: no server listens "
+                                     "there") from exc
+
+
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, server_settings: dict = SERVER_SETTINGS,
                       reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> asyncpg.Pool:
     """A pool of connections with the app's codecs; `reset` None: asyncpg's default reset on release."""
     return await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
-        server_settings=server_settings, reset=reset,
+        server_settings=server_settings, reset=reset, connect=connect,
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from app.outages import MIRROR_BEHIND, MIRROR_BEHIND_RETRY
+from app.outages import MIRROR_BEHIND, MIRROR_BEHIND_RETRY, unreachable
 from app.reports.config import (
     CustomConfig,
     EventVolumeConfig,
@@ -142,7 +142,14 @@ async def run_report(
             async with asyncio.timeout(timeout):
                 if catch_up is not None:
                     catching_up = True
-                    await catch_up()
+                    try:
+                        await catch_up()
+                    except Exception as exc:
+                        if unreachable(exc) is not None:
+                            raise  # PostgreSQL away: that outage's own 503
+                        # The store refused the catch-up (its disk full, its server away): it stays behind
+                        # until it takes inserts again, as behind a backlog; the mirror logs why, once.
+                        raise ApiError(503, "unavailable", MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
                     catching_up = False
                 columns, rows = await _built_in(analytics, conn, workspace_id, env, parsed, now, limits)
             outcome = "ok"
