@@ -70,6 +70,19 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 
+class QueryTooLarge(ClickHouseError):
+    """The store refused a query for its per-query memory bound (`max_memory_usage`,
+    TALLY_ANALYTICS_MAX_MEMORY_MB): the same query on the same rows is refused again, so it is not a fault to
+    retry or a bug, but a read too large for the bound (a long window of a busy site)."""
+
+
+def over_query_bound(exc: ClickHouseError) -> bool:
+    """Whether ClickHouse refused a query for the query's own memory bound (not the server's total, which
+    other queries share and a retry may pass)."""
+    text = str(exc)
+    return "MEMORY_LIMIT_EXCEEDED" in text and "(total)" not in text
+
+
 class StoreBusy(RuntimeError):
     """The embedded store's directory is open in another process (a running server)."""
 
@@ -150,6 +163,10 @@ class AnalyticsStore:
         try:
             result = reader.query(sql, parameters=params or {},
                                   settings={**self.query_settings, **self.read_settings, **(settings or {})})
+        except ClickHouseError as exc:
+            if over_query_bound(exc):
+                raise QueryTooLarge(str(exc)) from exc
+            raise
         finally:
             if reader is not self.client:
                 self.readers.put(reader)
