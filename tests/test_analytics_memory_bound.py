@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from storage.clickhouse import AnalyticsStore, query_bounds
 from tests.analytics_support import load_fixture
 
 
@@ -38,3 +39,12 @@ async def test_a_read_over_the_memory_bound_says_so(client, database_url, worksp
 
     again = await client.get(f"/api/analytics/{route}", params={"siteId": site.site_id, "range": "90d", **params})
     assert again.status == 200
+
+
+async def test_a_grouping_past_half_the_bound_goes_on_on_disk(analytics_store: AnalyticsStore):
+    """A grouping larger than the bound (4M keys under 128 MiB) answers, as the largest 90-day breakdowns do
+    under the default bound, instead of failing at it."""
+    rows = await analytics_store.query(
+        "SELECT count(), sum(n) FROM (SELECT number % 4000000 AS k, count() AS n FROM numbers(8000000) GROUP BY k)",
+        settings=query_bounds(max_threads=2, max_memory_mb=128))
+    assert rows == [(4_000_000, 8_000_000)]
