@@ -20,8 +20,12 @@ from app.outages import MirrorBehind, mirror_behind, unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 from app.same_origin import refuse_cross_origin
 from app.shared_access import refuse_token_elsewhere
+from storage.clickhouse import QueryTooLarge
 
 log = logging.getLogger("tally.http")
+
+READ_TOO_LARGE = ("this read needs more memory than the analytics store allows one query; narrow the range or the "
+                  "filters, or ask the operator to raise TALLY_ANALYTICS_MAX_MEMORY_MB")
 
 _CODES = {
     400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -60,6 +64,11 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
     anything else a logged 500."""
     if isinstance(exc, MirrorBehind):
         return mirror_behind(site)
+    if isinstance(exc, QueryTooLarge) and site:
+        # Not a bug (no traceback): the operator's bound is too small for this read, which fails again as it is.
+        log.warning("analytics read over the store's per-query memory bound (TALLY_ANALYTICS_MAX_MEMORY_MB) "
+                    "method=%s path=%s: %s", request.method, request.path, str(exc).splitlines()[0][:300])
+        return json_response({"error": "read too large", "detail": READ_TOO_LARGE}, 500)
     if isinstance(exc, ConnectionError) and request.transport is None:
         # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
         # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.
