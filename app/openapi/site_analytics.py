@@ -92,7 +92,9 @@ PATHS = {
     "/api/analytics/top-countries": _top("Top countries"),
     "/api/analytics/events": _get(
         "Stored events, newest first, under the overview's filters",
-        [_EVENT, *_NARROWING, _limit(50, 500), _OFFSET],
+        [_EVENT, *_NARROWING, _limit(50, 500),
+         query("offset", {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
+               description="past 100,000: 400 offset too large (narrow the range or filters, or export)")],
         json_body({"type": "object", "required": ["events", "total", "limit", "offset"], "properties": {
             "events": {"type": "array", "items": ref("StoredEvent")}, "total": {"type": "integer"},
             "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
