@@ -64,11 +64,13 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
     anything else a logged 500."""
     if isinstance(exc, MirrorBehind):
         return mirror_behind(site)
-    if isinstance(exc, QueryTooLarge) and site:
+    if isinstance(exc, QueryTooLarge):
         # Not a bug (no traceback): the operator's bound is too small for this read, which fails again as it is.
         log.warning("analytics read over the store's per-query memory bound (TALLY_ANALYTICS_MAX_MEMORY_MB) "
                     "method=%s path=%s: %s", request.method, request.path, str(exc).splitlines()[0][:300])
-        return json_response({"error": "read too large", "detail": READ_TOO_LARGE}, 500)
+        if site:
+            return json_response({"error": "read too large", "detail": READ_TOO_LARGE}, 500)
+        return json_response({"error": {"code": "read_too_large", "message": READ_TOO_LARGE}}, 500)
     if isinstance(exc, ConnectionError) and request.transport is None:
         # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
         # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.
