@@ -161,6 +161,33 @@ async def test_export_takes_the_overviews_filters(client, site, monkeypatch):
     assert resp.status == 400 and (await resp.json())["error"] == "invalid filter"
 
 
+async def test_a_filtered_export_asks_the_store_for_many_pages_of_keys_at_once(client, site, monkeypatch):
+    """Each ask reads the whole filtered window (0.3-0.8 s at 90 days of 9M events): asked once per page of
+    500 rows, a 50,000-row export took 31-80 s. Here pages of two rows, keys asked five at a time."""
+    from app.views import analytics_events
+    from storage import analytics_lists
+
+    monkeypatch.setattr(analytics_events, "EXPORT_PAGE", 2)
+    monkeypatch.setattr(analytics_events, "EXPORT_KEYS", 5)
+    asked: list[int] = []
+    matching = analytics_lists.matching_event_keys
+
+    async def counted(*args, **kwargs):
+        keys = await matching(*args, **kwargs)
+        asked.append(len(keys))
+        return keys
+
+    monkeypatch.setattr(analytics_lists, "matching_event_keys", counted)
+    params = {"siteId": site.site_id, "range": "90d", "format": "json", "filter": "event!=nothing"}
+    exported = orjson.loads(await (await client.get("/api/analytics/export", params=params)).read())
+    everything = await (await client.get("/api/analytics/events", params={**params, "limit": "100"})).json()
+    assert [r["id"] for r in exported] == [e["id"] for e in everything["events"]]
+    assert len(everything["events"]) == 9 and asked[:2] == [5, 4]  # then the log's own ask
+    resp = await client.get("/api/analytics/export", params={**params, "limit": "3"})
+    assert [r["id"] for r in orjson.loads(await resp.read())] == [e["id"] for e in everything["events"][:3]]
+    assert asked[3:] == [3]
+
+
 async def test_export_of_empty_window_is_header_or_empty_array(client, site, database_url, workspace):
     conn = await asyncpg.connect(database_url)
     try:

@@ -35,6 +35,9 @@ LOG_DEFAULT, LOG_MAX = 50, 500
 LOG_MAX_OFFSET = 100_000
 EXPORT_DEFAULT, EXPORT_MAX = 10_000, 50_000
 EXPORT_PAGE = 500  # rows per keyset query, and per write
+# Keys asked of the analytics store at once by a filtered export: each ask reads the filtered window, which
+# took 0.3-0.8 s at 90 days of 9M events, so a 50,000-row export asked once a page (100 times) took 31-80 s.
+EXPORT_KEYS = 10_000
 # Export columns, in order (CSV header = these names; JSON objects carry the same keys).
 EXPORT_COLUMNS = ("id", "createdAt", "name", "url", "path", "referrer", "title", "viewportW", "sessionId",
                   "country", "props")
@@ -151,6 +154,9 @@ async def export(request: web.Request) -> web.StreamResponse:
         encode = _csv_page if fmt == "csv" else _json_page
         counted = request.config_dict[METRICS].exported_events.labels(fmt)
         after, sent = None, 0
+        # Filtered exports: the keys the store gave beyond the page being written, and whether it has no more.
+        ahead: list = []
+        exhausted = False
         try:
             while True:
                 size = min(EXPORT_PAGE, limit - sent)
@@ -158,13 +164,20 @@ async def export(request: web.Request) -> web.StreamResponse:
                     async with request.config_dict[POOL].acquire() as conn:
                         rows = await store.export_page(conn, site.id, w.start, w.end, name, after, size)
                     keys = [(r["ts"], r["id"]) for r in rows]
+                    done = len(keys) < EXPORT_PAGE
                 else:
-                    keys = await analytics_lists.matching_event_keys(db, site.id, w.start, w.end, filters, after,
-                                                                     size)
+                    if len(ahead) < size and not exhausted:
+                        want = min(EXPORT_KEYS, limit - sent - len(ahead))
+                        more = await analytics_lists.matching_event_keys(
+                            db, site.id, w.start, w.end, filters, ahead[-1] if ahead else after, want)
+                        exhausted = len(more) < want
+                        ahead += more
+                    keys, ahead = ahead[:size], ahead[size:]
+                    done = exhausted and not ahead
                     async with request.config_dict[POOL].acquire() as conn:
                         rows = await store.events_by_keys(conn, site.id, keys)
                 counted.inc(len(rows))
-                last = sent + len(keys) >= limit or len(keys) < EXPORT_PAGE
+                last = sent + len(keys) >= limit or done
                 async with asyncio.timeout(settings.export_write_timeout_seconds):
                     await response.write(encode(rows, first=sent == 0, last=last))
                 if last:
