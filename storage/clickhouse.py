@@ -217,6 +217,16 @@ def server_endpoint(url: str) -> tuple[str, str, int]:
     return interface, parts.hostname or "localhost", parts.port or HTTP_PORTS[interface]
 
 
+def query_limits(max_threads: int, max_memory_mb: int) -> dict[str, int]:
+    """The settings every query of the store carries: its threads and memory bound. A grouping or a sort past
+    a part of the bound goes on on disk rather than failing at it: a site's 100k pages with paths near the
+    2048-character limit took Top pages past 1 GB (a page is a key of up to 2 KB)."""
+    bound = max_memory_mb * 1024 * 1024
+    # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
+    return {"max_threads": max_threads, "max_memory_usage": bound, "max_bytes_before_external_group_by": bound // 4,
+            "max_bytes_before_external_sort": bound // 8, "do_not_merge_across_partitions_select_final": 1}
+
+
 def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
                max_threads: int = 2, max_memory_mb: int = 1024, chdb_config: Path | None = None) -> AnalyticsStore:
     """Open (blocking) the store and create its tables. url None: embedded chDB at `path`, with the server
@@ -255,10 +265,8 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
     readers: queue.SimpleQueue = queue.SimpleQueue()
     for _ in range(READERS):
         readers.put(connect())
-    # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
-    settings = {"max_threads": max_threads, "max_memory_usage": max_memory_mb * 1024 * 1024,
-                "do_not_merge_across_partitions_select_final": 1}
-    store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
+    store = AnalyticsStore(client, database, cluster if url else None, url is None,
+                           query_limits(max_threads, max_memory_mb), lock_file,
                            settle_seconds=0.0 if url is None else 60.0, readers=readers,
                            read_settings={} if url else {"os_thread_priority": READ_NICE})
     ensure_schema(store)
