@@ -162,7 +162,11 @@ def filter_terms(request: web.Request) -> tuple[Filter, ...]:
         if found is None:
             raise SiteError(400, "invalid filter", filter=raw, syntax="dimension==value, != or ~=")
         at, op = found
-        dimension, value = raw[:at].strip(), raw[at + 2:]
+        # A custom property's key is whatever the tracker sent, so `props:<key>` keeps its key as written
+        # ("plan " is not "plan"); the fixed dimension names may have spaces around them.
+        dimension, value = raw[:at].lstrip(), raw[at + 2:]
+        if not dimension.startswith(PROPS_PREFIX):
+            dimension = dimension.rstrip()
         known = dimension in DIMENSIONS or (dimension.startswith(PROPS_PREFIX) and len(dimension) > len(PROPS_PREFIX))
         if not known or value == "":
             raise SiteError(400, "invalid filter", filter=raw, dimensions=[*DIMENSIONS, "props:<key>"])
