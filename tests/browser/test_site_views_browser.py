@@ -5,13 +5,13 @@ newer choice (the event log's page, realtime's window), which are not drawn over
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import LiveServer, wait_for
+from tests.browser.held_requests import answer_late, held_request, wait_held
 from tests.browser.test_dashboard_browser import DASH, add_site, sign_in
 
 DESKTOP = {"width": 1366, "height": 800}
@@ -176,49 +176,20 @@ def test_realtime_rates_of_a_quiet_site_are_not_zero(page: Page, live_server: Li
     expect(page.locator("[data-stat=eventsPerMinute] .stat-value")).to_have_text("0.03")
 
 
-def held_routes(page: Page, pattern: str) -> list[Route]:
-    """The first request matching `pattern` is held (not answered) until the test answers it; later ones go."""
-    held: list[Route] = []
-
-    def hold(route: Route) -> None:
-        if held:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route(pattern, hold)
-    return held
-
-
-def wait_held(page: Page, held: list[Route]) -> Route:
-    for _ in range(200):  # route handlers run while Playwright dispatches events
-        if held:
-            return held[0]
-        page.wait_for_timeout(50)
-    raise AssertionError("the request was not sent")
-
-
-def settle(page: Page) -> None:
-    """Let the page's handlers of an answer just given run."""
-    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")
-
-
 def test_a_slow_page_of_the_event_log_left_behind_is_not_drawn_over_the_next(page: Page,
                                                                             live_server: LiveServer, account):
     site_id = site_with_pageviews(page, live_server, account, "pages", ("/one", "/two", "/three"))
 
     page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=1h&limit=1")
     expect(page.locator(".pager")).to_contain_text("1\u20131 of 3")
-    held = held_routes(page, "**/api/analytics/events?*offset=1*")
+    held = held_request(page, "**/api/analytics/events?*offset=1*")
     page.locator(".pager button", has_text="Older").click()  # page 2: held
     second = wait_held(page, held)
     page.locator(".pager button", has_text="Older").click()  # page 3, from the same pager: answered
     expect(page.locator(".pager")).to_contain_text("3\u20133 of 3")
     rows = page.locator("table.log tbody tr")
     expect(rows).to_have_text([re.compile("/one")])  # newest first: the third page holds the first event
-    with page.expect_response("**/api/analytics/events?*offset=1*"):
-        second.continue_()
-    settle(page)
+    answer_late(page, second, "**/api/analytics/events?*offset=1*")
     # Before, page 2's row was drawn under page 3's pager (its pager said 3 of 3 beside /two).
     expect(rows).to_have_text([re.compile("/one")])
     expect(page.locator(".pager")).to_contain_text("3\u20133 of 3")
@@ -232,15 +203,13 @@ def test_a_slow_realtime_poll_of_the_window_left_behind_is_not_drawn(page: Page,
     resp = page.request.post(f"{live_server.base_url}/api/service/event",
                              data={"s": site_id, "n": "pageview", "p": "/"})
     assert resp.status == 202
-    held = held_routes(page, "**/api/analytics/realtime?*window=60")
+    held = held_request(page, "**/api/analytics/realtime?*window=60")
     page.goto(f"{live_server.base_url}/app/sites/{site_id}/realtime")
     first = wait_held(page, held)
     page.get_by_label("Realtime window").select_option("300")
     expect(page.locator("[data-stat=activeVisitors] .stat-value")).to_have_text("1")
     stale = {"activeVisitors": 99, "pageviewsPerMinute": 99, "eventsPerMinute": 99, "topActivePages": [],
              "recentEvents": []}
-    with page.expect_response("**/api/analytics/realtime?*window=60"):
-        first.fulfill(status=200, content_type="application/json", body=json.dumps(stale))
-    settle(page)
+    answer_late(page, first, "**/api/analytics/realtime?*window=60", stale)
     # Read once, not awaited: the next poll (every 3 s) draws the right figure again whatever came before.
     assert page.locator("[data-stat=activeVisitors] .stat-value").inner_text() == "1"

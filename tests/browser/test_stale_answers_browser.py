@@ -5,35 +5,16 @@ visitor went to another page does not draw its page over that one."""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import LiveServer
+from tests.browser.held_requests import answer_late, held_request, settle, wait_held
 from tests.browser.test_dashboard_browser import add_site, sign_in
 from tests.browser.test_panels_browser import panel
-from tests.browser.test_site_views_browser import settle, wait_held
-
-
-def held_request(page: Page, pattern: str, method: str = "GET") -> list[Route]:
-    """The first `method` request matching `pattern` is held until the test answers it; all others go."""
-    held: list[Route] = []
-
-    def hold(route: Route) -> None:
-        if held or route.request.method != method:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route(pattern, hold)
-    return held
-
-
-def fulfill_json(route: Route, body: dict) -> None:
-    route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
 
 def test_a_slow_first_list_of_keys_does_not_hide_a_key_created_since(page: Page, live_server: LiveServer, account):
@@ -46,9 +27,7 @@ def test_a_slow_first_list_of_keys_does_not_hide_a_key_created_since(page: Page,
     rows = page.locator("table.keys tbody tr")
     expect(rows).to_have_count(1)
     # What the server said when the page opened, before the key existed.
-    with page.expect_response("**/api/keys"):
-        fulfill_json(first, {"keys": []})
-    settle(page)
+    answer_late(page, first, "**/api/keys", {"keys": []})
     expect(rows).to_have_count(1)
     expect(rows).to_contain_text("backend")
 
@@ -83,9 +62,7 @@ def test_a_slow_first_list_of_goals_does_not_hide_a_goal_added_since(page: Page,
     manage.locator("input[name=goal_value]").fill("signup")
     manage.locator("button[type=submit]").click()
     expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])
-    with page.expect_response("**/api/sites/*/goals"):
-        fulfill_json(first, {"goals": []})
-    settle(page)
+    answer_late(page, first, "**/api/sites/*/goals", {"goals": []})
     expect(manage.locator(".goal-list li")).to_have_text(["eventsignupRemove"])
 
 
@@ -101,9 +78,7 @@ def test_a_slow_first_list_of_shared_links_does_not_hide_a_link_created_since(pa
     page.click("details.shared-links button[type=submit]")
     links = page.locator("li.shared-link")
     expect(links).to_have_count(1)
-    with page.expect_response("**/api/sites/*/shared-links"):
-        fulfill_json(first, {"links": []})
-    settle(page)
+    answer_late(page, first, "**/api/sites/*/shared-links", {"links": []})
     expect(links).to_have_count(1)
     expect(page.locator(".shared-list")).not_to_contain_text("No shared links.")
 
@@ -137,9 +112,7 @@ def test_a_site_added_after_leaving_the_sites_page_does_not_draw_the_list_over_t
     added = wait_held(page, held)
     page.click("[data-nav=keys]")
     expect(page.locator("#view h1")).to_have_text("API keys")
-    with page.expect_response("**/api/sites"):
-        added.continue_()
-    settle(page)
+    answer_late(page, added, "**/api/sites")
     expect(page.locator("#view h1")).to_have_text("API keys")
     expect(page.locator("form.add-site")).to_have_count(0)
     assert page.url == f"{live_server.base_url}/app/keys"
@@ -162,9 +135,7 @@ def test_a_public_dashboards_slow_range_left_behind_is_not_drawn(page: Page, liv
     status = page.locator("#status")
     period = f"{thirty['from'][:16]} \u2013 {thirty['to'][:16]} UTC"  # en dash
     expect(status).to_have_text(period)
-    with page.expect_response("**/public/dashboards/*/data*"):
-        seven_days.continue_()
-    settle(page)
+    answer_late(page, seven_days, "**/public/dashboards/*/data*")
     expect(status).to_have_text(period)
     start = datetime.fromisoformat(thirty["from"].replace("Z", "+00:00"))
     assert datetime.now(UTC) - start > timedelta(days=29)
@@ -186,9 +157,7 @@ def test_a_slow_answer_left_behind_does_not_end_the_newer_loads_dimming(page: Pa
     left_behind = wait_held(page, week)
     page.locator("select.range").select_option("30d")
     latest = wait_held(page, month)
-    with page.expect_response("**/api/analytics/overview?*range=7d*"):
-        left_behind.continue_()
-    settle(page)
+    answer_late(page, left_behind, "**/api/analytics/overview?*range=7d*")
     expect(overview).to_have_class(re.compile("loading"))  # the 30 days' figures are not there yet
     latest.continue_()
     expect(overview).not_to_have_class(re.compile("loading"))
@@ -202,9 +171,7 @@ def test_a_slow_answer_left_behind_does_not_end_the_newer_loads_dimming(page: Pa
     left_behind = wait_held(page, entries)
     pages.locator("[data-tab=exit_page]").click()
     latest = wait_held(page, exits)
-    with page.expect_response("**/api/analytics/breakdown?*property=entry_page*"):
-        left_behind.continue_()
-    settle(page)
+    answer_late(page, left_behind, "**/api/analytics/breakdown?*property=entry_page*")
     expect(body).to_have_class(re.compile("loading"))
     latest.continue_()
     expect(body).not_to_have_class(re.compile("loading"))

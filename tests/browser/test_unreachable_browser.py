@@ -13,6 +13,7 @@ import secrets
 from playwright.sync_api import Page, Route, expect
 
 from tests.browser.conftest import LiveServer
+from tests.browser.held_requests import held_request, settle, wait_held
 from tests.browser.test_dashboard_browser import add_site, sign_in
 from tests.browser.test_panels_browser import panel
 
@@ -195,20 +196,15 @@ def test_a_panel_tries_again_after_a_503_and_keeps_a_later_tabs_rows(page: Page,
     expect(pages.locator("[role=alert]")).to_have_count(0)
 
     # The exit pages' read is held; the top pages' answer comes first; then the held read fails.
-    held: list[Route] = []
     exits = "**/api/analytics/breakdown?*property=exit_page*"
-    page.route(exits, lambda route: held.append(route))
+    held = held_request(page, exits)
     pages.locator("[data-tab=exit_page]").click()
-    for _ in range(100):  # the route handler runs as Playwright dispatches events
-        if held:
-            break
-        page.wait_for_timeout(50)
-    assert held, "the exit pages' read was not sent"
+    left_behind = wait_held(page, held)
     pages.locator("[data-tab=page]").click()
     expect(pages.locator("[data-tab=page]")).to_have_attribute("aria-selected", "true")
     expect(pages.locator("button.toprow")).to_have_count(1)
     with page.expect_response(exits):
-        held[0].fulfill(status=500, content_type="application/json", body=json.dumps({"error": "boom"}))
-    page.evaluate("() => new Promise((done) => setTimeout(done, 100))")  # the failed read's handler has run
+        left_behind.fulfill(status=500, content_type="application/json", body=json.dumps({"error": "boom"}))
+    settle(page)
     expect(pages.locator("[role=alert]")).to_have_count(0)
     expect(pages.locator("button.toprow")).to_have_count(1)
