@@ -4,6 +4,8 @@ shape, never a 500 with a traceback."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from redis.exceptions import RedisError
 
@@ -38,6 +40,19 @@ def mirror_behind(site: bool) -> web.Response:
     if site:
         return json_response({"error": MIRROR_BEHIND}, 503, MIRROR_BEHIND_RETRY)
     return json_response({"error": {"code": "unavailable", "message": MIRROR_BEHIND}}, 503, MIRROR_BEHIND_RETRY)
+
+
+async def store_caught_up(catch_up: Callable[[], Awaitable[object]]) -> bool:
+    """Run the mirror's catch-up (`catch_up`): False when the store refuses it (its disk full, its server away),
+    which leaves it behind until it takes inserts again, as a backlog does (the mirror logs why, once).
+    PostgreSQL unreachable raises, that outage's own 503. The caller bounds the wait."""
+    try:
+        await catch_up()
+    except Exception as exc:
+        if unreachable(exc) is not None:
+            raise
+        return False
+    return True
 
 
 def unreachable(exc: BaseException) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from app.outages import MIRROR_BEHIND, MIRROR_BEHIND_RETRY, unreachable
+from app.outages import MirrorBehind, store_caught_up
 from app.reports.config import (
     CustomConfig,
     EventVolumeConfig,
@@ -110,8 +110,8 @@ async def run_report(
     report_type: str, config: dict, analytics: AnalyticsStore | None = None,
     catch_up: Callable[[], Awaitable[object]] | None = None,
 ) -> Result:
-    """Built-in types run on the analytics store (required for them), after `catch_up` brought it up to date;
-    custom SQL on PostgreSQL. Both within the report timeout."""
+    """Built-in types run on the analytics store (required for them), after `catch_up` brought it up to date
+    (MirrorBehind when it cannot within the timeout); custom SQL on PostgreSQL. Both within the report timeout."""
     require_plan(report_type, plan)
     parsed = parse_config(report_type, config)
     now = datetime.now(UTC)
@@ -142,14 +142,8 @@ async def run_report(
             async with asyncio.timeout(timeout):
                 if catch_up is not None:
                     catching_up = True
-                    try:
-                        await catch_up()
-                    except Exception as exc:
-                        if unreachable(exc) is not None:
-                            raise  # PostgreSQL away: that outage's own 503
-                        # The store refused the catch-up (its disk full, its server away): it stays behind
-                        # until it takes inserts again, as behind a backlog; the mirror logs why, once.
-                        raise ApiError(503, "unavailable", MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
+                    if not await store_caught_up(catch_up):
+                        raise MirrorBehind()
                     catching_up = False
                 columns, rows = await _built_in(analytics, conn, workspace_id, env, parsed, now, limits)
             outcome = "ok"
@@ -163,7 +157,7 @@ async def run_report(
     except (asyncpg.QueryCanceledError, TimeoutError):
         outcome = "timeout"
         if catching_up:
-            raise ApiError(503, "unavailable", MIRROR_BEHIND, headers=MIRROR_BEHIND_RETRY) from None
+            raise MirrorBehind() from None
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
     except ClickHouseError as exc:
         if "TIMEOUT_EXCEEDED" not in str(exc):

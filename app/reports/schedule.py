@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 
 from app.appkeys import ANALYTICS, METRICS, MIRROR, POOL, REPORT_POOL, SETTINGS
+from app.outages import MIRROR_BEHIND, MirrorBehind
 from app.reports import delivery
 from app.reports.runner import run_report
 from app.responses import ApiError
@@ -76,6 +77,8 @@ async def _deliver_one(app: web.Application, item) -> str | None:
         )
     except ApiError as exc:
         return f"report: {exc.code}: {exc.message}"
+    except MirrorBehind:  # as the HTTP answer says it (app.outages.mirror_behind)
+        return f"report: unavailable: {MIRROR_BEHIND}"
     message = await delivery.build_message(
         sender=settings.smtp_from, recipients=schedule.get("recipients", []), report_name=item["name"],
         fmt=schedule.get("format", "csv"), result=result,

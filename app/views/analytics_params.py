@@ -18,7 +18,7 @@ from aiohttp import web
 
 from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
 from app.input_rules import query_int, storable_text
-from app.outages import MirrorBehind, unreachable
+from app.outages import MirrorBehind, store_caught_up
 from app.responses import SiteError
 from app.shared_access import check_site, reader
 from storage import analytics as store
@@ -98,18 +98,12 @@ async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
 async def caught_up(request: web.Request) -> bool:
     """Whether the mirror brought the store up to date with every event committed before this call within the
     report timeout (a backlog after an upgrade, a rebuild or an outage takes longer); it goes on regardless.
-    A store that refuses the catch-up (its disk full, its server away) is behind too, until it takes inserts
-    again (the mirror logs why, once); PostgreSQL unreachable raises, that outage's own 503."""
+    A store that refuses the catch-up is behind too (app.outages.store_caught_up)."""
     try:
         async with asyncio.timeout(request.config_dict[SETTINGS].report_timeout_seconds):
-            await request.config_dict[MIRROR].catch_up()
+            return await store_caught_up(request.config_dict[MIRROR].catch_up)
     except TimeoutError:
         return False
-    except Exception as exc:
-        if unreachable(exc) is not None:
-            raise
-        return False
-    return True
 
 
 async def analytics_store(request: web.Request) -> AnalyticsStore:
