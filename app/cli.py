@@ -32,7 +32,7 @@ from app.timestamps import has_utc_time
 from storage import accounts
 from storage import workspaces as store
 from storage.db import create_pool
-from storage.migrate import SchemaTooNew, available, migrate, pending
+from storage.migrate import SchemaTooNew, available, label, migrate, pending
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> None:
@@ -313,7 +313,7 @@ async def _migrate(conn: asyncpg.Connection, args: argparse.Namespace, applied: 
     # Said, so that an operator upgrading sees what the upgrade did to the database.
     names = {version: name for version, name, _ in available()}
     for version in applied:
-        print(f"applied migration {version:04d}_{names[version]}")
+        print(f"applied migration {label(version, names[version])}")
     print("database schema is up to date")
     return 0
 

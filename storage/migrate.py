@@ -34,6 +34,11 @@ class SchemaTooNew(RuntimeError):
                          "this one): run that release, or restore a backup taken before the upgrade")
 
 
+def label(version: int, name: str) -> str:
+    """How a migration is named to people: its file's stem, '0036_idempotency_keys'."""
+    return f"{version:04d}_{name}"
+
+
 def available() -> list[tuple[int, str, Path]]:
     found = []
     for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
@@ -63,7 +68,7 @@ async def pending(conn: asyncpg.Connection) -> list[str] | None:
     if done is None:
         return None
     _unknown(done)
-    return [f"{version:04d}_{name}" for version, name, _ in available() if version not in done]
+    return [label(version, name) for version, name, _ in available() if version not in done]
 
 
 async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[int]:
@@ -84,7 +89,7 @@ async def migrate(conn: asyncpg.Connection, *, upto: int | None = None) -> list[
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name
                 )
-            log.info("applied migration %04d_%s", version, name)
+            log.info("applied migration %s", label(version, name))
             applied_now.append(version)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
