@@ -134,6 +134,19 @@ export function trackerHelp(siteId) {
   )
 }
 
+// Runs `action` with `button` busy until it ends, so a second press meanwhile (Enter twice) sends nothing: no
+// second key or link, no second DELETE whose 404 reads as a failure. Busy, not disabled: a disabled button
+// drops the keyboard's focus to the page.
+export async function whileBusy(button, action) {
+  if (button.getAttribute('aria-disabled') === 'true') return
+  button.setAttribute('aria-disabled', 'true')
+  try {
+    await action()
+  } finally {
+    button.removeAttribute('aria-disabled')
+  }
+}
+
 // Said under an error that is tried again by itself (api.js's retriesItself).
 export function retryNote() {
   return h('p', { class: 'muted small', text: `Trying again every ${RETRY_MS / 1000}s.` })

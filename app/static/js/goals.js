@@ -1,7 +1,7 @@
 // Goal management inside the Goals panel: list, add and remove a site's goals through
 // GET/POST/DELETE /api/sites/{id}/goals (Plausible's Sites-API fields).
 import { api } from './api.js'
-import { errorBox, h, replaceKeepingFocus } from './dom.js'
+import { errorBox, h, replaceKeepingFocus, whileBusy } from './dom.js'
 
 export function goalManager(siteId, onChange) {
   const base = `/api/sites/${encodeURIComponent(siteId)}/goals`
@@ -27,21 +27,15 @@ export function goalManager(siteId, onChange) {
         h('span', { class: 'ellipsis', text: g.goal_type === 'page' ? g.page_path : g.event_name }),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', class: 'link danger small', text: 'Remove', 'aria-label': `Remove goal ${g.display_name}`,
-          onclick: async (event) => {
-            // Busy until the answer: a second press would send a second DELETE, whose 404 read as a failure.
-            const button = event.currentTarget
-            if (button.getAttribute('aria-disabled') === 'true') return
-            button.setAttribute('aria-disabled', 'true')
+          onclick: (event) => whileBusy(event.currentTarget, async () => {
             try {
               await api(`${base}/${encodeURIComponent(g.id)}`, { method: 'DELETE' })
               await refresh()
               onChange()
             } catch (e) {
               show(e)
-            } finally {
-              button.removeAttribute('aria-disabled')
             }
-          } }))), () => list.querySelector('button') || value)
+          }) }))), () => list.querySelector('button') || value)
     } catch (e) {
       if (mine === generation) list.replaceChildren(errorBox(e))
     }

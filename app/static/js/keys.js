@@ -1,6 +1,6 @@
 // API keys of the workspace: create (the value is shown once), list, revoke.
 import { api } from './api.js'
-import { codeBlock, errorBox, h, replaceKeepingFocus, when } from './dom.js'
+import { codeBlock, errorBox, h, replaceKeepingFocus, when, whileBusy } from './dom.js'
 
 const COLUMNS = ['Name', 'Key', 'Scopes', 'Env', 'Created', 'Status', '']
 
@@ -69,28 +69,25 @@ export function renderKeys(container) {
   }
 
   const submit = form.querySelector('button[type=submit]')
-  form.addEventListener('submit', async (event) => {
+  form.addEventListener('submit', (event) => {
     event.preventDefault()
-    // Busy, as Revoke is: a second submit while the first is on its way would create a second key.
-    if (submit.getAttribute('aria-disabled') === 'true') return
-    submit.setAttribute('aria-disabled', 'true')
-    error.hidden = true
-    const scopes = [...form.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
-    try {
-      const key = await api('/api/keys', { method: 'POST', json: { name: form.name.value.trim(), scopes, test: form.test.checked } })
-      form.reset()
-      created.replaceChildren(h('section', { class: 'card notice', role: 'status' },
-        h('h2', { text: `Key “${key.name}” created` }),
-        h('p', { text: 'Copy it now: this is the only time it is shown. Store it as a secret; send it as Authorization: Bearer <key>.' }),
-        codeBlock(key.key),
-        h('button', { type: 'button', class: 'small', text: 'Done, hide it', onclick: () => created.replaceChildren() })))
-      reload()
-    } catch (e) {
-      error.textContent = e.status === 400 ? 'Give the key a name and at least one scope.' : `Could not create the key: ${e.message}`
-      error.hidden = false
-    } finally {
-      submit.removeAttribute('aria-disabled')
-    }
+    whileBusy(submit, async () => {
+      error.hidden = true
+      const scopes = [...form.querySelectorAll('input[name=scope]:checked')].map((i) => i.value)
+      try {
+        const key = await api('/api/keys', { method: 'POST', json: { name: form.name.value.trim(), scopes, test: form.test.checked } })
+        form.reset()
+        created.replaceChildren(h('section', { class: 'card notice', role: 'status' },
+          h('h2', { text: `Key “${key.name}” created` }),
+          h('p', { text: 'Copy it now: this is the only time it is shown. Store it as a secret; send it as Authorization: Bearer <key>.' }),
+          codeBlock(key.key),
+          h('button', { type: 'button', class: 'small', text: 'Done, hide it', onclick: () => created.replaceChildren() })))
+        reload()
+      } catch (e) {
+        error.textContent = e.status === 400 ? 'Give the key a name and at least one scope.' : `Could not create the key: ${e.message}`
+        error.hidden = false
+      }
+    })
   })
 
   container.append(

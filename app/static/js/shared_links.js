@@ -1,7 +1,7 @@
 // A site's shared links, under its overview: create one, copy its URL, set or remove its password, revoke it
 // (GET/POST/PATCH/DELETE /api/sites/{id}/shared-links). A link opens the overview read-only, without signing in.
 import { api } from './api.js'
-import { codeBlock, errorBox, h, replaceKeepingFocus } from './dom.js'
+import { codeBlock, errorBox, h, replaceKeepingFocus, whileBusy } from './dom.js'
 
 export function sharedLinks(siteId) {
   const base = `/api/sites/${encodeURIComponent(siteId)}/shared-links`
@@ -54,14 +54,7 @@ export function sharedLinks(siteId) {
         h('button', { type: 'button', class: 'link small', text: 'Password', 'aria-label': `Password of ${link.name}`,
           onclick: () => { form.hidden = !form.hidden; if (!form.hidden) form.querySelector('input').focus() } }),
         h('button', { type: 'button', class: 'link danger small', text: 'Revoke', 'aria-label': `Revoke ${link.name}`,
-          // Busy until the answer: a second press would send a second DELETE, whose 404 read as a failure.
-          onclick: async (event) => {
-            const button = event.currentTarget
-            if (button.getAttribute('aria-disabled') === 'true') return
-            button.setAttribute('aria-disabled', 'true')
-            await act(() => api(path, { method: 'DELETE' }))
-            button.removeAttribute('aria-disabled')
-          } })),
+          onclick: (event) => whileBusy(event.currentTarget, () => act(() => api(path, { method: 'DELETE' }))) })),
       codeBlock(link.url, 'Copy link'), form)
   }
 
@@ -82,24 +75,21 @@ export function sharedLinks(siteId) {
   }
 
   const submit = form.querySelector('button[type=submit]')
-  form.addEventListener('submit', async (e) => {
+  form.addEventListener('submit', (e) => {
     e.preventDefault()
-    // Busy until the answer: a second submit while the first is on its way would create a second link.
-    if (submit.getAttribute('aria-disabled') === 'true') return
-    submit.setAttribute('aria-disabled', 'true')
-    try {
-      const body = {}
-      if (name.value.trim()) body.name = name.value.trim()
-      if (password.value) body.password = password.value
-      await api(base, { method: 'POST', json: body })
-      name.value = ''
-      password.value = ''
-      await refresh()
-    } catch (err) {
-      failed(err)
-    } finally {
-      submit.removeAttribute('aria-disabled')
-    }
+    whileBusy(submit, async () => {
+      try {
+        const body = {}
+        if (name.value.trim()) body.name = name.value.trim()
+        if (password.value) body.password = password.value
+        await api(base, { method: 'POST', json: body })
+        name.value = ''
+        password.value = ''
+        await refresh()
+      } catch (err) {
+        failed(err)
+      }
+    })
   })
   el.addEventListener('toggle', () => { if (el.open) refresh() })
   return el
