@@ -38,8 +38,10 @@ def axe_source() -> str:
 
 def settled(page: Page) -> None:
     """Wait until nothing is loading and no transition runs: a panel fading in (.loading's opacity) would be
-    measured at part of its contrast."""
-    page.wait_for_function("!document.querySelector('.loading') && document.getAnimations().length === 0")
+    measured at part of its contrast. Polled from here: page.wait_for_function re-evaluates its predicate with
+    eval() inside the page, which the pages' `script-src 'self'` refuses whenever the first check is false."""
+    wait_for(lambda: page.evaluate("!document.querySelector('.loading') && document.getAnimations().length === 0"),
+             "the page to settle")
 
 
 def violations(page: Page, axe_source: str) -> list[dict]:
