@@ -17,7 +17,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from pypdf import PdfReader
 
-from app.appkeys import MIRROR, POOL, SCHEDULER
+from app.appkeys import MIRROR, POOL, REPORT_POOL, SCHEDULER
 from app.outages import MIRROR_BEHIND
 from app.reports.delivery import to_csv, to_pdf
 from app.reports.runner import Result
@@ -212,6 +212,35 @@ async def test_a_delivery_that_finds_the_mirror_behind_is_retried_and_sent_once_
         [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
                                       report["id"])
     assert (delivery["status"], delivery["attempts"], delivery["error"]) == ("sent", 2, None)
+
+
+async def test_a_delivery_that_finds_every_report_connection_busy_is_retried(make_client, settings, make_key,
+                                                                              smtp, pool, workspace, database_url):
+    """503 reports_busy on HTTP ("retry shortly"): the delivery waits for the next round too, then goes out."""
+    inbox, url = smtp
+    client = await make_client(dataclasses.replace(settings, smtp_url=url, report_pool_max=1,
+                                                   report_timeout_seconds=0.3))
+    key = await make_key("read,write")
+    await seed(pool, await workspace_id(database_url, workspace), [("signup", "u1", "2024-03-01T10:00:00Z")])
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    held = await client.app[REPORT_POOL].acquire()  # every report connection busy
+    try:
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+    finally:
+        await client.app[REPORT_POOL].release(held)
+    assert inbox.messages == []
+    async with client.app[POOL].acquire() as conn:
+        [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
+                                      report["id"])
+    assert (delivery["status"], delivery["attempts"]) == ("pending", 1)
+    assert delivery["error"].startswith("unavailable: reports_busy: "), delivery["error"]
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(_, message)] = inbox.messages
+    _, _, body = attachment(message)
+    assert (body if isinstance(body, str) else body.decode()).splitlines()[1:] == [
+        "2024-03-01T00:00:00.000Z,signup,1", "2024-03-02T00:00:00.000Z,signup,0"]
 
 
 def test_next_slot_boundaries():
