@@ -128,14 +128,25 @@ class VolumeRow:
     n: int
 
 
+OTHER = "(other)"  # the group the groups past a report's group_limit are folded into, as dashboard charts name it
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    rows: list[VolumeRow]
+    other_groups: int  # distinct group values folded into OTHER (0 when every group is kept, or ungrouped)
+
+
 async def event_volume(
     store: AnalyticsStore, conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str],
     start: datetime, end: datetime, interval: str, group_kind: str | None, group_path: list[str],
-    settings: dict | None = None,
-) -> list[VolumeRow]:
+    group_limit: int | None = None, settings: dict | None = None,
+) -> Volume:
     """Every bucket from start to end for each event (zeros included); with a grouping, each
     (event, group) pair that occurs, and an event with no group in the range has the null group (0 in
-    every bucket), so grouped rows cover the buckets and events ungrouped ones do."""
+    every bucket), so grouped rows cover the buckets and events ungrouped ones do. With `group_limit`, the
+    groups past the largest that many (by their count over the window and all `events`, ties by value) are
+    summed into OTHER per bucket and event, so the counts still add up; the null group is kept apart."""
     b = Params()
     scope = _scope(b, store, workspace_id, env)
     if group_kind == "properties":
@@ -145,25 +156,50 @@ async def event_volume(
         # The trait goes by the event's user_id; an anonymous actor "anon:x" has the key of a user id
         # "anon:x", so with such users the string is matched.
         index = TraitIndex(b, values, by_user_id=any(u.startswith("anon:") for u in values))
-        grp = index.expr
+        grp = f"nullIf({index.expr}, 0)"
     else:
         grp = "NULL"
-    rows = await store.query(
-        f"SELECT {_TRUNC[interval].format(t='ts')} AS bucket, name, {grp} AS grp, count() FROM {scope} "
+    counts_sql = (
+        f"SELECT {_TRUNC[interval].format(t='ts')} AS bucket, name, {grp} AS grp, count() AS c FROM {scope} "
         f"AND name IN {b(events, 'Array(String)')} AND ts >= {b(start, _TS)} AND ts <= {b(end, _TS)} "
-        "GROUP BY bucket, name, grp", b.params, settings=settings)
-    if group_kind == "traits":
-        rows = [(bucket, name, index.label(g), n) for bucket, name, g, n in rows]
-    counts = {(_epoch(bucket), name, g): n for bucket, name, g, n in rows}
+        "GROUP BY bucket, name, grp")
+    folded = 0
+    if group_kind and group_limit is not None:
+        # The cap is applied in the store, so the answer is at most (limit + 2) groups a bucket and event however
+        # many values the property has: each group's total (a window over the grouped counts), its rank among
+        # the non-null groups, and the ranks past the limit as one group (k = 0; the null group is k = -1).
+        # max(r) over the folded rows is the number of non-null groups: the last-ranked one is among them.
+        ranked = (f"SELECT bucket, name, grp, c, dense_rank() OVER (ORDER BY isNull(grp), t DESC, grp) AS r "
+                  f"FROM (SELECT bucket, name, grp, c, sum(c) OVER (PARTITION BY grp) AS t FROM ({counts_sql}))")
+        rows = await store.query(
+            f"SELECT bucket, name, multiIf(isNull(grp), -1, r <= {b(group_limit, 'UInt32')}, toInt64(r), 0) AS k, "
+            f"any(grp), max(r), sum(c) FROM ({ranked}) GROUP BY bucket, name, k", b.params, settings=settings)
+        groups = max((r for _, _, k, _, r, _ in rows if k == 0), default=0)
+        folded = max(0, groups - group_limit)
+        labelled, merged = [], False
+        for bucket, name, k, g, _, n in rows:
+            label = None if k < 0 else OTHER if k == 0 else index.label(g) if group_kind == "traits" else g
+            merged |= k > 0 and label == OTHER and folded > 0  # a value named OTHER joins the fold, as in charts
+            labelled.append((bucket, name, label, n))
+        rows, folded = labelled, folded + merged
+    else:
+        rows = await store.query(counts_sql, b.params, settings=settings)
+        if group_kind == "traits":
+            rows = [(bucket, name, index.label(g or 0), n) for bucket, name, g, n in rows]
+    counts: dict[tuple, int] = {}
+    for bucket, name, g, n in rows:
+        key = (_epoch(bucket), name, g)
+        counts[key] = counts.get(key, 0) + n
     keys = {(e, g) for _, e, g in counts} if group_kind else set()
     named = {e for e, _ in keys}
     keys |= {(e, None) for e in events if e not in named}
-    keys = sorted(keys, key=lambda k: (k[0], _grp_order(k[1])))
+    # Named groups by value, then the fold, then the null group.
+    keys = sorted(keys, key=lambda k: (k[0], k[1] is None, folded > 0 and k[1] == OTHER, k[1] or ""))
     out, at, step = [], truncate(start, interval), _STEP[interval]
     while at <= end:
         out.extend(VolumeRow(at, e, g, counts.get((at, e, g), 0)) for e, g in keys)
         at += step
-    return out
+    return Volume(out, folded)
 
 
 # --- funnel -----------------------------------------------------------------------------------------

@@ -216,9 +216,9 @@ async def test_keyed_event_volume_matches_postgresql(client, make_key, pool, wor
             "SELECT date_trunc('day', ts, 'UTC') AS b, name, properties ->> 'plan' AS g, count(*) AS n FROM events "
             "WHERE workspace_id = $1 AND env = 'live' AND site_id IS NULL AND name = ANY($2) AND ts >= $3 "
             "AND ts <= $4 GROUP BY 1, 2, 3", ws, ["a", "b"], start, end)}
-        rows = await report_queries.event_volume(client.app[ANALYTICS], conn, ws, "live", events=["a", "b"],
-                                                 start=start, end=end, interval="day", group_kind="properties",
-                                                 group_path=["plan"])
+        rows = (await report_queries.event_volume(client.app[ANALYTICS], conn, ws, "live", events=["a", "b"],
+                                                  start=start, end=end, interval="day", group_kind="properties",
+                                                  group_path=["plan"])).rows
     assert {(r.bucket, r.event, r.grp): r.n for r in rows if r.n} == expected
     assert sum(r.n for r in rows) == sum(expected.values()) > 0
 

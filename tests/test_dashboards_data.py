@@ -249,3 +249,22 @@ async def test_ranges_at_the_ends_of_time(client, key):
     assert len(body["series"][0]["points"]) == 8 and body["series"][0]["points"][-1]["value"] == 0
     body = await _data(client, key, _line(), "from=0001-01-01T00:00:00Z&to=0001-01-01T05:00:00Z&interval=hour")
     assert _values(body) == {"signup": [0] * 6}
+
+
+async def test_a_line_chart_of_thousands_of_groups_keeps_the_largest_and_its_buckets_add_up(client, make_key):
+    """As pie charts (above) and grouped reports (tests/test_reports_groups.py): 20 series and "(other)", whose
+    points with the kept ones add up, bucket by bucket, to the ungrouped chart's."""
+    key = await make_key("read,write")
+    days = [DAY1, "2025-03-02", DAY3]
+    events = [{"event": "tap", "user_id": f"u{k}", "timestamp": f"{days[k % 3]}T12:00:00Z",
+               "properties": {"button": f"big{i:02d}"}} for i in range(30) for k in range(60 - i)]
+    events += [{"event": "tap", "user_id": f"t{j}", "timestamp": f"{days[j % 3]}T13:00:00Z",
+                "properties": {"button": f"tail{j}"}} for j in range(2500)]
+    for at in range(0, len(events), 1000):
+        await _ingest(client, key, events[at:at + 1000])
+    grouped = _values(await _data(client, key, {"title": "t", "type": "line", "event": "tap", "group_by": "button"}))
+    assert set(grouped) == {f"big{i:02d}" for i in range(20)} | {"(other)"}
+    assert all(sum(grouped[f"big{i:02d}"]) == 60 - i for i in range(20))
+    plain = _values(await _data(client, key, {"title": "t", "type": "line", "event": "tap"}))
+    assert [sum(points) for points in zip(*grouped.values(), strict=True)] == plain["tap"]
+    assert sum(plain["tap"]) == len(events)

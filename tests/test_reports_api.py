@@ -22,7 +22,7 @@ async def test_create_returns_201_with_the_report(client, make_key):
     assert body["id"].startswith("rpt_")
     assert body["name"] == "Signups" and body["type"] == "event_volume"
     assert body["config"] == {"events": ["signup"], "from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z",
-                              "interval": "day", "group_by": None}
+                              "interval": "day", "group_by": None, "group_limit": 50}
     assert body["schedule"] == {"frequency": "weekly", "recipients": ["a@example.com"], "format": "pdf"}
     assert body["created_at"].endswith("Z")
     assert body["last_run_at"] is None

@@ -8,17 +8,21 @@ import email
 import io
 import secrets
 import socket
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email import policy
 
+import asyncpg
 import pytest
 from aiosmtpd.controller import Controller
 from pypdf import PdfReader
 
-from app.appkeys import POOL, SCHEDULER
+from app.appkeys import MIRROR, POOL, REPORT_POOL, SCHEDULER
+from app.outages import MIRROR_BEHIND
 from app.reports.delivery import to_csv, to_pdf
 from app.reports.runner import Result
 from app.reports.schedule import JOB_NAME, next_slot
+from storage import analytics_mirror
 from tests.reports_support import create_report, seed, workspace_id
 
 
@@ -158,6 +162,85 @@ async def test_smtp_failure_keeps_the_delivery_for_a_retry(make_client, settings
     assert len(inbox.messages) == 1
     _, deliveries = await stored(client, report["id"])
     assert [d["status"] for d in deliveries] == ["sent"]
+
+
+@asynccontextmanager
+async def mirror_rounds_held(database_url: str):
+    """Holds the advisory lock every mirror round takes: events still commit (their outbox rows with them) but
+    none reaches the analytics store until the block ends, as behind a backlog."""
+    holder = await asyncpg.connect(database_url)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1, $2)", *analytics_mirror._LOCK)
+        yield
+    finally:
+        await holder.close()
+
+
+async def test_a_delivery_that_finds_the_mirror_behind_is_retried_and_sent_once_it_caught_up(
+        make_client, settings, make_key, smtp, pool, workspace, database_url):
+    """A run that meets the store behind its mirror (MirrorBehind, a 503 on HTTP) will pass once the backlog is
+    mirrored: the delivery stays pending for the next round, as after an SMTP failure. It was failed for good
+    with "report: unavailable: …", so that slot's mail was never sent."""
+    inbox, url = smtp
+    client = await make_client(dataclasses.replace(settings, smtp_url=url, report_timeout_seconds=1))
+    key = await make_key("read,write")
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    async with mirror_rounds_held(database_url):
+        await seed(pool, await workspace_id(database_url, workspace), [  # committed, waiting in the outbox
+            ("signup", "u1", "2024-03-01T10:00:00Z"), ("signup", "u2", "2024-03-02T10:00:00Z")])
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+        assert inbox.messages == []
+        async with client.app[POOL].acquire() as conn:
+            [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
+                                          report["id"])
+            last_run_at = await conn.fetchval("SELECT last_run_at FROM reports WHERE id = $1", report["id"])
+        assert (delivery["status"], delivery["attempts"]) == ("pending", 1)
+        assert delivery["error"] == f"unavailable: {MIRROR_BEHIND}"
+        assert last_run_at is None
+    await client.app[MIRROR].catch_up()  # the backlog mirrored (the run's own wait is bounded by 1 s here)
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    await client.app[SCHEDULER].run_now(JOB_NAME)  # sent: nothing more
+    [(rcpts, message)] = inbox.messages
+    assert rcpts == [inbox.to("ops")]
+    _, _, body = attachment(message)
+    rows = list(csv.reader(io.StringIO(body if isinstance(body, str) else body.decode())))
+    assert rows == [["bucket", "event", "count"],
+                    ["2024-03-01T00:00:00.000Z", "signup", "1"], ["2024-03-02T00:00:00.000Z", "signup", "1"]]
+    async with client.app[POOL].acquire() as conn:
+        [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
+                                      report["id"])
+    assert (delivery["status"], delivery["attempts"], delivery["error"]) == ("sent", 2, None)
+
+
+async def test_a_delivery_that_finds_every_report_connection_busy_is_retried(make_client, settings, make_key,
+                                                                              smtp, pool, workspace, database_url):
+    """503 reports_busy on HTTP ("retry shortly"): the delivery waits for the next round too, then goes out."""
+    inbox, url = smtp
+    client = await make_client(dataclasses.replace(settings, smtp_url=url, report_pool_max=1,
+                                                   report_timeout_seconds=0.3))
+    key = await make_key("read,write")
+    await seed(pool, await workspace_id(database_url, workspace), [("signup", "u1", "2024-03-01T10:00:00Z")])
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    held = await client.app[REPORT_POOL].acquire()  # every report connection busy
+    try:
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+    finally:
+        await client.app[REPORT_POOL].release(held)
+    assert inbox.messages == []
+    async with client.app[POOL].acquire() as conn:
+        [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
+                                      report["id"])
+    assert (delivery["status"], delivery["attempts"]) == ("pending", 1)
+    assert delivery["error"].startswith("unavailable: reports_busy: "), delivery["error"]
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(_, message)] = inbox.messages
+    _, _, body = attachment(message)
+    assert (body if isinstance(body, str) else body.decode()).splitlines()[1:] == [
+        "2024-03-01T00:00:00.000Z,signup,1", "2024-03-02T00:00:00.000Z,signup,0"]
 
 
 def test_next_slot_boundaries():

@@ -110,9 +110,10 @@ async def reports(client, pool, ws: int) -> dict:
                 db, ws, "live", start_event=start_event, return_event=return_event, start=START, end=END,
                 period="day", periods=5, now=NOW)
         for group in (None, "properties", "traits"):
-            out[("volume", group)] = await report_queries.event_volume(
-                db, conn, ws, "live", events=["a", "d"], start=START, end=END, interval="day", group_kind=group,
-                group_path=["plan"])
+            for limit in (None, 2, 1000):  # no cap (the query without the ranking), a fold, every group kept
+                out[("volume", group, limit)] = await report_queries.event_volume(
+                    db, conn, ws, "live", events=["a", "d"], start=START, end=END, interval="day",
+                    group_kind=group, group_path=["plan"], group_limit=limit)
     return out
 
 
@@ -130,14 +131,25 @@ def check(out: dict, events: list) -> None:
             assert [(r.cohort, r.users, r.shares) for r in rows] == expected_retention(
                 events, start_event, return_event, 5), key
         else:
-            group = key[1]
+            _, group, limit = key
             expected = Counter()
             for name, actor, at, props in events:
                 if name in ("a", "d") and START <= at <= END:
                     g = (_text(props.get("plan")) if group == "properties"
                          else _text(TRAITS.get(actor)) if group == "traits" else None)
                     expected[(at.replace(hour=0, minute=0, second=0, microsecond=0), name, g)] += 1
-            assert {(r.bucket, r.event, r.grp): r.n for r in rows if r.n} == dict(expected), key
+            totals = Counter()
+            for (_, _, g), n in expected.items():
+                if g is not None:
+                    totals[g] += n
+            rest = sorted(totals, key=lambda g: (-totals[g], g))[limit:] if group and limit else []
+            folded = Counter()
+            for (day, name, g), n in expected.items():
+                folded[(day, name, "(other)" if g in rest else g)] += n
+            assert {(r.bucket, r.event, r.grp): r.n for r in rows.rows if r.n} == dict(folded), key
+            assert rows.other_groups == len(rest), key
+            if group and limit == 2:
+                assert rest, key  # the data has more than two groups: something was folded
 
 
 async def test_reports_match_a_direct_computation_and_ignore_copied_events(client, pool, data):
@@ -169,7 +181,7 @@ async def test_trait_values_with_separators_and_no_traits(client, make_key, pool
             rows = await report_queries.event_volume(db, conn, ws, "live", events=["a"], start=day,
                                                      end=day + timedelta(hours=23), interval="day",
                                                      group_kind="traits", group_path=["tier"])
-        return {r.grp: r.n for r in rows}
+        return {r.grp: r.n for r in rows.rows}
 
     assert await volume() == {None: 4}  # nobody has the trait
     await seed_traits(pool, ws, {"p,q": {"tier": "a\tb, c"}, "r'": {"tier": ""}, "s": {"tier": "a\tb, c"}})
@@ -215,7 +227,7 @@ async def test_a_user_id_that_looks_anonymous_keeps_its_trait(client, make_key, 
         funnel = await report_queries.funnel(db, conn, ws, "live", events=["a", "b"], start=at,
                                              end=at + timedelta(hours=1), window_days=1, group_kind="traits",
                                              group_path=["tier"])
-    assert {r.grp: r.n for r in volume} == {"gold": 2, None: 1}
+    assert {r.grp: r.n for r in volume.rows} == {"gold": 2, None: 1}
     assert [(r.grp, r.step, r.users) for r in funnel] == [("gold", 1, 1), ("gold", 2, 0), (None, 1, 1),
                                                           (None, 2, 1)]
 

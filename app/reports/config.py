@@ -31,6 +31,9 @@ Timestamp = Annotated[datetime, Meta(tz=True, description="ISO 8601 with Z or an
 DEFAULT_RANGE = timedelta(days=30)
 EARLIEST, LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
 MAX_BUCKETS = 10_000
+# A grouped event-volume report keeps this many groups, the largest by count, and folds the rest into one
+# "(other)" group (storage/report_queries.OTHER); a config may ask for up to MAX_GROUPS (docs/decisions.md).
+DEFAULT_GROUPS, MAX_GROUPS = 50, 1000
 INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 
 
@@ -58,6 +61,10 @@ class EventVolumeConfig(_Ranged):
     events: Annotated[list[EventName], Meta(min_length=1, max_length=20)]
     interval: Literal["hour", "day", "week"] = "day"
     group_by: GroupBy | None = None
+    group_limit: Annotated[int, Meta(ge=1, le=MAX_GROUPS, description=(
+        "with group_by: the groups kept, the largest by count over the range and all events; the rest are "
+        "summed into one group named \"(other)\" (the run's other_groups says how many values it holds)"))] = (
+        DEFAULT_GROUPS)
 
     def __post_init__(self) -> None:
         self._check_range()

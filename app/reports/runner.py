@@ -38,6 +38,7 @@ class Result:
     rows: list[list[Any]]
     generated_at: datetime
     truncated: bool | None = None  # custom SQL only: the row cap cut the result
+    other_groups: int | None = None  # grouped event volume only: the group values folded into "(other)"
 
     def json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -47,6 +48,8 @@ class Result:
         }
         if self.truncated is not None:
             body["truncated"] = self.truncated
+        if self.other_groups is not None:
+            body["other_groups"] = self.other_groups
         return body
 
 
@@ -76,15 +79,17 @@ def parse_group(group_by: str | None) -> tuple[str | None, list[str]]:
 
 
 async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, env: str, config: Any,
-                    now: datetime, limits: dict) -> tuple[list, list]:
+                    now: datetime, limits: dict) -> tuple[list, list, int | None]:
+    """(columns, rows, other_groups: for grouped event volume, else None)."""
     if isinstance(config, EventVolumeConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
-        records = await q.event_volume(store, conn, ws, env, events=config.events, start=start, end=end,
-                                       interval=config.interval, group_kind=kind, group_path=path, settings=limits)
+        volume = await q.event_volume(store, conn, ws, env, events=config.events, start=start, end=end,
+                                      interval=config.interval, group_kind=kind, group_path=path,
+                                      group_limit=config.group_limit, settings=limits)
         columns = ["bucket", "event", *([config.group_by] if kind else []), "count"]
-        rows = [[r.bucket, r.event, *([r.grp] if kind else []), r.n] for r in records]
-        return columns, rows
+        rows = [[r.bucket, r.event, *([r.grp] if kind else []), r.n] for r in volume.rows]
+        return columns, rows, volume.other_groups if kind else None
     if isinstance(config, FunnelConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
@@ -95,14 +100,14 @@ async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, en
                    "conversion_from_first", "conversion_from_previous"]
         rows = [[r.step, r.event, *([r.grp] if kind else []), r.users, r.from_first, r.from_previous]
                 for r in records]
-        return columns, rows
+        return columns, rows, None
     assert isinstance(config, RetentionConfig)
     start, end = config.window(now)
     records = await q.retention(store, ws, env, start_event=config.start_event, return_event=config.return_event,
                                 start=start, end=end, period=config.period, periods=config.periods, now=now,
                                 settings=limits)
     columns = ["cohort", "users", *(f"{config.period}_{k}" for k in range(1, config.periods + 1))]
-    return columns, [[r.cohort, r.users, *r.shares] for r in records]
+    return columns, [[r.cohort, r.users, *r.shares] for r in records], None
 
 
 async def run_report(
@@ -145,9 +150,10 @@ async def run_report(
                     if not await store_caught_up(catch_up):
                         raise MirrorBehind()
                     catching_up = False
-                columns, rows = await _built_in(analytics, conn, workspace_id, env, parsed, now, limits)
+                columns, rows, other_groups = await _built_in(analytics, conn, workspace_id, env, parsed, now,
+                                                              limits)
             outcome = "ok"
-            return Result(columns, rows, now)
+            return Result(columns, rows, now, other_groups=other_groups)
         finally:
             await pool.release(conn)
     except store.ResultTooLarge:

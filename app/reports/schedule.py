@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from aiohttp import web
 
 from app.appkeys import ANALYTICS, METRICS, MIRROR, POOL, REPORT_POOL, SETTINGS
-from app.outages import MIRROR_BEHIND, MirrorBehind
+from app.outages import MIRROR_BEHIND, MirrorBehind, unreachable
 from app.reports import delivery
 from app.reports.runner import run_report
 from app.responses import ApiError
@@ -54,10 +54,9 @@ async def deliver_due(app: web.Application) -> int:
         async with pool.acquire() as conn:
             if not await store.start_attempt(conn, item["delivery_id"], MAX_ATTEMPTS):
                 continue
-        error, final = await _deliver_one(app, item), False
+        error, final = await _deliver_one(app, item)
         if error is not None:
             log.warning("report delivery failed report=%s delivery=%s: %s", item["id"], item["delivery_id"], error)
-            final = error.startswith("report:")
         async with pool.acquire() as conn:
             await store.finish_delivery(conn, item["delivery_id"], error, final=final)
         sent += error is None
@@ -65,8 +64,11 @@ async def deliver_due(app: web.Application) -> int:
     return sent
 
 
-async def _deliver_one(app: web.Application, item) -> str | None:
-    """None when sent; otherwise the error ('report: …' ones will not get better by retrying)."""
+async def _deliver_one(app: web.Application, item) -> tuple[str | None, bool]:
+    """(None, False) when sent; otherwise (error, final). Final only for the report's own errors ('report: …',
+    its definition or its size), which retrying will not change. What an HTTP run answers 503 with Retry-After
+    (the store behind its mirror, PostgreSQL or Redis unreachable, every report connection busy) passes once
+    that is over, so it is retried as an SMTP failure is: next round, within MAX_ATTEMPTS."""
     settings = app[SETTINGS]
     schedule = item["schedule"] or {}
     try:
@@ -75,10 +77,17 @@ async def _deliver_one(app: web.Application, item) -> str | None:
             plan=item["plan"], report_type=item["type"], config=item["config"], analytics=app[ANALYTICS],
             catch_up=app[MIRROR].catch_up,
         )
-    except ApiError as exc:
-        return f"report: {exc.code}: {exc.message}"
     except MirrorBehind:  # as the HTTP answer says it (app.outages.mirror_behind)
-        return f"report: unavailable: {MIRROR_BEHIND}"
+        return f"unavailable: {MIRROR_BEHIND}", False
+    except ApiError as exc:
+        if exc.status == 503:  # reports_busy: retry shortly
+            return f"unavailable: {exc.code}: {exc.message}", False
+        return f"report: {exc.code}: {exc.message}", True
+    except Exception as exc:
+        dependency = unreachable(exc)  # as app.outages classifies it for a 503
+        if dependency is None:
+            raise
+        return f"unavailable: {dependency} is unreachable ({type(exc).__name__}: {exc})", False
     message = await delivery.build_message(
         sender=settings.smtp_from, recipients=schedule.get("recipients", []), report_name=item["name"],
         fmt=schedule.get("format", "csv"), result=result,
@@ -87,10 +96,10 @@ async def _deliver_one(app: web.Application, item) -> str | None:
     try:
         await delivery.send(settings.smtp_url, message)
     except Exception as exc:  # network and SMTP failures alike: retried next round
-        return f"smtp: {exc}"
+        return f"smtp: {exc}", False
     async with app[POOL].acquire() as conn:
         await store.mark_run(conn, item["id"], result.generated_at)
-    return None
+    return None, False
 
 
 def register(app: web.Application, scheduler) -> None:
