@@ -74,23 +74,25 @@ async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: date
                    f"{analytics_days.counts_of(q, store, site_id, days, listed)} WHERE name = {q.bind(name)} "
                    f"AND dim IN (0, 1, 2, {series_dim})")
     buckets = int((last - first) / STEP[interval]) + 1
+    # Each list's first keys by count, and its total, aggregated by list rather than sorted out of every key
+    # (LIMIT BY) beside a window's sum: the store sorts a block and holds a window's rows in memory whole, and
+    # 60k distinct pages near 2 KB took that past a 384 MB bound; a grouping spills, and the sorted arrays keep
+    # `kept` entries each. (-c, key, b) orders by count, then key, then bucket.
+    kept = max(limit, buckets)
     rows = await store.query(
-        "SELECT k, b, c, sum(c) OVER (PARTITION BY k) AS total, key FROM (SELECT k, key, b, sum(c) AS c FROM ("
+        f"SELECT k, sum(c), groupArraySorted({q.bind(kept, 'UInt32')})((-toInt64(c), key, b)) FROM ("
+        "SELECT k, key, b, sum(c) AS c FROM ("
         "SELECT multiIf(p != '', 0, r != '', 1, g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM ("
         f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({BUCKET[interval]}) AS b, count() AS c "
         f"FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
-        "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) "
-        f"ORDER BY k, c DESC, key, b LIMIT {q.bind(max(limit, buckets), 'UInt32')} BY k", q.params)
+        "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) GROUP BY k", q.params)
     tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
     counts: dict[int, int] = {}
-    for k, b, c, total, key in rows:
+    for k, total, firsts in rows:
         if k == 3:
-            counts[b] = c
+            counts = {b: -c for c, _, b in firsts}
         else:
-            top, _ = tops[TOP_DIMENSIONS[k]]
-            if len(top) < limit:
-                top.append((key, c))
-            tops[TOP_DIMENSIONS[k]] = (top, total)
+            tops[TOP_DIMENSIONS[k]] = ([(key, -c) for c, key, _ in firsts[:limit]], total)
     return tops, counts
 
 
