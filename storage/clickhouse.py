@@ -6,8 +6,9 @@ bounded `max_threads` and `max_memory_usage`, so one report cannot take the mach
 open data directory per process: `open_store` is called once per process (the tests share one store).
 Each client serializes the calls on its connection: writes (inserts, commands, deletes) go through one
 client, one at a time, and reads through a few clients of their own (`READERS`), so that reads run beside
-each other and beside the writes instead of waiting for them. The tables are created, and a store from
-before converted, by storage/clickhouse_layout.py when the store is opened.
+each other and beside the writes instead of waiting for them; storage/read_slots.py hands the read clients
+out, one workspace at most all but one of them. The tables are created, and a store from before converted,
+by storage/clickhouse_layout.py when the store is opened.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from storage.clickhouse_schema import (
     CSV_INPUT_SETTINGS,
     INPUT_COLUMNS,
 )
+from storage.read_slots import ReadSlots
 
 log = logging.getLogger("tally.analytics")
 T = TypeVar("T")
@@ -121,6 +123,7 @@ class AnalyticsStore:
 
     def __post_init__(self) -> None:
         self._reader_count = self.readers.qsize()
+        self._read_slots = ReadSlots(self._reader_count) if self._reader_count else None
         if self.cluster:
             # Every table is sharded by its site (or workspace), and every read names one: only that shard
             # is asked. Reads also put an IN (SELECT ... FROM <Distributed table>) inside a read of a
@@ -155,7 +158,10 @@ class AnalyticsStore:
 
     async def query(self, sql: str, params: dict[str, Any] | None = None, *,
                     settings: dict[str, Any] | None = None) -> list[tuple]:
-        return await asyncio.to_thread(self.query_sync, sql, params, settings)
+        if self._read_slots is None:
+            return await asyncio.to_thread(self.query_sync, sql, params, settings)
+        async with self._read_slots.held():  # a read client is free before a thread is taken (storage/read_slots.py)
+            return await asyncio.to_thread(self.query_sync, sql, params, settings)
 
     def query_sync(self, sql: str, params: dict[str, Any] | None = None,
                    settings: dict[str, Any] | None = None) -> list[tuple]:

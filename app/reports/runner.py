@@ -26,6 +26,7 @@ from common.metrics import Metrics
 from storage import report_queries as q
 from storage import reports as store
 from storage.clickhouse import AnalyticsStore
+from storage.read_slots import reads_for
 
 TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
                      "LIMIT")
@@ -119,6 +120,7 @@ async def run_report(
     (MirrorBehind when it cannot within the timeout); custom SQL on PostgreSQL. Both within the report timeout."""
     require_plan(report_type, plan)
     parsed = parse_config(report_type, config)
+    reads_for(workspace_id)  # its analytics reads are the workspace's (storage/read_slots.py)
     now = datetime.now(UTC)
     timeout = settings.report_timeout_seconds
     started, outcome = time.perf_counter(), "error"

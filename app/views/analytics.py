@@ -133,7 +133,7 @@ async def overview(request: web.Request) -> web.Response:
     base = await base_params(request)
     mode = compare_param(request)
     site, filters = await site_and_filters(request, base)
-    db = await analytics_store(request)
+    db = await analytics_store(request, base.workspace_id)
     body = await overview_body(db, site, base.window, filters)
     if not filters.terms():
         request.config_dict[WARMER].seen(site.id, base.window.range)
@@ -153,7 +153,7 @@ async def timeseries(request: web.Request) -> web.Response:
     mode = compare_param(request)
     site, filters = await site_and_filters(request, base)
     name = filters.counted()
-    db = await analytics_store(request)
+    db = await analytics_store(request, base.workspace_id)
     data = await _series(db, site.id, base.window, interval, name, filters)
     body: dict = {"data": data, "interval": interval, "eventName": name}
     if mode:
@@ -172,9 +172,9 @@ async def _top_list(request: web.Request, dim: str) -> web.Response:
     name = filters.counted()
     w = base.window
     with filter_errors():
-        rows, total = await analytics_lists.top(await analytics_store(request), site.id, w.start, w.end, dim=dim,
-                                                name=name, domain=site.domain, limit=limit, filters=filters,
-                                                offset=offset)
+        db = await analytics_store(request, base.workspace_id)
+        rows, total = await analytics_lists.top(db, site.id, w.start, w.end, dim=dim, name=name, domain=site.domain,
+                                                limit=limit, filters=filters, offset=offset)
     return json_response({"data": top_rows(rows, total), "total": total})
 
 
@@ -207,7 +207,7 @@ async def breakdown(request: web.Request) -> web.Response:
     if "conversion_rate" in metrics and prop != "goal" and not goal_filtered:
         raise SiteError(400, "conversion_rate needs property=goal or a goal filter")
     filters, goals = await with_goals(request, site, filters, needed=prop == "goal")
-    db = await analytics_store(request)
+    db = await analytics_store(request, base.workspace_id)
     w = base.window
     with filter_errors():
         reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
@@ -241,8 +241,9 @@ async def has_values(request: web.Request) -> web.Response:
     site, filters = await site_and_filters(request, base)
     w = base.window
     with filter_errors():
-        found = await analytics_breakdown.have_values(await analytics_store(request), site.id, w.start, w.end,
-                                                      props=props, filters=filters, domain=site.domain)
+        db = await analytics_store(request, base.workspace_id)
+        found = await analytics_breakdown.have_values(db, site.id, w.start, w.end, props=props, filters=filters,
+                                                      domain=site.domain)
     return json_response({"data": found})
 
 
@@ -258,8 +259,9 @@ async def property_keys(request: web.Request) -> web.Response:
     site, filters = await site_and_filters(request, base)
     w = base.window
     with filter_errors():
-        rows = await analytics_breakdown.property_keys(await analytics_store(request), site.id, w.start, w.end,
-                                                       filters=filters, limit=limit, offset=offset)
+        db = await analytics_store(request, base.workspace_id)
+        rows = await analytics_breakdown.property_keys(db, site.id, w.start, w.end, filters=filters, limit=limit,
+                                                       offset=offset)
     return json_response({"data": [{"key": k, "events": n} for k, n in rows], "limit": limit})
 
 

@@ -76,7 +76,7 @@ async def events(request: web.Request) -> web.Response:
                         detail="narrow the range or the filters, or export the events")
     site, filters = await site_and_filters(request, base)
     w = base.window
-    db = await analytics_store(request)
+    db = await analytics_store(request, base.workspace_id)
     total = await analytics_lists.count_events(db, site.id, w.start, w.end, filters.terms())
     rows: list = []
     if offset < total:
@@ -136,7 +136,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     limit = count_param(request, "limit", EXPORT_DEFAULT, EXPORT_MAX)
     site, filters = await site_and_filters(request, base)
     name = filters.name  # as the event log: it exports what the log lists
-    db = await analytics_store(request) if _narrowed(filters) and not probe else None
+    db = await analytics_store(request, base.workspace_id) if _narrowed(filters) and not probe else None
     account = await current_account(request)
     settings = request.config_dict[SETTINGS]
     w = base.window

@@ -23,6 +23,7 @@ from app.responses import SiteError
 from app.shared_access import check_site, reader
 from storage import analytics as store
 from storage.clickhouse import AnalyticsStore
+from storage.read_slots import reads_for
 from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
 
 UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
@@ -106,10 +107,11 @@ async def caught_up(request: web.Request) -> bool:
         return False
 
 
-async def analytics_store(request: web.Request) -> AnalyticsStore:
+async def analytics_store(request: web.Request, workspace_id: int) -> AnalyticsStore:
     """The store, brought up to date with every event committed before this read began (one indexed probe
     of the outbox when the mirror has nothing pending); MirrorBehind, a 503 in each API's shape, when that
-    takes longer than the report timeout."""
+    takes longer than the report timeout. The request's reads are the workspace's (storage/read_slots.py)."""
+    reads_for(workspace_id)
     if not await caught_up(request):
         raise MirrorBehind()
     return request.config_dict[ANALYTICS]

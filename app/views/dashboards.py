@@ -327,8 +327,8 @@ async def chart_data_view(request: web.Request) -> web.Response:
     start, end, interval = data_range(request)
     async with request.config_dict[POOL].acquire() as conn:
         chart = await _own_chart(request, conn)
-    body = await chart_data_json(await analytics_store(request), key.workspace_id, key.env, chart, start, end,
-                                 interval)
+    db = await analytics_store(request, key.workspace_id)
+    body = await chart_data_json(db, key.workspace_id, key.env, chart, start, end, interval)
     return json_response(body)
 
 

@@ -69,7 +69,7 @@ async def page_data(request: web.Request) -> web.Response:
         if row is None:
             raise not_found("this dashboard does not exist or is no longer shared")
         charts = await store.charts_of(conn, row["id"])
-    db = await analytics_store(request)
+    db = await analytics_store(request, row["workspace_id"])
     data = [await chart_data_json(db, row["workspace_id"], row["env"], c, start, end, interval) for c in charts]
     body = {
         "dashboard": {"name": row["name"], "description": row["description"],
