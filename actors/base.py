@@ -256,9 +256,14 @@ class Actor:
         taken = sum(msg.size for msg in expired)
         self.pending -= taken
         self._depth.dec(taken)
-        stalled = StoreStalled(f"no flush slot came free within {self.commit_timeout:g}s")
-        self.outages.down(POSTGRES, stalled, "ingestion answers 503")
-        _fail(expired, stalled)
+        self._refuse(expired, StoreStalled(f"no flush slot came free within {self.commit_timeout:g}s"), None)
+
+    def _refuse(self, batch: list[Message], failure: StoreUnreachable, cause: BaseException | None) -> None:
+        """Answer the messages 503 for an outage (`cause`, else the failure itself, is what the outage line says;
+        readiness hears of it too)."""
+        self.outages.down(POSTGRES, cause or failure, "ingestion answers 503")  # one line per outage
+        self.outages.ingestion_failed(cause or failure)
+        _fail(batch, failure)
 
     def _take(self) -> list[Message]:
         requests = len(self._mail)
@@ -285,20 +290,18 @@ class Actor:
         # behind any lost answer (decisions.md). The cancelled flush holds its slot until its connection is
         # cleaned up; the mailbox's own bound (_expire) answers what waits meanwhile.
         deadline = batch[0].enqueued + self.commit_timeout
-        answer = loop.call_at(deadline + CANCEL_GRACE_SECONDS, _fail, batch,
-                              StoreStalled(f"no commit within {self.commit_timeout:g}s"))
+        answer = loop.call_at(deadline + CANCEL_GRACE_SECONDS, self._refuse, batch,
+                              StoreStalled(f"no commit within {self.commit_timeout:g}s"), None)
         try:
             async with asyncio.timeout_at(deadline):
                 await self.flush(batch)
         except STORE_ERRORS as exc:
             # A timeout (the bound above, or asyncpg's command timeout) is a stalled PostgreSQL: an outage too.
             if isinstance(exc, (*POSTGRES_UNREACHABLE, TimeoutError)):
-                failure = (StoreStalled(f"no commit within {self.commit_timeout:g}s")
-                           if isinstance(exc, TimeoutError) and loop.time() >= deadline
-                           else StoreUnreachable(str(exc) or type(exc).__name__))
-                self.outages.down(POSTGRES, failure if isinstance(failure, StoreStalled) else exc,
-                                  "ingestion answers 503")  # one line per outage
-                _fail(batch, failure)
+                if isinstance(exc, TimeoutError) and loop.time() >= deadline:
+                    self._refuse(batch, StoreStalled(f"no commit within {self.commit_timeout:g}s"), None)
+                else:
+                    self._refuse(batch, StoreUnreachable(str(exc) or type(exc).__name__), exc)
                 return
             log.error("flush failed actor=%s key=%s events=%d error=%s", self.kind, self.key,
                       sum(m.size for m in batch), type(exc).__name__)
@@ -322,6 +325,7 @@ class Actor:
         self._batch_events.observe(events)
         self._ingested.inc(events)
         self.outages.up(POSTGRES)
+        self.outages.ingestion_committed()
 
 
 async def _broken(conn: asyncpg.Connection) -> bool:

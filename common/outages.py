@@ -47,6 +47,8 @@ class Outages:
     def __init__(self, metrics: Metrics | None = None) -> None:
         self.metrics = metrics or Metrics()
         self._last_failure: dict[str, float] = {}  # dependency -> monotonic time of its latest failure
+        # (monotonic time, error class) of ingestion's latest flush when it failed as an outage; None once one commits.
+        self._ingestion_failure: tuple[float, str] | None = None
 
     def is_down(self, dependency: str) -> bool:
         seen = self._last_failure.get(dependency)
@@ -59,6 +61,24 @@ class Outages:
             log.error("%s unreachable (%s: %s); %s until it answers again", dependency, type(exc).__name__,
                       exc, consequence)
         self._last_failure[dependency] = time.monotonic()
+
+    def ingestion_failed(self, exc: BaseException) -> None:
+        """An actor's flush failed as an outage (PostgreSQL unreachable, short of disk, memory or connections, or
+        stalled past the commit bound): its events were answered 503."""
+        self._ingestion_failure = (time.monotonic(), type(exc).__name__)
+
+    def ingestion_committed(self) -> None:
+        self._ingestion_failure = None
+
+    def ingestion_outage(self) -> str | None:
+        """The error class of an outage ingestion is in, for readiness: its latest flush failed as one and none
+        committed since. PostgreSQL may answer every other query meanwhile (its disk full: 53100). Forgotten after
+        QUIET_SECONDS without a failure, as an outage is: a process taken out of rotation for it gets no events
+        to find out with, and would stay out for good."""
+        failure = self._ingestion_failure
+        if failure is None or time.monotonic() - failure[0] > QUIET_SECONDS:
+            return None
+        return failure[1]
 
     def up(self, dependency: str) -> None:
         if self._last_failure.pop(dependency, None) is not None:

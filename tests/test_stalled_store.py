@@ -78,6 +78,9 @@ async def test_ingestion_on_a_locked_events_table_answers_503_in_bounded_time_an
         for resp in answers[:3]:
             assert (await resp.json())["error"]["code"] == "unavailable"
         assert await answers[4].json() == {"error": "service unavailable"}
+        ready = await client.get("/readyz")  # PostgreSQL answers SELECT 1, but ingestion cannot commit
+        assert ready.status == 503 and ready.headers["Retry-After"] == "5"
+        assert await ready.json() == {"status": "unavailable", "database": "StoreStalled"}
     finally:
         await lock.execute("ROLLBACK")
         await lock.close()
@@ -86,6 +89,7 @@ async def test_ingestion_on_a_locked_events_table_answers_503_in_bounded_time_an
     resp = await client.post("/v1/events", headers={**bearer(key), "Idempotency-Key": "stalled-1"},
                              json={"event": "e", "user_id": "during-retried"})
     assert resp.status == 200, await resp.text()
+    assert (await client.get("/readyz")).status == 200
     assert (await client.post("/v1/track", headers=basic(write_key), json=retried_track)).status == 200
     assert (await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "after"})).status == 200
     assert await _keyed_rows(database_url, workspace) == [
