@@ -22,6 +22,7 @@ from storage.ids import new_id
 from storage.workspaces import ensure_workspace
 from tests.conftest import bearer, connect
 from tests.site_helpers import post_event, stored_events
+from tests.test_dependency_outages import _through_relay
 from tests.test_segment_api import basic, create_source
 
 BOUND = 1.0  # seconds: the tests' commit bound (TALLY_COMMIT_TIMEOUT_SECONDS), small so they run quickly
@@ -127,3 +128,37 @@ async def test_a_flush_past_the_command_timeout_is_an_outage_not_a_store_failure
     finally:
         await asyncio.wait_for(actor.stop(), GUARD)
         await pool.close()
+
+
+async def test_ingestion_to_a_postgresql_that_stopped_answering_answers_503_and_keeps_what_it_acknowledged(
+        make_client, settings, make_key, workspace, database_url):
+    """Nothing comes back from PostgreSQL (a relay holding every byte, as a server process stopped does; its
+    cancel requests get no answer either): every request is answered 503 with Retry-After, those whose flush was
+    in flight after the cancellation's grace, those queued behind it at their own bound, where all waited for
+    asyncpg's 60 s. Once it answers again, what was acknowledged is stored and ingestion commits again; what was
+    refused may or may not be (its statement had gone out: decisions.md), never twice."""
+    key = bearer(await make_key("read,write"))
+    relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=3600,
+                                         commit_timeout_seconds=BOUND, flushes_in_flight=1)
+    try:
+        assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "before"})).status == 200
+        relay.stall()
+        answers = await asyncio.wait_for(asyncio.gather(*[
+            client.post("/v1/events", headers=key, json={"event": "e", "user_id": f"during-{i}"}) for i in range(5)]),
+            GUARD)
+        for resp in answers:
+            assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+            assert (await resp.json())["error"]["code"] == "unavailable"
+        relay.resume()
+        for _ in range(50):  # the stalled flush's connection is cleaned up first; meanwhile its slot is held
+            resp = await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "after"})
+            if resp.status == 200:
+                break
+            assert resp.status == 503, await resp.text()
+            await asyncio.sleep(0.2)
+        assert resp.status == 200
+    finally:
+        await relay.cut()
+    stored = [who for _, who in await _keyed_rows(database_url, workspace)]
+    assert {"before", "after"} <= set(stored) and len(stored) == len(set(stored)), stored
+    assert set(stored) <= {"before", "after", *(f"during-{i}" for i in range(5))}, stored
