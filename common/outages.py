@@ -130,7 +130,7 @@ class Outages:
         latest = self._latest.pop(dependency, None)
         if not flaps:
             return  # a quiet window: the hold-down ends
-        said = "%s flapping: %d more outages in the %gs after it came back, not logged one by one; "
+        said = "%s flapping: %d more outages in the last %gs, not logged one by one; "
         if self.is_down(dependency) and latest is not None:
             # Down now: its return is logged, and starts a window of its own.
             exc, consequence = latest

@@ -11,7 +11,7 @@ import logging
 import asyncpg
 
 from common.metrics import Metrics
-from common.outages import HOLD_DOWN_SECONDS, POSTGRES, REDIS, Outages
+from common.outages import HOLD_DOWN_SECONDS, POSTGRES, QUIET_SECONDS, REDIS, Outages
 
 
 class Clock:
@@ -49,7 +49,7 @@ def test_a_flapping_dependency_logs_one_pair_then_one_summary_per_window(caplog)
     clock.now += HOLD_DOWN_SECONDS  # the window after the first return has ended: one line sums it up
     outages.tick()
     lines = _lines(caplog)
-    assert lines[2:] == [f"postgres flapping: 42 more outages in the {HOLD_DOWN_SECONDS:g}s after it came back, "
+    assert lines[2:] == [f"postgres flapping: 42 more outages in the last {HOLD_DOWN_SECONDS:g}s, "
                          "not logged one by one; reachable now"], lines
     # Every outage is still counted in /metrics.
     assert metrics.dependency_outages.labels(POSTGRES)._value.get() == 43
@@ -73,7 +73,7 @@ def test_flapping_that_is_down_at_the_end_of_the_window_says_so_and_logs_its_ret
         clock.now += 5
     outages.down(POSTGRES, asyncpg.DiskFullError("could not extend file"), "ingestion answers 503")
     lines = _lines(caplog)
-    assert lines[2:] == [f"postgres flapping: 5 more outages in the {HOLD_DOWN_SECONDS:g}s after it came back, "
+    assert lines[2:] == [f"postgres flapping: 5 more outages in the last {HOLD_DOWN_SECONDS:g}s, "
                          "not logged one by one; unreachable now (DiskFullError: could not extend file); "
                          "ingestion answers 503 until it answers again"], lines
     outages.up(POSTGRES)
@@ -90,3 +90,20 @@ def test_dependencies_hold_down_apart(caplog):
     outages.down(REDIS, ConnectionRefusedError(111, "refused"), "sessions fall back to process memory")
     outages.up(REDIS)
     assert [line.split(" ")[0] for line in _lines(caplog)] == ["postgres", "postgres", "redis", "redis"]
+
+
+def test_readiness_hears_an_ingestion_outage_until_a_commit_or_quiet_seconds():
+    """What /readyz reads: the latest refused flush's error until one commits, or until QUIET_SECONDS pass with
+    no refusal (a process out of rotation gets no events to find out with)."""
+    clock = Clock()
+    outages = Outages(clock=clock)
+    assert outages.ingestion_outage() is None
+    outages.ingestion_failed(asyncpg.DiskFullError("could not extend file"))
+    assert outages.ingestion_outage() == "DiskFullError"
+    outages.ingestion_committed()
+    assert outages.ingestion_outage() is None
+    outages.ingestion_failed(asyncpg.DiskFullError("could not extend file"))
+    clock.now += QUIET_SECONDS
+    assert outages.ingestion_outage() == "DiskFullError"
+    clock.now += 1
+    assert outages.ingestion_outage() is None
