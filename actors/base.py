@@ -38,6 +38,11 @@ class StoreUnreachable(StoreFailed):
     retry_after = RETRY_AFTER_SECONDS
 
 
+class StoreStalled(StoreUnreachable):
+    """PostgreSQL did not commit the message within the actor's commit bound (a lock held on its table, a server
+    process stopped): its statement is cancelled, or it was never sent; 503 with Retry-After as for an outage."""
+
+
 # Errors that mean "a store (PostgreSQL, or Redis for site sessions) refused or was unreachable": the
 # actor survives them.
 STORE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError, RedisError)
@@ -57,6 +62,12 @@ class Message:
         self.size = len(self.items)
 
 
+# How long a message may wait for its commit (queued, then flushed) before it is answered 503
+# (TALLY_COMMIT_TIMEOUT_SECONDS).
+COMMIT_TIMEOUT_SECONDS = 10.0
+# How long a flush cancelled at that bound may wait for PostgreSQL to confirm the cancellation before its
+# submitters are answered 503 regardless.
+CANCEL_GRACE_SECONDS = 2.0
 # How long a failed flush's connection may take to answer the probe that tells a broken one from a live one.
 PROBE_SECONDS = 2.0
 # A batch split off a wave holds at least this many requests: tiny flushes cost more than they overlap.
@@ -73,7 +84,8 @@ class Actor:
     split_batches = False
 
     def __init__(self, key: Hashable, *, max_batch: int, capacity: int, linger: float,
-                 max_inflight: int = 1, metrics: Metrics | None = None, outages: Outages | None = None) -> None:
+                 max_inflight: int = 1, metrics: Metrics | None = None, outages: Outages | None = None,
+                 commit_timeout: float = COMMIT_TIMEOUT_SECONDS) -> None:
         self.key = key
         self.max_batch = max_batch
         self.capacity = capacity
@@ -81,6 +93,9 @@ class Actor:
         # Flushes allowed in flight at once: while one batch waits for PostgreSQL, the next can be
         # encoded and sent.
         self.max_inflight = max_inflight
+        # A message not committed this long after it was queued is answered 503 (StoreStalled): a PostgreSQL that
+        # neither fails nor answers would otherwise hold every request until asyncpg's command timeout.
+        self.commit_timeout = commit_timeout
         self._mail: deque[Message] = deque()
         self.pending = 0
         self._wakeup = asyncio.Event()
@@ -200,6 +215,9 @@ class Actor:
         while True:
             if self._crash is not None:
                 raise self._crash
+            if self._mail and loop.time() >= self._mail[0].enqueued + self.commit_timeout:
+                self._expire(loop.time())
+                continue
             if not self._mail or len(self._inflight) >= self.max_inflight:
                 if not self._mail and not self._inflight:
                     if self._held:
@@ -208,7 +226,12 @@ class Actor:
                     if self.closing:
                         return
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                if self._mail:  # every slot busy: wake at the oldest message's deadline at the latest
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout_at(self._mail[0].enqueued + self.commit_timeout):
+                            await self._wakeup.wait()
+                else:
+                    await self._wakeup.wait()
                 continue
             if self.linger and self.pending < self.max_batch and not self.closing:
                 await asyncio.sleep(self.linger)
@@ -222,6 +245,25 @@ class Actor:
         if not task.cancelled() and task.exception() is not None and self._crash is None:
             self._crash = task.exception()
         self._wakeup.set()
+
+    def _expire(self, now: float) -> None:
+        """Answer 503 the queued messages whose commit bound has passed while every flush slot was held (by
+        flushes stalled past their own bound and still cleaning up): never sent, so nothing of theirs is stored.
+        The mailbox is in arrival order, so they are at its front."""
+        expired: list[Message] = []
+        while self._mail and now >= self._mail[0].enqueued + self.commit_timeout:
+            expired.append(self._mail.popleft())
+        taken = sum(msg.size for msg in expired)
+        self.pending -= taken
+        self._depth.dec(taken)
+        self._refuse(expired, StoreStalled(f"no flush slot came free within {self.commit_timeout:g}s"), None)
+
+    def _refuse(self, batch: list[Message], failure: StoreUnreachable, cause: BaseException | None) -> None:
+        """Answer the messages 503 for an outage (`cause`, else the failure itself, is what the outage line says;
+        readiness hears of it too)."""
+        self.outages.down(POSTGRES, cause or failure, "ingestion answers 503")  # one line per outage
+        self.outages.ingestion_failed(cause or failure)
+        _fail(batch, failure)
 
     def _take(self) -> list[Message]:
         requests = len(self._mail)
@@ -240,12 +282,26 @@ class Actor:
 
     async def _flush_batch(self, batch: list[Message], loop: asyncio.AbstractEventLoop) -> None:
         started = loop.time()
+        # The batch's commit bound is its oldest message's (the first taken). Then the flush is cancelled: asyncpg
+        # asks PostgreSQL to cancel the running statement, and the transaction rolls back; the submitters are
+        # answered 503 once that is confirmed, so what they were refused is not stored. A PostgreSQL that does not
+        # confirm within CANCEL_GRACE_SECONDS (a server stopped) gets them answered anyway: a statement that
+        # PostgreSQL then finishes after all, or a COMMIT already sent, may still store what was refused, as
+        # behind any lost answer (decisions.md). The cancelled flush holds its slot until its connection is
+        # cleaned up; the mailbox's own bound (_expire) answers what waits meanwhile.
+        deadline = batch[0].enqueued + self.commit_timeout
+        answer = loop.call_at(deadline + CANCEL_GRACE_SECONDS, self._refuse, batch,
+                              StoreStalled(f"no commit within {self.commit_timeout:g}s"), None)
         try:
-            await self.flush(batch)
+            async with asyncio.timeout_at(deadline):
+                await self.flush(batch)
         except STORE_ERRORS as exc:
-            if isinstance(exc, POSTGRES_UNREACHABLE):
-                self.outages.down(POSTGRES, exc, "ingestion answers 503")  # one line per outage
-                _fail(batch, StoreUnreachable(str(exc)))
+            # A timeout (the bound above, or asyncpg's command timeout) is a stalled PostgreSQL: an outage too.
+            if isinstance(exc, (*POSTGRES_UNREACHABLE, TimeoutError)):
+                if isinstance(exc, TimeoutError) and loop.time() >= deadline:
+                    self._refuse(batch, StoreStalled(f"no commit within {self.commit_timeout:g}s"), None)
+                else:
+                    self._refuse(batch, StoreUnreachable(str(exc) or type(exc).__name__), exc)
                 return
             log.error("flush failed actor=%s key=%s events=%d error=%s", self.kind, self.key,
                       sum(m.size for m in batch), type(exc).__name__)
@@ -256,6 +312,8 @@ class Actor:
             # submitters learn it failed; the supervisor restarts the task on the same mailbox.
             _fail(batch, StoreFailed("actor crashed"))
             raise
+        finally:
+            answer.cancel()
         now = loop.time()
         events = 0
         for msg in batch:
@@ -267,6 +325,7 @@ class Actor:
         self._batch_events.observe(events)
         self._ingested.inc(events)
         self.outages.up(POSTGRES)
+        self.outages.ingestion_committed()
 
 
 async def _broken(conn: asyncpg.Connection) -> bool:

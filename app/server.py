@@ -249,6 +249,7 @@ async def actors_ctx(app: web.Application) -> AsyncIterator[None]:
         "capacity": settings.mailbox_events,
         "linger": settings.batch_linger_ms / 1000,
         "max_inflight": settings.flushes_in_flight,
+        "commit_timeout": settings.commit_timeout_seconds,
         "metrics": app[METRICS],
         "outages": app[OUTAGES],
     }

@@ -184,6 +184,10 @@ class Settings:
     batch_linger_ms: float = field(default=0.0, metadata=var("TALLY_BATCH_LINGER_US", _micros_as_ms, low=0))
     mailbox_events: int = field(default=50000, metadata=var("TALLY_MAILBOX_EVENTS", _int, low=1))
     flushes_in_flight: int = field(default=3, metadata=var("TALLY_FLUSHES_IN_FLIGHT", _int, 1))
+    # An event not committed this long after its request queued it is answered 503 with Retry-After (a table
+    # locked, a PostgreSQL stopped: requests otherwise waited for asyncpg's 60 s command timeout, then a 500).
+    commit_timeout_seconds: float = field(default=10.0,
+                                          metadata=var("TALLY_COMMIT_TIMEOUT_SECONDS", _float, above=0))
     actor_idle_seconds: float = field(default=300.0, metadata=var("TALLY_ACTOR_IDLE_SECONDS", _float, 0.1))
     key_cache_seconds: float = field(default=2.0, metadata=var("TALLY_KEY_CACHE_SECONDS", _float, 0))
     pool_max: int = field(default=10, metadata=var("TALLY_DB_POOL_MAX", _int, low=1))

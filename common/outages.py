@@ -4,7 +4,8 @@ Callers report what they see: `down(dependency, exc)` when a call failed because
 unreachable, `up(dependency)` when a call succeeded. The first failure of an outage writes one log line
 and counts one outage in /metrics; later failures of the same outage are silent, so an outage under
 load does not write a traceback per request. An outage ends at the next success, or when no failure
-was seen for QUIET_SECONDS (callers that have no success to report, e.g. a request answered 503).
+was seen for QUIET_SECONDS (callers that have no success to report, e.g. a request answered 503). Outages that
+follow within HOLD_DOWN_SECONDS of one's end (flapping) are summed up in one line per window.
 
 What a failure means to the caller is decided where it happens: the HTTP edge answers 503 with
 Retry-After (app/outages.py), while site sessions, rate limits and the daily salt fall back to process
@@ -12,6 +13,8 @@ memory and count each fallback (tally_dependency_fallbacks_total)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +29,7 @@ log = logging.getLogger("tally.outages")
 
 POSTGRES, REDIS = "postgres", "redis"
 QUIET_SECONDS = 30.0
+HOLD_DOWN_SECONDS = 60.0  # after an outage's return, further outages within this are summed up in one line
 RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients to wait
 REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
 
@@ -44,25 +48,97 @@ POSTGRES_UNREACHABLE: tuple[type[BaseException], ...] = (
 
 
 class Outages:
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    """The book of outages. A dependency flapping (down and back again and again: a full disk where small batches
+    still fit, a Redis restart's pooled connections failing one by one) logs its first outage and return as any
+    does, then is held down: outages starting within HOLD_DOWN_SECONDS of that return are counted (in /metrics too)
+    but not logged, and one line at the window's end sums them up, so logs stay bounded however fast it flips. A
+    window with outages is followed by another; a quiet one ends the hold-down."""
+
+    def __init__(self, metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.metrics = metrics or Metrics()
-        self._last_failure: dict[str, float] = {}  # dependency -> monotonic time of its latest failure
+        self._clock = clock
+        self._last_failure: dict[str, float] = {}  # dependency -> clock time of its latest failure
+        # (clock time, error class) of ingestion's latest flush when it failed as an outage; None once one commits.
+        self._ingestion_failure: tuple[float, str] | None = None
+        self._hold_until: dict[str, float] = {}  # dependency -> end of its hold-down window
+        self._flaps: dict[str, int] = {}  # dependency -> outages started in its window, not logged
+        self._latest: dict[str, tuple[BaseException, str]] = {}  # dependency -> (error, consequence), while held
 
     def is_down(self, dependency: str) -> bool:
         seen = self._last_failure.get(dependency)
-        return seen is not None and time.monotonic() - seen <= QUIET_SECONDS
+        return seen is not None and self._clock() - seen <= QUIET_SECONDS
 
     def down(self, dependency: str, exc: BaseException, consequence: str) -> None:
-        """Record a failure; logs and counts only the first of an outage."""
+        """Record a failure; logs and counts only the first of an outage (and, held down, counts it only)."""
+        if self._hold_until:
+            self._roll(dependency)
         if not self.is_down(dependency):
             self.metrics.dependency_outages.labels(dependency).inc()
-            log.error("%s unreachable (%s: %s); %s until it answers again", dependency, type(exc).__name__,
-                      exc, consequence)
-        self._last_failure[dependency] = time.monotonic()
+            if dependency in self._hold_until:
+                self._flaps[dependency] += 1
+            else:
+                log.error("%s unreachable (%s: %s); %s until it answers again", dependency, type(exc).__name__,
+                          exc, consequence)
+        if dependency in self._hold_until:
+            self._latest[dependency] = (exc, consequence)
+        self._last_failure[dependency] = self._clock()
+
+    def ingestion_failed(self, exc: BaseException) -> None:
+        """An actor's flush failed as an outage (PostgreSQL unreachable, short of disk, memory or connections, or
+        stalled past the commit bound): its events were answered 503."""
+        self._ingestion_failure = (self._clock(), type(exc).__name__)
+
+    def ingestion_committed(self) -> None:
+        self._ingestion_failure = None
+
+    def ingestion_outage(self) -> str | None:
+        """The error class of an outage ingestion is in, for readiness: its latest flush failed as one and none
+        committed since. PostgreSQL may answer every other query meanwhile (its disk full: 53100). Forgotten after
+        QUIET_SECONDS without a failure, as an outage is: a process taken out of rotation for it gets no events
+        to find out with, and would stay out for good."""
+        failure = self._ingestion_failure
+        if failure is None or self._clock() - failure[0] > QUIET_SECONDS:
+            return None
+        return failure[1]
 
     def up(self, dependency: str) -> None:
-        if self._last_failure.pop(dependency, None) is not None:
-            log.warning("%s reachable again", dependency)
+        seen = self._last_failure.pop(dependency, None)
+        if self._hold_until:
+            self._roll(dependency)
+        if seen is None or dependency in self._hold_until:  # no outage, or a flap's end: summed up later
+            return
+        log.warning("%s reachable again", dependency)
+        self._hold(dependency)
+
+    def tick(self) -> None:
+        """End the hold-down windows that are over, each with its line (a timer calls it at a window's end)."""
+        for dependency in list(self._hold_until):
+            self._roll(dependency)
+
+    def _hold(self, dependency: str) -> None:
+        self._hold_until[dependency] = self._clock() + HOLD_DOWN_SECONDS
+        self._flaps[dependency] = 0
+        with contextlib.suppress(RuntimeError):  # no running loop (a command, a test): the next call rolls it
+            asyncio.get_running_loop().call_later(HOLD_DOWN_SECONDS, self.tick)
+
+    def _roll(self, dependency: str) -> None:
+        until = self._hold_until.get(dependency)
+        if until is None or self._clock() < until:
+            return
+        del self._hold_until[dependency]
+        flaps = self._flaps.pop(dependency, 0)
+        latest = self._latest.pop(dependency, None)
+        if not flaps:
+            return  # a quiet window: the hold-down ends
+        said = "%s flapping: %d more outages in the last %gs, not logged one by one; "
+        if self.is_down(dependency) and latest is not None:
+            # Down now: its return is logged, and starts a window of its own.
+            exc, consequence = latest
+            log.error(said + "unreachable now (%s: %s); %s until it answers again", dependency, flaps,
+                      HOLD_DOWN_SECONDS, type(exc).__name__, exc, consequence)
+        else:
+            log.warning(said + "reachable now", dependency, flaps, HOLD_DOWN_SECONDS)
+            self._hold(dependency)  # still held down: flapping on is summed up at the next window's end
 
     def log_filter(self, message: str, consequence: str, applies: Callable[[], bool] = lambda: True) -> logging.Filter:
         """A filter for a library's logger: its records that start with `message`, carry an error meaning

@@ -134,6 +134,8 @@ class Relay:
         self.server: asyncio.Server | None = None
         self.writers: set[asyncio.StreamWriter] = set()
         self.clients: set[asyncio.StreamWriter] = set()  # the writers toward the relay's clients
+        self.flowing = asyncio.Event()  # cleared: nothing passes either way, as with a server process stopped
+        self.flowing.set()
 
     async def start(self, port: int = 0) -> int:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
@@ -147,6 +149,7 @@ class Relay:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    await self.flowing.wait()
                     dst.write(data)
                     await dst.drain()
             dst.close()
@@ -160,6 +163,13 @@ class Relay:
         for writer in self.clients:
             writer.write(b"E" + (len(body) + 4).to_bytes(4, "big") + body)
             await writer.drain()
+
+    def stall(self) -> None:
+        """Hold every byte back (connections stay open, new ones are accepted), as a stopped server does."""
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        self.flowing.set()
 
     async def cut(self) -> None:
         self.server.close()

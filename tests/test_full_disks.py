@@ -102,7 +102,8 @@ async def test_ingestion_on_a_full_embedded_postgresql_answers_503_and_keeps_wha
     """The embedded PostgreSQL's disk fills under load: its tables cannot grow (53100 disk_full; soon after, in
     the walk-through, its WAL could not be written either, and it stopped: tests/test_embedded_stopped.py).
     Ingestion answers 503 with Retry-After (a full disk answered 500 store_failed per batch, logged each time),
-    answers 200 again once space is freed, and every acknowledged event is stored."""
+    answers 200 again once space is freed, and every acknowledged event is stored. /readyz says so meanwhile: 503
+    from the first refused flush (it answered 200, PostgreSQL answering its SELECT 1), 200 after a commit."""
     env = {"TALLY_DATA_DIR": str(small_disk), "TALLY_ANALYTICS_DIR": str(tmp_path / "analytics"),
            "DATABASE_URL": "", "REDIS_URL": "", "TMPDIR": str(tmp_path)}
     proc, base = await asyncio.to_thread(server_process.start, env, 120)
@@ -125,11 +126,18 @@ async def test_ingestion_on_a_full_embedded_postgresql_answers_503_and_keeps_wha
                         assert r.headers["Retry-After"] == "5"
                     return r.status
 
-            n = 0
+            async def readiness() -> tuple[int, str | None, dict]:
+                async with http.get(f"{base}/readyz") as r:
+                    return r.status, r.headers.get("Retry-After"), await r.json()
+
+            n, unready = 0, None
             while len(statuses) - statuses.count(200) < 50:  # well into the outage (2 MB of events take it there)
                 n += 1
                 statuses.append(await send(n))
+                if statuses[-1] == 503 and unready is None:  # the first refusal: a flush met the full disk
+                    unready = await readiness()
                 assert n < 5000, "the disk never filled"
+            assert unready == (503, "5", {"status": "unavailable", "database": "DiskFullError"})
             assert set(statuses) == {200, 503}, [s for s in statuses if s not in (200, 503)][:5]
 
             ballast.unlink()
@@ -140,6 +148,8 @@ async def test_ingestion_on_a_full_embedded_postgresql_answers_503_and_keeps_wha
                 await asyncio.sleep(0.1)
             else:
                 raise AssertionError("ingestion did not come back: " + server_process.output(proc)[-3000:])
+            ready = await readiness()
+            assert ready[0] == 200 and ready[2]["status"] == "ok", ready
         conn = await asyncpg.connect(host=str(small_disk / "pgdata"), user="postgres", database="postgres")
         try:
             assert await conn.fetchval("SELECT count(*) FROM events") >= acked  # none acknowledged is lost

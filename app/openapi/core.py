@@ -46,7 +46,7 @@ _CURSOR = query("cursor", {"type": "string"})
 
 PATHS = {
     "/healthz": {"get": {"summary": "Liveness", "responses": {"200": json_body(_JSON_OBJ)}}},
-    "/readyz": {"get": {"summary": "Readiness (database reachable)",
+    "/readyz": {"get": {"summary": "Readiness (database reachable, ingestion committing)",
                         "responses": {"200": json_body(_JSON_OBJ), "503": json_body(_JSON_OBJ, "not ready")}}},
     "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
         "200": {"description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},

@@ -8,7 +8,7 @@ import contextlib
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.appkeys import METRICS, MIRROR, POOL
+from app.appkeys import METRICS, MIRROR, OUTAGES, POOL
 from app.openapi import document
 from app.responses import json_response
 from common.outages import RETRY_AFTER_SECONDS
@@ -19,8 +19,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when PostgreSQL (the system of record) answers. The analytics mirror's lag is reported beside
-    it; a lagging or failing store does not stop ingestion, so it does not make the process unready."""
+    """Ready when PostgreSQL (the system of record) answers and ingestion is not in an outage it has seen (its
+    latest flush failed as one, none committed since: a full disk answers SELECT 1 but refuses every event). The
+    analytics mirror's lag is reported beside it; a lagging or failing store does not stop ingestion, so it does
+    not make the process unready."""
+    outage = request.config_dict[OUTAGES].ingestion_outage()
+    if outage is not None:
+        return json_response({"status": "unavailable", "database": outage}, 503,
+                             {"Retry-After": str(RETRY_AFTER_SECONDS)})
     try:
         async with asyncio.timeout(2):
             async with request.config_dict[POOL].acquire() as conn:

@@ -1,0 +1,164 @@
+"""A stalled PostgreSQL (fault walk-through, docs/benchmarks.md "Faults under load"): one that neither fails nor
+answers, as a table locked by another session or a server process stopped. Ingestion answers 503 with
+Retry-After once its commit cannot happen within TALLY_COMMIT_TIMEOUT_SECONDS (requests waited, then answered 500
+`store_failed` at asyncpg's 60 s command timeout); nothing answered 2xx is missing once the lock goes, and what was
+answered 503 was not stored (its statement was cancelled), so a client's retry stores it once."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+
+from actors.base import StoreFailed, StoreUnreachable
+from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
+from storage.db import init_connection
+from storage.events import EventRow
+from storage.ids import new_id
+from storage.workspaces import ensure_workspace
+from tests.conftest import bearer, connect
+from tests.site_helpers import post_event, stored_events
+from tests.test_dependency_outages import _through_relay
+from tests.test_segment_api import basic, create_source
+
+BOUND = 1.0  # seconds: the tests' commit bound (TALLY_COMMIT_TIMEOUT_SECONDS), small so they run quickly
+GUARD = 30  # seconds a request may take here before the test calls it hung (the old code's wait was 60 s)
+
+
+async def _lock_events(database_url: str) -> asyncpg.Connection:
+    """Another session holds every write to the events table back, until its transaction ends."""
+    conn = await asyncpg.connect(database_url)
+    await conn.execute("BEGIN")
+    await conn.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+    return conn
+
+
+async def _keyed_rows(database_url: str, workspace: str) -> list[tuple[str, str]]:
+    conn = await connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT e.name, coalesce(e.user_id, e.anonymous_id) AS who FROM events e "
+                                "JOIN workspaces w ON w.id = e.workspace_id WHERE w.name = $1 AND e.site_id IS NULL",
+                                workspace)
+    finally:
+        await conn.close()
+    return sorted((r["name"], r["who"]) for r in rows)
+
+
+async def test_ingestion_on_a_locked_events_table_answers_503_in_bounded_time_and_loses_nothing_acknowledged(
+        make_client, settings, make_key, workspace, database_url):
+    client = await make_client(dataclasses.replace(settings, commit_timeout_seconds=BOUND, flushes_in_flight=1))
+    key = await make_key("read,write,admin")
+    write_key = (await create_source(client, key))["write_key"]
+    site = f"stalled-{uuid.uuid4().hex[:8]}"  # development: an unknown site id registers itself
+    # Before the lock: each path stored once (its key, write key and site known, this month's partition made).
+    before = {"event": "e", "user_id": "before"}
+    assert (await client.post("/v1/events", headers=bearer(key), json=before)).status == 200
+    track = {"userId": "seg-before", "event": "seg", "messageId": str(uuid.uuid4())}
+    assert (await client.post("/v1/track", headers=basic(write_key), json=track)).status == 200
+    assert (await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/before"})).status == 202
+
+    lock = await _lock_events(database_url)
+    retried_track = {"userId": "seg-during", "event": "seg", "messageId": str(uuid.uuid4())}
+    try:
+        answers = await asyncio.wait_for(asyncio.gather(
+            client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "during"}),
+            client.post("/v1/events", headers={**bearer(key), "Idempotency-Key": "stalled-1"},
+                        json={"event": "e", "user_id": "during-retried"}),
+            client.post("/v1/events/batch", headers=bearer(key),
+                        json={"events": [{"event": "e", "user_id": f"during-batch-{i}"} for i in range(3)]}),
+            client.post("/v1/track", headers=basic(write_key), json=retried_track),
+            post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/during"}),
+        ), GUARD)
+        for resp in answers:
+            assert resp.status == 503, (resp.url.path, resp.status, await resp.text())
+            assert resp.headers["Retry-After"] == "5", resp.url.path
+        for resp in answers[:3]:
+            assert (await resp.json())["error"]["code"] == "unavailable"
+        assert await answers[4].json() == {"error": "service unavailable"}
+        ready = await client.get("/readyz")  # PostgreSQL answers SELECT 1, but ingestion cannot commit
+        assert ready.status == 503 and ready.headers["Retry-After"] == "5"
+        assert await ready.json() == {"status": "unavailable", "database": "StoreStalled"}
+    finally:
+        await lock.execute("ROLLBACK")
+        await lock.close()
+
+    # The lock gone: the retries (Idempotency-Key, Segment's messageId) and new events are stored, once each.
+    resp = await client.post("/v1/events", headers={**bearer(key), "Idempotency-Key": "stalled-1"},
+                             json={"event": "e", "user_id": "during-retried"})
+    assert resp.status == 200, await resp.text()
+    assert (await client.get("/readyz")).status == 200
+    assert (await client.post("/v1/track", headers=basic(write_key), json=retried_track)).status == 200
+    assert (await client.post("/v1/events", headers=bearer(key), json={"event": "e", "user_id": "after"})).status == 200
+    assert await _keyed_rows(database_url, workspace) == [
+        ("e", "after"), ("e", "before"), ("e", "during-retried"), ("seg", "seg-before"), ("seg", "seg-during")]
+    assert [e["url"] for e in await stored_events(database_url, site)] == ["https://x.example/before"]
+
+
+async def test_a_flush_past_the_command_timeout_is_an_outage_not_a_store_failure(client, database_url, workspace):
+    """asyncpg's command timeout (a statement that got no answer in time) says PostgreSQL is stalled, not that it
+    refused the batch: StoreUnreachable (503 with Retry-After), where it was StoreFailed (500 store_failed)."""
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, init=init_connection, command_timeout=0.5)
+    conn = await connect(database_url)
+    try:
+        workspace_id = await ensure_workspace(conn, workspace)
+    finally:
+        await conn.close()
+    partitions = PartitionCache()
+    actor = WorkspaceActor(("ws", workspace_id, "live"), pool, partitions, max_batch=10, capacity=100, linger=0,
+                           commit_timeout=GUARD)  # the actor's own bound is far: the command timeout comes first
+    actor.start()
+    now = datetime.now(UTC)
+    try:
+        row = EventRow(new_id("evt"), workspace_id, "live", "e", now, now, user_id="u")
+        await asyncio.wait_for(actor.submit(EVENTS, [row]), GUARD)  # the partition made before the lock
+        lock = await _lock_events(database_url)
+        try:
+            stalled = actor.submit(EVENTS, [row._replace(id=new_id("evt"))])
+            with pytest.raises(StoreFailed) as info:
+                await asyncio.wait_for(stalled, GUARD)
+            assert isinstance(info.value, StoreUnreachable)
+        finally:
+            await lock.execute("ROLLBACK")
+            await lock.close()
+        await asyncio.wait_for(actor.submit(EVENTS, [row._replace(id=new_id("evt"))]), GUARD)
+    finally:
+        await asyncio.wait_for(actor.stop(), GUARD)
+        await pool.close()
+
+
+async def test_ingestion_to_a_postgresql_that_stopped_answering_answers_503_and_keeps_what_it_acknowledged(
+        make_client, settings, make_key, workspace, database_url):
+    """Nothing comes back from PostgreSQL (a relay holding every byte, as a server process stopped does; its
+    cancel requests get no answer either): every request is answered 503 with Retry-After, those whose flush was
+    in flight after the cancellation's grace, those queued behind it at their own bound, where all waited for
+    asyncpg's 60 s. Once it answers again, what was acknowledged is stored and ingestion commits again; what was
+    refused may or may not be (its statement had gone out: decisions.md), never twice."""
+    key = bearer(await make_key("read,write"))
+    relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=3600,
+                                         commit_timeout_seconds=BOUND, flushes_in_flight=1)
+    try:
+        assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "before"})).status == 200
+        relay.stall()
+        answers = await asyncio.wait_for(asyncio.gather(*[
+            client.post("/v1/events", headers=key, json={"event": "e", "user_id": f"during-{i}"}) for i in range(5)]),
+            GUARD)
+        for resp in answers:
+            assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+            assert (await resp.json())["error"]["code"] == "unavailable"
+        relay.resume()
+        for _ in range(50):  # the stalled flush's connection is cleaned up first; meanwhile its slot is held
+            resp = await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "after"})
+            if resp.status == 200:
+                break
+            assert resp.status == 503, await resp.text()
+            await asyncio.sleep(0.2)
+        assert resp.status == 200
+    finally:
+        await relay.cut()
+    stored = [who for _, who in await _keyed_rows(database_url, workspace)]
+    assert {"before", "after"} <= set(stored) and len(stored) == len(set(stored)), stored
+    assert set(stored) <= {"before", "after", *(f"during-{i}" for i in range(5))}, stored
