@@ -215,3 +215,20 @@ def test_revoking_a_link_or_removing_a_goal_twice_quickly_says_no_error(page: Pa
     expect(manage.locator(".goal-list li")).to_have_count(0)
     settle(page)
     expect(manage.locator("[role=alert]")).to_be_hidden()
+
+
+def test_a_slow_live_count_left_behind_is_not_drawn_over_the_next(page: Page, live_server: LiveServer, account):
+    """The overview's current-visitor count polls every 15 s; a poll answered after the next one had drawn its
+    count replaced it with the older figure (or, failing late, cleared it)."""
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"live-{secrets.token_hex(4)}.example.com")
+    page.clock.install()  # time runs as usual; run_for jumps to the next poll
+    held = held_request(page, "**/api/analytics/realtime?*")
+    page.goto(f"{live_server.base_url}/app/sites/{site_id}?range=24h")
+    first = wait_held(page, held)
+    live = page.locator(".live")
+    with page.expect_response("**/api/analytics/realtime?*"):
+        page.clock.run_for(15_000)
+    expect(live).to_have_text("● 0 current visitors")
+    answer_late(page, first, "**/api/analytics/realtime?*", {"activeVisitors": 7})
+    expect(live).to_have_text("● 0 current visitors")

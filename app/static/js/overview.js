@@ -177,12 +177,15 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
     await panelsLoaded
   }
 
+  let polls = 0
   async function pollLive() {
+    const mine = ++polls // a poll answered after the next one has drawn its count is not drawn
     try {
       const rt = await api('/api/analytics/realtime?' + qs({ siteId, window: 300 }))
+      if (mine !== polls) return
       live.textContent = `● ${number(rt.activeVisitors)} current visitor${rt.activeVisitors === 1 ? '' : 's'}`
     } catch (e) {
-      live.textContent = ''
+      if (mine === polls) live.textContent = ''
     }
   }
 
