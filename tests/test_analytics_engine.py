@@ -317,9 +317,10 @@ async def test_reads_run_beside_each_other_and_writes_one_at_a_time(analytics_st
     await second
 
 
-def _running_query_thread_nices() -> set[int]:
-    """The nice values of this process's running ClickHouse query threads (QueryPipelineEx, QueryPullPipeEx)."""
-    nices = set()
+def _running_query_threads() -> dict[str, int]:
+    """Thread id -> nice value of this process's running ClickHouse query threads (QueryPipelineEx,
+    QueryPullPipeEx)."""
+    nices = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/stat") as f:
@@ -328,14 +329,16 @@ def _running_query_thread_nices() -> set[int]:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         if stat[stat.index("(") + 1:stat.rindex(")")].startswith("Query") and fields[0] == "R":
-            nices.add(int(fields[16]))
+            nices[tid] = int(fields[16])
     return nices
 
 
-def _query_thread_nices(done: threading.Event, seen: set[int]) -> None:
-    """Until `done`: the nice values of the running query threads."""
+def _query_thread_nices(done: threading.Event, seen: dict[str, int]) -> None:
+    """Until `done`: each running query thread's latest nice value. The latest: a pooled thread taken for a read
+    runs a moment at its former priority before the query sets its own, which a sampler on a loaded machine
+    sometimes catches (CI saw {0, 10} once)."""
     while not done.is_set():
-        seen.update(_running_query_thread_nices())
+        seen.update(_running_query_threads())
         done.wait(0.005)
 
 
@@ -346,7 +349,7 @@ def _wait_until_no_query_runs(quiet: float = 0.5, timeout: float = 60.0) -> None
     quiet_since = time.monotonic()
     while time.monotonic() - quiet_since < quiet:
         assert time.monotonic() < deadline, "a query of an earlier test is still running"
-        if _running_query_thread_nices():
+        if _running_query_threads():
             quiet_since = time.monotonic()
         time.sleep(0.005)
 
@@ -357,7 +360,7 @@ async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics
     busy = "SELECT sum(cityHash64(number) % 7) FROM numbers_mt(300000000)"
     for call, expected in ((analytics_store.query, {READ_NICE}), (analytics_store.command, {0})):
         await asyncio.to_thread(_wait_until_no_query_runs)
-        seen: set[int] = set()
+        seen: dict[str, int] = {}
         done = threading.Event()
         sampler = threading.Thread(target=_query_thread_nices, args=(done, seen))
         sampler.start()
@@ -366,7 +369,7 @@ async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics
         finally:
             done.set()
             sampler.join()
-        assert seen == expected
+        assert set(seen.values()) == expected
 
 
 def _resident_file_bytes() -> int:
