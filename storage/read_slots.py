@@ -30,7 +30,7 @@ class _Owner:
 
 
 class ReadSlots:
-    """`slots` reads at once, of which one owner holds at most slots - 1 (all of them when there is one).
+    """`slots` reads at once, of which one owner holds at most slots - 1 (the one slot, if there is only one).
     Waiters are served in turn (asyncio.Semaphore)."""
 
     def __init__(self, slots: int) -> None:
