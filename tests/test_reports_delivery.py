@@ -33,6 +33,8 @@ class Inbox:
     def __init__(self) -> None:
         self.token = secrets.token_hex(6)
         self.all: list[tuple[list[str], email.message.EmailMessage]] = []
+        self.refusing = False  # while set, this test's messages get a temporary refusal (451), as from a busy MTA
+        self.refused: list[email.message.EmailMessage] = []
 
     def to(self, name: str) -> str:
         return f"{name}-{self.token}@example.com"
@@ -43,6 +45,9 @@ class Inbox:
 
     async def handle_DATA(self, server, session, envelope):
         parsed = email.message_from_bytes(envelope.content, policy=policy.default)
+        if self.refusing and any(self.token in r for r in envelope.rcpt_tos):
+            self.refused.append(parsed)
+            return "451 4.3.0 Try again later"
         self.all.append((list(envelope.rcpt_tos), parsed))
         return "250 OK"
 
@@ -82,6 +87,27 @@ async def stored(client, report_id: str):
         report = await conn.fetchrow("SELECT next_run_at, last_run_at FROM reports WHERE id = $1", report_id)
         deliveries = await conn.fetch("SELECT status, due_at FROM report_deliveries WHERE report_id = $1", report_id)
     return report, deliveries
+
+
+async def retry_due(client, report_id: str) -> None:
+    """Time passes until the report's pending delivery may be tried again: every timestamp of the row moves back
+    by as much as its next attempt is away (and a second), as if the clock had moved on."""
+    async with client.app[POOL].acquire() as conn:
+        await conn.execute(
+            """UPDATE report_deliveries d SET created_at = created_at - s.shift, due_at = due_at - s.shift,
+                   attempted_at = attempted_at - s.shift, next_attempt_at = next_attempt_at - s.shift,
+                   give_up_at = give_up_at - s.shift
+            FROM (SELECT id, greatest(next_attempt_at - now(), interval '0') + interval '1 second' AS shift
+                  FROM report_deliveries WHERE report_id = $1 AND status = 'pending') s
+            WHERE d.id = s.id""", report_id)
+
+
+async def delivery_row(client, report_id: str):
+    async with client.app[POOL].acquire() as conn:
+        [row] = await conn.fetch(
+            """SELECT id, status, attempts, error, created_at, attempted_at, next_attempt_at, give_up_at
+            FROM report_deliveries WHERE report_id = $1""", report_id)
+    return row
 
 
 def attachment(message):
@@ -157,11 +183,85 @@ async def test_smtp_failure_keeps_the_delivery_for_a_retry(make_client, settings
 
     # The mail server is back: the pending delivery goes out, once.
     fixed = await make_client(dataclasses.replace(settings, smtp_url=url))
+    await retry_due(client, report["id"])
     await fixed.app[SCHEDULER].run_now(JOB_NAME)
     await fixed.app[SCHEDULER].run_now(JOB_NAME)
     assert len(inbox.messages) == 1
     _, deliveries = await stored(client, report["id"])
     assert [d["status"] for d in deliveries] == ["sent"]
+
+
+async def test_a_refused_send_is_retried_at_growing_delays_and_sent_once_smtp_accepts(app_client, smtp):
+    """An MTA away for longer than a few minutes: the delivery is retried 1, 2, 4, 8 … minutes apart (it gave up
+    after three attempts a minute apart, so that slot's mail was lost), each attempt counted before sending, the
+    same Message-ID every time, and sent once the server accepts again."""
+    client, key = app_client
+    inbox, _ = smtp
+    inbox.refusing = True
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    first = await delivery_row(client, report["id"])
+    async with client.app[POOL].acquire() as conn:
+        next_run_at = await conn.fetchval("SELECT next_run_at FROM reports WHERE id = $1", report["id"])
+    # Retried until a day after the slot was claimed, or the report's next slot if that comes sooner.
+    assert first["give_up_at"] == min(first["created_at"] + timedelta(hours=24), next_run_at)
+    for attempt, minutes in enumerate([1, 2, 4, 8, 16], start=1):
+        row = await delivery_row(client, report["id"])
+        assert (row["status"], row["attempts"]) == ("pending", attempt)
+        assert row["error"].startswith("smtp: "), row["error"]
+        assert row["error"].find("451") > 0, row["error"]
+        assert row["next_attempt_at"] - row["attempted_at"] == timedelta(minutes=minutes)
+        await client.app[SCHEDULER].run_now(JOB_NAME)  # the retry is not due yet: nothing happens
+        assert (await delivery_row(client, report["id"]))["attempts"] == attempt
+        if attempt < 5:
+            await retry_due(client, report["id"])
+            await client.app[SCHEDULER].run_now(JOB_NAME)
+    assert inbox.messages == [] and len(inbox.refused) == 5
+    inbox.refusing = False  # the mail server is back
+    await retry_due(client, report["id"])
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    await retry_due(client, report["id"])
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    [(_, message)] = inbox.messages
+    row = await delivery_row(client, report["id"])
+    assert (row["status"], row["attempts"], row["error"]) == ("sent", 6, None)
+    expected = f"<report-{report['id']}-delivery-{row['id']}@tally>"
+    assert {m["Message-ID"] for m in inbox.refused} == {expected} and message["Message-ID"] == expected
+
+
+async def test_a_send_still_refused_at_its_deadline_fails_with_its_last_error(app_client, smtp):
+    """The delays grow to an hour and stay there; the failure whose next try would come at or past the deadline
+    fails the delivery, with the server's answer kept on it."""
+    client, key = app_client
+    inbox, _ = smtp
+    inbox.refusing = True
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    async with client.app[POOL].acquire() as conn:  # a full day, whichever weekday the test runs on
+        await conn.execute("UPDATE report_deliveries SET give_up_at = created_at + interval '24 hours' "
+                           "WHERE report_id = $1", report["id"])
+    delays = []
+    for _ in range(40):
+        row = await delivery_row(client, report["id"])
+        delays.append((row["next_attempt_at"] - row["attempted_at"]) // timedelta(minutes=1))
+        if row["status"] != "pending":
+            break
+        await retry_due(client, report["id"])
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+    assert row["status"] == "failed"
+    assert row["error"].startswith("smtp: ") and "451" in row["error"], row["error"]
+    assert delays[:8] == [1, 2, 4, 8, 16, 32, 60, 60] and set(delays[6:]) == {60}
+    assert row["attempted_at"] < row["give_up_at"] <= row["next_attempt_at"]
+    assert row["attempts"] == len(delays) == len(inbox.refused)
+    assert sum(delays[:-1]) < 24 * 60 <= sum(delays)
+    assert inbox.messages == []
+    await retry_due(client, report["id"])
+    await client.app[SCHEDULER].run_now(JOB_NAME)  # failed for good: no more attempts
+    assert (await delivery_row(client, report["id"]))["attempts"] == row["attempts"]
 
 
 @asynccontextmanager
@@ -180,7 +280,8 @@ async def test_a_delivery_that_finds_the_mirror_behind_is_retried_and_sent_once_
         make_client, settings, make_key, smtp, pool, workspace, database_url):
     """A run that meets the store behind its mirror (MirrorBehind, a 503 on HTTP) will pass once the backlog is
     mirrored: the delivery stays pending for the next round, as after an SMTP failure. It was failed for good
-    with "report: unavailable: …", so that slot's mail was never sent."""
+    with "report: unavailable: …", so that slot's mail was never sent; then it gave up after three attempts, a
+    minute apart, so a backlog of more than a few minutes lost it all the same: it is retried past that."""
     inbox, url = smtp
     client = await make_client(dataclasses.replace(settings, smtp_url=url, report_timeout_seconds=1))
     key = await make_key("read,write")
@@ -190,16 +291,20 @@ async def test_a_delivery_that_finds_the_mirror_behind_is_retried_and_sent_once_
     async with mirror_rounds_held(database_url):
         await seed(pool, await workspace_id(database_url, workspace), [  # committed, waiting in the outbox
             ("signup", "u1", "2024-03-01T10:00:00Z"), ("signup", "u2", "2024-03-02T10:00:00Z")])
-        await client.app[SCHEDULER].run_now(JOB_NAME)
-        assert inbox.messages == []
-        async with client.app[POOL].acquire() as conn:
-            [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
-                                          report["id"])
-            last_run_at = await conn.fetchval("SELECT last_run_at FROM reports WHERE id = $1", report["id"])
-        assert (delivery["status"], delivery["attempts"]) == ("pending", 1)
-        assert delivery["error"] == f"unavailable: {MIRROR_BEHIND}"
-        assert last_run_at is None
+        for attempt in range(1, 5):
+            if attempt > 1:
+                await retry_due(client, report["id"])
+            await client.app[SCHEDULER].run_now(JOB_NAME)
+            assert inbox.messages == []
+            async with client.app[POOL].acquire() as conn:
+                [delivery] = await conn.fetch(
+                    "SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1", report["id"])
+                last_run_at = await conn.fetchval("SELECT last_run_at FROM reports WHERE id = $1", report["id"])
+            assert (delivery["status"], delivery["attempts"]) == ("pending", attempt)
+            assert delivery["error"] == f"unavailable: {MIRROR_BEHIND}"
+            assert last_run_at is None
     await client.app[MIRROR].catch_up()  # the backlog mirrored (the run's own wait is bounded by 1 s here)
+    await retry_due(client, report["id"])
     await client.app[SCHEDULER].run_now(JOB_NAME)
     await client.app[SCHEDULER].run_now(JOB_NAME)  # sent: nothing more
     [(rcpts, message)] = inbox.messages
@@ -211,7 +316,7 @@ async def test_a_delivery_that_finds_the_mirror_behind_is_retried_and_sent_once_
     async with client.app[POOL].acquire() as conn:
         [delivery] = await conn.fetch("SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1",
                                       report["id"])
-    assert (delivery["status"], delivery["attempts"], delivery["error"]) == ("sent", 2, None)
+    assert (delivery["status"], delivery["attempts"], delivery["error"]) == ("sent", 5, None)
 
 
 async def test_a_delivery_that_finds_every_report_connection_busy_is_retried(make_client, settings, make_key,
@@ -236,6 +341,7 @@ async def test_a_delivery_that_finds_every_report_connection_busy_is_retried(mak
                                       report["id"])
     assert (delivery["status"], delivery["attempts"]) == ("pending", 1)
     assert delivery["error"].startswith("unavailable: reports_busy: "), delivery["error"]
+    await retry_due(client, report["id"])
     await client.app[SCHEDULER].run_now(JOB_NAME)
     [(_, message)] = inbox.messages
     _, _, body = attachment(message)
