@@ -111,17 +111,18 @@ async def pending_deliveries(conn: asyncpg.Connection, now: datetime, limit: int
 
 async def start_attempt(
     conn: asyncpg.Connection, delivery_id: int, now: datetime, first_delay: timedelta, max_delay: timedelta
-) -> bool:
+) -> bool | str:
     """Count an attempt before sending and set when the next may begin (first_delay doubled per earlier attempt,
-    at most max_delay), so a delivery that keeps crashing the sender backs off and gives up too. False when it is
-    not due, no longer pending, or past its deadline (then failed, keeping its last error)."""
+    at most max_delay), so a delivery that keeps crashing the sender backs off and gives up too. True to go on;
+    False when it is not due or no longer pending; past its deadline, it is failed keeping its last error, which
+    is returned."""
     gave_up = await conn.fetchval(
         """UPDATE report_deliveries SET status = 'failed', error = coalesce(error, 'no attempt finished in time')
-        WHERE id = $1 AND status = 'pending' AND give_up_at <= $2 RETURNING id""",
+        WHERE id = $1 AND status = 'pending' AND give_up_at <= $2 RETURNING error""",
         delivery_id, now,
     )
     if gave_up is not None:
-        return False
+        return gave_up
     attempts = await conn.fetchval(
         """UPDATE report_deliveries SET attempts = attempts + 1, attempted_at = $2,
                next_attempt_at = $2 + least($3::interval * power(2, least(attempts, 30)), $4::interval)

@@ -21,8 +21,9 @@ from app.appkeys import MIRROR, POOL, REPORT_POOL, SCHEDULER
 from app.outages import MIRROR_BEHIND
 from app.reports.delivery import to_csv, to_pdf
 from app.reports.runner import Result
-from app.reports.schedule import JOB_NAME, next_slot
+from app.reports.schedule import FIRST_RETRY, JOB_NAME, MAX_RETRY, RETRY_FOR, next_slot
 from storage import analytics_mirror
+from storage import reports as store
 from tests.reports_support import create_report, seed, workspace_id
 
 
@@ -262,6 +263,42 @@ async def test_a_send_still_refused_at_its_deadline_fails_with_its_last_error(ap
     await retry_due(client, report["id"])
     await client.app[SCHEDULER].run_now(JOB_NAME)  # failed for good: no more attempts
     assert (await delivery_row(client, report["id"]))["attempts"] == row["attempts"]
+
+
+async def test_an_attempt_that_never_finished_waits_its_delay_and_counts(app_client, smtp):
+    """A crash between counting an attempt and sending: the next round does not try at once but after the delay,
+    and the crashed attempt counts; past the deadline such a delivery fails, saying no attempt finished."""
+    client, key = app_client
+    inbox, _ = smtp
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    async with client.app[POOL].acquire() as conn:
+        await store.claim_due(conn, datetime.now(UTC), next_slot, RETRY_FOR)
+        row = await delivery_row(client, report["id"])
+        assert await store.start_attempt(conn, row["id"], datetime.now(UTC), FIRST_RETRY, MAX_RETRY) is True
+    await client.app[SCHEDULER].run_now(JOB_NAME)  # the crashed attempt's retry is not due yet
+    row = await delivery_row(client, report["id"])
+    assert (row["status"], row["attempts"], inbox.messages) == ("pending", 1, [])
+    assert row["next_attempt_at"] - row["attempted_at"] == FIRST_RETRY
+    await retry_due(client, report["id"])
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    assert len(inbox.messages) == 1
+    assert ((await delivery_row(client, report["id"]))["attempts"]) == 2
+
+    other = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("late")]}})
+    await make_due(client, other["id"], timedelta(minutes=1))
+    async with client.app[POOL].acquire() as conn:
+        await store.claim_due(conn, datetime.now(UTC), next_slot, RETRY_FOR)
+        row = await delivery_row(client, other["id"])
+        assert await store.start_attempt(conn, row["id"], datetime.now(UTC), FIRST_RETRY, MAX_RETRY) is True
+        await conn.execute("UPDATE report_deliveries SET give_up_at = now() WHERE id = $1", row["id"])
+    await retry_due(client, other["id"])
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    row = await delivery_row(client, other["id"])
+    assert (row["status"], row["attempts"], row["error"]) == ("failed", 1, "no attempt finished in time")
+    assert len(inbox.messages) == 1
 
 
 @asynccontextmanager

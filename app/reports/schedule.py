@@ -55,8 +55,12 @@ async def deliver_due(app: web.Application, now: datetime | None = None) -> int:
     sent = 0
     for item in pending:
         async with pool.acquire() as conn:
-            if not await store.start_attempt(conn, item["delivery_id"], now, FIRST_RETRY, MAX_RETRY):
-                continue
+            started = await store.start_attempt(conn, item["delivery_id"], now, FIRST_RETRY, MAX_RETRY)
+        if isinstance(started, str):  # its deadline passed with no attempt left to finish (a crash)
+            log.warning("report delivery failed report=%s delivery=%s: %s", item["id"], item["delivery_id"], started)
+            app[METRICS].report_deliveries.labels("failed").inc()
+        if started is not True:
+            continue
         error, final = await _deliver_one(app, item)
         async with pool.acquire() as conn:
             status = await store.finish_delivery(conn, item["delivery_id"], error, final=final)
