@@ -114,10 +114,6 @@ def _ratio(part: int, whole: int | None) -> float | None:
     return float((Decimal(part) / Decimal(whole)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP))
 
 
-def _grp_order(g: str | None) -> tuple:
-    return (g is None, g or "")
-
-
 # --- event volume -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -214,13 +210,22 @@ class FunnelRow:
     from_previous: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class Funnel:
+    rows: list[FunnelRow]
+    other_groups: int  # distinct group values folded into OTHER (0 when every group is kept, or ungrouped)
+
+
 async def funnel(
     store: AnalyticsStore, conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str],
     start: datetime, end: datetime, window_days: int, group_kind: str | None, group_path: list[str],
-    settings: dict | None = None,
-) -> list[FunnelRow]:
+    group_limit: int | None = None, settings: dict | None = None,
+) -> Funnel:
     """Actors enter at their first step-1 event in [start, end]; step k is their earliest step-k event
-    after step k-1 and within window_days of the entry. Rows per group and step."""
+    after step k-1 and within window_days of the entry. Rows per group and step; an actor is in one group (its
+    entry event's property, or its user's trait). With `group_limit`, the groups past the largest that many (by
+    the actors entering step 1, ties by value) are summed into OTHER per step, so the steps still add up to the
+    ungrouped funnel's; the null group is kept apart."""
     b = Params()
     hi = b(end, _TS)
     first = b(events[0])
@@ -256,16 +261,36 @@ async def funnel(
     if group_kind == "traits":  # actors "anon:…" are anonymous ids: they get no user's trait, as before
         values = await trait_values(conn, workspace_id, env, group_path)
         index = TraitIndex(b, {u: v for u, v in values.items() if not u.startswith("anon:")})
-        grp = index.expr
+        grp = f"nullIf({index.expr}, 0)"
     elif group_kind == "properties":
         grp = property_expr(b, group_path, "entry_properties")
     else:
         grp = "NULL"
-    rows = await store.query(f"SELECT {grp} AS grp, level, count() FROM ({leveled}) GROUP BY grp, level",
-                             b.params, settings=settings)
-    counted = {(index.label(g) if index else g, level): n for g, level, n in rows}
+    counts_sql = f"SELECT {grp} AS grp, level, count() AS c FROM ({leveled}) GROUP BY grp, level"
+    folded = 0
+    if group_kind and group_limit is not None:
+        # As in event_volume, the cap is applied in the store: each group's actors entering step 1 (every level
+        # counts them), its rank among the non-null groups, and the ranks past the limit as one group (k = 0;
+        # the null group is k = -1), so at most (limit + 2) groups a level are read back. An actor is in one
+        # group, so the fold's levels are its groups' levels summed, and so are the steps made of them.
+        ranked = (f"SELECT grp, level, c, dense_rank() OVER (ORDER BY isNull(grp), t DESC, grp) AS r "
+                  f"FROM (SELECT grp, level, c, sum(c) OVER (PARTITION BY grp) AS t FROM ({counts_sql}))")
+        rows = await store.query(
+            f"SELECT level, multiIf(isNull(grp), -1, r <= {b(group_limit, 'UInt32')}, toInt64(r), 0) AS k, "
+            f"any(grp), max(r), sum(c) FROM ({ranked}) GROUP BY level, k", b.params, settings=settings)
+        groups = max((r for _, k, _, r, _ in rows if k == 0), default=0)
+        folded = max(0, groups - group_limit)
+        labelled, merged = [], False
+        for level, k, g, _, n in rows:
+            label = None if k < 0 else OTHER if k == 0 else index.label(g) if index else g
+            merged |= k > 0 and label == OTHER and folded > 0  # a value named OTHER joins the fold, as in charts
+            labelled.append((label, level, n))
+        counted, folded = labelled, folded + merged
+    else:
+        rows = await store.query(counts_sql, b.params, settings=settings)
+        counted = [(index.label(g or 0) if index else g, level, n) for g, level, n in rows]
     levels: dict[str | None, list[int]] = {}
-    for (g, level), n in counted.items():
+    for g, level, n in counted:
         per = levels.setdefault(g, [0] * len(events))
         for k in range(level):
             per[k] += n
@@ -274,12 +299,13 @@ async def funnel(
     if not levels or (not group_kind and None not in levels):
         levels[None] = [0] * len(events)
     out = []
-    for g in sorted(levels, key=_grp_order):
+    # Named groups by value, then the fold, then the null group.
+    for g in sorted(levels, key=lambda g: (g is None, folded > 0 and g == OTHER, g or "")):
         users = levels[g]
         for k, n in enumerate(users):
             prev = users[k - 1] if k else n
             out.append(FunnelRow(k + 1, events[k], g, n, _ratio(n, users[0]), _ratio(n, prev)))
-    return out
+    return Funnel(out, folded)
 
 
 # --- retention --------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -70,11 +70,13 @@ async def mark_run(conn: asyncpg.Connection, report_id: str, at: datetime) -> No
 # --- scheduled delivery --------------------------------------------------------------------------
 
 async def claim_due(
-    conn: asyncpg.Connection, now: datetime, next_slot: Callable[[str, datetime], datetime], limit: int = 100
+    conn: asyncpg.Connection, now: datetime, next_slot: Callable[[str, datetime], datetime], retry_for: timedelta,
+    limit: int = 100,
 ) -> int:
     """In one transaction: record a pending delivery for each report whose slot has come and move its
     next_run_at to the first slot after `now`. After downtime a report gets one delivery, not one per
-    missed slot; a crash before commit leaves both unchanged, so nothing is lost or doubled."""
+    missed slot; a crash before commit leaves both unchanged, so nothing is lost or doubled. A delivery is
+    tried until `retry_for` after its claim or the report's next slot, whichever comes first."""
     async with conn.transaction():
         due = await conn.fetch(
             """SELECT id, next_run_at, schedule ->> 'frequency' AS frequency FROM reports
@@ -83,50 +85,63 @@ async def claim_due(
         )
         if not due:
             return 0
+        following = {r["id"]: next_slot(r["frequency"], now) for r in due}
         await conn.executemany(
-            "INSERT INTO report_deliveries (report_id, due_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            [(r["id"], r["next_run_at"]) for r in due],
+            """INSERT INTO report_deliveries (report_id, due_at, created_at, next_attempt_at, give_up_at)
+            VALUES ($1, $2, $3, $3, $4) ON CONFLICT DO NOTHING""",
+            [(r["id"], r["next_run_at"], now, min(now + retry_for, following[r["id"]])) for r in due],
         )
         await conn.executemany(
-            "UPDATE reports SET next_run_at = $2 WHERE id = $1",
-            [(r["id"], next_slot(r["frequency"], now)) for r in due],
+            "UPDATE reports SET next_run_at = $2 WHERE id = $1", [(r["id"], following[r["id"]]) for r in due]
         )
     return len(due)
 
 
-async def pending_deliveries(conn: asyncpg.Connection, limit: int = 100) -> list[asyncpg.Record]:
+async def pending_deliveries(conn: asyncpg.Connection, now: datetime, limit: int = 100) -> list[asyncpg.Record]:
+    """The pending deliveries due for an attempt, or past their deadline, at `now`."""
     return await conn.fetch(
         """SELECT d.id AS delivery_id, d.due_at, r.id, r.workspace_id, r.env, r.name, r.type, r.config,
                   r.schedule, w.plan
         FROM report_deliveries d JOIN reports r ON r.id = d.report_id JOIN workspaces w ON w.id = r.workspace_id
-        WHERE d.status = 'pending' ORDER BY d.id LIMIT $1""",
-        limit,
+        WHERE d.status = 'pending' AND (d.next_attempt_at <= $1 OR d.give_up_at <= $1)
+        ORDER BY d.next_attempt_at, d.id LIMIT $2""",
+        now, limit,
     )
 
 
-async def start_attempt(conn: asyncpg.Connection, delivery_id: int, max_attempts: int) -> bool:
-    """Count an attempt before sending, so a delivery that keeps crashing the sender gives up."""
+async def start_attempt(
+    conn: asyncpg.Connection, delivery_id: int, now: datetime, first_delay: timedelta, max_delay: timedelta
+) -> bool | str:
+    """Count an attempt before sending and set when the next may begin (first_delay doubled per earlier attempt,
+    at most max_delay), so a delivery that keeps crashing the sender backs off and gives up too. True to go on;
+    False when it is not due or no longer pending; past its deadline, it is failed keeping its last error, which
+    is returned."""
+    gave_up = await conn.fetchval(
+        """UPDATE report_deliveries SET status = 'failed', error = coalesce(error, 'no attempt finished in time')
+        WHERE id = $1 AND status = 'pending' AND give_up_at <= $2 RETURNING error""",
+        delivery_id, now,
+    )
+    if gave_up is not None:
+        return gave_up
     attempts = await conn.fetchval(
-        """UPDATE report_deliveries SET attempts = attempts + 1 WHERE id = $1 AND status = 'pending'
-        RETURNING attempts""",
-        delivery_id,
+        """UPDATE report_deliveries SET attempts = attempts + 1, attempted_at = $2,
+               next_attempt_at = $2 + least($3::interval * power(2, least(attempts, 30)), $4::interval)
+        WHERE id = $1 AND status = 'pending' AND next_attempt_at <= $2 RETURNING attempts""",
+        delivery_id, now, first_delay, max_delay,
     )
-    if attempts is None:
-        return False
-    if attempts > max_attempts:
-        await finish_delivery(conn, delivery_id, "attempts exhausted", final=True)
-        return False
-    return True
+    return attempts is not None
 
 
-async def finish_delivery(conn: asyncpg.Connection, delivery_id: int, error: str | None, *, final: bool) -> None:
-    """error None: sent. Otherwise keep it pending for a retry unless final."""
-    status = "sent" if error is None else ("failed" if final else "pending")
-    await conn.execute(
-        """UPDATE report_deliveries SET status = $2, error = $3,
-               sent_at = CASE WHEN $2 = 'sent' THEN now() END
-        WHERE id = $1""",
-        delivery_id, status, error,
+async def finish_delivery(conn: asyncpg.Connection, delivery_id: int, error: str | None, *, final: bool) -> str:
+    """error None: sent. Otherwise pending for the next attempt, unless final or that attempt would come at or past
+    the deadline: then failed, with `error` kept. Returns the status."""
+    return await conn.fetchval(
+        """UPDATE report_deliveries
+        SET status = CASE WHEN $2::text IS NULL THEN 'sent'
+                          WHEN $3 OR next_attempt_at >= give_up_at THEN 'failed' ELSE 'pending' END,
+            error = $2, sent_at = CASE WHEN $2::text IS NULL THEN now() END
+        WHERE id = $1 RETURNING status""",
+        delivery_id, error, final,
     )
 
 

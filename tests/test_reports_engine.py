@@ -101,10 +101,11 @@ async def reports(client, pool, ws: int) -> dict:
     out = {}
     async with pool.acquire() as conn:
         for steps in (["a", "b", "c"], ["a", "b", "a", "c"], ["b", "d"]):
-            for group in (None, "properties", "traits"):
-                rows = await report_queries.funnel(db, conn, ws, "live", events=steps, start=START, end=END,
-                                                   window_days=2, group_kind=group, group_path=["plan"])
-                out[("funnel", tuple(steps), group)] = rows
+            for group, limit in ((None, None), ("properties", None), ("traits", None), ("properties", 2),
+                                 ("traits", 2), ("traits", 1000)):
+                out[("funnel", tuple(steps), group, limit)] = await report_queries.funnel(
+                    db, conn, ws, "live", events=steps, start=START, end=END, window_days=2, group_kind=group,
+                    group_path=["plan"], group_limit=limit)
         for start_event, return_event in (("a", "b"), ("c", "c")):
             out[("retention", start_event, return_event)] = await report_queries.retention(
                 db, ws, "live", start_event=start_event, return_event=return_event, start=START, end=END,
@@ -120,11 +121,19 @@ async def reports(client, pool, ws: int) -> dict:
 def check(out: dict, events: list) -> None:
     for key, rows in out.items():
         if key[0] == "funnel":
-            _, steps, group = key
-            assert {(r.step, r.event, r.grp, r.users) for r in rows} == expected_funnel(
-                events, list(steps), timedelta(days=2), group), key
-            for r in rows:  # conversions follow from the counts
-                first = next(f.users for f in rows if f.grp == r.grp and f.step == 1)
+            _, steps, group, limit = key
+            expected = expected_funnel(events, list(steps), timedelta(days=2), group)
+            entered = {g: n for step, _, g, n in expected if step == 1 and g is not None}
+            rest = sorted(entered, key=lambda g: (-entered[g], g))[limit:] if limit else []
+            folded = Counter()
+            for step, event, g, n in expected:
+                folded[(step, event, "(other)" if g in rest else g)] += n
+            assert {(r.step, r.event, r.grp): r.users for r in rows.rows} == dict(folded), key
+            assert rows.other_groups == len(rest), key
+            if limit == 2:
+                assert rest, key  # the data has more than two groups: something was folded
+            for r in rows.rows:  # conversions follow from the counts
+                first = next(f.users for f in rows.rows if f.grp == r.grp and f.step == 1)
                 assert r.from_first == _ratio(r.users, first)
         elif key[0] == "retention":
             _, start_event, return_event = key
@@ -156,7 +165,7 @@ async def test_reports_match_a_direct_computation_and_ignore_copied_events(clien
     ws, events = data
     before = await reports(client, pool, ws)
     check(before, events)
-    assert sum(r.users for r in before[("funnel", ("a", "b", "c"), None)] if r.step == 3) > 0
+    assert sum(r.users for r in before[("funnel", ("a", "b", "c"), None, None)].rows if r.step == 3) > 0
     assert any(r.shares[0] for r in before[("retention", "a", "b")])
     # What a crash between the store's insert and the outbox delete leaves behind: the rows again, twice.
     async with pool.acquire() as conn:
@@ -228,7 +237,7 @@ async def test_a_user_id_that_looks_anonymous_keeps_its_trait(client, make_key, 
                                              end=at + timedelta(hours=1), window_days=1, group_kind="traits",
                                              group_path=["tier"])
     assert {r.grp: r.n for r in volume.rows} == {"gold": 2, None: 1}
-    assert [(r.grp, r.step, r.users) for r in funnel] == [("gold", 1, 1), ("gold", 2, 0), (None, 1, 1),
+    assert [(r.grp, r.step, r.users) for r in funnel.rows] == [("gold", 1, 1), ("gold", 2, 0), (None, 1, 1),
                                                           (None, 2, 1)]
 
 

@@ -24,8 +24,9 @@ _ID = path_param("id")
 _CONFIG_DOC = (
     "Validated per type: event_volume → EventVolumeConfig, funnel → FunnelConfig, retention → RetentionConfig, "
     "custom (enterprise plan) → CustomConfig. group_by is 'properties.<key>' (event property, dots nest), "
-    "'traits.<key>' (user trait) or a bare property name; a grouped event_volume keeps config.group_limit groups "
-    "(default 50, max 1000), the rest summed into \"(other)\". Without from/to a run covers the 30 days before now."
+    "'traits.<key>' (user trait) or a bare property name; a grouped event_volume or funnel keeps config.group_limit "
+    "groups (default 50, max 1000), the largest (event_volume by count, funnel by users entering step 1), the rest "
+    "summed into \"(other)\". Without from/to a run covers the 30 days before now."
 )
 
 SCHEMAS = {
@@ -53,8 +54,9 @@ SCHEMAS = {
             "generated_at": _TS,
             "truncated": {"type": "boolean", "description": "custom SQL only: the 10,000-row cap cut the result"},
             "other_groups": {"type": "integer", "minimum": 0, "description": (
-                "event_volume with group_by only: how many group values past config.group_limit (the largest "
-                "kept, by count) were summed into the group named \"(other)\"; 0 when every group is shown")},
+                "event_volume and funnel with group_by only: how many group values past config.group_limit (the "
+                "largest kept: by count, for a funnel by users entering step 1) were summed into the group named "
+                "\"(other)\"; 0 when every group is shown")},
         },
     },
 }

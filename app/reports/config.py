@@ -31,8 +31,9 @@ Timestamp = Annotated[datetime, Meta(tz=True, description="ISO 8601 with Z or an
 DEFAULT_RANGE = timedelta(days=30)
 EARLIEST, LATEST = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
 MAX_BUCKETS = 10_000
-# A grouped event-volume report keeps this many groups, the largest by count, and folds the rest into one
-# "(other)" group (storage/report_queries.OTHER); a config may ask for up to MAX_GROUPS (docs/decisions.md).
+# A grouped event-volume or funnel report keeps this many groups, the largest (by count; by users entering step 1),
+# and folds the rest into one "(other)" group (storage/report_queries.OTHER); a config may ask for up to
+# MAX_GROUPS (docs/decisions.md).
 DEFAULT_GROUPS, MAX_GROUPS = 50, 1000
 INTERVALS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 
@@ -82,6 +83,9 @@ class FunnelConfig(_Ranged):
     events: Annotated[list[EventName], Meta(min_length=2, max_length=10)]
     conversion_window_days: Annotated[int, Meta(ge=1, le=365)] = 7
     group_by: GroupBy | None = None
+    group_limit: Annotated[int, Meta(ge=1, le=MAX_GROUPS, description=(
+        "with group_by: the groups kept, the largest by users entering step 1; the rest are summed into one group "
+        "named \"(other)\" (the run's other_groups says how many values it holds)"))] = DEFAULT_GROUPS
 
     def __post_init__(self) -> None:
         self._check_range()

@@ -39,7 +39,7 @@ class Result:
     rows: list[list[Any]]
     generated_at: datetime
     truncated: bool | None = None  # custom SQL only: the row cap cut the result
-    other_groups: int | None = None  # grouped event volume only: the group values folded into "(other)"
+    other_groups: int | None = None  # grouped event volume and funnel only: the values folded into "(other)"
 
     def json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -81,7 +81,7 @@ def parse_group(group_by: str | None) -> tuple[str | None, list[str]]:
 
 async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, env: str, config: Any,
                     now: datetime, limits: dict) -> tuple[list, list, int | None]:
-    """(columns, rows, other_groups: for grouped event volume, else None)."""
+    """(columns, rows, other_groups: for a grouped event volume or funnel, else None)."""
     if isinstance(config, EventVolumeConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
@@ -94,14 +94,14 @@ async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, en
     if isinstance(config, FunnelConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
-        records = await q.funnel(store, conn, ws, env, events=config.events, start=start, end=end,
-                                 window_days=config.conversion_window_days, group_kind=kind, group_path=path,
-                                 settings=limits)
+        funnel = await q.funnel(store, conn, ws, env, events=config.events, start=start, end=end,
+                                window_days=config.conversion_window_days, group_kind=kind, group_path=path,
+                                group_limit=config.group_limit, settings=limits)
         columns = ["step", "event", *([config.group_by] if kind else []), "users",
                    "conversion_from_first", "conversion_from_previous"]
         rows = [[r.step, r.event, *([r.grp] if kind else []), r.users, r.from_first, r.from_previous]
-                for r in records]
-        return columns, rows, None
+                for r in funnel.rows]
+        return columns, rows, funnel.other_groups if kind else None
     assert isinstance(config, RetentionConfig)
     start, end = config.window(now)
     records = await q.retention(store, ws, env, start_event=config.start_event, return_event=config.return_event,

@@ -23,7 +23,9 @@ log = logging.getLogger("tally.reports")
 
 JOB_NAME = "report_delivery"
 JOB_SECONDS = 60
-MAX_ATTEMPTS = 3
+# A failed send, or a run the store could not serve yet, is tried again after 1, 2, 4, 8 … minutes, at most an hour
+# apart, until a day after the claim or the report's next slot, whichever is first (docs/decisions.md).
+FIRST_RETRY, MAX_RETRY, RETRY_FOR = timedelta(minutes=1), timedelta(hours=1), timedelta(hours=24)
 
 
 def next_slot(frequency: str, after: datetime) -> datetime:
@@ -39,28 +41,35 @@ def next_slot(frequency: str, after: datetime) -> datetime:
     raise ValueError(f"unknown frequency {frequency!r}")
 
 
-async def deliver_due(app: web.Application) -> int:
-    """One round; returns how many deliveries were sent."""
+async def deliver_due(app: web.Application, now: datetime | None = None) -> int:
+    """One round at `now` (the clock by default); returns how many deliveries were sent."""
     settings, pool = app[SETTINGS], app[POOL]
     if not settings.smtp_url:
         # Leave next_run_at alone: once SMTP is configured, each overdue report is sent once.
         log.debug("TALLY_SMTP_URL is not set; scheduled reports wait")
         return 0
+    now = now or datetime.now(UTC)
     async with pool.acquire() as conn:
-        await store.claim_due(conn, datetime.now(UTC), next_slot)
-        pending = await store.pending_deliveries(conn)
+        await store.claim_due(conn, now, next_slot, RETRY_FOR)
+        pending = await store.pending_deliveries(conn, now)
     sent = 0
     for item in pending:
         async with pool.acquire() as conn:
-            if not await store.start_attempt(conn, item["delivery_id"], MAX_ATTEMPTS):
-                continue
+            started = await store.start_attempt(conn, item["delivery_id"], now, FIRST_RETRY, MAX_RETRY)
+        if isinstance(started, str):  # its deadline passed with no attempt left to finish (a crash)
+            log.warning("report delivery failed report=%s delivery=%s: %s", item["id"], item["delivery_id"], started)
+            app[METRICS].report_deliveries.labels("failed").inc()
+        if started is not True:
+            continue
         error, final = await _deliver_one(app, item)
-        if error is not None:
-            log.warning("report delivery failed report=%s delivery=%s: %s", item["id"], item["delivery_id"], error)
         async with pool.acquire() as conn:
-            await store.finish_delivery(conn, item["delivery_id"], error, final=final)
+            status = await store.finish_delivery(conn, item["delivery_id"], error, final=final)
+        if error is not None:
+            log.warning("report delivery %s report=%s delivery=%s: %s", "failed" if status == "failed" else
+                        "will be retried", item["id"], item["delivery_id"], error)
         sent += error is None
-        app[METRICS].report_deliveries.labels("sent" if error is None else "failed" if final else "retry").inc()
+        app[METRICS].report_deliveries.labels("sent" if error is None else "failed" if status == "failed"
+                                              else "retry").inc()
     return sent
 
 
@@ -68,7 +77,7 @@ async def _deliver_one(app: web.Application, item) -> tuple[str | None, bool]:
     """(None, False) when sent; otherwise (error, final). Final only for the report's own errors ('report: …',
     its definition or its size), which retrying will not change. What an HTTP run answers 503 with Retry-After
     (the store behind its mirror, PostgreSQL or Redis unreachable, every report connection busy) passes once
-    that is over, so it is retried as an SMTP failure is: next round, within MAX_ATTEMPTS."""
+    that is over, so it is retried as an SMTP failure is: after a growing delay, until the deadline."""
     settings = app[SETTINGS]
     schedule = item["schedule"] or {}
     try:
@@ -95,7 +104,7 @@ async def _deliver_one(app: web.Application, item) -> tuple[str | None, bool]:
     )
     try:
         await delivery.send(settings.smtp_url, message)
-    except Exception as exc:  # network and SMTP failures alike: retried next round
+    except Exception as exc:  # network and SMTP failures alike: retried after a delay
         return f"smtp: {exc}", False
     async with app[POOL].acquire() as conn:
         await store.mark_run(conn, item["id"], result.generated_at)
