@@ -11,10 +11,11 @@ parameters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 import asyncpg
 
@@ -161,23 +162,8 @@ async def event_volume(
         "GROUP BY bucket, name, grp")
     folded = 0
     if group_kind and group_limit is not None:
-        # The cap is applied in the store, so the answer is at most (limit + 2) groups a bucket and event however
-        # many values the property has: each group's total (a window over the grouped counts), its rank among
-        # the non-null groups, and the ranks past the limit as one group (k = 0; the null group is k = -1).
-        # max(r) over the folded rows is the number of non-null groups: the last-ranked one is among them.
-        ranked = (f"SELECT bucket, name, grp, c, dense_rank() OVER (ORDER BY isNull(grp), t DESC, grp) AS r "
-                  f"FROM (SELECT bucket, name, grp, c, sum(c) OVER (PARTITION BY grp) AS t FROM ({counts_sql}))")
-        rows = await store.query(
-            f"SELECT bucket, name, multiIf(isNull(grp), -1, r <= {b(group_limit, 'UInt32')}, toInt64(r), 0) AS k, "
-            f"any(grp), max(r), sum(c) FROM ({ranked}) GROUP BY bucket, name, k", b.params, settings=settings)
-        groups = max((r for _, _, k, _, r, _ in rows if k == 0), default=0)
-        folded = max(0, groups - group_limit)
-        labelled, merged = [], False
-        for bucket, name, k, g, _, n in rows:
-            label = None if k < 0 else OTHER if k == 0 else index.label(g) if group_kind == "traits" else g
-            merged |= k > 0 and label == OTHER and folded > 0  # a value named OTHER joins the fold, as in charts
-            labelled.append((bucket, name, label, n))
-        rows, folded = labelled, folded + merged
+        label = index.label if group_kind == "traits" else (lambda g: g)
+        rows, folded = await _capped(store, b, counts_sql, ("bucket", "name"), group_limit, label, settings)
     else:
         rows = await store.query(counts_sql, b.params, settings=settings)
         if group_kind == "traits":
@@ -196,6 +182,30 @@ async def event_volume(
         out.extend(VolumeRow(at, e, g, counts.get((at, e, g), 0)) for e, g in keys)
         at += step
     return Volume(out, folded)
+
+
+async def _capped(store: AnalyticsStore, b: Params, counts_sql: str, by: tuple[str, ...], limit: int,
+                  label: Callable[[Any], str | None], settings: dict | None) -> tuple[list[tuple], int]:
+    """`counts_sql`'s counts (columns *by, grp, c) with the groups past the largest `limit` (by their total over
+    every `by`, ties by value) summed into OTHER: rows (*by, label, count) and how many values the fold holds.
+    The cap is applied in the store, so at most (limit + 2) groups per `by` are read back: each group's rank
+    among the non-null ones, the ranks past the limit as one group (k = 0; the null group is k = -1, kept
+    apart). max(r) over the folded rows is the number of non-null groups. `by` is constant column names."""
+    cols = ", ".join(by)
+    ranked = (f"SELECT {cols}, grp, c, dense_rank() OVER (ORDER BY isNull(grp), t DESC, grp) AS r "
+              f"FROM (SELECT {cols}, grp, c, sum(c) OVER (PARTITION BY grp) AS t FROM ({counts_sql}))")
+    rows = await store.query(
+        f"SELECT {cols}, multiIf(isNull(grp), -1, r <= {b(limit, 'UInt32')}, toInt64(r), 0) AS k, "
+        f"any(grp), max(r), sum(c) FROM ({ranked}) GROUP BY {cols}, k", b.params, settings=settings)
+    at = len(by)  # k, grp, max(r), sum(c) follow the `by` columns
+    folded = max(0, max((row[at + 2] for row in rows if row[at] == 0), default=0) - limit)
+    out, merged = [], False
+    for row in rows:
+        k = row[at]
+        name = None if k < 0 else OTHER if k == 0 else label(row[at + 1])
+        merged |= k > 0 and name == OTHER and folded > 0  # a value named OTHER joins the fold, as in charts
+        out.append((*row[:at], name, row[at + 3]))
+    return out, folded + merged
 
 
 # --- funnel -----------------------------------------------------------------------------------------
@@ -269,23 +279,11 @@ async def funnel(
     counts_sql = f"SELECT {grp} AS grp, level, count() AS c FROM ({leveled}) GROUP BY grp, level"
     folded = 0
     if group_kind and group_limit is not None:
-        # As in event_volume, the cap is applied in the store: each group's actors entering step 1 (every level
-        # counts them), its rank among the non-null groups, and the ranks past the limit as one group (k = 0;
-        # the null group is k = -1), so at most (limit + 2) groups a level are read back. An actor is in one
-        # group, so the fold's levels are its groups' levels summed, and so are the steps made of them.
-        ranked = (f"SELECT grp, level, c, dense_rank() OVER (ORDER BY isNull(grp), t DESC, grp) AS r "
-                  f"FROM (SELECT grp, level, c, sum(c) OVER (PARTITION BY grp) AS t FROM ({counts_sql}))")
-        rows = await store.query(
-            f"SELECT level, multiIf(isNull(grp), -1, r <= {b(group_limit, 'UInt32')}, toInt64(r), 0) AS k, "
-            f"any(grp), max(r), sum(c) FROM ({ranked}) GROUP BY level, k", b.params, settings=settings)
-        groups = max((r for _, k, _, r, _ in rows if k == 0), default=0)
-        folded = max(0, groups - group_limit)
-        labelled, merged = [], False
-        for level, k, g, _, n in rows:
-            label = None if k < 0 else OTHER if k == 0 else index.label(g) if index else g
-            merged |= k > 0 and label == OTHER and folded > 0  # a value named OTHER joins the fold, as in charts
-            labelled.append((label, level, n))
-        counted, folded = labelled, folded + merged
+        # Each group's actors entering step 1 rank it (every level counts them). An actor is in one group, so the
+        # fold's levels are its groups' levels summed, and so are the steps made of them.
+        rows, folded = await _capped(store, b, counts_sql, ("level",), group_limit,
+                                     index.label if index else (lambda g: g), settings)
+        counted = [(g, level, n) for level, g, n in rows]
     else:
         rows = await store.query(counts_sql, b.params, settings=settings)
         counted = [(index.label(g or 0) if index else g, level, n) for g, level, n in rows]
