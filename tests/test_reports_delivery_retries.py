@@ -17,17 +17,23 @@ from tests.test_reports_delivery import REPORT, delivery_row, make_due, retry_du
 smtp, app_client = delivery.smtp, delivery.app_client  # the fixtures: a loopback SMTP server, an app sending there
 
 
+async def refused_first_attempt(client, key: str, inbox) -> dict:
+    """A weekly report to an MTA that refuses every message, due and attempted once."""
+    inbox.refusing = True
+    report = await create_report(client, key, {
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
+    await make_due(client, report["id"], timedelta(minutes=1))
+    await client.app[SCHEDULER].run_now(JOB_NAME)
+    return report
+
+
 async def test_a_refused_send_is_retried_at_growing_delays_and_sent_once_smtp_accepts(app_client, smtp):
     """An MTA away for longer than a few minutes: the delivery is retried 1, 2, 4, 8 … minutes apart (it gave up
     after three attempts a minute apart, so that slot's mail was lost), each attempt counted before sending, the
     same Message-ID every time, and sent once the server accepts again."""
     client, key = app_client
     inbox, _ = smtp
-    inbox.refusing = True
-    report = await create_report(client, key, {
-        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
-    await make_due(client, report["id"], timedelta(minutes=1))
-    await client.app[SCHEDULER].run_now(JOB_NAME)
+    report = await refused_first_attempt(client, key, inbox)
     first = await delivery_row(client, report["id"])
     async with client.app[POOL].acquire() as conn:
         next_run_at = await conn.fetchval("SELECT next_run_at FROM reports WHERE id = $1", report["id"])
@@ -62,11 +68,7 @@ async def test_a_send_still_refused_at_its_deadline_fails_with_its_last_error(ap
     fails the delivery, with the server's answer kept on it."""
     client, key = app_client
     inbox, _ = smtp
-    inbox.refusing = True
-    report = await create_report(client, key, {
-        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
-    await make_due(client, report["id"], timedelta(minutes=1))
-    await client.app[SCHEDULER].run_now(JOB_NAME)
+    report = await refused_first_attempt(client, key, inbox)
     async with client.app[POOL].acquire() as conn:  # a full day, whichever weekday the test runs on
         await conn.execute("UPDATE report_deliveries SET give_up_at = created_at + interval '24 hours' "
                            "WHERE report_id = $1", report["id"])
