@@ -184,7 +184,14 @@ class AnalyticsStore:
 
     def command_sync(self, sql: str, params: dict[str, Any] | None = None,
                      settings: dict[str, Any] | None = None) -> None:
-        self.client.command(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
+        try:
+            self.client.command(sql, parameters=params or {}, settings={**self.query_settings, **(settings or {})})
+        except ClickHouseError as exc:
+            # The rows a read derives and caches (a day's counts, a window's visitor states) are written by the
+            # read: over the bound, that write is the read's refusal, as its own query's would be.
+            if over_query_bound(exc):
+                raise QueryTooLarge(str(exc)) from exc
+            raise
 
     def insert_events_csv_sync(self, data: bytes | BinaryIO) -> None:
         """Insert raw events (PostgreSQL CSV of INPUT_COLUMNS) through `events_in` and its views."""
