@@ -13,6 +13,7 @@ import re
 import secrets
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -333,12 +334,13 @@ def _running_query_threads() -> dict[str, int]:
     return nices
 
 
-def _query_thread_nices(done: threading.Event, seen: dict[str, int]) -> None:
-    """Until `done`: each running query thread's latest nice value. The latest: a pooled thread taken for a read
-    runs a moment at its former priority before the query sets its own, which a sampler on a loaded machine
-    sometimes catches (CI saw {0, 10} once)."""
+def _query_thread_nices(done: threading.Event, seen: Counter) -> None:
+    """Until `done`: how often a running query thread was seen at each nice value. Counted per sample rather than
+    taken per thread: a pooled thread runs a moment at its former priority before a query sets its own, and at
+    the normal one again once the query has restored it, moments that a sampler on a loaded machine sometimes
+    catches (CI saw {0, 10} twice, once with the latest value per thread)."""
     while not done.is_set():
-        seen.update(_running_query_threads())
+        seen.update(_running_query_threads().values())
         done.wait(0.005)
 
 
@@ -360,7 +362,7 @@ async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics
     busy = "SELECT sum(cityHash64(number) % 7) FROM numbers_mt(300000000)"
     for call, expected in ((analytics_store.query, {READ_NICE}), (analytics_store.command, {0})):
         await asyncio.to_thread(_wait_until_no_query_runs)
-        seen: dict[str, int] = {}
+        seen: Counter = Counter()
         done = threading.Event()
         sampler = threading.Thread(target=_query_thread_nices, args=(done, seen))
         sampler.start()
@@ -369,7 +371,8 @@ async def test_reads_leave_the_cpu_to_the_event_loop_and_writes_do_not(analytics
         finally:
             done.set()
             sampler.join()
-        assert set(seen.values()) == expected
+        # The query's threads run seconds at their priority; the moments around it are a few samples at most.
+        assert {nice for nice, samples in seen.items() if samples >= 0.9 * seen.total()} == expected, seen
 
 
 def _resident_file_bytes() -> int:
