@@ -90,15 +90,28 @@ def _grp(b: Params, chart: Mapping[str, Any]) -> str:
     return property_expr(b, [chart["group_by"]]) if chart["group_by"] is not None else "NULL"
 
 
-def _group_name(group: str | None, grouped: bool, event: str) -> str:
-    if not grouped:
-        return event
-    return NONE if group is None else group
-
-
-def _top_groups(totals: dict[str, int]) -> tuple[list[str], set[str]]:
-    ranked = sorted(totals, key=lambda g: (-totals[g], g))
-    return ranked[:MAX_GROUPS], set(ranked[MAX_GROUPS:])
+async def _folded(store: AnalyticsStore, b: Params, counts_sql: str, by: str) -> list[tuple]:
+    """`counts_sql`'s counts (columns `by`, grp, c) per group name (NONE for a null group: events lacking the
+    property count with a value "(none)"), the groups past the MAX_GROUPS largest (by their total, ties by
+    name) summed into OTHER in the store, so the process reads at most MAX_GROUPS + 1 groups per `by`: rows
+    (`by`, name, rank, count), rank the group's (the fold's: after every kept one). A value named OTHER joins
+    the fold when there is one. `by` is a constant column name."""
+    ranked = (f"SELECT {by}, g, c, dense_rank() OVER (ORDER BY t DESC, g) AS r FROM ("
+              f"SELECT {by}, g, c, sum(c) OVER (PARTITION BY g) AS t FROM ("
+              f"SELECT {by}, ifNull(grp, {b(NONE)}) AS g, sum(c) AS c FROM ({counts_sql}) GROUP BY {by}, g))")
+    kept, other = b(MAX_GROUPS, "UInt32"), b(OTHER)
+    rows = await store.query(
+        f"SELECT {by}, if(r <= {kept}, g, {other}) AS name, min(r), max(r) > {kept}, sum(c) "
+        f"FROM ({ranked}) GROUP BY {by}, name", b.params)
+    if not any(row[3] for row in rows):
+        return [(at, name, rank, n) for at, name, rank, _, n in rows]
+    # A kept value named OTHER and the fold are one group, drawn last.
+    merged: dict[tuple, int] = {}
+    ranks: dict[str, int] = {}
+    for at, name, rank, _, n in rows:
+        merged[(at, name)] = merged.get((at, name), 0) + n
+        ranks[name] = MAX_GROUPS + 1 if name == OTHER else rank
+    return [(at, name, ranks[name], n) for (at, name), n in merged.items()]
 
 
 async def time_series(
@@ -108,27 +121,20 @@ async def time_series(
     """Per-bucket counts, one series per group_by value (top MAX_GROUPS, the rest as OTHER); every bucket
     of the range appears, zero when empty. Without group_by: one series named after the event."""
     b = Params()
-    sql = (f"SELECT {_BUCKET[interval]} AS bucket, {_grp(b, chart)} AS grp, count() "
+    sql = (f"SELECT {_BUCKET[interval]} AS bucket, {_grp(b, chart)} AS grp, count() AS c "
            f"{_base(b, store, workspace_id, env, start, end)} AND name = {b(chart['event'])}"
            f"{filter_sql(b, chart['filters'])} GROUP BY bucket, grp")
-    grouped = chart["group_by"] is not None
-    counts: dict[str, dict[datetime, int]] = {}
-    for epoch, grp, n in await store.query(sql, b.params):
-        bucket = datetime.fromtimestamp(epoch, UTC)
-        per_bucket = counts.setdefault(_group_name(grp, grouped, chart["event"]), {})
-        per_bucket[bucket] = per_bucket.get(bucket, 0) + n
-    if not grouped and not counts:
-        counts[chart["event"]] = {}
-    top, rest = _top_groups({g: sum(c.values()) for g, c in counts.items()})
-    if rest:
-        other: dict[datetime, int] = counts.pop(OTHER) if OTHER in top else {}
-        for group in rest:
-            for bucket, n in counts[group].items():
-                other[bucket] = other.get(bucket, 0) + n
-        counts[OTHER] = other
-        top = [g for g in top if g != OTHER] + [OTHER]
     stamps = buckets(start, end, interval)
-    return [Series(g, [(b, counts[g].get(b, 0)) for b in stamps]) for g in top]
+    if chart["group_by"] is None:
+        counts = {datetime.fromtimestamp(epoch, UTC): n for epoch, _, n in await store.query(sql, b.params)}
+        return [Series(chart["event"], [(at, counts.get(at, 0)) for at in stamps])]
+    rows = await _folded(store, b, sql, "bucket")
+    per_group: dict[str, dict[datetime, int]] = {}
+    ranks: dict[str, int] = {}
+    for epoch, name, rank, n in rows:
+        per_group.setdefault(name, {})[datetime.fromtimestamp(epoch, UTC)] = n
+        ranks[name] = rank
+    return [Series(g, [(at, per_group[g].get(at, 0)) for at in stamps]) for g in sorted(per_group, key=ranks.get)]
 
 
 async def grouped_totals(
@@ -137,20 +143,13 @@ async def grouped_totals(
 ) -> list[tuple[str, int]]:
     """(group, count) over the whole range, largest first; the rest beyond MAX_GROUPS as OTHER."""
     b = Params()
-    sql = (f"SELECT {_grp(b, chart)} AS grp, count() {_base(b, store, workspace_id, env, start, end)} "
-           f"AND name = {b(chart['event'])}{filter_sql(b, chart['filters'])} GROUP BY grp")
-    grouped = chart["group_by"] is not None
-    totals: dict[str, int] = {}
-    for grp, n in await store.query(sql, b.params):
-        name = _group_name(grp, grouped, chart["event"])
-        totals[name] = totals.get(name, 0) + n
-    if not grouped and not totals:
-        totals[chart["event"]] = 0
-    top, rest = _top_groups(totals)
-    out = [(g, totals[g]) for g in top if not (rest and g == OTHER)]
-    if rest:
-        out.append((OTHER, sum(totals[g] for g in rest) + (totals.get(OTHER, 0) if OTHER in top else 0)))
-    return out
+    sql = (f"SELECT 0 AS whole, {_grp(b, chart)} AS grp, count() AS c "
+           f"{_base(b, store, workspace_id, env, start, end)} AND name = {b(chart['event'])}"
+           f"{filter_sql(b, chart['filters'])} GROUP BY grp")
+    if chart["group_by"] is None:
+        return [(chart["event"], sum(n for _, _, n in await store.query(sql, b.params)))]
+    rows = await _folded(store, b, sql, "whole")
+    return [(name, n) for _, name, _, n in sorted(rows, key=lambda row: row[2])]
 
 
 async def funnel(

@@ -30,6 +30,21 @@ async def _ingest(client, key, events):
     assert resp.status == 200 and body["failed"] == 0, body
 
 
+def _rows_read(store, monkeypatch) -> list[int]:
+    """How many rows each of the store's reads of keyed events hands the process, from now on."""
+    read: list[int] = []
+    real = store.query_sync
+
+    def counted(sql, *args, **kwargs):
+        rows = real(sql, *args, **kwargs)
+        if "keyed_events" in sql:
+            read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(store, "query_sync", counted)
+    return read
+
+
 async def _data(client, key, chart, query=RANGE):
     made = await (await client.post("/v1/dashboards", headers=bearer(key),
                                     json={"name": "d", "charts": [chart]})).json()
@@ -171,6 +186,30 @@ async def test_many_groups_fold_into_other(client, make_key):
     assert sum(s["points"][0]["value"] for s in body["series"]) == 26
 
 
+async def test_a_value_named_other_joins_the_fold_and_a_missing_value_is_a_group(client, make_key):
+    """A property value that reads "(other)" is one more group when nothing is folded, and part of the fold when
+    something is; events without the property are the group "(none)", ranked like any value, with the events
+    whose value reads "(none)"."""
+    key = await make_key("read,write")
+    at = f"{DAY1}T12:00:00Z"
+    few = [{"event": "tap", "user_id": f"u{i}", "timestamp": at, "properties": {"button": name}}
+           for i, name in enumerate(["(other)"] * 3 + ["a"] * 2 + ["(none)"])]
+    few += [{"event": "tap", "user_id": "n", "timestamp": at, "properties": {}}]
+    await _ingest(client, key, few)
+    pie = {"title": "t", "type": "pie", "event": "tap", "group_by": "button"}
+    body = await _data(client, key, pie)
+    assert [(s["name"], s["points"][0]["value"]) for s in body["series"]] == [("(other)", 3), ("(none)", 2), ("a", 2)]
+    many = [{"event": "tap", "user_id": f"m{i}", "timestamp": at, "properties": {"button": f"b{i:02d}"}}
+            for i in range(25)]
+    await _ingest(client, key, many)
+    body = await _data(client, key, pie)
+    series = [(s["name"], s["points"][0]["value"]) for s in body["series"]]
+    # Ranked: (other) 3, (none) 2, a 2, then the 25 single taps by name: 17 of them kept, 8 folded with "(other)".
+    assert series == [("(none)", 2), ("a", 2), *((f"b{i:02d}", 1) for i in range(17)), ("(other)", 3 + 8)]
+    line = await _data(client, key, {**pie, "type": "line"})
+    assert [(s["name"], sum(p["value"] for p in s["points"])) for s in line["series"]] == series
+
+
 async def test_funnel_counts_users_in_order(client, make_key):
     key = await make_key("read,write")
     t = "2025-03-02T10:0{}:00Z"
@@ -251,9 +290,13 @@ async def test_ranges_at_the_ends_of_time(client, key):
     assert _values(body) == {"signup": [0] * 6}
 
 
-async def test_a_line_chart_of_thousands_of_groups_keeps_the_largest_and_its_buckets_add_up(client, make_key):
+async def test_a_line_chart_of_thousands_of_groups_keeps_the_largest_and_its_buckets_add_up(client, make_key,
+                                                                                           analytics_store,
+                                                                                           monkeypatch):
     """As pie charts (above) and grouped reports (tests/test_reports_groups.py): 20 series and "(other)", whose
-    points with the kept ones add up, bucket by bucket, to the ungrouped chart's."""
+    points with the kept ones add up, bucket by bucket, to the ungrouped chart's. The fold is made in the store:
+    the process reads at most the kept groups and the fold per bucket, not a row per value (a chart grouped by
+    an order id would hold millions of them on the event loop)."""
     key = await make_key("read,write")
     days = [DAY1, "2025-03-02", DAY3]
     events = [{"event": "tap", "user_id": f"u{k}", "timestamp": f"{days[k % 3]}T12:00:00Z",
@@ -262,8 +305,15 @@ async def test_a_line_chart_of_thousands_of_groups_keeps_the_largest_and_its_buc
                 "properties": {"button": f"tail{j}"}} for j in range(2500)]
     for at in range(0, len(events), 1000):
         await _ingest(client, key, events[at:at + 1000])
+    read = _rows_read(analytics_store, monkeypatch)
     grouped = _values(await _data(client, key, {"title": "t", "type": "line", "event": "tap", "group_by": "button"}))
     assert set(grouped) == {f"big{i:02d}" for i in range(20)} | {"(other)"}
+    assert 0 < sum(read) <= 21 * 3
+    read.clear()
+    pie = await _data(client, key, {"title": "t", "type": "pie", "event": "tap", "group_by": "button"})
+    assert [s["name"] for s in pie["series"]] == [f"big{i:02d}" for i in range(20)] + ["(other)"]
+    assert pie["series"][-1]["points"][0]["value"] == sum(60 - i for i in range(20, 30)) + 2500
+    assert 0 < sum(read) <= 21
     assert all(sum(grouped[f"big{i:02d}"]) == 60 - i for i in range(20))
     plain = _values(await _data(client, key, {"title": "t", "type": "line", "event": "tap"}))
     assert [sum(points) for points in zip(*grouped.values(), strict=True)] == plain["tap"]
