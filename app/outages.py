@@ -1,6 +1,6 @@
-"""The HTTP edge of the dependency policy (common/outages.py): a request that finds PostgreSQL or Redis
-unreachable, or the analytics store too far behind its mirror, answers 503 with Retry-After in its API's
-shape, never a 500 with a traceback."""
+"""The HTTP edge of the dependency policy (common/outages.py): a request that finds PostgreSQL, Redis or the
+ClickHouse server unreachable, or the analytics store too far behind its mirror, answers 503 with Retry-After in
+its API's shape, never a 500 with a traceback."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from app.responses import json_response
-from common.outages import POSTGRES, POSTGRES_UNREACHABLE, REDIS, REDIS_UNREACHABLE, RETRY_AFTER_SECONDS
+from common.outages import (
+    ANALYTICS,
+    ANALYTICS_UNREACHABLE,
+    POSTGRES,
+    POSTGRES_UNREACHABLE,
+    REDIS,
+    REDIS_UNREACHABLE,
+    RETRY_AFTER_SECONDS,
+)
 
 
 def unavailable(dependency: str, site: bool) -> web.Response:
@@ -61,4 +69,6 @@ def unreachable(exc: BaseException) -> str | None:
         return REDIS if isinstance(exc, REDIS_UNREACHABLE) else None
     if isinstance(exc, POSTGRES_UNREACHABLE):
         return POSTGRES
+    if isinstance(exc, ANALYTICS_UNREACHABLE):
+        return ANALYTICS
     return None

@@ -1,4 +1,4 @@
-"""One policy for dependencies going away (PostgreSQL, Redis).
+"""One policy for dependencies going away (PostgreSQL, Redis, a ClickHouse server).
 
 Callers report what they see: `down(dependency, exc)` when a call failed because the dependency is
 unreachable, `up(dependency)` when a call succeeded. The first failure of an outage writes one log line
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import asyncpg
+from clickhouse_connect.driver.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -27,7 +28,7 @@ from common.metrics import Metrics
 
 log = logging.getLogger("tally.outages")
 
-POSTGRES, REDIS = "postgres", "redis"
+POSTGRES, REDIS, ANALYTICS = "postgres", "redis", "analytics"
 QUIET_SECONDS = 30.0
 HOLD_DOWN_SECONDS = 60.0  # after an outage's return, further outages within this are summed up in one line
 RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients to wait
@@ -45,6 +46,12 @@ POSTGRES_UNREACHABLE: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError, ConnectionError,
     asyncpg.DiskFullError, asyncpg.OutOfMemoryError, asyncpg.TooManyConnectionsError,
 )
+
+
+# Errors that mean "the ClickHouse server (TALLY_ANALYTICS_URL) cannot be reached": clickhouse-connect's HTTP
+# client raises OperationalError for a refused, reset or timed-out connection and for a response cut short,
+# never for a query the server refused (a DatabaseError). The embedded engine (chDB) never raises it.
+ANALYTICS_UNREACHABLE: tuple[type[BaseException], ...] = (OperationalError,)
 
 
 class Outages:
