@@ -92,18 +92,25 @@ async def test_a_send_still_refused_at_its_deadline_fails_with_its_last_error(ap
     assert (await delivery_row(client, report["id"]))["attempts"] == row["attempts"]
 
 
-async def test_an_attempt_that_never_finished_waits_its_delay_and_counts(app_client, smtp):
-    """A crash between counting an attempt and sending: the next round does not try at once but after the delay,
-    and the crashed attempt counts; past the deadline such a delivery fails, saying no attempt finished."""
-    client, key = app_client
-    inbox, _ = smtp
+async def _attempt_left_unfinished(client, key, recipient: str) -> tuple[dict, dict]:
+    """A weekly report to `recipient`, due, claimed, and its attempt counted but never finished (a crash between
+    counting an attempt and sending): the report and its delivery row."""
     report = await create_report(client, key, {
-        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("ops")]}})
+        **REPORT, "schedule": {"frequency": "weekly", "recipients": [recipient]}})
     await make_due(client, report["id"], timedelta(minutes=1))
     async with client.app[POOL].acquire() as conn:
         await store.claim_due(conn, datetime.now(UTC), next_slot, RETRY_FOR)
         row = await delivery_row(client, report["id"])
         assert await store.start_attempt(conn, row["id"], datetime.now(UTC), FIRST_RETRY, MAX_RETRY) is True
+    return report, row
+
+
+async def test_an_attempt_that_never_finished_waits_its_delay_and_counts(app_client, smtp):
+    """A crash between counting an attempt and sending: the next round does not try at once but after the delay,
+    and the crashed attempt counts; past the deadline such a delivery fails, saying no attempt finished."""
+    client, key = app_client
+    inbox, _ = smtp
+    report, _ = await _attempt_left_unfinished(client, key, inbox.to("ops"))
     await client.app[SCHEDULER].run_now(JOB_NAME)  # the crashed attempt's retry is not due yet
     row = await delivery_row(client, report["id"])
     assert (row["status"], row["attempts"], inbox.messages) == ("pending", 1, [])
@@ -113,13 +120,8 @@ async def test_an_attempt_that_never_finished_waits_its_delay_and_counts(app_cli
     assert len(inbox.messages) == 1
     assert ((await delivery_row(client, report["id"]))["attempts"]) == 2
 
-    other = await create_report(client, key, {
-        **REPORT, "schedule": {"frequency": "weekly", "recipients": [inbox.to("late")]}})
-    await make_due(client, other["id"], timedelta(minutes=1))
+    other, row = await _attempt_left_unfinished(client, key, inbox.to("late"))
     async with client.app[POOL].acquire() as conn:
-        await store.claim_due(conn, datetime.now(UTC), next_slot, RETRY_FOR)
-        row = await delivery_row(client, other["id"])
-        assert await store.start_attempt(conn, row["id"], datetime.now(UTC), FIRST_RETRY, MAX_RETRY) is True
         await conn.execute("UPDATE report_deliveries SET give_up_at = now() WHERE id = $1", row["id"])
     await retry_due(client, other["id"])
     await client.app[SCHEDULER].run_now(JOB_NAME)
