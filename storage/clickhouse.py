@@ -261,6 +261,32 @@ def query_bounds(max_threads: int, max_memory_mb: int) -> dict[str, Any]:
             "max_bytes_before_external_sort": bound // 4, "do_not_merge_across_partitions_select_final": 1}
 
 
+# The embedded engine's server settings. chDB runs its background tasks (merges, and the mutation a
+# lightweight DELETE makes on every part of a table: an erasure, a Segment alias) on 2 threads with 2 tasks
+# each, and the mutation reaches the parts 4 at a time with about half a second between those waves: one
+# erasure took 7 s on a table of 50 parts, the mirror round waiting on it. Tasks queued beyond the threads
+# share the same 2 threads; with room for 128 one wave reaches every part (bench/deletes.py).
+ENGINE_CONFIG = """<clickhouse>
+  <background_merges_mutations_concurrency_ratio>64</background_merges_mutations_concurrency_ratio>
+</clickhouse>
+"""
+
+
+def engine_config(path: Path, extra: Path | None) -> Path:
+    """ENGINE_CONFIG as the configuration file of the store at `path`, written at each open, with the file
+    `extra` (the tests' cluster) merged in from config.d/ as ClickHouse merges a server's."""
+    folder = path / "engine-config"
+    (folder / "config.d").mkdir(parents=True, exist_ok=True)
+    merged = folder / "config.d" / "extra.xml"
+    if extra is None:
+        merged.unlink(missing_ok=True)
+    else:
+        merged.write_text(extra.read_text())
+    own = folder / "config.xml"
+    own.write_text(ENGINE_CONFIG)
+    return own
+
+
 def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
                max_threads: int = 2, max_memory_mb: int = 1024, chdb_config: Path | None = None) -> AnalyticsStore:
     """Open (blocking) the store and create its tables. url None: embedded chDB at `path`, with the server
@@ -284,7 +310,7 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
             lock_file.close()
             raise StoreBusy(f"the analytics store at {path} is open in another process (is tally serve "
                             "running?)") from None
-        options = {"config-file": str(chdb_config)} if chdb_config else None
+        options = {"config-file": str(engine_config(path, chdb_config))}
 
         def connect() -> Any:  # each client its own connection to the process's one engine
             return clickhouse_connect.get_client(dsn=f"chdb://{path.resolve()}", chdb_options=options)
