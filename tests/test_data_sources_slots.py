@@ -4,9 +4,11 @@ testing, for the job. They used to run beside the slots, so one workspace could 
 
 from __future__ import annotations
 
+import asyncio
+
 from app.sources.runner import RUNNER
 from tests.conftest import bearer
-from tests.test_data_sources import run_job, wait_idle, wait_status
+from tests.test_data_sources import park_other_sources, run_job, wait_idle, wait_status
 from tests.test_data_sources_http import STRIPE_KEY, charge, customer
 from tests.test_data_sources_schedule import hold_charges, stripe_source
 
@@ -74,3 +76,42 @@ async def test_a_source_created_with_no_slot_free_waits_for_the_job(client, make
     await run_job(client, pool, later)  # a testing source is the job's first pick
     body = await wait_status(client, key, later, "active", "error")
     assert body["status"] == "active" and body["last_synced_at"] is not None, body
+
+
+async def test_a_source_whose_scheduled_run_ended_syncs_when_asked_while_the_job_fills_its_slot(
+        client, make_key, stripe, pool, monkeypatch):
+    """A run the job started gives its slot to the next due source when it ends. The source said `active` by
+    then, but a sync asked for before that claim ended was a 409 "a run is already in progress"."""
+    import storage.data_sources
+    from app.appkeys import SCHEDULER
+    from app.sources.runner import JOB
+
+    fake, url = stripe
+    fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
+    key = await make_key("admin,read")
+    source_id = await stripe_source(client, key, url)
+    claim_next_due, armed, refilling, refill = storage.data_sources.claim_next_due, [], asyncio.Event(), asyncio.Event()
+
+    async def held_claim(*args, **kwargs):
+        if armed:  # the claim of the slot the run freed waits here
+            refilling.set()
+            await refill.wait()
+        return await claim_next_due(*args, **kwargs)
+
+    monkeypatch.setattr(storage.data_sources, "claim_next_due", held_claim)
+    await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1", source_id)
+    await park_other_sources(pool, source_id)
+    await hold_charges(fake)
+    try:
+        assert await client.app[SCHEDULER].run_now(JOB)
+        armed.append(True)  # the job's own claims are over: the next one is the refill
+        fake.charges_gate.set()
+        assert (await wait_status(client, key, source_id, "active"))["status"] == "active"
+        await asyncio.wait_for(refilling.wait(), 30)
+        asked = asyncio.create_task(sync_now(client, key, source_id))
+        await asyncio.sleep(0.2)
+    finally:
+        refill.set()
+    resp = await asked
+    assert resp.status == 202, await resp.text()
+    assert (await wait_status(client, key, source_id, "active", "error"))["status"] == "active"

@@ -242,7 +242,11 @@ class SourceRunner:
         finally:
             self._slots.pop(row["id"], None)
         if refill and not self._stopping:
-            await self._fill()  # the freed slot goes to the next due source
+            # The freed slot goes to the next due source, in a claim of its own: this source's run is over
+            # (its status says so), and a sync of it asked for meanwhile must not find it still in progress.
+            task = asyncio.create_task(self._fill(), name="source-refill")
+            self._claims.add(task)  # stop() waits for it as for any claim
+            task.add_done_callback(self._claims.discard)
 
     async def _run(self, row: asyncpg.Record) -> None:
         beat = asyncio.create_task(self._keep_lease(row["id"]), name=f"source-lease:{row['id']}")
