@@ -68,11 +68,10 @@ _DONE = (
 _ERASURES = "SELECT seq, workspace_id, env, user_id FROM analytics_erasures ORDER BY seq FOR UPDATE"
 _ERASED = "DELETE FROM analytics_erasures WHERE seq = ANY($1::bigint[])"
 # The users' events and the ids' anonymous ones (storage/events.erase_user); a user id "anon:x" is not x.
-# Every queued erasure in one DELETE (up to ERASURES_PER_DELETE): each DELETE is a mutation of every part
-# of the table, whatever it matches.
+# Every queued erasure in one DELETE (as the parameters' size allows: the store's delete_rows): each DELETE is
+# a mutation of every part of the table, whatever it matches.
 _ERASED_ROWS = ("(workspace_id, env, user_id) IN {users:Array(Tuple(UInt64, String, String))} "
                 "OR user_id = '' AND (workspace_id, env, actor) IN {actors:Array(Tuple(UInt64, String, String))}")
-ERASURES_PER_DELETE = 1000
 _EVENTS_BETWEEN = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.ts >= $1 AND e.ts < $2"
 _EVENTS_OF_SITE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.site_id = $1"
 _EVENTS_OF_WORKSPACE = f"SELECT {EVENT_FIELDS} FROM events e WHERE e.workspace_id = $1"
@@ -197,10 +196,9 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             # this round's COPY (the same snapshot) holds none of the erased events, only the user's events
             # committed after the erasure, which are kept (deleted after the inserts, they were lost).
             erasures = await conn.fetch(_ERASURES)
-            for i in range(0, len(erasures), ERASURES_PER_DELETE):
-                users = [(e["workspace_id"], e["env"], e["user_id"]) for e in erasures[i:i + ERASURES_PER_DELETE]]
-                await store.delete_where("keyed_events", _ERASED_ROWS, {
-                    "users": users, "actors": [(w, env, f"anon:{u}") for w, env, u in users]})
+            await store.delete_rows("keyed_events", _ERASED_ROWS,
+                                    [(e["workspace_id"], e["env"], e["user_id"]) for e in erasures], param="users",
+                                    derived=lambda users: {"actors": [(w, env, f"anon:{u}") for w, env, u in users]})
             if erasures:
                 await conn.execute(_ERASED, [e["seq"] for e in erasures])
             bound = await conn.fetchval(_BOUND, limit)

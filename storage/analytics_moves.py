@@ -20,10 +20,9 @@ _READY = (
     "WHERE NOT EXISTS (SELECT 1 FROM analytics_outbox o WHERE o.seq = m.outbox_seq) ORDER BY seq FOR UPDATE"
 )
 _DONE = "DELETE FROM analytics_moves WHERE seq = ANY($1::bigint[])"
-# The former versions of every ready move's events in one DELETE (up to EVENTS_PER_DELETE of them): each
-# DELETE is a mutation of every part of the table, whatever it matches.
+# The former versions of every ready move's events in one DELETE (as the parameter's size allows: the store's
+# delete_rows): each DELETE is a mutation of every part of the table, whatever it matches.
 _FORMER = "(workspace_id, env, user_id, id) IN {rows:Array(Tuple(UInt64, String, String, String))}"
-EVENTS_PER_DELETE = 10_000
 
 
 async def apply_moves(conn: asyncpg.Connection, store: AnalyticsStore) -> None:
@@ -31,7 +30,6 @@ async def apply_moves(conn: asyncpg.Connection, store: AnalyticsStore) -> None:
     makes no move ready, and costs no query here)."""
     moves = await conn.fetch(_READY)
     former = [(m["workspace_id"], m["env"], m["old_user_id"], i) for m in moves for i in m["ids"]]
-    for i in range(0, len(former), EVENTS_PER_DELETE):
-        await store.delete_where("keyed_events", _FORMER, {"rows": former[i:i + EVENTS_PER_DELETE]})
+    await store.delete_rows("keyed_events", _FORMER, former)
     if moves:
         await conn.execute(_DONE, [m["seq"] for m in moves])

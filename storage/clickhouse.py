@@ -18,7 +18,7 @@ import fcntl
 import logging
 import queue
 import re
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -214,6 +214,17 @@ class AnalyticsStore:
         # process) gets its tables created in place, which is all ON CLUSTER would do there.
         return f" ON CLUSTER {self.cluster}" if self.cluster and not self.embedded else ""
 
+    async def delete_rows(self, name: str, condition: str, rows: list[tuple], *, param: str = "rows",
+                          derived: Callable[[list[tuple]], dict[str, Any]] | None = None) -> int:
+        """delete_where for a list of `rows` bound as the parameter `param` (plus what `derived` makes of
+        them), in as few DELETEs as PARAM_CHARS allows; returns how many it made. A server takes a command's
+        parameters in its URL (clickhouse-connect form-encodes only queries'), 1 MiB at most by default."""
+        made = 0
+        for batch in param_batches(rows):
+            await self.delete_where(name, condition, {param: batch, **(derived(batch) if derived else {})})
+            made += 1
+        return made
+
     async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
         """A synchronous lightweight DELETE: rows are gone from every read once this returns."""
         await asyncio.to_thread(
@@ -228,6 +239,27 @@ class AnalyticsStore:
         self.client.close()
         if self.lock_file is not None:
             self.lock_file.close()  # releases the flock
+
+
+# The characters of a DELETE's rows per statement (delete_rows): percent-encoded in a URL, well under a
+# server's 1 MiB limit, and enough for a round's erasures or alias moves in one statement as a rule.
+PARAM_CHARS = 200_000
+
+
+def param_batches(rows: list[tuple]) -> Iterator[list[tuple]]:
+    """`rows` in consecutive batches of at most PARAM_CHARS characters of values (a row longer alone is a
+    batch of its own)."""
+    batch: list[tuple] = []
+    size = 0
+    for row in rows:
+        n = sum(len(str(v)) + 4 for v in row)  # quotes and a comma per value
+        if batch and size + n > PARAM_CHARS:
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += n
+    if batch:
+        yield batch
 
 
 # ClickHouse's HTTP ports, for a server URL that names none.

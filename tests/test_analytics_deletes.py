@@ -11,8 +11,8 @@ import asyncpg
 import pytest
 
 from storage import analytics_mirror as mirror
-from storage import segment
-from storage.clickhouse import AnalyticsStore
+from storage import clickhouse, segment
+from storage.clickhouse import AnalyticsStore, param_batches
 from storage.clickhouse_layout import ensure_schema
 from storage.db import init_connection
 from storage.events import EventRow, copy_events, erase_user
@@ -95,6 +95,31 @@ async def test_moves_ready_in_one_round_are_one_delete_and_leave_each_event_once
     assert await mutations(store) - before == 1
     assert await actors(store, ids) == {"new1": 4, "new2": 2, "u3": 2}
     assert await conn.fetchval("SELECT count(*) FROM analytics_moves") == 0
+
+
+async def test_erasures_past_a_statements_parameter_budget_take_several_deletes_and_miss_none(
+        conn, store, monkeypatch):
+    """A server reads a command's parameters from its URL: a round's rows go in statements of bounded size."""
+    workspace_id, ids = await stored(conn, store, users=["u0", "u1", "u2", "u3"], anonymous=["u1", "a9"])
+    for user in ("u0", "u1", "u2"):
+        await erase_user(conn, workspace_id, "live", user, datetime.now(UTC))
+    row = len(str(workspace_id)) + 4 + len("live") + 4 + len("u0") + 4  # param_batches' measure of a row
+    monkeypatch.setattr(clickhouse, "PARAM_CHARS", row * 5 // 2)  # room for two rows, not three
+    before = await mutations(store)
+
+    await mirror.mirror_round(conn, store, limit=10_000)
+
+    assert await mutations(store) - before == 2  # two users' rows, then the third's
+    assert await actors(store, ids) == {"u3": 2, "anon:a9": 2}
+
+
+def test_parameter_batches_keep_every_row_in_order_within_the_budget(monkeypatch):
+    monkeypatch.setattr(clickhouse, "PARAM_CHARS", 60)
+    rows = [(1, "live", "u" * n) for n in (1, 20, 3, 70, 5, 6)]
+    batches = list(param_batches(rows))
+    assert [r for b in batches for r in b] == rows
+    assert [len(b) for b in batches] == [2, 1, 1, 2]  # the 70-character id alone, over the budget
+    assert list(param_batches([])) == []
 
 
 def test_the_embedded_engine_queues_a_mutation_on_every_part_at_once(store):
