@@ -20,12 +20,14 @@ from app.outages import MirrorBehind, mirror_behind, unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 from app.same_origin import refuse_cross_origin
 from app.shared_access import refuse_token_elsewhere
-from storage.clickhouse import QueryTooLarge
+from storage.clickhouse import QueryTooLarge, QueryTooSlow
 
 log = logging.getLogger("tally.http")
 
 READ_TOO_LARGE = ("this read needs more memory than the analytics store allows one query; narrow the range or the "
                   "filters, or ask the operator to raise TALLY_ANALYTICS_MAX_MEMORY_MB")
+READ_TOO_SLOW = ("this read took longer than the analytics store allows one query; narrow the range or the "
+                 "filters, or ask the operator to raise TALLY_ANALYTICS_READ_TIMEOUT_SECONDS")
 
 _CODES = {
     400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -71,6 +73,12 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
         if site:
             return json_response({"error": "read too large", "detail": READ_TOO_LARGE}, 500)
         return json_response({"error": {"code": "read_too_large", "message": READ_TOO_LARGE}}, 500)
+    if isinstance(exc, QueryTooSlow):
+        log.warning("analytics read over the store's per-query time bound (TALLY_ANALYTICS_READ_TIMEOUT_SECONDS) "
+                    "method=%s path=%s: %s", request.method, request.path, str(exc).splitlines()[0][:300])
+        if site:
+            return json_response({"error": "read timed out", "detail": READ_TOO_SLOW}, 504)
+        return json_response({"error": {"code": "read_timeout", "message": READ_TOO_SLOW}}, 504)
     if isinstance(exc, ConnectionError) and request.transport is None:
         # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
         # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.

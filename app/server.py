@@ -151,7 +151,8 @@ def open_analytics(settings: Settings) -> AnalyticsStore:
     try:
         return open_store(url=settings.analytics_url, path=settings.analytics_path,
                           database=settings.analytics_database, cluster=settings.analytics_cluster,
-                          max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb)
+                          max_threads=settings.analytics_max_threads, max_memory_mb=settings.analytics_max_memory_mb,
+                          read_timeout_seconds=settings.analytics_read_timeout_seconds)
     except StoreUnopenable as exc:  # it holds only copies of PostgreSQL's events, which a rebuild copies again
         raise StartupError(f"{exc}; move that folder aside (or restore it) and run `tally analytics rebuild`, "
                            "which copies every event again from PostgreSQL") from None

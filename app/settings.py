@@ -228,13 +228,15 @@ class Settings:
     source_timeout_seconds: float = field(default=10.0, metadata=var("TALLY_SOURCE_TIMEOUT_SECONDS", _float, 0.1))
     # Analytics store: a ClickHouse server URL (None: embedded chDB under analytics_dir, by default
     # <data_dir>/analytics), a cluster name for ON CLUSTER + Distributed tables, the database, chDB/server
-    # per-query bounds, and the mirror's period and batch size.
+    # per-query bounds (threads, memory, a read's time), and the mirror's period and batch size.
     analytics_url: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_URL", _url("http://user:password@host:8123")))
     analytics_cluster: str | None = field(default=None, metadata=var("TALLY_ANALYTICS_CLUSTER", _clickhouse_name))
     analytics_dir: Path | None = field(default=None, metadata=var("TALLY_ANALYTICS_DIR", lambda _, raw: Path(raw)))
     analytics_database: str = field(default="tally", metadata=var("TALLY_ANALYTICS_DATABASE", _clickhouse_name))
     analytics_max_threads: int = field(default=2, metadata=var("TALLY_ANALYTICS_MAX_THREADS", _int, 1))
     analytics_max_memory_mb: int = field(default=1024, metadata=var("TALLY_ANALYTICS_MAX_MEMORY_MB", _int, 64))
+    analytics_read_timeout_seconds: float = field(default=30.0, metadata=var("TALLY_ANALYTICS_READ_TIMEOUT_SECONDS",
+                                                                             _float, above=0))
     mirror_interval_ms: int = field(default=750, metadata=var("TALLY_MIRROR_INTERVAL_MS", _int, 10))
     mirror_batch: int = field(default=20_000, metadata=var("TALLY_MIRROR_BATCH", _int, 1))
 

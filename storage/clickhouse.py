@@ -72,6 +72,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 
+class QueryTooSlow(ClickHouseError):
+    """The store stopped a read at its time bound (`max_execution_time`, TALLY_ANALYTICS_READ_TIMEOUT_SECONDS):
+    the read held one of the few read clients all that time, and would again."""
+
+
 class QueryTooLarge(ClickHouseError):
     """The store refused a query for its per-query memory bound (`max_memory_usage`,
     TALLY_ANALYTICS_MAX_MEMORY_MB): the same query on the same rows is refused again, so it is not a fault to
@@ -172,6 +177,8 @@ class AnalyticsStore:
         except ClickHouseError as exc:
             if over_query_bound(exc):
                 raise QueryTooLarge(str(exc)) from exc
+            if "TIMEOUT_EXCEEDED" in str(exc):
+                raise QueryTooSlow(str(exc)) from exc
             raise
         finally:
             if reader is not self.client:
@@ -320,9 +327,12 @@ def engine_config(path: Path, extra: Path | None) -> Path:
 
 
 def open_store(*, url: str | None, path: Path, database: str, cluster: str | None = None,
-               max_threads: int = 2, max_memory_mb: int = 1024, chdb_config: Path | None = None) -> AnalyticsStore:
+               max_threads: int = 2, max_memory_mb: int = 1024, read_timeout_seconds: float = 30.0,
+               chdb_config: Path | None = None) -> AnalyticsStore:
     """Open (blocking) the store and create its tables. url None: embedded chDB at `path`, with the server
-    configuration file `chdb_config` if given (the tests define a cluster there); a cluster is a server's."""
+    configuration file `chdb_config` if given (the tests define a cluster there); a cluster is a server's.
+    Reads stop after `read_timeout_seconds` (QueryTooSlow; a report's run passes its own timeout): a read
+    holds one of READERS clients until ClickHouse ends it, whoever stopped waiting for it."""
     if not _NAME.match(database):
         raise ValueError(f"invalid analytics database name {database!r}")
     if cluster is not None and not _NAME.match(cluster):
@@ -360,6 +370,7 @@ def open_store(*, url: str | None, path: Path, database: str, cluster: str | Non
     settings = query_bounds(max_threads, max_memory_mb)
     store = AnalyticsStore(client, database, cluster if url else None, url is None, settings, lock_file,
                            settle_seconds=0.0 if url is None else 60.0, readers=readers,
-                           read_settings={} if url else {"os_thread_priority": READ_NICE})
+                           read_settings={"max_execution_time": read_timeout_seconds,
+                                          **({} if url else {"os_thread_priority": READ_NICE})})
     ensure_schema(store)
     return store
