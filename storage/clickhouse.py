@@ -296,8 +296,11 @@ def query_bounds(max_threads: int, max_memory_mb: int) -> dict[str, Any]:
     read (QueryTooLarge)."""
     bound = max_memory_mb * 1024 * 1024
     # Copies of one event share its ts, hence its month partition: FINAL may merge each partition alone.
+    # Tables are partitioned by month, and ClickHouse refuses an insert block over 100 partitions by default:
+    # a batch of history (a backfill of ten years, monthly) failed its mirror round, and every round after it.
     return {"max_threads": max_threads, "max_memory_usage": bound, "max_bytes_before_external_group_by": bound // 2,
-            "max_bytes_before_external_sort": bound // 4, "do_not_merge_across_partitions_select_final": 1}
+            "max_bytes_before_external_sort": bound // 4, "do_not_merge_across_partitions_select_final": 1,
+            "max_partitions_per_insert_block": 0}
 
 
 # The embedded engine's server settings. chDB runs its background tasks (merges, and the mutation a
