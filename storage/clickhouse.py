@@ -222,15 +222,12 @@ class AnalyticsStore:
         return f" ON CLUSTER {self.cluster}" if self.cluster and not self.embedded else ""
 
     async def delete_rows(self, name: str, condition: str, rows: list[tuple], *, param: str = "rows",
-                          derived: Callable[[list[tuple]], dict[str, Any]] | None = None) -> int:
+                          derived: Callable[[list[tuple]], dict[str, Any]] | None = None) -> None:
         """delete_where for a list of `rows` bound as the parameter `param` (plus what `derived` makes of
-        them), in as few DELETEs as PARAM_CHARS allows; returns how many it made. A server takes a command's
-        parameters in its URL (clickhouse-connect form-encodes only queries'), 1 MiB at most by default."""
-        made = 0
+        them), in as few DELETEs as PARAM_CHARS allows. A server takes a command's parameters in its URL
+        (clickhouse-connect form-encodes only queries'), 1 MiB at most by default."""
         for batch in param_batches(rows):
             await self.delete_where(name, condition, {param: batch, **(derived(batch) if derived else {})})
-            made += 1
-        return made
 
     async def delete_where(self, name: str, condition: str, params: dict[str, Any]) -> None:
         """A synchronous lightweight DELETE: rows are gone from every read once this returns."""
@@ -306,7 +303,7 @@ def query_bounds(max_threads: int, max_memory_mb: int) -> dict[str, Any]:
 # The embedded engine's server settings. chDB runs its background tasks (merges, and the mutation a
 # lightweight DELETE makes on every part of a table: an erasure, a Segment alias) on 2 threads with 2 tasks
 # each, and the mutation reaches the parts 4 at a time with about half a second between those waves: one
-# erasure took 7 s on a table of 50 parts, the mirror round waiting on it. Tasks queued beyond the threads
+# erasure took 6.6 s on a table of 48 parts, the mirror round waiting on it. Tasks queued beyond the threads
 # share the same 2 threads; with room for 128 one wave reaches every part (bench/deletes.py).
 ENGINE_CONFIG = """<clickhouse>
   <background_merges_mutations_concurrency_ratio>64</background_merges_mutations_concurrency_ratio>
