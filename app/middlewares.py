@@ -28,6 +28,14 @@ READ_TOO_LARGE = ("this read needs more memory than the analytics store allows o
                   "filters, or ask the operator to raise TALLY_ANALYTICS_MAX_MEMORY_MB")
 READ_TOO_SLOW = ("this read took longer than the analytics store allows one query; narrow the range or the "
                  "filters, or ask the operator to raise TALLY_ANALYTICS_READ_TIMEOUT_SECONDS")
+# Reads the store stopped at a bound of the operator's: status, the site API's error, the keyed API's code, the
+# detail, and the bound as logged.
+_OVER_BOUNDS = (
+    (QueryTooLarge, 500, "read too large", "read_too_large", READ_TOO_LARGE,
+     "memory bound (TALLY_ANALYTICS_MAX_MEMORY_MB)"),
+    (QueryTooSlow, 504, "read timed out", "read_timeout", READ_TOO_SLOW,
+     "time bound (TALLY_ANALYTICS_READ_TIMEOUT_SECONDS)"),
+)
 
 _CODES = {
     400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -66,19 +74,14 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
     anything else a logged 500."""
     if isinstance(exc, MirrorBehind):
         return mirror_behind(site)
-    if isinstance(exc, QueryTooLarge):
-        # Not a bug (no traceback): the operator's bound is too small for this read, which fails again as it is.
-        log.warning("analytics read over the store's per-query memory bound (TALLY_ANALYTICS_MAX_MEMORY_MB) "
-                    "method=%s path=%s: %s", request.method, request.path, str(exc).splitlines()[0][:300])
-        if site:
-            return json_response({"error": "read too large", "detail": READ_TOO_LARGE}, 500)
-        return json_response({"error": {"code": "read_too_large", "message": READ_TOO_LARGE}}, 500)
-    if isinstance(exc, QueryTooSlow):
-        log.warning("analytics read over the store's per-query time bound (TALLY_ANALYTICS_READ_TIMEOUT_SECONDS) "
-                    "method=%s path=%s: %s", request.method, request.path, str(exc).splitlines()[0][:300])
-        if site:
-            return json_response({"error": "read timed out", "detail": READ_TOO_SLOW}, 504)
-        return json_response({"error": {"code": "read_timeout", "message": READ_TOO_SLOW}}, 504)
+    for kind, status, site_error, code, detail, bound in _OVER_BOUNDS:
+        if isinstance(exc, kind):
+            # Not a bug (no traceback): the operator's bound is too small for this read, which fails again as it is.
+            log.warning("analytics read over the store's per-query %s method=%s path=%s: %s", bound, request.method,
+                        request.path, str(exc).splitlines()[0][:300])
+            if site:
+                return json_response({"error": site_error, "detail": detail}, status)
+            return json_response({"error": {"code": code, "message": detail}}, status)
     if isinstance(exc, ConnectionError) and request.transport is None:
         # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
         # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.
