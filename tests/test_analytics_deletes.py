@@ -1,6 +1,7 @@
 """Deletes in the analytics store (erasures, the former versions of events a Segment alias moved): each
 DELETE is a mutation of every part of keyed_events whatever it matches, so a round makes one for all it
-has queued rather than one per user or alias, and the embedded engine reaches every part in one wave."""
+has queued rather than one per user or alias (more only past a budget of parameter characters), and the
+embedded engine reaches every part in one wave."""
 
 from __future__ import annotations
 
