@@ -42,7 +42,7 @@ async def test_large_events_past_the_memory_bound_in_one_round_reach_the_reports
     saved = analytics_store.query_settings["max_memory_usage"]
     analytics_store.query_settings["max_memory_usage"] = 64 * 1024 * 1024
     try:
-        for b in range(batches):
+        for _ in range(batches):
             resp = await client.post("/v1/events/batch", headers=bearer(key), json={"events": [
                 {"event": "upload", "user_id": f"u{i}", "timestamp": "2024-04-01T10:00:00Z",
                  "properties": {"blob": payload}} for i in range(per_batch)]})
