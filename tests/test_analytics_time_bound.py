@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from storage.clickhouse import AnalyticsStore
+from storage.clickhouse import AnalyticsStore, QueryTooSlow
 from tests.analytics_support import load_fixture
 from tests.conftest import bearer
 from tests.reports_support import create_report, run_report
@@ -74,3 +74,11 @@ async def test_chart_data_over_the_time_bound_is_a_504_and_a_report_keeps_its_ow
     assert body["error"]["code"] == "read_timeout"
     assert "TALLY_ANALYTICS_READ_TIMEOUT_SECONDS" in body["error"]["message"]
     assert sum(row[-1] for row in ran["rows"]) == 1  # under TALLY_REPORT_TIMEOUT_SECONDS, not the read bound
+
+
+async def test_a_read_stopped_at_a_bound_of_its_own_is_query_too_slow(analytics_store):
+    """A report's run passes its own max_execution_time; app/reports/runner.py answers QueryTooSlow as 504
+    report_timeout."""
+    with pytest.raises(QueryTooSlow):
+        await analytics_store.query("SELECT count() FROM numbers(10000000) WHERE sipHash64(number) % 7 = 1",
+                                    settings={"max_execution_time": 0.000001})

@@ -10,7 +10,6 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
-from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from app.outages import MirrorBehind, store_caught_up
 from app.reports.config import (
@@ -25,7 +24,7 @@ from app.settings import Settings
 from common.metrics import Metrics
 from storage import report_queries as q
 from storage import reports as store
-from storage.clickhouse import AnalyticsStore
+from storage.clickhouse import AnalyticsStore, QueryTooSlow
 from storage.read_slots import reads_for
 
 TOO_LARGE_MESSAGE = ("the result is larger than {n} bytes of JSON; select fewer columns, aggregate, or add a "
@@ -167,9 +166,7 @@ async def run_report(
         if catching_up:
             raise MirrorBehind() from None
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
-    except ClickHouseError as exc:
-        if "TIMEOUT_EXCEEDED" not in str(exc):
-            raise
+    except QueryTooSlow:  # the run's own max_execution_time, as the store classifies it
         outcome = "timeout"
         raise ApiError(504, "report_timeout", TIMEOUT_MESSAGE.format(s=timeout)) from None
     except asyncpg.PostgresError as exc:
