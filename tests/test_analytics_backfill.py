@@ -33,7 +33,7 @@ async def test_a_batch_spanning_more_than_100_months_reaches_the_reports(client,
 
 
 async def test_large_events_past_the_memory_bound_in_one_round_reach_the_reports(client, make_key, analytics_store):
-    """A mirror round parsed its batch in blocks of 100,000 rows, whatever their size: 20,000 events (a round) of
+    """A mirror round inserted its whole batch in one statement, whatever its size: 20,000 events (a round) of
     64 KB each (an event's limit) are 1.3 GB, past the default 1 GiB bound. Here the bound is 64 MB (the setting's
     floor) and the events 100 MB: the round failed, and every round after it."""
     key = await make_key("read,write")

@@ -8,9 +8,10 @@ import asyncio
 
 from app.sources.runner import RUNNER
 from tests.conftest import bearer
-from tests.test_data_sources import park_other_sources, run_job, wait_idle, wait_status
+from tests.test_data_sources import run_job, wait_idle, wait_status
 from tests.test_data_sources_http import STRIPE_KEY, charge, customer
 from tests.test_data_sources_schedule import hold_charges, stripe_source
+from tests.test_data_sources_stuck import run_due_job
 
 
 async def sync_now(client, key: str, source_id: str):
@@ -83,8 +84,6 @@ async def test_a_source_whose_scheduled_run_ended_syncs_when_asked_while_the_job
     """A run the job started gives its slot to the next due source when it ends. The source said `active` by
     then, but a sync asked for before that claim ended was a 409 "a run is already in progress"."""
     import storage.data_sources
-    from app.appkeys import SCHEDULER
-    from app.sources.runner import JOB
 
     fake, url = stripe
     fake.customers, fake.charges = [customer(1, 1_700_000_000)], [charge(1, 1, 1_700_000_100)]
@@ -99,11 +98,9 @@ async def test_a_source_whose_scheduled_run_ended_syncs_when_asked_while_the_job
         return await claim_next_due(*args, **kwargs)
 
     monkeypatch.setattr(storage.data_sources, "claim_next_due", held_claim)
-    await pool.execute("UPDATE data_sources SET next_sync_at = now() - interval '1 minute' WHERE id = $1", source_id)
-    await park_other_sources(pool, source_id)
     await hold_charges(fake)
     try:
-        assert await client.app[SCHEDULER].run_now(JOB)
+        await run_due_job(client, pool, source_id)
         armed.append(True)  # the job's own claims are over: the next one is the refill
         fake.charges_gate.set()
         assert (await wait_status(client, key, source_id, "active"))["status"] == "active"
