@@ -310,12 +310,16 @@ async def test_reads_run_beside_each_other_and_writes_one_at_a_time(analytics_st
     assert await db.query("SELECT 1") == [(1,)]
     assert not slow.done()
     assert await slow == [(0,)]
+    # Finishing order, not one wake-up's done set: on a loaded machine the second write ends within the moment
+    # the loop takes to notice the first (CI saw both done at once).
+    finished = []
     first = asyncio.create_task(db.command("SELECT sleep(1)"))
+    first.add_done_callback(lambda _: finished.append("sleep"))
     await asyncio.sleep(0.1)
     second = asyncio.create_task(db.command("SELECT 1"))
-    done, _ = await asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED)
-    assert done == {first}  # the second write waited for the first
-    await second
+    second.add_done_callback(lambda _: finished.append("select 1"))
+    await asyncio.gather(first, second)
+    assert finished == ["sleep", "select 1"]  # the second write waited for the first
 
 
 def _running_query_threads() -> dict[str, int]:
