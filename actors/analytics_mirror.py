@@ -12,13 +12,12 @@ import logging
 import time
 
 import asyncpg
-from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from common.metrics import Metrics
 from common.outages import POSTGRES, POSTGRES_UNREACHABLE, Outages
 from common.service import Timer
 from storage import analytics_mirror as mirror
-from storage.clickhouse import AnalyticsStore, over_query_bound
+from storage.clickhouse import AnalyticsStore
 
 log = logging.getLogger("tally.mirror")
 
@@ -62,27 +61,17 @@ class Mirror:
         return await asyncio.shield(running)  # one caller going away does not cancel the others' catch-up
 
     async def _catch_up(self) -> int:
-        moved, limit = 0, self.batch
+        moved = 0
         async with self._lock, self.pool.acquire() as conn:
             self._next = None  # started: a caller from now on may have committed after its snapshot
             while True:
                 started = time.perf_counter()
-                try:
-                    n = await mirror.mirror_round(conn, self.store, limit)
-                except ClickHouseError as exc:
-                    # A round's insert over the store's memory bound (events of up to 64 KB each: a round of
-                    # them can pass 1 GiB) fails again as it is, and so did every round after it: the rest of
-                    # this catch-up goes in smaller rounds, down to one outbox row (one statement's events).
-                    if not over_query_bound(exc) or limit == 1:
-                        raise
-                    limit = max(1, limit // 8)
-                    log.warning("analytics mirror round over the store's memory bound; rounds of %d events", limit)
-                    continue
+                n = await mirror.mirror_round(conn, self.store, self.batch)
                 moved += n
                 if n:
                     self.metrics.mirror_events.inc(n)
                     self.metrics.mirror_round_seconds.observe(time.perf_counter() - started)
-                if n < limit:
+                if n < self.batch:
                     return moved
 
     async def resume_interrupted(self) -> int:

@@ -3,8 +3,9 @@
 Committed events are listed in `analytics_outbox` by a trigger in their own transaction (migration 0017; one
 row per statement since 0021).
 A round takes the lowest outbox rows, COPYs their events out of PostgreSQL as CSV, inserts that into
-ClickHouse and deletes exactly those outbox rows, in one REPEATABLE READ transaction (so the COPY and the
-DELETE see the same rows), under an advisory lock, so rounds of all processes run one at a time. A crash
+ClickHouse as it streams (in pieces within the store's memory bound: storage/analytics_pieces) and deletes
+exactly those outbox rows, in one REPEATABLE READ transaction (so the COPY and the DELETE see the same rows),
+under an advisory lock, so rounds of all processes run one at a time. A crash
 before the COMMIT leaves the rows listed and the next round writes them again; the store's
 ReplacingMergeTree tables collapse such copies by event id and every read uses FINAL, so nothing counts
 twice. Erasures are queued the same way (`analytics_erasures`) and applied in a round before its inserts:
@@ -27,7 +28,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 
-from storage import analytics_moves, clickhouse_layout, clickhouse_schema
+from storage import analytics_moves, analytics_pieces, clickhouse_layout, clickhouse_schema
 from storage.clickhouse import AnalyticsStore
 
 _LOCK = (7_264_002, 1)  # advisory lock of mirror rounds (migrate.py uses 7_264_001)
@@ -204,7 +205,7 @@ async def mirror_round(conn: asyncpg.Connection, store: AnalyticsStore, limit: i
             bound = await conn.fetchval(_BOUND, limit)
             done = 0
             if bound is not None:
-                await write_events(store, await copy_events(conn, _OUTBOX_EVENTS, bound))
+                await analytics_pieces.copy_into(conn, store, _OUTBOX_EVENTS, bound)
                 done = int(await conn.fetchval(_DONE, bound))
                 await analytics_moves.apply_moves(conn, store)  # only written rows make a move ready
     finally:
@@ -257,70 +258,15 @@ async def status(conn: asyncpg.Connection, store: AnalyticsStore) -> Status:
 # PostgreSQL, so no month is held whole. Spooled whole to a temporary file (which chDB's client then copies
 # into another), 10M events took 3.7 GB of temporary disk; in pieces, none beyond two pieces, at 1.13 GB
 # peak RSS instead of 1.33, in the same time (64-66 s against 63-67).
-REBUILD_PIECE_BYTES = 64 * 2**20
-
-
-def _whole_rows(csv: bytearray) -> int:
-    """The length of the whole rows at the start of `csv` (PostgreSQL's CSV, starting at a row): up to the
-    last newline with an even number of quotes before it, since a quote inside a quoted field is doubled
-    and a newline inside one is data."""
-    odd = csv.count(b'"') % 2  # of the quotes before `end`
-    end = len(csv)
-    newline = csv.rfind(b"\n")
-    while newline >= 0:
-        odd ^= csv.count(b'"', newline, end) % 2
-        if not odd:
-            return newline + 1
-        end, newline = newline, csv.rfind(b"\n", 0, newline)
-    return 0
-
-
-class _Pieces:
-    """A COPY's output, inserted into the store whenever `size` bytes or more of it are waiting. One piece is
-    inserted (in a worker thread) while the next streams in: at most two are held at once."""
-
-    def __init__(self, store: AnalyticsStore, size: int) -> None:
-        self.store, self.size = store, size
-        self.waiting = bytearray()
-        self.inserting: asyncio.Future | None = None
-
-    async def __call__(self, chunk: bytes) -> None:
-        self.waiting += chunk
-        if len(self.waiting) >= self.size:
-            await self._insert(_whole_rows(self.waiting))
-
-    async def finish(self) -> None:
-        await self._insert(len(self.waiting))
-        await self._insert(0)
-
-    async def abandon(self) -> None:
-        """After a failed COPY: let the insert in flight end (its rows are committed events, written again by
-        the next rebuild or not at all), so no thread outlives the rebuild and its error is the COPY's."""
-        with contextlib.suppress(Exception):
-            await self._insert(0)
-
-    async def _insert(self, length: int) -> None:
-        """Wait for the insert in flight (its failure is the COPY's), then start one of `length` bytes."""
-        if length or self.inserting is not None:
-            inserting, self.inserting = self.inserting, None
-            if inserting is not None:
-                await inserting
-            if length:
-                piece = bytes(self.waiting[:length])
-                del self.waiting[:length]
-                self.inserting = asyncio.ensure_future(asyncio.to_thread(self.store.insert_events_csv_sync, piece))
-
-
-async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None, *,
-                  piece_bytes: int = REBUILD_PIECE_BYTES) -> int:
+async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
-    Goes a month at a time (the events partitions), inserting each in pieces of about `piece_bytes`. Stands
+    Goes a month at a time (the events partitions), inserting each in pieces (storage/analytics_pieces). Stands
     in analytics_rebuilds until done, so an interrupted rebuild is made good (resume_interrupted)."""
     await conn.execute("SELECT pg_advisory_lock($1, $2)", *_REBUILDING)
     try:
         marker = await conn.fetchval("INSERT INTO analytics_rebuilds (since) VALUES ($1) RETURNING id", since)
-        written = await _rebuild(conn, store, since, piece_bytes)
+        written = await _rebuild(conn, store, since)
         # Done: its own row, and those of interrupted rebuilds this one covered.
         await conn.execute("DELETE FROM analytics_rebuilds WHERE id = $1 OR $2::timestamptz IS NULL OR since >= $2",
                            marker, since)
@@ -331,7 +277,7 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
             await conn.execute("SELECT pg_advisory_unlock($1, $2)", *_REBUILDING)
 
 
-async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None, piece_bytes: int) -> int:
+async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None) -> int:
     for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_window_keys",
                  "site_events", "keyed_events"):
         if since is None:
@@ -354,15 +300,8 @@ async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datet
         month = first and first.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         while month is not None and month <= last:
             following = (month + timedelta(days=32)).replace(day=1)
-            pieces = _Pieces(store, piece_bytes)
-            try:
-                copied = await conn.copy_from_query(_EVENTS_BETWEEN, max(month, since or month), following,
-                                                    output=pieces, format="csv")
-            except BaseException:
-                await pieces.abandon()
-                raise
-            await pieces.finish()
-            written += int(copied.split()[-1])
+            written += await analytics_pieces.copy_into(conn, store, _EVENTS_BETWEEN, max(month, since or month),
+                                                        following)
             month = following
     if since is not None:  # the sessions and visitors of the day of `since` also hold events from before it
         await asyncio.to_thread(clickhouse_layout.backfill_sessions, store, since)

@@ -200,6 +200,13 @@ class AnalyticsStore:
                 raise QueryTooLarge(str(exc)) from exc
             raise
 
+    @property
+    def insert_piece_bytes(self) -> int:
+        """The most CSV an insert of events should carry: an insert through `events_in` and its views takes
+        about five times its CSV in memory (8 MB of 60 KB events pass the 64 MB floor of the bound, 16 MB do
+        not), so a sixteenth of the bound leaves room."""
+        return (self.query_settings.get("max_memory_usage") or 2**30) // 16
+
     def insert_events_csv_sync(self, data: bytes | BinaryIO) -> None:
         """Insert raw events (PostgreSQL CSV of INPUT_COLUMNS) through `events_in` and its views."""
         self.client.raw_insert(f"{self.database}.events_in", INPUT_COLUMNS, data, fmt="CSV",

@@ -22,7 +22,7 @@ import pytest
 from app.appkeys import ANALYTICS, MIRROR
 from app.views.analytics_params import window_for
 from storage import analytics as store
-from storage import analytics_lists, analytics_mirror, analytics_overview, report_queries
+from storage import analytics_lists, analytics_mirror, analytics_overview, analytics_pieces, report_queries
 from storage.clickhouse import READ_NICE, READERS, AnalyticsStore
 from storage.clickhouse_schema import INPUT_COLUMNS
 from storage.db import init_connection
@@ -451,7 +451,7 @@ async def test_a_copy_cut_anywhere_is_inserted_in_whole_rows(client, database_ur
         await conn.close()
     assert b"\n\"" in data and data.count(b"\n") > len(rows)  # newlines inside quoted fields
     db = client.app[ANALYTICS]
-    pieces = analytics_mirror._Pieces(db, 300)
+    pieces = analytics_pieces.Pieces(db, 300)
     for i in range(0, len(data), 97):  # chunks ending anywhere: mid-row, mid-field, between doubled quotes
         await pieces(data[i:i + 97])
     await pieces.finish()

@@ -1,6 +1,7 @@
 """The analytics outbox lists a statement's events in one row (migration 0021): what the mirror and the
-operator see stays counted in events, rows queued before the upgrade still reach the store, and a batch
-larger than a mirror round moves whole."""
+operator see stays counted in events, rows queued before the upgrade still reach the store, a batch
+larger than a mirror round moves whole, and what a round or a rebuild sends goes in pieces within the store's
+memory bound."""
 
 from __future__ import annotations
 
@@ -53,13 +54,23 @@ def store(analytics_store: AnalyticsStore) -> AnalyticsStore:
     return store
 
 
-async def store_events(conn: asyncpg.Connection, n: int, ids: list[str], user: str = "u") -> None:
+@pytest.fixture(scope="module")
+def bounded_store(analytics_store: AnalyticsStore) -> AnalyticsStore:
+    """Another database of the run's store, at the lowest memory bound (TALLY_ANALYTICS_MAX_MEMORY_MB=64)."""
+    store = AnalyticsStore(analytics_store.client, f"{analytics_store.database}_bound",
+                           query_settings={**analytics_store.query_settings, "max_memory_usage": 64 * 2**20})
+    ensure_schema(store)
+    return store
+
+
+async def store_events(conn: asyncpg.Connection, n: int, ids: list[str], user: str = "u",
+                       properties: dict | None = None) -> None:
     """One COPY of n keyed events, as a workspace actor's flush writes them; their ids are added to `ids`."""
     workspace_id = await ensure_workspace(conn, "outbox")
     now = datetime.now(UTC)
     await conn.execute("SELECT tally_ensure_event_partition($1)", now)
-    rows = [EventRow(new_id("evt"), workspace_id, "live", "seen", now, now, user_id=f"{user}{i % 3}")
-            for i in range(n)]
+    rows = [EventRow(new_id("evt"), workspace_id, "live", "seen", now, now, user_id=f"{user}{i % 3}",
+                     properties=properties) for i in range(n)]
     ids.extend(r.id for r in rows)
     await copy_events(conn, rows)
 
@@ -195,3 +206,19 @@ async def test_callers_that_arrive_while_a_catch_up_waits_share_the_next_one(con
     finally:
         await pool.close()
 
+
+
+async def test_a_round_and_a_rebuild_past_the_memory_bound_go_in_pieces_within_it(conn, bounded_store):
+    """A round's events went into the store in one insert (20,000 events of up to 64 KB: 1.3 GB, held in the
+    process as well), and a rebuild's in pieces of 64 MB whatever the bound: an insert takes about five times
+    its CSV, so at the bound's floor of 64 MB both were refused every time, and the store stayed behind."""
+    await migrate(conn)
+    ids: list[str] = []
+    for _ in range(4):  # 96 MB of 60 KB events, in outbox rows of 24 MB
+        await store_events(conn, 400, ids, properties={"blob": "x" * 60_000})
+
+    assert await mirror.mirror_round(conn, bounded_store, 20_000) == 1600
+    assert (await keyed_in_store(bounded_store, ids), (await mirror.lag(conn))[0]) == (1600, 0)
+
+    assert await mirror.rebuild(conn, bounded_store) == 1600
+    assert await keyed_in_store(bounded_store, ids) == 1600
