@@ -241,6 +241,26 @@ async def test_a_user_id_that_looks_anonymous_keeps_its_trait(client, make_key, 
                                                           (None, 2, 1)]
 
 
+async def test_trait_groups_past_the_limit_fold_by_count_then_value_in_code_point_order(client, make_key, pool,
+                                                                                        workspace, database_url):
+    """Equal counts rank by value as Python orders strings (code points: "B" < "E" < "b" < "é", where a
+    language's collation puts "b" first), with user ids and values outside ASCII."""
+    await make_key("read,write")
+    ws = await workspace_id(database_url, workspace)
+    at = "2024-05-03T10:00:00Z"
+    users = {"ü1": "b", "ü2": "B", "ü3": "é", "ü4": "E", "ü5": "E"}
+    await seed(pool, ws, [("a", u, at) for u in users] + [("a", "nobody", at)])
+    await seed_traits(pool, ws, {u: {"tier": v} for u, v in users.items()})
+    await client.app[MIRROR].catch_up()
+    day = datetime(2024, 5, 3, tzinfo=UTC)
+    async with pool.acquire() as conn:
+        volume = await report_queries.event_volume(client.app[ANALYTICS], conn, ws, "live", events=["a"], start=day,
+                                                   end=day + timedelta(hours=23), interval="day",
+                                                   group_kind="traits", group_path=["tier"], group_limit=2)
+    assert {r.grp: r.n for r in volume.rows} == {"E": 2, "B": 1, report_queries.OTHER: 2, None: 1}
+    assert volume.other_groups == 2
+
+
 async def test_a_tie_of_entry_events_takes_the_property_of_the_lower_event_id(client, make_key, pool, workspace,
                                                                               database_url):
     """Two step-1 events of one user at the same instant with different properties: a funnel by the property
