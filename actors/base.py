@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -61,6 +61,9 @@ class Message:
     def __post_init__(self) -> None:
         self.size = len(self.items)
 
+
+# A flush's follow-up once its batch is committed and answered (Actor.flush).
+AfterCommit = Callable[[], Awaitable[None]]
 
 # How long a message may wait for its commit (queued, then flushed) before it is answered 503
 # (TALLY_COMMIT_TIMEOUT_SECONDS).
@@ -130,8 +133,10 @@ class Actor:
         return msg.future
 
     # -- to be provided by concrete actors -------------------------------------------------------
-    async def flush(self, batch: list[Message]) -> None:
-        """Commit the batch durably (one transaction); anything to do once it is durable goes at its end."""
+    async def flush(self, batch: list[Message]) -> AfterCommit | None:
+        """Commit the batch durably (one transaction). What is to be done once it is durable and cannot change
+        its answer (the realtime window's update) is returned, to be run after the submitters are answered:
+        outside the commit's bound, so a stall there cannot answer a stored batch 503. It must not raise."""
         raise NotImplementedError
 
     # -- database connections of a busy streak -----------------------------------------------------
@@ -294,7 +299,7 @@ class Actor:
                               StoreStalled(f"no commit within {self.commit_timeout:g}s"), None)
         try:
             async with asyncio.timeout_at(deadline):
-                await self.flush(batch)
+                after = await self.flush(batch)
         except STORE_ERRORS as exc:
             # A timeout (the bound above, or asyncpg's command timeout) is a stalled PostgreSQL: an outage too.
             if isinstance(exc, (*POSTGRES_UNREACHABLE, TimeoutError)):
@@ -326,6 +331,8 @@ class Actor:
         self._ingested.inc(events)
         self.outages.up(POSTGRES)
         self.outages.ingestion_committed()
+        if after is not None:
+            await after()
 
 
 async def _broken(conn: asyncpg.Connection) -> bool:

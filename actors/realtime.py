@@ -8,6 +8,7 @@ snapshots are plain data (RealtimeSnapshot), which app/views/realtime.py renders
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ MAX_WINDOW = 3600
 RECENT = 20
 TOP_PAGES = 10
 PAGEVIEW = "pageview"
+# The longest a batch's update of the Redis window may take; past it the update is dropped, as when Redis is
+# unreachable (the events are stored, the live view misses them), and the site's next flush goes ahead.
+RECORD_SECONDS = 1.0
 _PAGE = re.compile(r"([^?#]*)(?:\?[^#]*)?(#!?/[^?]+)?", re.S)
 
 
@@ -139,8 +143,10 @@ class RedisRealtime:
 
     async def record(self, site_id: str, events: list[LiveEvent]) -> None:
         try:
-            await self._record(site_id, events)
-        except REDIS_UNREACHABLE as exc:
+            # A stalled Redis would hold the flush slot for the client's socket timeout (5 s) per batch.
+            async with asyncio.timeout(RECORD_SECONDS):
+                await self._record(site_id, events)
+        except REDIS_UNREACHABLE as exc:  # a timeout too (TimeoutError is an OSError)
             # The events are stored; a lost realtime update only dims the live view for a minute.
             self._outages.down(REDIS, exc, "the realtime view misses the events stored meanwhile")
             return

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import asyncpg
 
-from actors.base import Actor, Message
+from actors.base import Actor, AfterCommit, Message
 from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
 from actors.sessions import MemorySessions, RedisSessions, SidMode, VisitIn
 from actors.workspace import PartitionCache
@@ -54,15 +54,15 @@ class SiteActor(Actor):
         self.sessions = sessions
         self.realtime = realtime
 
-    async def flush(self, batch: list[Message]) -> None:
+    async def flush(self, batch: list[Message]) -> AfterCommit:
         items: list[SiteItem] = [item for msg in batch for item in msg.items]
         records = await self._with_sessions(items)
         await self.partitions.ensure(self.pool, {r.ts for r in records})
         async with self.connection() as conn:
             # One statement: its trigger lists the rows for the analytics mirror (migrations 0017, 0021).
             await event_store.copy_events(conn, records)
-        # Committed: only now may the realtime window show these events.
-        await self._publish(records)
+        # Committed: only now may the realtime window show these events (once the submitters are answered).
+        return lambda: self._publish(records)
 
     async def _with_sessions(self, items: list[SiteItem]) -> list[EventRow]:
         """Each event with its visit's id and acquisition (UTM fields, source, channel)."""

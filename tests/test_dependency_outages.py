@@ -345,3 +345,58 @@ async def test_a_client_hanging_up_mid_body_is_no_postgres_outage(database_url, 
     assert metric(after, "tally_dependency_outages_total", dependency="postgres") == \
         metric(before, "tally_dependency_outages_total", dependency="postgres")
     assert "unreachable" not in log, log[-2000:]
+
+
+class RealtimeHoldingRelay(Relay):
+    """A relay to Redis that, once `holding`, never passes on a command naming the realtime window's keys
+    (tally:rt:…): a Redis that stalls (overloaded, or its packets dropped) while sessions still answer."""
+
+    holding = False
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    if upstream and self.holding and b"tally:rt:" in data:
+                        await asyncio.Event().wait()  # held for good: the client's own timeout ends it
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        with contextlib.suppress(asyncio.CancelledError):  # at the cut
+            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+
+
+async def test_a_realtime_update_stalled_in_redis_does_not_turn_a_commit_into_a_503(make_client, settings,
+                                                                                   own_redis, database_url):
+    """The realtime update after a site flush's commit ran inside the commit's bound: with Redis stalled it
+    waited out its socket timeout (5 s), past the bound (here 2 s), and the submitter was answered 503 'no
+    commit' for an event PostgreSQL had stored (a retrying client stores it twice), with a PostgreSQL outage
+    counted. Now the update has a bound of its own, after the answer: the event is acknowledged and stored
+    once, and the outage is Redis's."""
+    relay = RealtimeHoldingRelay("127.0.0.1", own_redis.port)
+    port = await relay.start()
+    client = await make_client(dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0",
+                                                   commit_timeout_seconds=2.0))
+    site = f"stall-{own_redis.port}"  # development: an unknown site id registers itself
+    try:
+        first = await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/a"})
+        assert first.status == 202, await first.text()
+        before = await (await client.get("/metrics")).text()
+        relay.holding = True
+        resp = await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/b"})
+        assert resp.status == 202, await resp.text()
+        for _ in range(200):  # the update runs after the answer, to its own bound
+            after = await (await client.get("/metrics")).text()
+            if metric(after, "tally_dependency_outages_total", dependency="redis"):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await relay.cut()
+    assert [e["path"] for e in await stored_events(database_url, site)] == ["/a", "/b"]
+    assert [metric(t, "tally_dependency_outages_total", dependency="postgres") for t in (before, after)] == [0, 0]
+    assert metric(after, "tally_dependency_outages_total", dependency="redis") == metric(
+        before, "tally_dependency_outages_total", dependency="redis") + 1
