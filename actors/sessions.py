@@ -26,6 +26,7 @@ new visit), so a flood of page loads or ids cannot grow the process without boun
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -123,6 +124,9 @@ class MemorySessions:
                 del table[key]
 
 
+# The longest a batch's visits may take in Redis before the batch falls back to process memory.
+ASSIGN_SECONDS = 1.0
+
 # The script's one-letter modes (common/redis_scripts.py VISIT_ASSIGN).
 _MODE_LETTER = {None: "v", "join": "j", "new": "n", "exact": "x"}
 
@@ -139,8 +143,11 @@ class RedisSessions:
         if not visits:
             return []
         try:
-            assigned = await self._assign(site_id, visits)
-        except REDIS_UNREACHABLE as exc:
+            # A stalled Redis would hold the flush for the client's socket timeout (5 s), past the commit's
+            # bound: the batch's submitters were answered 503 though memory could have served them.
+            async with asyncio.timeout(ASSIGN_SECONDS):
+                assigned = await self._assign(site_id, visits)
+        except REDIS_UNREACHABLE as exc:  # a timeout too (TimeoutError is an OSError)
             self._outages.fallback("sessions", exc)
             return await self._fallback.assign(site_id, visits)
         self._outages.up(REDIS)

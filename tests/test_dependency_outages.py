@@ -347,11 +347,11 @@ async def test_a_client_hanging_up_mid_body_is_no_postgres_outage(database_url, 
     assert "unreachable" not in log, log[-2000:]
 
 
-class RealtimeHoldingRelay(Relay):
-    """A relay to Redis that, once `holding`, never passes on a command naming the realtime window's keys
-    (tally:rt:…): a Redis that stalls (overloaded, or its packets dropped) while sessions still answer."""
+class HoldingRelay(Relay):
+    """A relay to Redis that, once `holding` is set, never passes on a command naming a key that starts with
+    it: a Redis that stalls (overloaded, or its packets dropped) for that use while the others still answer."""
 
-    holding = False
+    holding = b""
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -360,7 +360,7 @@ class RealtimeHoldingRelay(Relay):
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
-                    if upstream and self.holding and b"tally:rt:" in data:
+                    if upstream and self.holding and self.holding in data:
                         await asyncio.Event().wait()  # held for good: the client's own timeout ends it
                     dst.write(data)
                     await dst.drain()
@@ -377,7 +377,7 @@ async def test_a_realtime_update_stalled_in_redis_does_not_turn_a_commit_into_a_
     commit' for an event PostgreSQL had stored (a retrying client stores it twice), with a PostgreSQL outage
     counted. Now the update has a bound of its own, after the answer: the event is acknowledged and stored
     once, and the outage is Redis's."""
-    relay = RealtimeHoldingRelay("127.0.0.1", own_redis.port)
+    relay = HoldingRelay("127.0.0.1", own_redis.port)
     port = await relay.start()
     client = await make_client(dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0",
                                                    commit_timeout_seconds=2.0))
@@ -386,7 +386,7 @@ async def test_a_realtime_update_stalled_in_redis_does_not_turn_a_commit_into_a_
         first = await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/a"})
         assert first.status == 202, await first.text()
         before = await (await client.get("/metrics")).text()
-        relay.holding = True
+        relay.holding = b"tally:rt:"
         resp = await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/b"})
         assert resp.status == 202, await resp.text()
         for _ in range(200):  # the update runs after the answer, to its own bound
@@ -400,3 +400,32 @@ async def test_a_realtime_update_stalled_in_redis_does_not_turn_a_commit_into_a_
     assert [metric(t, "tally_dependency_outages_total", dependency="postgres") for t in (before, after)] == [0, 0]
     assert metric(after, "tally_dependency_outages_total", dependency="redis") == metric(
         before, "tally_dependency_outages_total", dependency="redis") + 1
+
+
+async def test_a_session_step_stalled_in_redis_falls_back_within_the_commit_bound(make_client, settings,
+                                                                                 own_redis, database_url):
+    """A site flush gives its events their visits in Redis before the commit. With Redis stalled there, the
+    step waited out the client's socket timeout (5 s) before falling back to process memory, past the commit
+    bound (here 2 s): the event was answered 503 'no commit' and a PostgreSQL outage counted. The step has a
+    bound of its own now: the event is stored with a session, and the fallback is counted."""
+    relay = HoldingRelay("127.0.0.1", own_redis.port)
+    port = await relay.start()
+    client = await make_client(dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0",
+                                                   commit_timeout_seconds=2.0))
+    site = f"stall-sessions-{own_redis.port}"
+    try:
+        first = await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/a"})
+        assert first.status == 202, await first.text()
+        before = await (await client.get("/metrics")).text()
+        relay.holding = b"tally:visitor:"
+        resp = await post_event(client, {"s": site, "n": "pageview", "u": "https://x.example/b"},
+                                {"X-Forwarded-For": "10.9.0.2"})
+        assert resp.status == 202, await resp.text()
+        after = await (await client.get("/metrics")).text()
+    finally:
+        await relay.cut()
+    stored = await stored_events(database_url, site)
+    assert [e["path"] for e in stored] == ["/a", "/b"] and all(e["session_id"] for e in stored)
+    assert [metric(t, "tally_dependency_outages_total", dependency="postgres") for t in (before, after)] == [0, 0]
+    assert metric(after, "tally_dependency_fallbacks_total", use="sessions") == metric(
+        before, "tally_dependency_fallbacks_total", use="sessions") + 1
