@@ -254,10 +254,6 @@ async def status(conn: asyncpg.Connection, store: AnalyticsStore) -> Status:
     return Status(pending, age, pg, site, keyed)
 
 
-# A rebuild inserts each month in pieces of about this much CSV, cut between rows as it streams out of
-# PostgreSQL, so no month is held whole. Spooled whole to a temporary file (which chDB's client then copies
-# into another), 10M events took 3.7 GB of temporary disk; in pieces, none beyond two pieces, at 1.13 GB
-# peak RSS instead of 1.33, in the same time (64-66 s against 63-67).
 async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None = None) -> int:
     """Re-mirror every event (or those at or after `since`) from PostgreSQL; returns the events written.
     Takes the mirror lock, so no round runs meanwhile; the outbox keeps what commits during the rebuild.
