@@ -73,7 +73,7 @@ _SEP = "\x00"  # PostgreSQL text cannot hold NUL, so no user id contains it
 # in code-point order (COLLATE "C", as Python sorts strings), the user ids joined by NUL (a bytea: text cannot
 # hold it) and each one's value number (1 + its place in the values) joined by commas, in the same order (the
 # two aggregates take the same rows one by one). Built in the process from a row per user, this held the event
-# loop for ~0.1 s at 50,000 users and ~2.7 s at a million (bench/trait_groups.py). $4: whether user ids
+# loop for ~0.1 s at 50,000 users and ~3.6 s at a million (bench/trait_groups.py). $4: whether user ids
 # starting with "anon:" count; the last column says whether any did.
 _TRAITS = (
     "WITH labels AS (SELECT v, row_number() OVER (ORDER BY v COLLATE \"C\") AS n FROM ("

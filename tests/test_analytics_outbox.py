@@ -207,7 +207,6 @@ async def test_callers_that_arrive_while_a_catch_up_waits_share_the_next_one(con
         await pool.close()
 
 
-
 async def test_a_round_and_a_rebuild_past_the_memory_bound_go_in_pieces_within_it(conn, bounded_store):
     """A round's events went into the store in one insert (20,000 events of up to 64 KB: 1.3 GB, held in the
     process as well), and a rebuild's in pieces of 64 MB whatever the bound: an insert takes about five times
