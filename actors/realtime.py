@@ -142,6 +142,8 @@ class RedisRealtime:
         self._outages = outages
 
     async def record(self, site_id: str, events: list[LiveEvent]) -> None:
+        if not self._outages.worth_trying(REDIS):
+            return  # down: the live view misses these events, as when the update fails
         try:
             # A stalled Redis would hold the flush slot for the client's socket timeout (5 s) per batch.
             async with asyncio.timeout(RECORD_SECONDS):

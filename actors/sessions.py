@@ -142,6 +142,9 @@ class RedisSessions:
     async def assign(self, site_id: str, visits: list[VisitIn]) -> list[Assigned]:
         if not visits:
             return []
+        if not self._outages.worth_trying(REDIS):
+            self._outages.fallback("sessions", None)
+            return await self._fallback.assign(site_id, visits)
         try:
             # A stalled Redis would hold the flush for the client's socket timeout (5 s), past the commit's
             # bound: the batch's submitters were answered 503 though memory could have served them.

@@ -16,7 +16,7 @@ from datetime import date
 from multidict import CIMultiDictProxy
 from redis.asyncio import Redis
 
-from common.outages import REDIS_UNREACHABLE, Outages
+from common.outages import REDIS, REDIS_UNREACHABLE, Outages
 
 log = logging.getLogger("tally.enrich")
 
@@ -147,17 +147,24 @@ class DailySalt:
             return self._salt
         salt = secrets.token_bytes(32)
         if self._redis is not None:
+            if not self._outages.worth_trying(REDIS):  # down, and asked within the last PROBE_SECONDS
+                self._outages.fallback("salt", None)
+                return self._own_salt(day, salt)
             key = f"tally:visitor-salt:{day.isoformat()}"
             try:
                 await self._redis.set(key, salt, nx=True, ex=2 * 86400)
                 salt = await self._redis.get(key) or salt
             except REDIS_UNREACHABLE as exc:
                 self._outages.fallback("salt", exc)
-                if self._own is None or self._own[0] != day:
-                    self._own = (day, salt)
-                return self._own[1]
+                return self._own_salt(day, salt)
         self._day, self._salt = day, salt
         return salt
+
+    def _own_salt(self, day: date, salt: bytes) -> bytes:
+        """This process's salt of the day while Redis is down (the first one drawn that day)."""
+        if self._own is None or self._own[0] != day:
+            self._own = (day, salt)
+        return self._own[1]
 
 
 def visitor_key(salt: bytes, site_id: str, ip: str, user_agent: str) -> str:

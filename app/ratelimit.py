@@ -19,6 +19,8 @@ from common.outages import REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import RATE_LIMIT
 
 WINDOWS_MS = (1_000, 60_000)
+# The longest a turn's hits may wait for Redis before each is counted in process memory.
+HIT_SECONDS = 1.0
 _SECOND, _MINUTE = WINDOWS_MS
 
 
@@ -112,6 +114,9 @@ class RedisLimiter:
         self._fallback = MemoryLimiter()
 
     async def hit(self, bucket: str, limits: Limits) -> Verdict:
+        if not self._outages.worth_trying(REDIS):
+            self._outages.fallback("rate_limits", None)
+            return await self._fallback.hit(bucket, limits)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Verdict] = loop.create_future()
         self._waiting.append((bucket, limits, future))
@@ -139,7 +144,9 @@ class RedisLimiter:
                 keys += [f"tally:rl:{bucket}:{window}:{idx}", f"tally:rl:{bucket}:{window}:{idx - 1}"]
                 args += [limit, window, now_ms - idx * window]
         try:
-            reply = await self._script(keys=keys, args=args)
+            # A stalled Redis would hold every waiting request for the client's socket timeout (5 s).
+            async with asyncio.timeout(HIT_SECONDS):
+                reply = await self._script(keys=keys, args=args)
         except asyncio.CancelledError:  # shutting down: no request may wait for an answer forever
             for _, _, future in hits:
                 future.cancel()

@@ -33,6 +33,8 @@ QUIET_SECONDS = 30.0
 HOLD_DOWN_SECONDS = 60.0  # after an outage's return, further outages within this are summed up in one line
 RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients to wait
 REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
+# While a dependency with a fallback is down, how often one caller asks it again (worth_trying).
+PROBE_SECONDS = 1.0
 
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
 REDIS_UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -70,10 +72,23 @@ class Outages:
         self._hold_until: dict[str, float] = {}  # dependency -> end of its hold-down window
         self._flaps: dict[str, int] = {}  # dependency -> outages started in its window, not logged
         self._latest: dict[str, tuple[BaseException, str]] = {}  # dependency -> (error, consequence), while held
+        self._probed: dict[str, float] = {}  # dependency -> clock time a caller last asked it while it was down
 
     def is_down(self, dependency: str) -> bool:
         seen = self._last_failure.get(dependency)
         return seen is not None and self._clock() - seen <= QUIET_SECONDS
+
+    def worth_trying(self, dependency: str) -> bool:
+        """Whether a caller that has a fallback should ask the dependency now: always while it is up; while it is
+        down, one caller per PROBE_SECONDS (after its latest failure or probe), the others taking their fallback
+        at once. A stalled Redis held every rate-limit check for the client's timeout, request after request."""
+        if not self.is_down(dependency):
+            return True
+        now = self._clock()
+        if now - max(self._last_failure[dependency], self._probed.get(dependency, 0.0)) < PROBE_SECONDS:
+            return False
+        self._probed[dependency] = now
+        return True
 
     def down(self, dependency: str, exc: BaseException, consequence: str) -> None:
         """Record a failure; logs and counts only the first of an outage (and, held down, counts it only)."""
@@ -110,6 +125,7 @@ class Outages:
 
     def up(self, dependency: str) -> None:
         seen = self._last_failure.pop(dependency, None)
+        self._probed.pop(dependency, None)
         if self._hold_until:
             self._roll(dependency)
         if seen is None or dependency in self._hold_until:  # no outage, or a flap's end: summed up later
@@ -166,7 +182,9 @@ class Outages:
 
         return _Unreachable()
 
-    def fallback(self, use: str, exc: BaseException) -> None:
-        """Redis failed and `use` (sessions, rate_limits, salt) was served from process memory."""
-        self.down(REDIS, exc, REDIS_FALLBACK)
+    def fallback(self, use: str, exc: BaseException | None) -> None:
+        """`use` (sessions, rate_limits, salt) was served from process memory: Redis failed (`exc`), or was not
+        asked, being down (None: worth_trying said no)."""
+        if exc is not None:
+            self.down(REDIS, exc, REDIS_FALLBACK)
         self.metrics.dependency_fallbacks.labels(use).inc()

@@ -352,6 +352,7 @@ class HoldingRelay(Relay):
     it: a Redis that stalls (overloaded, or its packets dropped) for that use while the others still answer."""
 
     holding = b""
+    held = 0  # commands held so far
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -361,6 +362,7 @@ class HoldingRelay(Relay):
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
                     if upstream and self.holding and self.holding in data:
+                        self.held += 1
                         await asyncio.Event().wait()  # held for good: the client's own timeout ends it
                     dst.write(data)
                     await dst.drain()
@@ -429,3 +431,30 @@ async def test_a_session_step_stalled_in_redis_falls_back_within_the_commit_boun
     assert [metric(t, "tally_dependency_outages_total", dependency="postgres") for t in (before, after)] == [0, 0]
     assert metric(after, "tally_dependency_fallbacks_total", use="sessions") == metric(
         before, "tally_dependency_fallbacks_total", use="sessions") + 1
+
+
+async def test_while_redis_stalls_one_rate_limit_check_a_second_waits_for_it(make_client, settings, own_redis,
+                                                                            make_key):
+    """Rate limits are checked in Redis on every request. With Redis stalled each check waited out the client's
+    socket timeout (5 s) before counting in memory, request after request. Once a check has failed, the next
+    ones go to memory at once, and one a second asks Redis again: three requests in a row hold one command."""
+    relay = HoldingRelay("127.0.0.1", own_redis.port)
+    port = await relay.start()
+    client = await make_client(dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0"))
+    key = bearer(await make_key("read,write"))
+    try:
+        first = await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "u0"})
+        assert first.status == 200, await first.text()
+        before = await (await client.get("/metrics")).text()
+        relay.holding = b"tally:rl:"
+        statuses = []
+        for i in range(3):
+            resp = await client.post("/v1/events", headers=key, json={"event": "e", "user_id": f"u{i + 1}"})
+            statuses.append((resp.status, "X-RateLimit-Remaining" in resp.headers))
+        after = await (await client.get("/metrics")).text()
+    finally:
+        await relay.cut()
+    assert statuses == [(200, True)] * 3
+    assert relay.held == 1
+    assert metric(after, "tally_dependency_fallbacks_total", use="rate_limits") == metric(
+        before, "tally_dependency_fallbacks_total", use="rate_limits") + 3
