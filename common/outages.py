@@ -9,7 +9,8 @@ follow within HOLD_DOWN_SECONDS of one's end (flapping) are summed up in one lin
 
 What a failure means to the caller is decided where it happens: the HTTP edge answers 503 with
 Retry-After (app/outages.py), while site sessions, rate limits and the daily salt fall back to process
-memory and count each fallback (tally_dependency_fallbacks_total)."""
+memory and count each fallback (tally_dependency_fallbacks_total); while Redis is down they take the fallback
+at once and ask it again once a second (`worth_trying`)."""
 
 from __future__ import annotations
 
