@@ -1,8 +1,8 @@
 """A dependency flapping (fault walk-through, docs/benchmarks.md "Faults under load": a full disk where small
 batches still fit, a Redis restart's pooled connections failing one by one) logs its first outage and its return
 as before, then holds down: the outages and returns within the window after are summed up in one line at its end,
-where they logged a pair of lines each (43 pairs in 40 s). The outage book is driven directly, on a clock of the
-test's own."""
+where they logged a pair of lines each (43 pairs in 40 s); and while Redis is down, one caller a second asks it
+again. The outage book is driven directly, on a clock of the test's own."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import logging
 import asyncpg
 
 from common.metrics import Metrics
-from common.outages import HOLD_DOWN_SECONDS, POSTGRES, QUIET_SECONDS, REDIS, Outages
+from common.outages import HOLD_DOWN_SECONDS, POSTGRES, PROBE_SECONDS, QUIET_SECONDS, REDIS, Outages
 
 
 class Clock:
@@ -107,3 +107,20 @@ def test_readiness_hears_an_ingestion_outage_until_a_commit_or_quiet_seconds():
     assert outages.ingestion_outage() == "DiskFullError"
     clock.now += 1
     assert outages.ingestion_outage() is None
+
+
+def test_while_redis_is_down_one_caller_a_second_asks_it_again():
+    clock = Clock()
+    book = Outages(Metrics(), clock)
+    assert book.worth_trying(REDIS)
+    book.fallback("rate_limits", ConnectionRefusedError("refused"))
+    assert [book.worth_trying(REDIS) for _ in range(3)] == [False, False, False]
+    clock.now += PROBE_SECONDS
+    assert [book.worth_trying(REDIS) for _ in range(3)] == [True, False, False]  # one probe
+    book.fallback("rate_limits", TimeoutError())  # it failed: the next probe a second after
+    clock.now += PROBE_SECONDS / 2
+    assert not book.worth_trying(REDIS)
+    clock.now += PROBE_SECONDS / 2
+    assert book.worth_trying(REDIS)
+    book.up(REDIS)  # it answered: every caller asks it again
+    assert [book.worth_trying(REDIS) for _ in range(3)] == [True, True, True]
