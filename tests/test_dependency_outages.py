@@ -147,15 +147,20 @@ class Relay:
         self.writers |= {writer, up_writer}
         self.clients.add(writer)
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(65536):
-                    await self.flowing.wait()
+                    await self._passing(data, upstream)
                     dst.write(data)
                     await dst.drain()
             dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        with contextlib.suppress(asyncio.CancelledError):  # a pipe held for good, at the loop's end
+            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+
+    async def _passing(self, data: bytes, upstream: bool) -> None:
+        """Wait until `data` (toward the server when `upstream`) may pass."""
+        await self.flowing.wait()
 
     async def say_fatal(self) -> None:
         """Tell every client what a backend sends as its server goes away (FATAL 57P01), without closing yet:
@@ -355,22 +360,11 @@ class HoldingRelay(Relay):
     holding = b""
     held = 0  # commands held so far
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while data := await src.read(65536):
-                    if upstream and self.holding and self.holding in data:
-                        self.held += 1
-                        await asyncio.Event().wait()  # held for good: the client's own timeout ends it
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        with contextlib.suppress(asyncio.CancelledError):  # at the cut
-            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+    async def _passing(self, data: bytes, upstream: bool) -> None:
+        await super()._passing(data, upstream)
+        if upstream and self.holding and self.holding in data:
+            self.held += 1
+            await asyncio.Event().wait()  # held for good: the client's own timeout ends it
 
 
 async def test_a_realtime_update_stalled_in_redis_does_not_turn_a_commit_into_a_503(make_client, settings,
