@@ -16,16 +16,13 @@ from dataclasses import dataclass
 import orjson
 from redis.asyncio import Redis
 
-from common.outages import REDIS, REDIS_UNREACHABLE, Outages
+from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import REALTIME_SUM
 
 MAX_WINDOW = 3600
 RECENT = 20
 TOP_PAGES = 10
 PAGEVIEW = "pageview"
-# The longest a batch's update of the Redis window may take; past it the update is dropped, as when Redis is
-# unreachable (the events are stored, the live view misses them), and the site's next flush goes ahead.
-RECORD_SECONDS = 1.0
 _PAGE = re.compile(r"([^?#]*)(?:\?[^#]*)?(#!?/[^?]+)?", re.S)
 
 
@@ -146,7 +143,7 @@ class RedisRealtime:
             return  # down: the live view misses these events, as when the update fails
         try:
             # A stalled Redis would hold the flush slot for the client's socket timeout (5 s) per batch.
-            async with asyncio.timeout(RECORD_SECONDS):
+            async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
                 await self._record(site_id, events)
         except REDIS_UNREACHABLE as exc:  # a timeout too (TimeoutError is an OSError)
             # The events are stored; a lost realtime update only dims the live view for a minute.

@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple
 import orjson
 from redis.asyncio import Redis
 
-from common.outages import REDIS, REDIS_UNREACHABLE, Outages
+from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import VISIT_ASSIGN
 from storage.ids import new_id
 
@@ -124,9 +124,6 @@ class MemorySessions:
                 del table[key]
 
 
-# The longest a batch's visits may take in Redis before the batch falls back to process memory.
-ASSIGN_SECONDS = 1.0
-
 # The script's one-letter modes (common/redis_scripts.py VISIT_ASSIGN).
 _MODE_LETTER = {None: "v", "join": "j", "new": "n", "exact": "x"}
 
@@ -148,7 +145,7 @@ class RedisSessions:
         try:
             # A stalled Redis would hold the flush for the client's socket timeout (5 s), past the commit's
             # bound: the batch's submitters were answered 503 though memory could have served them.
-            async with asyncio.timeout(ASSIGN_SECONDS):
+            async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
                 assigned = await self._assign(site_id, visits)
         except REDIS_UNREACHABLE as exc:  # a timeout too (TimeoutError is an OSError)
             self._outages.fallback("sessions", exc)

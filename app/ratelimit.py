@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from app.plans import Limits
-from common.outages import REDIS, REDIS_UNREACHABLE, Outages
+from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages
 from common.redis_scripts import RATE_LIMIT
 
 WINDOWS_MS = (1_000, 60_000)
-# The longest a turn's hits may wait for Redis before each is counted in process memory.
-HIT_SECONDS = 1.0
 _SECOND, _MINUTE = WINDOWS_MS
 
 
@@ -145,7 +143,7 @@ class RedisLimiter:
                 args += [limit, window, now_ms - idx * window]
         try:
             # A stalled Redis would hold every waiting request for the client's socket timeout (5 s).
-            async with asyncio.timeout(HIT_SECONDS):
+            async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
                 reply = await self._script(keys=keys, args=args)
         except asyncio.CancelledError:  # shutting down: no request may wait for an answer forever
             for _, _, future in hits:
