@@ -5,12 +5,12 @@ row per statement since 0021).
 A round takes the lowest outbox rows, COPYs their events out of PostgreSQL as CSV, inserts that into
 ClickHouse as it streams (in pieces within the store's memory bound: storage/analytics_pieces) and deletes
 exactly those outbox rows, in one REPEATABLE READ transaction (so the COPY and the DELETE see the same rows),
-under an advisory lock, so rounds of all processes run one at a time. A crash
-before the COMMIT leaves the rows listed and the next round writes them again; the store's
-ReplacingMergeTree tables collapse such copies by event id and every read uses FINAL, so nothing counts
-twice. Erasures are queued the same way (`analytics_erasures`) and applied in a round before its inserts:
-rounds run one at a time, so a batch read before an erasure committed was written by an earlier round and
-is deleted, and this round's COPY, in the erasure's snapshot, holds only the events that survived it.
+under an advisory lock, so rounds of all processes run one at a time. A crash before the COMMIT leaves the
+rows listed and the next round writes them again; the store's ReplacingMergeTree tables collapse such copies
+by event id and every read uses FINAL, so nothing counts twice. Erasures are queued the same way
+(`analytics_erasures`) and applied in a round before its inserts: rounds run one at a time, so a batch read
+before an erasure committed was written by an earlier round and is deleted, and this round's COPY, in the
+erasure's snapshot, holds only the events that survived it.
 
 No event passes through Python one by one: PostgreSQL writes the CSV, and the store's `events_in` views
 derive every column the reads need (page key, referrer host, visitor hash) from the raw fields. `rebuild`
