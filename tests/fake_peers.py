@@ -2,11 +2,13 @@
 paging, filtering and auth behaviour the connectors rely on. FakeStripe answers as Stripe's API does
 for the official SDK: list objects (`object: "list"`, `data`, `has_more`, `url`), newest first, paged
 by `starting_after`, filtered by `created[gt|gte|lte]`, with `expand[]=data.charge` on refunds, and
-`/v1/events` filtered by `types[]` as well (an event holds its object as it was: `data.object`)."""
+`/v1/events` filtered by `types[]` as well (an event holds its object as it was: `data.object`; events
+older than Stripe's 30 days are gone). A charge is retrieved by id (`/v1/charges/{id}`) as it is now."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 STRIPE_KEY = "sk_test_StripeSecret4242abcd"
+EVENTS_KEPT_SECONDS = 30 * 86_400  # Stripe lists the events of the last 30 days only
 
 
 @dataclass
@@ -37,14 +40,29 @@ class FakeStripe:
     # When set, the events request with this number (1 for the first) answers Stripe's 400 error, once.
     fail_events_request: int | None = None
     events_requests: int = 0
+    charges_retrieved: list[str] = field(default_factory=list)  # the ids of GET /v1/charges/{id}, in order
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/customers", self._lister(lambda: self.customers))
         app.router.add_get("/v1/charges", self._gated(self._lister(lambda: self.charges)))
+        app.router.add_get("/v1/charges/{id}", self._retrieve_charge)
         app.router.add_get("/v1/refunds", self._forbiddable(self._lister(lambda: self.refunds)))
-        app.router.add_get("/v1/events", self._events(self._lister(lambda: self.events)))
+        app.router.add_get("/v1/events", self._events(self._lister(
+            lambda: [e for e in self.events if e["created"] >= time.time() - EVENTS_KEPT_SECONDS])))
         return app
+
+    async def _retrieve_charge(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"type": "invalid_request_error", "message": "Invalid API Key"}},
+                                     status=401)
+        charge_id = request.match_info["id"]
+        self.charges_retrieved.append(charge_id)
+        found = next((c for c in self.charges if c["id"] == charge_id), None)
+        if found is None:
+            return web.json_response({"error": {"type": "invalid_request_error", "code": "resource_missing",
+                                                "message": f"No such charge: '{charge_id}'"}}, status=404)
+        return web.json_response(found)
 
     def event(self, type_: str, obj: dict, created: int) -> dict:
         """Record an event as Stripe does when `obj` changes: a copy of the object as it is now."""

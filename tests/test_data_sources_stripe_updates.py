@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 
 import pytest
 
@@ -190,3 +191,67 @@ async def test_a_charge_settling_between_its_listing_and_the_events_in_one_sync_
     assert body["status"] == "active", body
     assert len(await named(client, key, "charge_succeeded")) == 1
     assert charge_ids(await named(client, key, "charge_pending")) == ["ch_1"]
+
+
+async def test_a_pause_longer_than_stripes_events_still_brings_outcomes_and_customer_changes(client, make_key,
+                                                                                             stripe, pool):
+    """Stripe keeps events 30 days. A source paused (or failing) for longer came back to a stream with a gap: a
+    pending charge that settled in it, and a customer changed in it, had no event left, so the outcome never
+    came and the profile kept its old traits. Now a sync that finds such a gap asks Stripe for each pending
+    charge as it is now and lists every customer again. A charge settled in the gap gets its outcome stamped at
+    the gap's end (the latest it can have happened); one whose event Stripe still keeps, at the event's time; a
+    charge Stripe no longer has is dropped from the list, and the stream goes on from there."""
+    fake, _ = stripe
+    now = int(time.time())
+    fake.customers = [customer(1, now - 60 * DAY), customer(2, now - 60 * DAY)]
+    for n in range(1, 6):
+        pending(fake, n, 1 + n % 2, now - 50 * DAY + n)
+    fake, key, body = await start(client, make_key, stripe)
+    assert charge_ids(await named(client, key, "charge_pending")) == ["ch_1", "ch_2", "ch_3", "ch_4", "ch_5"]
+    body = await sync_again(client, key, body["id"])  # no event for 30 days is no gap: the stream was read
+    assert body["status"] == "active" and fake.charges_retrieved == [], body
+    # The last sync was 45 days ago: where the stream left off, Stripe keeps no event any more.
+    cursor = json.loads(await pool.fetchval("SELECT sync_cursor::text FROM data_sources WHERE id = $1", body["id"]))
+    assert cursor["updates_read"] >= now
+    cursor["updates"] = {"t": now - 45 * DAY, "ids": []}
+    cursor["updates_read"] = now - 45 * DAY
+    await pool.execute("UPDATE data_sources SET sync_cursor = $2::text::jsonb WHERE id = $1", body["id"],
+                       json.dumps(cursor))
+
+    settle(fake, 1, "succeeded", now - 40 * DAY)  # in the gap
+    settle(fake, 2, "failed", now - 35 * DAY)  # in the gap
+    settle(fake, 5, "succeeded", now - 10 * DAY)  # after the gap: Stripe still has its event
+    fake.charges = [c for c in fake.charges if c["id"] != "ch_4"]  # gone from Stripe
+    cus = fake.customers[0]
+    cus.update(email="changed-in-gap@example.com")
+    fake.event("customer.updated", cus, now - 38 * DAY)
+    other = fake.customers[1]
+    other.update(email="changed-lately@example.com")
+    fake.event("customer.updated", other, now - 5 * DAY)
+    fake.fail_events_request = fake.events_requests + 1  # the stream after the gap's commit is cut short
+    body = await sync_again(client, key, body["id"])
+    assert body["status"] == "error" and await named(client, key, "charge_succeeded") == [], body
+    body = await sync_again(client, key, body["id"])
+    assert body["status"] == "active", body
+    [succeeded, in_window] = sorted(await named(client, key, "charge_succeeded"),
+                                    key=lambda e: e["properties"]["charge_id"])
+    [failed] = await named(client, key, "charge_failed")
+    assert [e["properties"]["charge_id"] for e in (succeeded, failed, in_window)] == ["ch_1", "ch_2", "ch_5"]
+    for event in (succeeded, failed):
+        stamped = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+        assert now - 30 * DAY <= stamped <= time.time() - 29 * DAY, event
+    assert in_window["timestamp"].startswith(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now - 10 * DAY)))
+    assert succeeded["properties"]["status"] == "succeeded" and succeeded["user_id"] == "cus_2"
+    for n, email in ((1, "changed-in-gap@example.com"), (2, "changed-lately@example.com")):
+        profile = await (await client.get(f"/v1/users/cus_{n}", headers=bearer(key))).json()
+        assert profile["traits"]["email"] == email
+    assert sorted(fake.charges_retrieved) == ["ch_1", "ch_2", "ch_3", "ch_4", "ch_5"]
+
+    # ch_3 is still pending and still watched: its outcome comes from the stream as usual, once.
+    settle(fake, 3, "succeeded", now - DAY)
+    body = await sync_again(client, key, body["id"])
+    body = await sync_again(client, key, body["id"])
+    assert body["status"] == "active", body
+    assert charge_ids(await named(client, key, "charge_succeeded")) == ["ch_1", "ch_3", "ch_5"]
+    assert charge_ids(await named(client, key, "charge_failed")) == ["ch_2"]
+    assert len(fake.charges_retrieved) == 5  # no gap any more: nothing asked again

@@ -18,6 +18,7 @@ connection (redirect hops included) is checked as the other HTTP connectors' are
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ import stripe
 from app.sources.base import Batch, Connector, Imported, SourceError
 from app.sources.netguard import DestinationRefused, GuardedConnector
 from app.sources.schemas import StripeCredentials
-from app.sources.stripe_updates import StripeUpdates, pending_of
+from app.sources.stripe_updates import StripeUpdates, has_gap, pending_of
 
 BASE_URL = "https://api.stripe.com"
 PAGE = 100
@@ -74,6 +75,17 @@ class StripeConnector(StripeUpdates, Connector):
         except stripe.StripeError as exc:
             raise self._reason(exc, forbidden) from None
 
+    async def _retrieve(self, retrieve: Callable[[str], Awaitable[stripe.StripeObject]], object_id: str) -> dict | None:
+        """One object by id as a dict, None when Stripe has none by that id (404)."""
+        try:
+            return (await retrieve(object_id)).to_dict()
+        except stripe.InvalidRequestError as exc:
+            if exc.http_status == 404:
+                return None
+            raise self._reason(exc) from None
+        except stripe.StripeError as exc:
+            raise self._reason(exc) from None
+
     def _reason(self, exc: stripe.StripeError, forbidden: str = "") -> SourceError:
         """An SDK exception as a SourceError with a reason fit for status_reason (the runner scrubs secrets);
         `forbidden` follows Stripe's message when the key lacks a permission (what the call is for)."""
@@ -104,6 +116,8 @@ class StripeConnector(StripeUpdates, Connector):
         await self._keep_pending(cursor)
         async with self.client(retries=SYNC_RETRIES) as client:
             v1 = client.v1
+            if has_gap(cursor, time.time()):
+                await self._bridge_gap(v1.charges.retrieve_async, cursor)
             for kind, lister, to_batch, params in (
                     ("customers", v1.customers.list_async, self._customers, {}),
                     ("charges", v1.charges.list_async, self._charges, {}),

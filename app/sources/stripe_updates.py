@@ -24,6 +24,16 @@ its cursor holds (each listing's newest, a partial listing's oldest, each pendin
 never before Stripe's 30 days. A cursor without `pending`
 but with charges was stored by such a release: the charges it imported as pending are read once from the
 stored `charge_pending` events of the last PENDING_KEEP (Sink.first_seen), so their outcomes come in too.
+
+A gap: everything Stripe changed since the last complete reading of the stream (`updates_read`, the second
+it started; for a cursor stored before it was kept, the `updates` mark's second) is no longer in Stripe's 30
+days: a source paused or failing for longer. The changes inside the gap have no event left, so before listing
+anything the sync asks Stripe for each pending charge as it is now (`GET /v1/charges/{id}`), drops those Stripe
+no longer has, keeps those settled (`gap`) and lists every customer again, as it is now; one commit. The stream
+then reads from the oldest second Stripe keeps (less GAP_SLACK), and once it has read to its end, a kept charge
+it found no event for settled in the gap: it gets its outcome event, stamped where the stream started (the
+latest it can have happened: Stripe keeps no settle time). A charge whose event the stream did find gets it at
+the event's time.
 """
 
 from __future__ import annotations
@@ -43,6 +53,9 @@ if TYPE_CHECKING:
 UPDATE_TYPES = ("charge.succeeded", "charge.failed", "customer.updated")
 OUTCOMES = ("succeeded", "failed")
 RETENTION = 30 * 86_400  # Stripe's events
+# After a gap the stream starts this far inside Stripe's 30 days, so that a sync retried soon after (the stream
+# cut short) does not find a gap again; a charge that settled in it is stamped at its end, an hour late at most.
+GAP_SLACK = 3_600
 PENDING_KEEP = 90 * 86_400  # a pending charge's outcome is looked for this long after it was created
 FORBIDDEN = ("; charge outcomes and customer changes are read from Stripe's events, so a restricted key "
              "needs read access to Events")
@@ -65,6 +78,13 @@ def stream_start(cursor: dict, now: float) -> int:
     return max(min(seconds), int(now) - RETENTION)
 
 
+def has_gap(cursor: dict, now: float) -> bool:
+    """Whether changes since the stream's last complete reading may be gone from Stripe (the module's text). A
+    stream never read has none: its first listing starts where the cursor's marks do (stream_start)."""
+    read = cursor.get("updates_read", (cursor.get("updates") or {}).get("t"))
+    return read is not None and read < int(now) - RETENTION
+
+
 class StripeUpdates:
     """The events half of StripeConnector (app/sources/stripe.py), which defines what it uses here."""
 
@@ -72,6 +92,7 @@ class StripeUpdates:
     _list_new: Callable[..., AsyncIterator[tuple[list[dict], dict | None]]]
     _customers: Callable[[list[dict]], dict]
     _charges: Callable[[list[dict]], dict]
+    _retrieve: Callable[..., Awaitable[dict | None]]
 
     async def _keep_pending(self, cursor: dict) -> None:
         """Set the cursor's `pending` before anything is listed, reading it once from the stored events for a
@@ -84,9 +105,46 @@ class StripeUpdates:
             await self.sink.commit(Batch(cursor=dict(cursor)))
         cursor["pending"] = {k: t for k, t in (cursor.get("pending") or {}).items() if t >= now - PENDING_KEEP}
 
+    async def _bridge_gap(self, retrieve: Callable[[str], Awaitable[stripe.Charge]], cursor: dict) -> None:
+        """Before the listings, when the stream has a gap: each pending charge as it is now, the settled ones kept
+        for _settle_gap, and every customer listed again; the stream's new start. One commit."""
+        start = int(time.time()) - RETENTION + GAP_SLACK
+        pending = dict(cursor.get("pending") or {})
+        settled = dict((cursor.get("gap") or {}).get("settled") or {})
+        for charge_id in sorted(pending.keys() - settled.keys()):
+            charge = await self._retrieve(retrieve, charge_id)
+            if charge is None:
+                del pending[charge_id]  # Stripe no longer has it: nothing will ever settle it
+            elif charge.get("status") in OUTCOMES:
+                settled[charge_id] = charge
+        cursor["pending"] = pending
+        cursor["gap"] = {"at": start, "settled": settled}
+        cursor["updates"] = {"t": start, "ids": []}
+        cursor["updates_read"] = start
+        cursor.pop("updated_customers", None)
+        cursor.pop("customers", None)  # listed again from the first
+        await self.sink.commit(Batch(cursor=dict(cursor)))
+
+    async def _settle_gap(self, cursor: dict) -> int:
+        """After the stream has read to its end: the charges found settled in a gap that it found no event for
+        (still pending) get their outcome, stamped at the gap's end."""
+        gap = cursor.pop("gap", None)
+        if gap is None:
+            return 0
+        pending = dict(cursor["pending"])
+        settled = [charge for charge_id, charge in sorted(gap["settled"].items()) if pending.pop(charge_id, None)]
+        rows = self._charges(settled)["events"]
+        for row in rows:
+            row.ts = datetime.fromtimestamp(gap["at"], UTC)
+        cursor["pending"] = pending
+        out: list[Imported] = rows
+        await self.sink.commit(Batch(events=out, cursor=dict(cursor)))
+        return len(rows)
+
     async def _sync_updates(self, lister: Callable[[dict], Awaitable[stripe.ListObject]], cursor: dict) -> int:
         """List the events since the `updates` mark and commit what they change, page by page."""
-        mark = cursor.get("updates") or {"t": stream_start(cursor, time.time()), "ids": []}
+        started = int(time.time())
+        mark = cursor.get("updates") or {"t": stream_start(cursor, started), "ids": []}
         pending: dict[str, int] = dict(cursor.get("pending") or {})
         applied: set[str] = set(cursor.get("updated_customers") or ())
         total = 0
@@ -98,9 +156,10 @@ class StripeUpdates:
                 cursor["updated_customers"] = sorted(applied)
             else:
                 cursor.pop("updated_customers", None)
+                cursor["updates_read"] = started
             await self.sink.commit(Batch(**batch, cursor=dict(cursor)))
             total += len(batch["events"]) + len(batch["traits"])
-        return total
+        return total + await self._settle_gap(cursor)
 
     def _updates(self, events: list[dict], pending: dict[str, int], applied: set[str]) -> dict[str, Any]:
         """One page of events (newest first) as the rows they change; `pending` and `applied` are updated."""
