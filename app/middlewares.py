@@ -20,6 +20,7 @@ from app.outages import MirrorBehind, mirror_behind, unavailable, unreachable
 from app.responses import ApiError, SiteError, json_response
 from app.same_origin import refuse_cross_origin
 from app.shared_access import refuse_token_elsewhere
+from common.outages import DependencyDown
 from storage.clickhouse import QueryTooLarge, QueryTooSlow
 
 log = logging.getLogger("tally.http")
@@ -86,6 +87,8 @@ def _render_unexpected(request: web.Request, exc: Exception, site: bool) -> web.
         # The client hung up mid-request: aiohttp ends the read of its body with a ConnectionResetError, as a
         # PostgreSQL connection reset ends a query. Nothing of ours is down, and nobody reads this answer.
         return _client_gone(site)
+    if isinstance(exc, DependencyDown):
+        return unavailable(exc.dependency, site)
     dependency = unreachable(exc)
     if dependency is not None:
         root_app(request)[OUTAGES].down(dependency, exc, "requests that need it answer 503")

@@ -36,8 +36,9 @@ RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients
 REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
 # While a dependency with a fallback is down, how often one caller asks it again (worth_trying).
 PROBE_SECONDS = 1.0
-# The longest a Redis call that has a fallback (rate limits, a flush's visits, the realtime window) waits:
-# a stalled Redis held each for the client's socket timeout (5 s), a flush past its commit bound.
+# The longest a Redis call that has a fallback (rate limits, a flush's visits, the realtime window; a dashboard
+# session's is the 503) waits: a stalled Redis held each for the client's socket timeout (5 s), a flush past its
+# commit bound.
 FALLBACK_WAIT_SECONDS = 1.0
 
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
@@ -58,6 +59,15 @@ POSTGRES_UNREACHABLE: tuple[type[BaseException], ...] = (
 # client raises OperationalError for a refused, reset or timed-out connection and for a response cut short,
 # never for a query the server refused (a DatabaseError). The embedded engine (chDB) never raises it.
 ANALYTICS_UNREACHABLE: tuple[type[BaseException], ...] = (OperationalError,)
+
+
+class DependencyDown(Exception):
+    """A call not made because its dependency is down and another caller asks it this second (worth_trying): the
+    request answers 503 as for the failure itself, without counting another one (which would put off the probe)."""
+
+    def __init__(self, dependency: str) -> None:
+        super().__init__(f"{dependency} is down; asked again within {PROBE_SECONDS:g}s")
+        self.dependency = dependency
 
 
 class Outages:
