@@ -30,7 +30,7 @@ it started; for a cursor stored before it was kept, the `updates` mark's second)
 days: a source paused or failing for longer. The changes inside the gap have no event left, so before listing
 anything the sync asks Stripe for each pending charge as it is now (`GET /v1/charges/{id}`), drops those Stripe
 no longer has, keeps those settled (`gap`) and lists every customer again, as it is now; one commit. The stream
-then reads from the oldest second Stripe keeps (less GAP_SLACK), and once it has read to its end, a kept charge
+then reads from an hour inside Stripe's 30 days (GAP_SLACK), and once it has read to its end, a kept charge
 it found no event for settled in the gap: it gets its outcome event, stamped where the stream started (the
 latest it can have happened: Stripe keeps no settle time). A charge whose event the stream did find gets it at
 the event's time.
