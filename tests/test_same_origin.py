@@ -9,8 +9,9 @@ import secrets
 import asyncpg
 import pytest
 
-from app.dashboard_session import COOKIE, hash_password
+from app.dashboard_session import COOKIE
 from storage import accounts
+from tests.conftest import password_hash
 from tests.site_helpers import post_event, unique_domain
 
 FOREIGN = {"Origin": "https://evil.example"}
@@ -26,7 +27,7 @@ async def _account(database_url: str, workspace: str) -> str:
     email = f"{secrets.token_hex(4)}@example.com"
     conn = await asyncpg.connect(database_url)
     try:
-        await accounts.upsert_account(conn, email, hash_password(PASSWORD), workspace)
+        await accounts.upsert_account(conn, email, password_hash(PASSWORD), workspace)
     finally:
         await conn.close()
     return email

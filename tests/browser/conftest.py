@@ -35,6 +35,7 @@ from app.appkeys import POOL
 from app.server import init_app
 from app.settings import Settings
 from tests.browser import site_pages
+from tests.conftest import password_hash
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -235,14 +236,13 @@ def no_script_errors(page: Page) -> Iterator[None]:
 @pytest.fixture
 def account(live_server: LiveServer) -> tuple[str, str]:
     """A dashboard account in a workspace of its own: (email, password)."""
-    from app.dashboard_session import hash_password
     from storage import accounts
 
     email, password = f"{secrets.token_hex(4)}@example.com", "browser test password"
 
     async def create() -> None:
         async with live_server.app[POOL].acquire() as conn:
-            await accounts.upsert_account(conn, email, hash_password(password), f"ws-{secrets.token_hex(6)}")
+            await accounts.upsert_account(conn, email, password_hash(password), f"ws-{secrets.token_hex(6)}")
 
     live_server.run(create())
     return email, password
