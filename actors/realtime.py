@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import orjson
 from redis.asyncio import Redis
 
-from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages
+from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages, ask_redis
 from common.redis_scripts import REALTIME_SUM
 
 MAX_WINDOW = 3600
@@ -181,6 +181,9 @@ class RedisRealtime:
             await pipe.execute()
 
     async def snapshot(self, site_id: str, now_ms: int, window: int) -> RealtimeSnapshot:
+        return await ask_redis(self._outages, self._snapshot(site_id, now_ms, window))
+
+    async def _snapshot(self, site_id: str, now_ms: int, window: int) -> RealtimeSnapshot:
         first, until_ms = seconds(now_ms, window)
         since_ms = first * 1000
         async with self._redis.pipeline(transaction=False) as pipe:

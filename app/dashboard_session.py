@@ -7,14 +7,12 @@ cookie stops working. Signing in always starts a new id (no session fixation).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, TypeVar
 
 import asyncpg
 from aiohttp import web
@@ -24,16 +22,12 @@ from aiohttp_session.redis_storage import RedisStorage
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from redis.asyncio import Redis
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.appkeys import OUTAGES, POOL
-from app.appkeys import REDIS as REDIS_CLIENT
+from app.appkeys import OUTAGES, POOL, REDIS
 from app.responses import SiteError
 from app.settings import Settings
-from common.outages import FALLBACK_WAIT_SECONDS, REDIS, DependencyDown, Outages
+from common.outages import Outages, ask_redis
 from storage import dashboard_sessions
-
-T = TypeVar("T")
 
 COOKIE = "tally_session"
 MAX_AGE = 30 * 24 * 3600
@@ -111,9 +105,8 @@ class PostgresStorage(AbstractStorage):
 class SharedRedisStorage(RedisStorage):
     """Sessions in Redis (REDIS_URL), with a way to end one on the server. The client and the outage book are
     the app's, which exist only once the app has started (app/server.py): they are looked up per call. Each call
-    waits for Redis at most FALLBACK_WAIT_SECONDS (a stalled Redis held every dashboard request for the client's
-    5 s socket timeout before its 503); while Redis is down, one call a second asks it and the others raise
-    DependencyDown at once (both 503). A request without a session cookie never asks Redis to read one."""
+    goes through common.outages.ask_redis: a stalled or down Redis answers the request 503 within a second, or
+    at once. A request without a session cookie never asks Redis to read one."""
 
     def __init__(self, redis: Callable[[], Redis], outages: Callable[[], Outages], **cookie) -> None:
         super().__init__(Redis(), **cookie)  # a client that never connects, for the base class's type check
@@ -131,33 +124,20 @@ class SharedRedisStorage(RedisStorage):
     async def load_session(self, request: web.Request) -> Session:
         if self.load_cookie(request) is None:
             return await super().load_session(request)
-        return await self._bounded(super().load_session(request))
+        return await ask_redis(self._outages(), super().load_session(request))
 
     async def save_session(self, request: web.Request, response: web.StreamResponse, session: Session) -> None:
-        await self._bounded(super().save_session(request, response, session))
+        await ask_redis(self._outages(), super().save_session(request, response, session))
 
     async def forget(self, key: str) -> None:
-        await self._bounded(self._redis.delete(f"{self.cookie_name}_{key}"))
-
-    async def _bounded(self, call: Coroutine[Any, Any, T]) -> T:
-        outages = self._outages()
-        if not outages.worth_trying(REDIS):
-            call.close()
-            raise DependencyDown(REDIS)
-        try:
-            async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
-                result = await call
-        except TimeoutError:
-            raise RedisTimeoutError(f"no answer within {FALLBACK_WAIT_SECONDS:g}s") from None
-        outages.up(REDIS)
-        return result
+        await ask_redis(self._outages(), self._redis.delete(f"{self.cookie_name}_{key}"))
 
 
 def storage_for(app: web.Application, settings: Settings) -> AbstractStorage:
     cookie = {"cookie_name": COOKIE, "max_age": MAX_AGE, "httponly": True, "samesite": "Lax",
               "secure": settings.production}
     if settings.redis_url:
-        return SharedRedisStorage(lambda: app[REDIS_CLIENT], lambda: app[OUTAGES], key_factory=_new_key, **cookie)
+        return SharedRedisStorage(lambda: app[REDIS], lambda: app[OUTAGES], key_factory=_new_key, **cookie)
     return PostgresStorage(lambda: app[POOL], **cookie)
 
 

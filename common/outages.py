@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import asyncpg
 from clickhouse_connect.driver.exceptions import OperationalError
@@ -26,6 +27,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from common.metrics import Metrics
+
+T = TypeVar("T")
 
 log = logging.getLogger("tally.outages")
 
@@ -202,3 +205,20 @@ class Outages:
         if exc is not None:
             self.down(REDIS, exc, REDIS_FALLBACK)
         self.metrics.dependency_fallbacks.labels(use).inc()
+
+
+async def ask_redis(outages: Outages, call: Coroutine[Any, Any, T]) -> T:
+    """Run a Redis call that has no fallback (its request answers 503 without it: a dashboard session, the realtime
+    view), as those with one are run: it waits at most FALLBACK_WAIT_SECONDS (a stalled Redis held each for the
+    client's 5 s socket timeout), and while Redis is down only one call per PROBE_SECONDS asks it, the others
+    raising DependencyDown at once. A timeout is raised as Redis's own, so the HTTP edge records the outage."""
+    if not outages.worth_trying(REDIS):
+        call.close()
+        raise DependencyDown(REDIS)
+    try:
+        async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
+            result = await call
+    except TimeoutError:
+        raise RedisTimeoutError(f"no answer within {FALLBACK_WAIT_SECONDS:g}s") from None
+    outages.up(REDIS)
+    return result
