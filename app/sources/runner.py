@@ -33,7 +33,7 @@ from actors.workspace import month_start
 from app.bodies import field_of
 from app.crypto import CredentialBox
 from app.scheduler import Scheduler
-from app.sources import CONNECTORS
+from app.sources import connector_class
 from app.sources.base import Batch, SourceError, redact
 from app.sources.netguard import REFUSED, DestinationRefused, NetGuard
 from app.sources.schedule import next_sync
@@ -290,8 +290,8 @@ class SourceRunner:
             await self._finish(row, ok=False, reason=f"the stored options are not valid (options{'.' if field else ''}"
                                f"{field}: {message.strip()}); delete and reconnect the source")
             return
-        connector = CONNECTORS[kind](credentials, options, PageSink(self.pool, row), timeout=self.timeout,
-                                     guard=self.guard)
+        connector_of = await connector_class(kind)
+        connector = connector_of(credentials, options, PageSink(self.pool, row), timeout=self.timeout, guard=self.guard)
         ok, reason, rows = False, None, 0
         try:
             if row["status"] == "testing":
