@@ -56,6 +56,9 @@ RETENTION = 30 * 86_400  # Stripe's events
 # After a gap the stream starts this far inside Stripe's 30 days, so that a sync retried soon after (the stream
 # cut short) does not find a gap again; a charge that settled in it is stamped at its end, an hour late at most.
 GAP_SLACK = 3_600
+# What an outcome event is made of (StripeConnector._charges), kept of a charge found settled in a gap.
+CHARGE_FIELDS = ("id", "customer", "created", "amount", "currency", "status", "paid", "refunded", "amount_refunded",
+                 "description")
 PENDING_KEEP = 90 * 86_400  # a pending charge's outcome is looked for this long after it was created
 FORBIDDEN = ("; charge outcomes and customer changes are read from Stripe's events, so a restricted key "
              "needs read access to Events")
@@ -116,7 +119,7 @@ class StripeUpdates:
             if charge is None:
                 del pending[charge_id]  # Stripe no longer has it: nothing will ever settle it
             elif charge.get("status") in OUTCOMES:
-                settled[charge_id] = charge
+                settled[charge_id] = {k: charge.get(k) for k in CHARGE_FIELDS}  # it rides in the cursor a while
         cursor["pending"] = pending
         cursor["gap"] = {"at": start, "settled": settled}
         cursor["updates"] = {"t": start, "ids": []}
@@ -132,7 +135,8 @@ class StripeUpdates:
         if gap is None:
             return 0
         pending = dict(cursor["pending"])
-        settled = [charge for charge_id, charge in sorted(gap["settled"].items()) if pending.pop(charge_id, None)]
+        settled = [charge for charge_id, charge in sorted(gap["settled"].items())
+                   if pending.pop(charge_id, None) is not None]
         rows = self._charges(settled)["events"]
         for row in rows:
             row.ts = datetime.fromtimestamp(gap["at"], UTC)
