@@ -39,9 +39,9 @@ RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients
 REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
 # While a dependency with a fallback is down, how often one caller asks it again (worth_trying).
 PROBE_SECONDS = 1.0
-# The longest a Redis call that has a fallback (rate limits, a flush's visits, the realtime window; a dashboard
-# session's is the 503) waits: a stalled Redis held each for the client's socket timeout (5 s), a flush past its
-# commit bound.
+# The longest a Redis call waits where it has a fallback (rate limits, a flush's visits, the realtime update) and
+# where it has none (ask_redis: a dashboard session, the realtime view): a stalled Redis held each for the client's
+# socket timeout (5 s), a flush past its commit bound.
 FALLBACK_WAIT_SECONDS = 1.0
 
 # Errors that mean "Redis cannot be reached", not "Redis refused this command".
