@@ -8,7 +8,6 @@ snapshots are plain data (RealtimeSnapshot), which app/views/realtime.py renders
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 from redis.asyncio import Redis
 
-from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages, ask_redis
+from common.outages import REDIS, REDIS_UNREACHABLE, DependencyDown, Outages, ask_redis
 from common.redis_scripts import REALTIME_SUM
 
 MAX_WINDOW = 3600
@@ -139,17 +138,14 @@ class RedisRealtime:
         self._outages = outages
 
     async def record(self, site_id: str, events: list[LiveEvent]) -> None:
-        if not self._outages.worth_trying(REDIS):
-            return  # down: the live view misses these events, as when the update fails
         try:
-            # A stalled Redis would hold the flush slot for the client's socket timeout (5 s) per batch.
-            async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
-                await self._record(site_id, events)
-        except REDIS_UNREACHABLE as exc:  # a timeout too (TimeoutError is an OSError)
+            # Bounded: a stalled Redis would hold the flush slot for the client's socket timeout (5 s) per batch.
+            await ask_redis(self._outages, self._record(site_id, events))
+        except DependencyDown:
+            pass  # down: the live view misses these events, as when the update fails
+        except REDIS_UNREACHABLE as exc:  # a timeout too
             # The events are stored; a lost realtime update only dims the live view for a minute.
             self._outages.down(REDIS, exc, "the realtime view misses the events stored meanwhile")
-            return
-        self._outages.up(REDIS)
 
     async def _record(self, site_id: str, events: list[LiveEvent]) -> None:
         # Counted here first, so a batch costs a few commands rather than several per event.

@@ -26,7 +26,6 @@ new visit), so a flood of page loads or ids cannot grow the process without boun
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -34,7 +33,7 @@ from typing import Literal, NamedTuple
 import orjson
 from redis.asyncio import Redis
 
-from common.outages import FALLBACK_WAIT_SECONDS, REDIS, REDIS_UNREACHABLE, Outages
+from common.outages import REDIS_UNREACHABLE, DependencyDown, Outages, ask_redis
 from common.redis_scripts import VISIT_ASSIGN
 from storage.ids import new_id
 
@@ -139,19 +138,15 @@ class RedisSessions:
     async def assign(self, site_id: str, visits: list[VisitIn]) -> list[Assigned]:
         if not visits:
             return []
-        if not self._outages.worth_trying(REDIS):
-            self._outages.fallback("sessions", None)
-            return await self._fallback.assign(site_id, visits)
         try:
-            # A stalled Redis would hold the flush for the client's socket timeout (5 s), past the commit's
-            # bound: the batch's submitters were answered 503 though memory could have served them.
-            async with asyncio.timeout(FALLBACK_WAIT_SECONDS):
-                assigned = await self._assign(site_id, visits)
-        except REDIS_UNREACHABLE as exc:  # a timeout too (TimeoutError is an OSError)
+            # Bounded: a stalled Redis would hold the flush for the client's socket timeout (5 s), past the
+            # commit's bound, and the batch's submitters were answered 503 though memory could have served them.
+            return await ask_redis(self._outages, self._assign(site_id, visits))
+        except DependencyDown:  # down, and asked within the last PROBE_SECONDS
+            self._outages.fallback("sessions", None)
+        except REDIS_UNREACHABLE as exc:  # a timeout too
             self._outages.fallback("sessions", exc)
-            return await self._fallback.assign(site_id, visits)
-        self._outages.up(REDIS)
-        return assigned
+        return await self._fallback.assign(site_id, visits)
 
     async def _assign(self, site_id: str, visits: list[VisitIn]) -> list[Assigned]:
         # Keys outlive the timeout a little; the script compares times itself, so an injected clock works.

@@ -39,8 +39,7 @@ RETRY_AFTER_SECONDS = 5  # what a 503 for an unreachable dependency asks clients
 REDIS_FALLBACK = "sessions, rate limits and salts fall back to process memory"
 # While a dependency with a fallback is down, how often one caller asks it again (worth_trying).
 PROBE_SECONDS = 1.0
-# The longest a Redis call waits where it has a fallback (rate limits, a flush's visits, the realtime update) and
-# where it has none (ask_redis: a dashboard session, the realtime view): a stalled Redis held each for the client's
+# The longest a Redis call waits (ask_redis; the rate limiter's turn): a stalled Redis held each for the client's
 # socket timeout (5 s), a flush past its commit bound.
 FALLBACK_WAIT_SECONDS = 1.0
 
@@ -208,10 +207,11 @@ class Outages:
 
 
 async def ask_redis(outages: Outages, call: Coroutine[Any, Any, T]) -> T:
-    """Run a Redis call that has no fallback (its request answers 503 without it: a dashboard session, the realtime
-    view), as those with one are run: it waits at most FALLBACK_WAIT_SECONDS (a stalled Redis held each for the
-    client's 5 s socket timeout), and while Redis is down only one call per PROBE_SECONDS asks it, the others
-    raising DependencyDown at once. A timeout is raised as Redis's own, so the HTTP edge records the outage."""
+    """Run a Redis call: it waits at most FALLBACK_WAIT_SECONDS (a stalled Redis held each for the client's 5 s
+    socket timeout), and while Redis is down only one call per PROBE_SECONDS asks it, the others raising
+    DependencyDown at once. A timeout is raised as Redis's own. A caller with a fallback (a flush's visits, the
+    realtime update) takes it on either; one without (a dashboard session, the realtime view) lets the HTTP edge
+    answer 503, recording the outage for a failure."""
     if not outages.worth_trying(REDIS):
         call.close()
         raise DependencyDown(REDIS)
