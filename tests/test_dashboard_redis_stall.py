@@ -15,6 +15,18 @@ from tests.test_dependency_outages import HoldingRelay, own_redis  # noqa: F401 
 from tests.test_shared_links import share, token_of
 
 
+async def _reads_while_held(client, relay: HoldingRelay, path: str, holding: bytes) -> list[tuple]:
+    """Three reads of `path` while the relay holds the Redis commands naming `holding`: (status, Retry-After,
+    body) of each. The relay holds nothing again afterwards."""
+    relay.holding = holding
+    answers = []
+    for _ in range(3):
+        resp = await client.get(path)
+        answers.append((resp.status, resp.headers.get("Retry-After"), await resp.json()))
+    relay.holding = b""
+    return answers
+
+
 async def test_while_redis_stalls_one_dashboard_request_a_second_waits_for_it(make_client, settings, own_redis,  # noqa: F811
                                                                               login, monkeypatch):
     monkeypatch.setattr(outages, "PROBE_SECONDS", 60.0)  # a loaded machine's slow requests stay inside it
@@ -25,11 +37,7 @@ async def test_while_redis_stalls_one_dashboard_request_a_second_waits_for_it(ma
         await login(the_client=client)
         assert (await client.get("/api/sites")).status == 200
         before = await (await client.get("/metrics")).text()
-        relay.holding = b"tally_session_"
-        answers = []
-        for _ in range(3):
-            resp = await client.get("/api/sites")
-            answers.append((resp.status, resp.headers.get("Retry-After"), await resp.json()))
+        answers = await _reads_while_held(client, relay, "/api/sites", b"tally_session_")
         after = await (await client.get("/metrics")).text()
         assert answers == [(503, "5", {"error": "service unavailable"})] * 3
         assert relay.held == 1  # the first asked Redis; the other two did not wait for it
@@ -37,7 +45,6 @@ async def test_while_redis_stalls_one_dashboard_request_a_second_waits_for_it(ma
             before, "tally_dependency_outages_total", dependency="redis") + 1
 
         # Redis answers again: the next probe finds it, and the session is still signed in.
-        relay.holding = b""
         monkeypatch.setattr(outages, "PROBE_SECONDS", 0.0)
         assert (await client.get("/api/sites")).status == 200
         assert (await client.get("/api/sites")).status == 200
@@ -60,15 +67,10 @@ async def test_while_redis_stalls_one_realtime_read_a_second_waits_for_it(make_c
         client.session.cookie_jar.clear()
         live = f"/api/analytics/realtime?siteId={site}&auth={token}"
         assert (await client.get(live)).status == 200
-        relay.holding = b"tally:rt:"
-        answers = []
-        for _ in range(3):
-            resp = await client.get(live)
-            answers.append((resp.status, resp.headers.get("Retry-After"), await resp.json()))
+        answers = await _reads_while_held(client, relay, live, b"tally:rt:")
         assert answers == [(503, "5", {"error": "service unavailable"})] * 3
         assert relay.held == 1
 
-        relay.holding = b""
         monkeypatch.setattr(outages, "PROBE_SECONDS", 0.0)
         resp = await client.get(live)
         assert resp.status == 200 and (await resp.json())["activeVisitors"] == 0
