@@ -16,7 +16,7 @@ from datetime import date
 from multidict import CIMultiDictProxy
 from redis.asyncio import Redis
 
-from common.outages import REDIS, REDIS_UNREACHABLE, Outages
+from common.outages import REDIS_UNREACHABLE, DependencyDown, Outages, ask_redis
 
 log = logging.getLogger("tally.enrich")
 
@@ -147,18 +147,25 @@ class DailySalt:
             return self._salt
         salt = secrets.token_bytes(32)
         if self._redis is not None:
-            if not self._outages.worth_trying(REDIS):  # down, and asked within the last PROBE_SECONDS
+            try:
+                # Bounded like every Redis call on a request's way: a stalled Redis held the first event of
+                # the day for the client's 5 s socket timeout.
+                salt = await ask_redis(self._outages, self._shared(day, salt))
+            except DependencyDown:  # down, and asked within the last PROBE_SECONDS
                 self._outages.fallback("salt", None)
                 return self._own_salt(day, salt)
-            key = f"tally:visitor-salt:{day.isoformat()}"
-            try:
-                await self._redis.set(key, salt, nx=True, ex=2 * 86400)
-                salt = await self._redis.get(key) or salt
-            except REDIS_UNREACHABLE as exc:
+            except REDIS_UNREACHABLE as exc:  # a timeout too
                 self._outages.fallback("salt", exc)
                 return self._own_salt(day, salt)
         self._day, self._salt = day, salt
         return salt
+
+    async def _shared(self, day: date, salt: bytes) -> bytes:
+        """The day's salt in Redis: `salt` unless another process set one first."""
+        assert self._redis is not None
+        key = f"tally:visitor-salt:{day.isoformat()}"
+        await self._redis.set(key, salt, nx=True, ex=2 * 86400)
+        return await self._redis.get(key) or salt
 
     def _own_salt(self, day: date, salt: bytes) -> bytes:
         """This process's salt of the day while Redis is down (the first one drawn that day)."""
