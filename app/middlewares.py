@@ -21,6 +21,7 @@ from app.responses import ApiError, SiteError, json_response
 from app.same_origin import refuse_cross_origin
 from app.shared_access import refuse_token_elsewhere
 from common.outages import DependencyDown
+from storage.bounded_pool import CALL_BOUND
 from storage.clickhouse import QueryTooLarge, QueryTooSlow
 
 log = logging.getLogger("tally.http")
@@ -106,17 +107,19 @@ def _client_gone(site: bool) -> web.Response:
     return json_response({"error": {"code": "invalid_request", "message": message}}, 400)
 
 
-def root_middleware(sessions: Middleware) -> Middleware:
+def root_middleware(sessions: Middleware, postgres_bound: float) -> Middleware:
     """The root application's layer, in this order: request metrics (every request, whatever its
     application), failures as JSON in the keyed shape {"error": {"code", "message"}} (the root's routes
     and /v1, whose layer adds its rate-limit headers first; /api renders its own), and the dashboard
     session for the root's own routes (the pages) only: a request routed into a sub-application is left
-    to that one, so /v1 never reads a dashboard session."""
+    to that one, so /v1 never reads a dashboard session. Every request's PostgreSQL queries and waits for a
+    connection of the main pool are bounded by `postgres_bound` (storage/bounded_pool.py)."""
 
     @web.middleware
     async def root(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500
+        bound = CALL_BOUND.set(postgres_bound)
         try:
             try:
                 if len(request.match_info.apps) > 1:
@@ -138,6 +141,7 @@ def root_middleware(sessions: Middleware) -> Middleware:
             status = exc.status
             raise
         finally:
+            CALL_BOUND.reset(bound)
             _count(request, status, started)
 
     return root

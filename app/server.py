@@ -96,7 +96,7 @@ async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         watchdog.start()
     try:
         async with connecting_to_postgres(dsn, embedded_in=embedded and embedded.data_dir):
-            pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max)
+            pool = await create_pool(dsn, min_size=min(2, settings.pool_max), max_size=settings.pool_max, bounded=True)
         # asyncpg logs a traceback for every failed attempt to reconnect its floor: one line per outage.
         pools = [pool]  # this app's pools with a floor (other apps' pools log through the same logger)
         opened.append(pool)
@@ -316,7 +316,7 @@ def init_app(settings: Settings, *, analytics: AnalyticsStore | None = None) -> 
     # session). Errors in /v1 take the root's keyed shape; keyed_middleware adds the rate-limit headers.
     app = web.Application(client_max_size=MAX_BODY)
     sessions = dashboard_session.middleware(dashboard_session.storage_for(app, settings))
-    app.middlewares.append(root_middleware(sessions))
+    app.middlewares.append(root_middleware(sessions, settings.db_request_timeout_seconds))
     v1 = web.Application(middlewares=[keyed_middleware])
     api = web.Application(middlewares=[site_api_middleware(sessions)])
     metrics = Metrics()

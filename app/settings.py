@@ -188,6 +188,10 @@ class Settings:
     # locked, a PostgreSQL stopped: requests otherwise waited for asyncpg's 60 s command timeout, then a 500).
     commit_timeout_seconds: float = field(default=10.0,
                                           metadata=var("TALLY_COMMIT_TIMEOUT_SECONDS", _float, above=0))
+    # A request's PostgreSQL query, or its wait for a connection of the main pool, that takes longer is answered
+    # 503 with Retry-After (PostgreSQL stalled: requests waited for asyncpg's 60 s command timeout, then a 500).
+    db_request_timeout_seconds: float = field(default=10.0,
+                                              metadata=var("TALLY_DB_REQUEST_TIMEOUT_SECONDS", _float, above=0))
     actor_idle_seconds: float = field(default=300.0, metadata=var("TALLY_ACTOR_IDLE_SECONDS", _float, 0.1))
     key_cache_seconds: float = field(default=2.0, metadata=var("TALLY_KEY_CACHE_SECONDS", _float, 0))
     pool_max: int = field(default=10, metadata=var("TALLY_DB_POOL_MAX", _int, low=1))

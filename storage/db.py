@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import msgspec
 
+from storage.bounded_pool import BoundedConnection, BoundedPool
+
 log = logging.getLogger("tally.db")
 
 _encode = msgspec.json.encode
@@ -69,8 +71,16 @@ async def connect(*args: object, **kwargs: object) -> asyncpg.Connection:
 
 
 async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, server_settings: dict = SERVER_SETTINGS,
-                      reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None) -> asyncpg.Pool:
-    """A pool of connections with the app's codecs; `reset` None: asyncpg's default reset on release."""
+                      reset: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+                      bounded: bool = False) -> asyncpg.Pool:
+    """A pool of connections with the app's codecs; `reset` None: asyncpg's default reset on release. `bounded`:
+    its queries and its waits for a connection take the caller's context's bound (storage/bounded_pool.py)."""
+    if bounded:  # the pool asyncpg.create_pool makes, of the classes that apply the bound
+        return await BoundedPool(
+            dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
+            server_settings=server_settings, reset=reset, connect=connect, connection_class=BoundedConnection,
+            record_class=asyncpg.Record, init_size=None, max_queries=50000, max_inactive_connection_lifetime=300.0,
+            setup=None, loop=None)
     return await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
         server_settings=server_settings, reset=reset, connect=connect,

@@ -162,3 +162,38 @@ async def test_ingestion_to_a_postgresql_that_stopped_answering_answers_503_and_
     stored = [who for _, who in await _keyed_rows(database_url, workspace)]
     assert {"before", "after"} <= set(stored) and len(stored) == len(set(stored)), stored
     assert set(stored) <= {"before", "after", *(f"during-{i}" for i in range(5))}, stored
+
+
+async def test_requests_that_read_postgresql_while_it_stalls_answer_503_within_their_bound(
+        make_client, settings, make_key, workspace, database_url):
+    """Reads on a request's way (an API key's lookup, the event list, the lookup of a site's first event) waited
+    for asyncpg's 60 s command timeout, then answered 500, and the requests queued behind them for a connection
+    waited with no bound at all (fault walk-through with PostgreSQL SIGSTOPped; the key cache hid it above). Each
+    now answers 503 with Retry-After within TALLY_DB_REQUEST_TIMEOUT_SECONDS, and once PostgreSQL answers again
+    the same requests are served."""
+    key = bearer(await make_key("read,write"))
+    relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=0, pool_max=2,
+                                         commit_timeout_seconds=BOUND, db_request_timeout_seconds=BOUND)
+    try:
+        assert (await client.get("/v1/events?limit=1", headers=key)).status == 200
+        relay.stall()
+        answers = await asyncio.wait_for(asyncio.gather(
+            *[client.get("/v1/events?limit=1", headers=key) for _ in range(4)],  # more than the pool holds
+            client.post("/v1/events", headers=key, json={"event": "e", "user_id": "during"}),
+            post_event(client, {"s": f"stall-{workspace}", "n": "pageview"})),  # an unknown site: looked up
+            GUARD)
+        for resp in answers[:5]:
+            assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+            assert (await resp.json())["error"]["code"] == "unavailable"
+        assert answers[5].status == 503 and answers[5].headers["Retry-After"] == "5", await answers[5].text()
+        assert await answers[5].json() == {"error": "service unavailable"}
+        relay.resume()
+        for _ in range(50):  # the stalled connections are answered, or replaced, first
+            resp = await client.get("/v1/events?limit=1", headers=key)
+            if resp.status == 200:
+                break
+            assert resp.status == 503, await resp.text()
+            await asyncio.sleep(0.2)
+        assert resp.status == 200
+    finally:
+        await relay.cut()

@@ -19,6 +19,7 @@ from app.views.events import SINGLE_LIMIT, commit
 from app.views.params import cursor_param, int_param, page_response, storable_param
 from storage import events as event_store
 from storage import users as user_store
+from storage.bounded_pool import unbounded
 
 log = logging.getLogger("tally.users")
 _TRAIT = re.compile(r"^trait\[(.{1,255})\]\Z")
@@ -85,10 +86,13 @@ async def get_user(request: web.Request) -> web.Response:
 @requires("admin", "admin")
 async def delete_user(request: web.Request) -> web.Response:
     key = key_of(request)
-    async with request.config_dict[POOL].acquire() as conn:
-        await event_store.erase_user(
-            conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
-        )
+    # Deleting every event of a user may rightly take longer than a request's bound on PostgreSQL: cut there, the
+    # erasure would be rolled back on every retry.
+    with unbounded():
+        async with request.config_dict[POOL].acquire() as conn:
+            await event_store.erase_user(
+                conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
+            )
     # Apply it to the analytics store now. Should that fail, or wait past the report timeout (a backlog after
     # an upgrade), the erasure stays queued, and every analytics read applies the queue before it reads (or
     # answers 503), so no read returns the user's events either way.
