@@ -37,6 +37,18 @@ async def _lock_events(database_url: str) -> asyncpg.Connection:
     return conn
 
 
+async def _served_again(send) -> None:
+    """Send until the answer is a 200, each earlier one a 503 (PostgreSQL answers again: what it held is cleaned up
+    or answered first)."""
+    for _ in range(50):
+        resp = await send()
+        if resp.status == 200:
+            return
+        assert resp.status == 503, await resp.text()
+        await asyncio.sleep(0.2)
+    raise AssertionError("never served again")
+
+
 async def _keyed_rows(database_url: str, workspace: str) -> list[tuple[str, str]]:
     conn = await connect(database_url)
     try:
@@ -150,13 +162,8 @@ async def test_ingestion_to_a_postgresql_that_stopped_answering_answers_503_and_
             assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
             assert (await resp.json())["error"]["code"] == "unavailable"
         relay.resume()
-        for _ in range(50):  # the stalled flush's connection is cleaned up first; meanwhile its slot is held
-            resp = await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "after"})
-            if resp.status == 200:
-                break
-            assert resp.status == 503, await resp.text()
-            await asyncio.sleep(0.2)
-        assert resp.status == 200
+        # The stalled flush's connection is cleaned up first; meanwhile its slot is held.
+        await _served_again(lambda: client.post("/v1/events", headers=key, json={"event": "e", "user_id": "after"}))
     finally:
         await relay.cut()
     stored = [who for _, who in await _keyed_rows(database_url, workspace)]
@@ -188,12 +195,6 @@ async def test_requests_that_read_postgresql_while_it_stalls_answer_503_within_t
         assert answers[5].status == 503 and answers[5].headers["Retry-After"] == "5", await answers[5].text()
         assert await answers[5].json() == {"error": "service unavailable"}
         relay.resume()
-        for _ in range(50):  # the stalled connections are answered, or replaced, first
-            resp = await client.get("/v1/events?limit=1", headers=key)
-            if resp.status == 200:
-                break
-            assert resp.status == 503, await resp.text()
-            await asyncio.sleep(0.2)
-        assert resp.status == 200
+        await _served_again(lambda: client.get("/v1/events?limit=1", headers=key))
     finally:
         await relay.cut()
