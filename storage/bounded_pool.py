@@ -7,7 +7,7 @@ hung for a minute and then answered 500. The HTTP edge sets CALL_BOUND for each 
 query on a bounded pool's connections, and each wait for one of them, gives up after the bound with
 PostgresStalled, which the edge answers as an unreachable PostgreSQL (503, Retry-After). An explicit `timeout=`
 wins; background work sets no bound and keeps the command timeout, and a request whose work is long by nature
-(an erasure) lifts it with unbounded().
+(an erasure) takes a longer one with bounded_by().
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ class PostgresStalled(ConnectionError):
 
 
 @contextlib.contextmanager
-def unbounded() -> Iterator[None]:
-    """No CALL_BOUND inside: for a request whose PostgreSQL work may rightly take long (an erasure)."""
-    token = CALL_BOUND.set(None)
+def bounded_by(seconds: float) -> Iterator[None]:
+    """CALL_BOUND `seconds` inside: for a request whose PostgreSQL work may rightly take longer (an erasure)."""
+    token = CALL_BOUND.set(seconds)
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ import pytest
 
 from actors.base import StoreFailed, StoreUnreachable
 from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
+from app.views import users
 from storage.db import init_connection
 from storage.events import EventRow
 from storage.ids import new_id
@@ -37,12 +38,12 @@ async def _lock_events(database_url: str) -> asyncpg.Connection:
     return conn
 
 
-async def _served_again(send) -> None:
-    """Send until the answer is a 200, each earlier one a 503 (PostgreSQL answers again: what it held is cleaned up
-    or answered first)."""
+async def _served_again(send, served: int = 200) -> None:
+    """Send until the answer is `served`, each earlier one a 503 (PostgreSQL answers again: what it held is cleaned
+    up or answered first)."""
     for _ in range(50):
         resp = await send()
-        if resp.status == 200:
+        if resp.status == served:
             return
         assert resp.status == 503, await resp.text()
         await asyncio.sleep(0.2)
@@ -196,5 +197,25 @@ async def test_requests_that_read_postgresql_while_it_stalls_answer_503_within_t
         assert await answers[5].json() == {"error": "service unavailable"}
         relay.resume()
         await _served_again(lambda: client.get("/v1/events?limit=1", headers=key))
+    finally:
+        await relay.cut()
+
+
+async def test_an_erasure_while_postgresql_stalls_answers_503_at_its_own_bound(
+        make_client, settings, make_key, database_url, monkeypatch):
+    """An erasure may take longer than other requests (every event of a user), so it has a bound of its own
+    (app.views.users.ERASURE_SECONDS, here shortened), and a stalled PostgreSQL meets it with a 503 too, not
+    asyncpg's command timeout and a 500; it stores nothing, so the retry erases once PostgreSQL answers."""
+    monkeypatch.setattr(users, "ERASURE_SECONDS", BOUND)
+    key = bearer(await make_key("read,write,admin"))
+    relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=3600,
+                                         db_request_timeout_seconds=BOUND)
+    try:
+        assert (await client.post("/v1/events", headers=key, json={"event": "e", "user_id": "gone"})).status == 200
+        relay.stall()
+        resp = await asyncio.wait_for(client.delete("/v1/users/gone", headers=key), GUARD)
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+        relay.resume()
+        await _served_again(lambda: client.delete("/v1/users/gone", headers=key), 204)
     finally:
         await relay.cut()

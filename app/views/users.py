@@ -19,9 +19,10 @@ from app.views.events import SINGLE_LIMIT, commit
 from app.views.params import cursor_param, int_param, page_response, storable_param
 from storage import events as event_store
 from storage import users as user_store
-from storage.bounded_pool import unbounded
+from storage.bounded_pool import bounded_by
 
 log = logging.getLogger("tally.users")
+ERASURE_SECONDS = 60.0  # the bound of an erasure's PostgreSQL work (a query, a wait for a connection)
 _TRAIT = re.compile(r"^trait\[(.{1,255})\]\Z")
 
 
@@ -87,8 +88,9 @@ async def get_user(request: web.Request) -> web.Response:
 async def delete_user(request: web.Request) -> web.Response:
     key = key_of(request)
     # Deleting every event of a user may rightly take longer than a request's bound on PostgreSQL: cut there, the
-    # erasure would be rolled back on every retry.
-    with unbounded():
+    # erasure would be rolled back on every retry. It keeps the command timeout it always had, as a bound, so a
+    # stalled PostgreSQL still answers 503.
+    with bounded_by(ERASURE_SECONDS):
         async with request.config_dict[POOL].acquire() as conn:
             await event_store.erase_user(
                 conn, key.workspace_id, key.env, request.match_info["user_id"], datetime.now(UTC)
