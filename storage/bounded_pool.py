@@ -6,8 +6,9 @@ queries had no bound at all: a request that reads (an API key's lookup, the even
 hung for a minute and then answered 500. The HTTP edge sets CALL_BOUND for each request; in that context each
 query on a bounded pool's connections, and each wait for one of them, gives up after the bound with
 PostgresStalled, which the edge answers as an unreachable PostgreSQL (503, Retry-After). An explicit `timeout=`
-wins; background work sets no bound and keeps the command timeout, and a request whose work is long by nature
-(an erasure) takes a longer one with bounded_by().
+wins; background work (timers, started outside any request) has no bound and keeps the command timeout, while a
+task a request starts inherits the request's (the mirror's catch-up a read waits for); a request whose work is
+long by nature (an erasure) takes a longer one with bounded_by().
 """
 
 from __future__ import annotations
