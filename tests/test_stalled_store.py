@@ -205,7 +205,7 @@ async def test_an_erasure_while_postgresql_stalls_answers_503_at_its_own_bound(
         make_client, settings, make_key, database_url, monkeypatch):
     """An erasure may take longer than other requests (every event of a user), so it has a bound of its own
     (app.views.users.ERASURE_SECONDS, here shortened), and a stalled PostgreSQL meets it with a 503 too, not
-    asyncpg's command timeout and a 500; it stores nothing, so the retry erases once PostgreSQL answers."""
+    asyncpg's command timeout and a 500; the retry erases once PostgreSQL answers."""
     monkeypatch.setattr(users, "ERASURE_SECONDS", BOUND)
     key = bearer(await make_key("read,write,admin"))
     relay, client = await _through_relay(make_client, settings, database_url, key_cache_seconds=3600,
@@ -217,5 +217,7 @@ async def test_an_erasure_while_postgresql_stalls_answers_503_at_its_own_bound(
         assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
         relay.resume()
         await _served_again(lambda: client.delete("/v1/users/gone", headers=key), 204)
+        listed = await client.get("/v1/events?user_id=gone", headers=key)
+        assert listed.status == 200 and (await listed.json())["data"] == []
     finally:
         await relay.cut()
