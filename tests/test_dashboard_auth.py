@@ -122,3 +122,40 @@ async def test_a_body_that_does_not_decode_by_its_content_encoding_is_a_400(clie
         assert resp.status == 400, path
         assert await resp.json() == {"error": "invalid request body"}
     assert await (await client.get("/api/sites")).json() == []
+
+
+async def test_a_sign_in_holds_no_database_connection_while_it_hashes(make_client, settings, login, make_key,
+                                                                        monkeypatch):
+    """argon2 runs in one of a few worker threads, and sign-ins from many addresses queue for them: each held a
+    pool connection meanwhile, so a wave of them took every connection from every other request. With a pool of
+    one, a keyed read is served while a sign-in is still checking its password."""
+    import asyncio
+    import dataclasses
+    import threading
+
+    from app import dashboard_session as ds
+    from tests.conftest import bearer
+
+    key = bearer(await make_key("read"))
+    client = await make_client(dataclasses.replace(settings, pool_max=1, db_request_timeout_seconds=1.0,
+                                                   key_cache_seconds=0))
+    email = await login(the_client=client)
+    await client.post("/api/auth/logout")
+    hashing, done = threading.Event(), threading.Event()
+    real = ds.check_password
+
+    def held(stored_hash: str, password: str) -> bool:
+        hashing.set()
+        done.wait(30)
+        return real(stored_hash, password)
+
+    monkeypatch.setattr(ds, "check_password", held)
+    signing_in = asyncio.create_task(client.post("/api/auth/login",
+                                                 json={"email": email, "password": "correct horse battery"}))
+    try:
+        assert await asyncio.to_thread(hashing.wait, 30)
+        read = await client.get("/v1/events?limit=1", headers=key)
+        assert read.status == 200, await read.text()
+    finally:
+        done.set()
+    assert (await signing_in).status == 200

@@ -56,15 +56,19 @@ async def login(request: web.Request) -> web.Response:
             raise SiteError(429, "too many login attempts", headers={"Retry-After": str(verdict.retry_after)})
     async with request.config_dict[POOL].acquire() as conn:
         account = await accounts.account_by_email(conn, email)
-        # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop. An
-        # unknown email is checked against a dummy hash of the same cost, so timing does not tell
-        # which emails have accounts.
-        ok = await asyncio.to_thread(_verify, account, password)
-        if not ok:
-            raise SiteError(401, "invalid email or password")
+    # Hashing runs in a thread: argon2 is deliberately slow and must not stall the event loop. An unknown email is
+    # checked against a dummy hash of the same cost, so timing does not tell which emails have accounts. No pool
+    # connection is held meanwhile: sign-ins from many addresses at once (each within its limits) queue for the
+    # few worker threads, and held, their connections were every other request's.
+    if not await asyncio.to_thread(_verify, account, password):
+        raise SiteError(401, "invalid email or password")
+    rehashed = None
+    if ds.needs_rehash(account["password_hash"]):
+        rehashed = await asyncio.to_thread(ds.hash_password, password)
+    async with request.config_dict[POOL].acquire() as conn:
         workspaces = await accounts.workspaces_of(conn, account["id"])
-        if ds.needs_rehash(account["password_hash"]):
-            await accounts.set_password_hash(conn, account["id"], await asyncio.to_thread(ds.hash_password, password))
+        if rehashed is not None:
+            await accounts.set_password_hash(conn, account["id"], rehashed)
     if not workspaces:
         raise SiteError(401, "invalid email or password")
     await ds.sign_in(request, account["id"], email, workspaces[0]["id"])
