@@ -41,13 +41,13 @@ def bounded_by(seconds: float) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _stalls(bound: float | None) -> Iterator[None]:
+def _stalls(bound: float | None, what: str = "PostgreSQL did not answer") -> Iterator[None]:
     try:
         yield
     except TimeoutError as exc:
         if bound is None:  # the caller's own timeout, or the command timeout: as asyncpg raised it
             raise
-        raise PostgresStalled(f"PostgreSQL did not answer within {bound:g}s") from exc
+        raise PostgresStalled(f"{what} within {bound:g}s") from exc
 
 
 def _bound(timeout: float | None) -> float | None:
@@ -94,7 +94,8 @@ class _Acquiring:
         self._inner, self._bound = inner, bound
 
     async def __aenter__(self) -> asyncpg.Connection:
-        with _stalls(self._bound):
+        # Every connection busy (stalled, or a pool too small for the load) or a new one not made.
+        with _stalls(self._bound, "no connection of the pool came free, or none could be opened,"):
             return await self._inner.__aenter__()
 
     def __await__(self) -> Any:  # `conn = await pool.acquire()`, asyncpg's other form
