@@ -47,6 +47,8 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 
 
 SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
+# How long one statement may wait for PostgreSQL where no shorter bound applies (storage/bounded_pool.py).
+COMMAND_TIMEOUT_SECONDS = 60.0
 # For the actors' connections, which write: the statements of the events triggers (migrations 0009 and
 # 0017) read the statement's transition table, and the others an actor runs (profile and Segment ledger
 # upserts) go by primary key, so no plan of theirs depends on values, while replanning the triggers' on
@@ -75,16 +77,13 @@ async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 10, server
                       bounded: bool = False) -> asyncpg.Pool:
     """A pool of connections with the app's codecs; `reset` None: asyncpg's default reset on release. `bounded`:
     its queries and its waits for a connection take the caller's context's bound (storage/bounded_pool.py)."""
-    if bounded:  # the pool asyncpg.create_pool makes, of the classes that apply the bound
-        return await BoundedPool(
-            dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
-            server_settings=server_settings, reset=reset, connect=connect, connection_class=BoundedConnection,
-            record_class=asyncpg.Record, init_size=None, max_queries=50000, max_inactive_connection_lifetime=300.0,
-            setup=None, loop=None)
-    return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=init_connection, command_timeout=60,
-        server_settings=server_settings, reset=reset, connect=connect,
-    )
+    options = {"min_size": min_size, "max_size": max_size, "init": init_connection, "reset": reset,
+               "connect": connect, "command_timeout": COMMAND_TIMEOUT_SECONDS, "server_settings": server_settings}
+    if bounded:  # the pool asyncpg.create_pool makes (its defaults spelled out), of the classes that apply the bound
+        return await BoundedPool(dsn, connection_class=BoundedConnection, record_class=asyncpg.Record, init_size=None,
+                                 max_queries=50000, max_inactive_connection_lifetime=300.0, setup=None, loop=None,
+                                 **options)
+    return await asyncpg.create_pool(dsn, **options)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -20,9 +20,11 @@ from app.views.params import cursor_param, int_param, page_response, storable_pa
 from storage import events as event_store
 from storage import users as user_store
 from storage.bounded_pool import bounded_by
+from storage.db import COMMAND_TIMEOUT_SECONDS
 
 log = logging.getLogger("tally.users")
-ERASURE_SECONDS = 60.0  # the bound of an erasure's PostgreSQL work (a query, a wait for a connection)
+# The bound of an erasure's PostgreSQL work (a query, a wait for a connection): the command timeout it always had.
+ERASURE_SECONDS = COMMAND_TIMEOUT_SECONDS
 _TRAIT = re.compile(r"^trait\[(.{1,255})\]\Z")
 
 
