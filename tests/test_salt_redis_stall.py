@@ -36,7 +36,11 @@ async def test_a_stalled_redis_does_not_hold_the_days_salt(own_redis, monkeypatc
         relay.holding = b""
         monkeypatch.setattr(outages, "PROBE_SECONDS", 0.0)
         shared = await salt.get(DAY)  # Redis answers again: the salt every process shares from now on
-        assert shared == await Redis.from_url(own_redis.url).get(f"tally:visitor-salt:{DAY.isoformat()}")
+        direct = Redis.from_url(own_redis.url)
+        try:
+            assert shared == await direct.get(f"tally:visitor-salt:{DAY.isoformat()}")
+        finally:
+            await direct.aclose()
         assert fallbacks._value.get() == 2
     finally:
         await redis.aclose()
