@@ -184,10 +184,10 @@ class Relay:
         await self.server.wait_closed()
 
 
-async def _through_relay(make_client, settings, database_url: str, **changes):
+async def _through_relay(make_client, settings, database_url: str, *, relay_class: type[Relay] = Relay, **changes):
     """A relay to the test's PostgreSQL, and a client of an app that reaches PostgreSQL only through it."""
     parsed = urlparse(database_url)
-    relay = Relay(parsed.hostname or "127.0.0.1", parsed.port or 5432)
+    relay = relay_class(parsed.hostname or "127.0.0.1", parsed.port or 5432)
     port = await relay.start()
     relayed = parsed._replace(netloc=f"{parsed.username or 'postgres'}@127.0.0.1:{port}").geturl()
     return relay, await make_client(dataclasses.replace(settings, database_url=relayed, **changes))
@@ -354,8 +354,9 @@ async def test_a_client_hanging_up_mid_body_is_no_postgres_outage(database_url, 
 
 
 class HoldingRelay(Relay):
-    """A relay to Redis that, once `holding` is set, never passes on a command naming a key that starts with
-    it: a Redis that stalls (overloaded, or its packets dropped) for that use while the others still answer."""
+    """A relay that, once `holding` is set, never passes on a command holding it (to Redis: naming a key that
+    starts with it; to PostgreSQL: a statement's text), nor anything after it on that connection: a server that
+    stalls (overloaded, its disk hung, its packets dropped) for that use while the others still answer."""
 
     holding = b""
     held = 0  # commands held so far

@@ -23,7 +23,9 @@ from app.reports.delivery import to_csv, to_pdf
 from app.reports.runner import Result
 from app.reports.schedule import JOB_NAME, next_slot
 from storage import analytics_mirror
-from tests.reports_support import create_report, seed, workspace_id
+from storage import reports as report_store
+from tests.reports_support import create_report, seed, set_plan, workspace_id
+from tests.test_dependency_outages import HoldingRelay, _through_relay
 
 
 class Inbox:
@@ -274,6 +276,40 @@ async def test_a_delivery_that_finds_every_report_connection_busy_is_retried(mak
     _, _, body = attachment(message)
     assert (body if isinstance(body, str) else body.decode()).splitlines()[1:] == [
         "2024-03-01T00:00:00.000Z,signup,1", "2024-03-02T00:00:00.000Z,signup,0"]
+
+
+async def test_a_custom_sql_delivery_that_meets_a_stalled_postgresql_is_retried(make_client, settings, make_key, smtp,
+                                                                                 workspace, database_url, monkeypatch):
+    """A stalled PostgreSQL cannot apply a custom SQL run's statement_timeout: the run answered report_timeout after
+    asyncpg's 60 s, and the delivery failed for good as the report's own fault ("report: report_timeout: …"). It is
+    an outage (storage.reports.STALL_GRACE_SECONDS past the timeout, here shortened): retried, then sent."""
+    monkeypatch.setattr(report_store, "STALL_GRACE_SECONDS", 0.5)
+    inbox, url = smtp
+    key = await make_key("read,write")
+    await set_plan(database_url, workspace, "enterprise")
+    relay, client = await _through_relay(make_client, settings, database_url, relay_class=HoldingRelay,
+                                         smtp_url=url, custom_sql_timeout_seconds=0.5)
+    try:
+        report = await create_report(client, key, {
+            "name": "SQL", "type": "custom", "config": {"sql": "SELECT 7 AS stalls_here"},
+            "schedule": {"frequency": "daily", "recipients": [inbox.to("ops")], "format": "csv"}})
+        await make_due(client, report["id"], timedelta(minutes=1))
+        relay.holding = b"stalls_here"  # the run's connection stalls at the customer's SQL
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+        assert inbox.messages == [] and relay.held == 1
+        async with client.app[POOL].acquire() as conn:
+            [delivery] = await conn.fetch(
+                "SELECT status, attempts, error FROM report_deliveries WHERE report_id = $1", report["id"])
+        assert (delivery["status"], delivery["attempts"]) == ("pending", 1)
+        assert delivery["error"].startswith("unavailable: postgres is unreachable"), delivery["error"]
+        relay.holding = b""
+        await retry_due(client, report["id"])
+        await client.app[SCHEDULER].run_now(JOB_NAME)
+        [(_, message)] = inbox.messages
+        _, _, body = attachment(message)
+        assert (body if isinstance(body, str) else body.decode()).splitlines() == ["stalls_here", "7"]
+    finally:
+        await relay.cut()
 
 
 def test_next_slot_boundaries():

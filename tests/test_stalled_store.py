@@ -17,13 +17,15 @@ import pytest
 from actors.base import StoreFailed, StoreUnreachable
 from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
 from app.views import users
+from storage import reports as report_store
 from storage.db import init_connection
 from storage.events import EventRow
 from storage.ids import new_id
 from storage.workspaces import ensure_workspace
 from tests.conftest import bearer, connect
+from tests.reports_support import create_report, set_plan
 from tests.site_helpers import post_event, stored_events
-from tests.test_dependency_outages import _through_relay
+from tests.test_dependency_outages import HoldingRelay, _through_relay
 from tests.test_segment_api import basic, create_source
 
 BOUND = 1.0  # seconds: the tests' commit bound (TALLY_COMMIT_TIMEOUT_SECONDS), small so they run quickly
@@ -219,5 +221,36 @@ async def test_an_erasure_while_postgresql_stalls_answers_503_at_its_own_bound(
         await _served_again(lambda: client.delete("/v1/users/gone", headers=key), 204)
         listed = await client.get("/v1/events?user_id=gone", headers=key)
         assert listed.status == 200 and (await listed.json())["data"] == []
+    finally:
+        await relay.cut()
+
+
+async def test_a_custom_sql_report_while_postgresql_stalls_answers_503_not_a_timeout(
+        make_client, settings, make_key, workspace, database_url, monkeypatch):
+    """A custom SQL run's bound is PostgreSQL's own statement_timeout, which a stalled server cannot apply: the run
+    waited for asyncpg's 60 s command timeout and answered 504 report_timeout, as if the SQL were too slow. A
+    statement PostgreSQL has not ended a grace after its timeout (storage.reports.STALL_GRACE_SECONDS, here
+    shortened) is an outage: 503 with Retry-After, and the same run is served once PostgreSQL answers. The relay
+    stalls the run's connection at the customer's SQL, after the run's own lookups."""
+    monkeypatch.setattr(report_store, "STALL_GRACE_SECONDS", BOUND)
+    raw_key = await make_key("read,write")
+    await set_plan(database_url, workspace, "enterprise")
+    relay, client = await _through_relay(make_client, settings, database_url, relay_class=HoldingRelay,
+                                         key_cache_seconds=3600, custom_sql_timeout_seconds=BOUND)
+    try:
+        sql = "SELECT count(*) AS stalls_here FROM events"
+        report = await create_report(client, raw_key, {"name": "SQL", "type": "custom", "config": {"sql": sql}})
+
+        def run():
+            return client.get(f"/v1/reports/{report['id']}/run", headers=bearer(raw_key))
+        assert (await run()).status == 200
+        relay.holding = b"stalls_here"
+        resp = await asyncio.wait_for(run(), GUARD)
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+        assert (await resp.json())["error"]["code"] == "unavailable"
+        assert relay.held == 1
+        relay.holding = b""
+        resp = await run()
+        assert resp.status == 200 and (await resp.json())["rows"] == [[0]], await resp.text()
     finally:
         await relay.cut()
