@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from storage.clickhouse import AnalyticsStore, Params
+from storage.statement_timeout import own_timeout
 
 PERIOD_SECONDS = {"day": 86_400, "week": 604_800}
 _TRUNC = {
@@ -117,10 +118,18 @@ class TraitIndex:
 
 
 async def trait_index(conn: asyncpg.Connection, b: Params, workspace_id: int, env: str, path: list[str], *,
-                      anonymous_names: bool) -> TraitIndex:
+                      anonymous_names: bool, pg_seconds: float | None = None) -> TraitIndex:
     """The index of the users who have the trait at `path`; without `anonymous_names`, user ids starting with
-    "anon:" are left out (a funnel's actors "anon:x" are anonymous ids, which no user's trait names)."""
-    labels, users, numbers, anonymous = await conn.fetchrow(_TRAITS, workspace_id, env, path, anonymous_names)
+    "anon:" are left out (a funnel's actors "anon:x" are anonymous ids, which no user's trait names). With
+    `pg_seconds`, PostgreSQL's own timeout for the read, and a stall past it PostgresStalled
+    (storage/statement_timeout.py)."""
+    args = (workspace_id, env, path, anonymous_names)
+    if pg_seconds is None:
+        row = await conn.fetchrow(_TRAITS, *args)
+    else:
+        async with own_timeout(conn, pg_seconds) as bound:
+            row = await conn.fetchrow(_TRAITS, *args, timeout=bound)
+    labels, users, numbers, anonymous = row
     return TraitIndex(b, list(labels), (users or b"").decode(), numbers or "", by_user_id=anonymous)
 
 
@@ -152,19 +161,21 @@ class Volume:
 async def event_volume(
     store: AnalyticsStore, conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str],
     start: datetime, end: datetime, interval: str, group_kind: str | None, group_path: list[str],
-    group_limit: int | None = None, settings: dict | None = None,
+    group_limit: int | None = None, settings: dict | None = None, pg_seconds: float | None = None,
 ) -> Volume:
     """Every bucket from start to end for each event (zeros included); with a grouping, each
     (event, group) pair that occurs, and an event with no group in the range has the null group (0 in
     every bucket), so grouped rows cover the buckets and events ungrouped ones do. With `group_limit`, the
     groups past the largest that many (by their count over the window and all `events`, ties by value) are
-    summed into OTHER per bucket and event, so the counts still add up; the null group is kept apart."""
+    summed into OTHER per bucket and event, so the counts still add up; the null group is kept apart.
+    `pg_seconds`: PostgreSQL's timeout for a trait's users (trait_index)."""
     b = Params()
     scope = _scope(b, store, workspace_id, env)
     if group_kind == "properties":
         grp = property_expr(b, group_path)
     elif group_kind == "traits":
-        index = await trait_index(conn, b, workspace_id, env, group_path, anonymous_names=True)
+        index = await trait_index(conn, b, workspace_id, env, group_path, anonymous_names=True,
+                                  pg_seconds=pg_seconds)
         grp = f"nullIf({index.expr}, 0)"
     else:
         grp = "NULL"
@@ -241,13 +252,14 @@ class Funnel:
 async def funnel(
     store: AnalyticsStore, conn: asyncpg.Connection, workspace_id: int, env: str, *, events: list[str],
     start: datetime, end: datetime, window_days: int, group_kind: str | None, group_path: list[str],
-    group_limit: int | None = None, settings: dict | None = None,
+    group_limit: int | None = None, settings: dict | None = None, pg_seconds: float | None = None,
 ) -> Funnel:
     """Actors enter at their first step-1 event in [start, end]; step k is their earliest step-k event
     after step k-1 and within window_days of the entry. Rows per group and step; an actor is in one group (its
     entry event's property, or its user's trait). With `group_limit`, the groups past the largest that many (by
     the actors entering step 1, ties by value) are summed into OTHER per step, so the steps still add up to the
-    ungrouped funnel's; the null group is kept apart."""
+    ungrouped funnel's; the null group is kept apart. `pg_seconds`: PostgreSQL's timeout for a trait's users
+    (trait_index)."""
     b = Params()
     hi = b(end, _TS)
     first = b(events[0])
@@ -281,7 +293,8 @@ async def funnel(
     leveled = f"SELECT *, {', '.join(steps)}, {level} AS level FROM ({per_actor})"
     index = None
     if group_kind == "traits":  # actors "anon:…" are anonymous ids: they get no user's trait, as before
-        index = await trait_index(conn, b, workspace_id, env, group_path, anonymous_names=False)
+        index = await trait_index(conn, b, workspace_id, env, group_path, anonymous_names=False,
+                                  pg_seconds=pg_seconds)
         grp = f"nullIf({index.expr}, 0)"
     elif group_kind == "properties":
         grp = property_expr(b, group_path, "entry_properties")

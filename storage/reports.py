@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from storage.bounded_pool import PostgresStalled
+from storage.statement_timeout import own_timeout
 
 # Matches tally_report.run_sql()'s own setting, so describing resolves names as running does.
 SANDBOX_SEARCH_PATH = "tally_report, pg_catalog, pg_temp"
@@ -169,10 +168,6 @@ SELECT CASE WHEN total <= $3 THEN t END AS t, total FROM (
     FROM (SELECT r::text AS t FROM tally_report.run_sql($1, $2) AS r) rows_as_json
 ) running"""
 FETCH_ROWS = 200
-# PostgreSQL ends a statement at its statement_timeout; one it has not answered this long after is held by a
-# stalled server (a process stopped, a hung disk, a network path dropping packets), which cannot apply its own
-# timeout: an outage (PostgresStalled), not the customer's slow SQL, and the run waited asyncpg's 60 s for it.
-STALL_GRACE_SECONDS = 5.0
 
 
 async def run_custom_sql(
@@ -183,67 +178,36 @@ async def run_custom_sql(
     under a statement timeout. Returns (columns, rows, truncated): rows past max_rows are cut
     (truncated); a result past max_bytes of JSON raises ResultTooLarge. Rows are fetched in chunks
     through a cursor, and the fetch stops at either cap. A statement that PostgreSQL has not ended
-    STALL_GRACE_SECONDS past its timeout raises PostgresStalled, with the connection closed."""
-    bound = max(1, timeout_ms) / 1000 + STALL_GRACE_SECONDS
-    # BEGIN and ROLLBACK by hand, not conn.transaction(): its ROLLBACK after a stalled statement would wait
-    # for asyncpg's command timeout, and on a closed connection it raises over the stall.
-    with _stall_closes(conn, bound):
-        await conn.execute("BEGIN READ ONLY", timeout=bound)
-    try:
-        with _stall_closes(conn, bound):
-            columns, instants, texts = await _sandboxed(conn, workspace_id, env, sql, max_rows=max_rows,
-                                                        timeout_ms=timeout_ms, max_bytes=max_bytes, bound=bound)
-    finally:
-        if not conn.is_closed():  # read only: nothing to keep, and the scope and role settings are local
-            with _stall_closes(conn, bound):
-                await conn.execute("ROLLBACK", timeout=bound)
+    a grace past its timeout raises PostgresStalled (storage/statement_timeout.py)."""
+    async with own_timeout(conn, max(1, timeout_ms) / 1000) as bound:
+        await conn.execute("SELECT tally_report_enter_scope($1, $2)", workspace_id, env, timeout=bound)
+        await conn.execute("SELECT set_config('search_path', $1, true)", SANDBOX_SEARCH_PATH, timeout=bound)
+        # Describe (never execute) the same subquery run_sql() wraps, for the column names: rows come back
+        # as JSON objects, which cannot say what an empty result's columns were. A text with several
+        # statements fails here ("cannot insert multiple commands"). First as the service: asyncpg looks
+        # up types it has no codec for (arrays, ranges, composites) with set_config('jit', ...), which the
+        # reader may not call (migration 0027); a prepare only parses, so nothing of the text runs. Then
+        # as the reader, whose result is used, with every type already known.
+        await conn.prepare(f"SELECT * FROM (\n{sql}\n) q", timeout=bound)
+        await conn.execute("SET LOCAL ROLE tally_report_reader", timeout=bound)
+        described = await conn.prepare(f"SELECT * FROM (\n{sql}\n) q", timeout=bound)
+        attributes = described.get_attributes()
+        columns = [a.name for a in attributes]
+        instants = [a.type.name in ("timestamptz", "timestamptz[]") for a in attributes]
+        texts: list[str] = []
+        cursor = await conn.cursor(_CAPPED_ROWS, sql, max_rows + 1, max_bytes, timeout=bound)
+        while len(texts) <= max_rows:
+            chunk = await cursor.fetch(min(FETCH_ROWS, max_rows + 1 - len(texts)), timeout=bound)
+            if not chunk:
+                break
+            for record in chunk:
+                if record["t"] is None:
+                    raise ResultTooLarge
+                texts.append(record["t"])
     rows = [[_instant(value) if instant else _plain(value) for instant, (_, value) in zip(
                 instants, json.loads(t, object_pairs_hook=_Pairs, parse_int=_json_int), strict=True)]
             for t in texts[:max_rows]]
     return columns, rows, len(texts) > max_rows
-
-
-@contextlib.contextmanager
-def _stall_closes(conn: asyncpg.Connection, bound: float) -> Iterator[None]:
-    try:
-        yield
-    except TimeoutError as exc:
-        conn.terminate()  # its statement may still be running: of no further use, and the pool drops it at once
-        raise PostgresStalled(f"PostgreSQL did not end a custom SQL report's statement within {bound:g}s, "
-                              f"{STALL_GRACE_SECONDS:g}s past its statement timeout") from exc
-
-
-async def _sandboxed(conn: asyncpg.Connection, workspace_id: int, env: str, sql: str, *, max_rows: int,
-                     timeout_ms: int, max_bytes: int, bound: float) -> tuple[list[str], list[bool], list[str]]:
-    """Inside run_custom_sql's transaction: the columns, which of them are timestamptz, and the rows' texts."""
-    await conn.execute("SELECT tally_report_enter_scope($1, $2)", workspace_id, env, timeout=bound)
-    await conn.execute(
-        "SELECT set_config('statement_timeout', $1, true), set_config('search_path', $2, true)",
-        str(max(1, timeout_ms)), SANDBOX_SEARCH_PATH, timeout=bound,
-    )
-    # Describe (never execute) the same subquery run_sql() wraps, for the column names: rows come back
-    # as JSON objects, which cannot say what an empty result's columns were. A text with several
-    # statements fails here ("cannot insert multiple commands"). First as the service: asyncpg looks
-    # up types it has no codec for (arrays, ranges, composites) with set_config('jit', ...), which the
-    # reader may not call (migration 0027); a prepare only parses, so nothing of the text runs. Then
-    # as the reader, whose result is used, with every type already known.
-    await conn.prepare(f"SELECT * FROM (\n{sql}\n) q", timeout=bound)
-    await conn.execute("SET LOCAL ROLE tally_report_reader", timeout=bound)
-    described = await conn.prepare(f"SELECT * FROM (\n{sql}\n) q", timeout=bound)
-    attributes = described.get_attributes()
-    columns = [a.name for a in attributes]
-    instants = [a.type.name in ("timestamptz", "timestamptz[]") for a in attributes]
-    texts: list[str] = []
-    cursor = await conn.cursor(_CAPPED_ROWS, sql, max_rows + 1, max_bytes, timeout=bound)
-    while len(texts) <= max_rows:
-        chunk = await cursor.fetch(min(FETCH_ROWS, max_rows + 1 - len(texts)), timeout=bound)
-        if not chunk:
-            break
-        for record in chunk:
-            if record["t"] is None:
-                raise ResultTooLarge
-            texts.append(record["t"])
-    return columns, instants, texts
 
 
 class _Pairs(list):

@@ -22,8 +22,7 @@ from app.outages import MIRROR_BEHIND
 from app.reports.delivery import to_csv, to_pdf
 from app.reports.runner import Result
 from app.reports.schedule import JOB_NAME, next_slot
-from storage import analytics_mirror
-from storage import reports as report_store
+from storage import analytics_mirror, statement_timeout
 from tests.reports_support import create_report, seed, set_plan, workspace_id
 from tests.test_dependency_outages import HoldingRelay, _through_relay
 
@@ -282,8 +281,8 @@ async def test_a_custom_sql_delivery_that_meets_a_stalled_postgresql_is_retried(
                                                                                  workspace, database_url, monkeypatch):
     """A stalled PostgreSQL cannot apply a custom SQL run's statement_timeout: the run answered report_timeout after
     asyncpg's 60 s, and the delivery failed for good as the report's own fault ("report: report_timeout: …"). It is
-    an outage (storage.reports.STALL_GRACE_SECONDS past the timeout, here shortened): retried, then sent."""
-    monkeypatch.setattr(report_store, "STALL_GRACE_SECONDS", 0.5)
+    an outage (storage.statement_timeout.STALL_GRACE_SECONDS past the timeout, here shortened): retried, then sent."""
+    monkeypatch.setattr(statement_timeout, "STALL_GRACE_SECONDS", 0.5)
     inbox, url = smtp
     key = await make_key("read,write")
     await set_plan(database_url, workspace, "enterprise")

@@ -17,7 +17,7 @@ import pytest
 from actors.base import StoreFailed, StoreUnreachable
 from actors.workspace import EVENTS, PartitionCache, WorkspaceActor
 from app.views import users
-from storage import reports as report_store
+from storage import statement_timeout
 from storage.db import init_connection
 from storage.events import EventRow
 from storage.ids import new_id
@@ -229,10 +229,10 @@ async def test_a_custom_sql_report_while_postgresql_stalls_answers_503_not_a_tim
         make_client, settings, make_key, workspace, database_url, monkeypatch):
     """A custom SQL run's bound is PostgreSQL's own statement_timeout, which a stalled server cannot apply: the run
     waited for asyncpg's 60 s command timeout and answered 504 report_timeout, as if the SQL were too slow. A
-    statement PostgreSQL has not ended a grace after its timeout (storage.reports.STALL_GRACE_SECONDS, here
+    statement PostgreSQL has not ended a grace after its timeout (storage.statement_timeout.STALL_GRACE_SECONDS, here
     shortened) is an outage: 503 with Retry-After, and the same run is served once PostgreSQL answers. The relay
     stalls the run's connection at the customer's SQL, after the run's own lookups."""
-    monkeypatch.setattr(report_store, "STALL_GRACE_SECONDS", BOUND)
+    monkeypatch.setattr(statement_timeout, "STALL_GRACE_SECONDS", BOUND)
     raw_key = await make_key("read,write")
     await set_plan(database_url, workspace, "enterprise")
     relay, client = await _through_relay(make_client, settings, database_url, relay_class=HoldingRelay,
@@ -252,5 +252,40 @@ async def test_a_custom_sql_report_while_postgresql_stalls_answers_503_not_a_tim
         relay.holding = b""
         resp = await run()
         assert resp.status == 200 and (await resp.json())["rows"] == [[0]], await resp.text()
+    finally:
+        await relay.cut()
+
+
+async def test_a_report_grouped_by_a_trait_while_postgresql_stalls_answers_503_not_a_timeout(
+        make_client, settings, make_key, database_url, monkeypatch):
+    """A built-in report grouped by a user trait reads the trait's users from PostgreSQL inside the run's timeout:
+    stalled there, the run answered 504 report_timeout at that timeout, and a scheduled delivery failed for good.
+    The statement now carries PostgreSQL's own timeout, set to end a grace before the run's (the grace:
+    storage.statement_timeout.STALL_GRACE_SECONDS, here shortened), and one not ended a grace after it is an
+    outage: 503 with Retry-After."""
+    monkeypatch.setattr(statement_timeout, "STALL_GRACE_SECONDS", BOUND)
+    key = bearer(await make_key("read,write"))
+    relay, client = await _through_relay(make_client, settings, database_url, relay_class=HoldingRelay,
+                                         key_cache_seconds=3600, report_timeout_seconds=5 * BOUND)
+    try:
+        assert (await client.post("/v1/identify", headers=key,
+                                  json={"user_id": "u1", "traits": {"plan": "pro"}})).status == 200
+        assert (await client.post("/v1/events", headers=key, json={"event": "signup", "user_id": "u1"})).status == 200
+        resp = await client.post("/v1/reports", headers=key, json={
+            "name": "By plan", "type": "event_volume", "config": {"events": ["signup"], "group_by": "traits.plan"}})
+        assert resp.status == 201, await resp.text()
+        report = await resp.json()
+
+        def run():
+            return client.get(f"/v1/reports/{report['id']}/run", headers=key)
+        relay.holding = b"traits #>> $3"  # the run's connection stalls at the trait's users
+        resp = await asyncio.wait_for(run(), GUARD)
+        assert resp.status == 503 and resp.headers["Retry-After"] == "5", await resp.text()
+        assert (await resp.json())["error"]["code"] == "unavailable"
+        assert relay.held == 1
+        relay.holding = b""
+        resp = await run()
+        assert resp.status == 200, await resp.text()
+        assert [row[2:] for row in (await resp.json())["rows"] if row[3]] == [["pro", 1]]
     finally:
         await relay.cut()

@@ -105,7 +105,7 @@ PATHS = {
                                "stayed busy; 503 unavailable (with Retry-After) when waiting for the analytics "
                                "store to mirror the events committed before the run took the whole timeout (a "
                                "backlog after an upgrade or an outage), or when PostgreSQL stopped answering "
-                               "(a custom SQL statement not ended 5 s past its timeout).",
+                               "(custom SQL, or a trait's users, not read 5 s past PostgreSQL's timeout).",
                 "responses": {"200": json_body(ref("ReportResult"), headers=RATE_HEADERS),
                               **keyed_errors(400, 401, 403, 404, 413, 429, 503, 504)}},
     },

@@ -24,6 +24,7 @@ from app.settings import Settings
 from common.metrics import Metrics
 from storage import report_queries as q
 from storage import reports as store
+from storage import statement_timeout
 from storage.clickhouse import AnalyticsStore, QueryTooSlow
 from storage.read_slots import reads_for
 
@@ -79,14 +80,15 @@ def parse_group(group_by: str | None) -> tuple[str | None, list[str]]:
 
 
 async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, env: str, config: Any,
-                    now: datetime, limits: dict) -> tuple[list, list, int | None]:
-    """(columns, rows, other_groups: for a grouped event volume or funnel, else None)."""
+                    now: datetime, limits: dict, pg_seconds: float | None) -> tuple[list, list, int | None]:
+    """(columns, rows, other_groups: for a grouped event volume or funnel, else None). `pg_seconds`: PostgreSQL's
+    timeout for a trait's users (storage.report_queries.trait_index)."""
     if isinstance(config, EventVolumeConfig):
         start, end = config.window(now)
         kind, path = parse_group(config.group_by)
         volume = await q.event_volume(store, conn, ws, env, events=config.events, start=start, end=end,
                                       interval=config.interval, group_kind=kind, group_path=path,
-                                      group_limit=config.group_limit, settings=limits)
+                                      group_limit=config.group_limit, settings=limits, pg_seconds=pg_seconds)
         columns = ["bucket", "event", *([config.group_by] if kind else []), "count"]
         rows = [[r.bucket, r.event, *([r.grp] if kind else []), r.n] for r in volume.rows]
         return columns, rows, volume.other_groups if kind else None
@@ -95,7 +97,7 @@ async def _built_in(store: AnalyticsStore, conn: asyncpg.Connection, ws: int, en
         kind, path = parse_group(config.group_by)
         funnel = await q.funnel(store, conn, ws, env, events=config.events, start=start, end=end,
                                 window_days=config.conversion_window_days, group_kind=kind, group_path=path,
-                                group_limit=config.group_limit, settings=limits)
+                                group_limit=config.group_limit, settings=limits, pg_seconds=pg_seconds)
         columns = ["step", "event", *([config.group_by] if kind else []), "users",
                    "conversion_from_first", "conversion_from_previous"]
         rows = [[r.step, r.event, *([r.grp] if kind else []), r.users, r.from_first, r.from_previous]
@@ -145,14 +147,20 @@ async def run_report(
                 return Result(columns, rows, now, truncated)
             assert analytics is not None, "built-in reports need the analytics store"
             limits = {"max_execution_time": max(1, round(timeout))}
-            async with asyncio.timeout(timeout):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            async with asyncio.timeout_at(deadline):
                 if catch_up is not None:
                     catching_up = True
                     if not await store_caught_up(catch_up):
                         raise MirrorBehind()
                     catching_up = False
+                # A trait's users are read from PostgreSQL under its own timeout, set to end a grace before the
+                # run's, so that a stall (not ended a grace after it) is told apart before the run's timeout
+                # takes it for a slow report; with less time left than that, the run's timeout alone.
+                pg_seconds = deadline - loop.time() - 2 * statement_timeout.STALL_GRACE_SECONDS
                 columns, rows, other_groups = await _built_in(analytics, conn, workspace_id, env, parsed, now,
-                                                              limits)
+                                                              limits, pg_seconds if pg_seconds > 0 else None)
             outcome = "ok"
             return Result(columns, rows, now, other_groups=other_groups)
         finally:
