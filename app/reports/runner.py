@@ -155,9 +155,9 @@ async def run_report(
                     if not await store_caught_up(catch_up):
                         raise MirrorBehind()
                     catching_up = False
-                # A trait's users are read from PostgreSQL under its own timeout, set to end a grace before the
-                # run's, so that a stall (not ended a grace after it) is told apart before the run's timeout
-                # takes it for a slow report; with less time left than that, the run's timeout alone.
+                # A trait's users are read from PostgreSQL under its own timeout, set to end two stall graces
+                # before the run's, so that a stall (not ended a grace after it) is told apart before the run's
+                # timeout takes it for a slow report; with less time left than that, the run's timeout alone.
                 pg_seconds = deadline - loop.time() - 2 * statement_timeout.STALL_GRACE_SECONDS
                 columns, rows, other_groups = await _built_in(analytics, conn, workspace_id, env, parsed, now,
                                                               limits, pg_seconds if pg_seconds > 0 else None)
