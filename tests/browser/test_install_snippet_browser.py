@@ -59,3 +59,30 @@ def test_a_custom_event_sent_before_the_tracker_loads_is_stored(
     ]
     context.close()
     assert errors == []
+
+
+def test_pages_named_by_data_exclude_send_nothing(page: Page, browser: Browser, live_server: LiveServer, account):
+    """Plausible's data-exclude on the script tag: a page matching a pattern sends no pageview and no custom
+    event; the next page, which matches none, is tracked."""
+    base = live_server.base_url
+    sign_in(page, live_server, account)
+    site_id = add_site(page, f"exclude-{secrets.token_hex(4)}.example.com")
+    tag = (f'<script defer src="{base}/tracker.js" data-site="{site_id}" data-allow-localhost="true" '
+           'data-exclude="/admin/**, /preview/*"></script>')
+
+    def html(title: str) -> str:
+        return (f'<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>{tag}</head><body>'
+                f"<script>window.addEventListener('load', () => tally('signup'))</script></body></html>")
+    context = browser.new_context(user_agent=DESKTOP_UA)
+    visitor = context.new_page()
+    with customer_site(live_server, "/unused.js", "", {"/admin/users": html("Admin"), "/preview/a": html("Draft"),
+                                                        "/shop": html("Shop")}) as site:
+        for path in ("/admin/users", "/preview/a", "/shop"):
+            visitor.goto(f"{site['base']}{path}")
+            visitor.wait_for_function("typeof window.tally === 'function'")
+        log = f"{base}/api/analytics/events?siteId={site_id}&range=1h&limit=100"
+        wait_for(lambda: len(page.request.get(log).json()["events"]) >= 2, "the shop's pageview and signup")
+        time.sleep(0.5)  # anything else had time to arrive
+        events = page.request.get(log).json()["events"]
+    assert sorted((e["name"], e["path"]) for e in events) == [("pageview", "/shop"), ("signup", "/shop")]
+    context.close()

@@ -30,9 +30,18 @@ const newSid = (w) =>
 // File types whose link clicks count as downloads with `downloads: true` (Plausible's default list).
 const DOWNLOADS = 'pdf,xlsx,docx,txt,rtf,csv,exe,key,pps,ppt,pptx,7z,pkg,rar,gz,zip,avi,mov,mp4,mpeg,wmv,midi,mp3,wav,wma,dmg'
 
+// The page as the dashboard lists it: the pathname, with hash routing plus the route without its query.
+const page = (loc, hash) => loc.pathname + (hash ? loc.hash.split('?')[0] : '')
+
+// Pages never tracked, as Plausible's data-exclude names them ('/admin/**, /preview/*' or an array): * is
+// any text but '/', ** any text, everything else itself.
+const pattern = (list) =>
+  RegExp('^(' + ('' + list).split(',').map((p) => p.trim().replace(/[.+?^${}()|[\]\\]/g, '\\$&')
+    .replace(/\*\*?/g, (m) => (m[1] ? '.*' : '[^/]*'))).join('|') + ')$')
+
 /**
  * createTracker({ site, api, defaultProps, beforeSend, auto, outbound, downloads, tagged,
- *                 respectDnt, allowLocalhost, hash })
+ *                 respectDnt, allowLocalhost, hash, exclude })
  * Returns { track, identify, reset, setDefaultProps }.
  */
 export function createTracker(o, w = window) {
@@ -45,6 +54,7 @@ export function createTracker(o, w = window) {
   // visit 'join': the server continues the visitor's open visit, so a multi-page site's visit is one
   // visit. After reset() it goes out with visit 'new': the server starts a visit of its own.
   let sid, last = 0, visit = 'join'
+  const excluded = o.exclude && pattern(o.exclude)
 
   // Opt-outs are looked up at send time, so setting the flag later works.
   const ignored = () => {
@@ -55,7 +65,8 @@ export function createTracker(o, w = window) {
     }
     return (
       (o.respectDnt && (nav.doNotTrack == '1' || w.doNotTrack == '1')) ||
-      (!o.allowLocalhost && (LOCAL_HOST.test(loc.hostname) || loc.protocol == 'file:'))
+      (!o.allowLocalhost && (LOCAL_HOST.test(loc.hostname) || loc.protocol == 'file:')) ||
+      (excluded && excluded.test(page(loc, o.hash)))
     )
   }
 
@@ -140,11 +151,10 @@ function autotrack(t, w, pageviews, outbound, hash, downloads, tagged) {
   const loc = w.location
   if (pageviews) {
     let last
-    const page = () => {
-      // The page is the pathname (with hash routing, plus the route without its query), as in the
-      // dashboard's page lists and in Plausible: a query change (a search box writing each keystroke to
-      // ?q=, a sort or filter) is the same page, not another pageview.
-      const p = loc.pathname + (hash ? loc.hash.split('?')[0] : '')
+    const viewed = () => {
+      // Deduplicated on the page, as the dashboard's page lists and Plausible see it: a query change (a
+      // search box writing each keystroke to ?q=, a sort or filter) is the same page, not another pageview.
+      const p = page(loc, hash)
       if (p != last) {
         last = p
         t.track('pageview')
@@ -155,16 +165,16 @@ function autotrack(t, w, pageviews, outbound, hash, downloads, tagged) {
       const orig = h[k]
       h[k] = function () {
         const r = orig.apply(this, arguments)
-        page()
+        viewed()
         return r
       }
     }
-    w.addEventListener('popstate', page)
+    w.addEventListener('popstate', viewed)
     // Back/forward to a page kept in the back/forward cache runs no script again: it is shown anew.
-    w.addEventListener('pageshow', (e) => e.persisted && ((last = 0), page()))
+    w.addEventListener('pageshow', (e) => e.persisted && ((last = 0), viewed()))
     // A hash router's navigation fires hashchange (and, in most browsers, popstate: deduplicated).
-    if (hash) w.addEventListener('hashchange', page)
-    page()
+    if (hash) w.addEventListener('hashchange', viewed)
+    viewed()
   }
   // true: the default file types; a string or an array: those ('pdf,zip').
   const types = downloads && ('' + (downloads === true ? DOWNLOADS : downloads)).toLowerCase().split(/[\s,]+/)
@@ -195,7 +205,8 @@ function autotrack(t, w, pageviews, outbound, hash, downloads, tagged) {
 
 // Script-tag setup: <script defer src=".../tracker.js" data-site="ID"
 // data-api="https://host" data-respect-dnt="true" data-allow-localhost="true"
-// data-auto="false" data-hash="true" data-downloads="true" (or "pdf,zip")>.
+// data-auto="false" data-hash="true" data-downloads="true" (or "pdf,zip")
+// data-exclude="/admin/**, /preview/*">.
 // Replays calls queued in window.tally.q, in order.
 export function boot(w = window) {
   const s = w.document.currentScript
@@ -208,6 +219,7 @@ export function boot(w = window) {
       respectDnt: attr('respect-dnt') == 'true',
       allowLocalhost: attr('allow-localhost') == 'true',
       hash: attr('hash') == 'true',
+      exclude: attr('exclude'),
       auto: false,
       outbound: false,
       tagged: false,

@@ -533,6 +533,47 @@ describe('opt-outs', () => {
   })
 })
 
+describe('excluded pages', () => {
+  test("exclude: pages matching a pattern send nothing (Plausible's data-exclude: * within a segment, ** across)", () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/admin/users?x=1' })
+    const t = createTracker({ site: 'site-1', api: API, exclude: '/admin/**, /preview/*, /draft.html' }, w)
+    t.track('signup') // a custom event on an excluded page: dropped too
+    const h = w.history
+    h.pushState({}, '', '/preview/a') // excluded
+    h.pushState({}, '', '/preview/a/b') // * stops at a slash: tracked
+    h.pushState({}, '', '/draft.html') // excluded, the dot taken as a dot
+    h.pushState({}, '', '/draftxhtml') // tracked
+    h.pushState({}, '', '/administrator') // tracked: /admin/** needs the slash
+    h.pushState({}, '', '/admin') // tracked
+    assert.deepEqual(
+      bodies(w).map((b) => [b.n, b.p]),
+      [
+        ['pageview', '/preview/a/b'],
+        ['pageview', '/draftxhtml'],
+        ['pageview', '/administrator'],
+        ['pageview', '/admin'],
+      ],
+    )
+  })
+
+  test('an array of patterns; with hash routing a pattern may name a hash route', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/app#/settings?tab=1' })
+    const t = createTracker({ site: 'site-1', api: API, hash: true, exclude: ['/app#/settings', '/x'] }, w)
+    t.track('dropped')
+    w.location.assign('#/home')
+    w.dispatch('hashchange', {})
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.p]), [['pageview', '/app#/home']])
+  })
+
+  test('data-exclude on the script tag', () => {
+    const w = fakeWindow({ url: 'https://shop.example.com/admin/', script: { site: 'abc', exclude: '/admin/**' } })
+    boot(w)
+    w.tally('track', 'dropped')
+    w.history.pushState({}, '', '/shop')
+    assert.deepEqual(bodies(w).map((b) => [b.n, b.p]), [['pageview', '/shop']])
+  })
+})
+
 describe('transport', () => {
   test('falls back to navigator.sendBeacon when fetch is missing', () => {
     const w = fakeWindow({ fetch: false })
