@@ -33,11 +33,11 @@ const DOWNLOADS = 'pdf,xlsx,docx,txt,rtf,csv,exe,key,pps,ppt,pptx,7z,pkg,rar,gz,
 // The page as the dashboard lists it: the pathname, with hash routing plus the route without its query.
 const page = (loc, hash) => loc.pathname + (hash ? loc.hash.split('?')[0] : '')
 
-// Pages never tracked, as Plausible's data-exclude names them ('/admin/**, /preview/*' or an array): * is
-// any text but '/', ** any text, everything else itself.
+// Pages without pageviews, as Plausible's data-exclude names them ('/admin/**, /preview/*' or an array): *
+// is any text but '/' and spaces, ** any text, everything else itself, and a trailing '/' may follow.
 const pattern = (list) =>
   RegExp('^(' + ('' + list).split(',').map((p) => p.trim().replace(/[.+?^${}()|[\]\\]/g, '\\$&')
-    .replace(/\*\*?/g, (m) => (m[1] ? '.*' : '[^/]*'))).join('|') + ')$')
+    .replace(/\*\*?/g, (m) => (m[1] ? '.*' : '[^\\s/]*'))).join('|') + ')/?$')
 
 /**
  * createTracker({ site, api, defaultProps, beforeSend, auto, outbound, downloads, tagged,
@@ -65,8 +65,7 @@ export function createTracker(o, w = window) {
     }
     return (
       (o.respectDnt && (nav.doNotTrack == '1' || w.doNotTrack == '1')) ||
-      (!o.allowLocalhost && (LOCAL_HOST.test(loc.hostname) || loc.protocol == 'file:')) ||
-      (excluded && excluded.test(page(loc, o.hash)))
+      (!o.allowLocalhost && (LOCAL_HOST.test(loc.hostname) || loc.protocol == 'file:'))
     )
   }
 
@@ -76,7 +75,7 @@ export function createTracker(o, w = window) {
   let ref = doc.referrer
   let at = ''
   const send = (name, props) => {
-    if (!o.site || ignored()) return
+    if (!o.site || ignored() || (name == 'pageview' && excluded && excluded.test(page(loc, o.hash)))) return
     if (name == 'pageview') {
       if (at) ref = at
       at = loc.href
