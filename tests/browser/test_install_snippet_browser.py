@@ -61,7 +61,7 @@ def test_a_custom_event_sent_before_the_tracker_loads_is_stored(
     assert errors == []
 
 
-def test_pages_named_by_data_exclude_send_nothing(page: Page, browser: Browser, live_server: LiveServer, account):
+def test_pages_named_by_data_exclude_send_no_pageview(page: Page, browser: Browser, live_server: LiveServer, account):
     """Plausible's data-exclude on the script tag: a page matching a pattern sends no pageview (its custom events
     are sent, as in Plausible); the next page, which matches none, sends its pageview too."""
     base = live_server.base_url
