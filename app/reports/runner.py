@@ -157,10 +157,13 @@ async def run_report(
                     catching_up = False
                 # A trait's users are read from PostgreSQL under its own timeout, set to end two stall graces
                 # before the run's, so that a stall (not ended a grace after it) is told apart before the run's
-                # timeout takes it for a slow report; with less time left than that, the run's timeout alone.
-                pg_seconds = deadline - loop.time() - 2 * statement_timeout.STALL_GRACE_SECONDS
+                # timeout takes it for a slow report. Where that would leave the read less than half the time
+                # left (a report timeout under 20 s), it has the run's timeout alone, as before, rather than
+                # fail sooner.
+                left = deadline - loop.time()
+                pg_seconds = left - 2 * statement_timeout.STALL_GRACE_SECONDS
                 columns, rows, other_groups = await _built_in(analytics, conn, workspace_id, env, parsed, now,
-                                                              limits, pg_seconds if pg_seconds > 0 else None)
+                                                              limits, pg_seconds if pg_seconds >= left / 2 else None)
             outcome = "ok"
             return Result(columns, rows, now, other_groups=other_groups)
         finally:
