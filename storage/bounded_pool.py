@@ -41,7 +41,9 @@ def bounded_by(seconds: float) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _stalls(bound: float | None, what: str = "PostgreSQL did not answer") -> Iterator[None]:
+def stalls(bound: float | None, what: str = "PostgreSQL did not answer") -> Iterator[None]:
+    """A wait for PostgreSQL given up at `bound` (asyncpg's TimeoutError) raised as PostgresStalled, saying `what`;
+    None: a TimeoutError of the caller's own, raised as it is."""
     try:
         yield
     except TimeoutError as exc:
@@ -61,29 +63,29 @@ class BoundedConnection(asyncpg.Connection):
 
     async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:  # noqa: ASYNC109
         bound = _bound(timeout)
-        with _stalls(bound):
+        with stalls(bound):
             return await super().execute(query, *args, timeout=bound or timeout)
 
     async def executemany(self, command: str, args: Any, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         bound = _bound(timeout)
-        with _stalls(bound):
+        with stalls(bound):
             return await super().executemany(command, args, timeout=bound or timeout)
 
     async def fetch(self, query: str, *args: Any, timeout: float | None = None,  # noqa: ASYNC109
                     record_class: Any = None) -> list:
         bound = _bound(timeout)
-        with _stalls(bound):
+        with stalls(bound):
             return await super().fetch(query, *args, timeout=bound or timeout, record_class=record_class)
 
     async def fetchrow(self, query: str, *args: Any, timeout: float | None = None,  # noqa: ASYNC109
                        record_class: Any = None) -> Any:
         bound = _bound(timeout)
-        with _stalls(bound):
+        with stalls(bound):
             return await super().fetchrow(query, *args, timeout=bound or timeout, record_class=record_class)
 
     async def fetchval(self, query: str, *args: Any, column: int = 0, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         bound = _bound(timeout)
-        with _stalls(bound):
+        with stalls(bound):
             return await super().fetchval(query, *args, column=column, timeout=bound or timeout)
 
 
@@ -95,7 +97,7 @@ class _Acquiring:
 
     async def __aenter__(self) -> asyncpg.Connection:
         # Every connection busy (stalled, or a pool too small for the load) or a new one not made.
-        with _stalls(self._bound, "no connection of the pool came free, or none could be opened,"):
+        with stalls(self._bound, "no connection of the pool came free, or none could be opened,"):
             return await self._inner.__aenter__()
 
     def __await__(self) -> Any:  # `conn = await pool.acquire()`, asyncpg's other form
@@ -104,7 +106,7 @@ class _Acquiring:
     async def __aexit__(self, *exc_info: object) -> None:
         # Releasing waits for a cancelled query's end and resets the connection within the same bound (asyncpg);
         # one that cannot is closed.
-        with _stalls(self._bound):
+        with stalls(self._bound):
             await self._inner.__aexit__(*exc_info)
 
 

@@ -15,10 +15,19 @@ from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 
-from storage.bounded_pool import PostgresStalled
+from storage.bounded_pool import stalls
 
 # Far beyond PostgreSQL's own cancel, which comes at the timeout.
 STALL_GRACE_SECONDS = 5.0
+
+
+def timeout_before(seconds_left: float) -> float | None:
+    """PostgreSQL's timeout for a read that must end within `seconds_left` (a report run's deadline): two graces
+    before it, so that a stall (not ended a grace after the timeout) is told apart before the deadline takes it for
+    a slow read. None where that would leave the read less than half the time (a deadline under 20 s): the deadline
+    alone then, as before, rather than fail sooner than it could finish."""
+    seconds = seconds_left - 2 * STALL_GRACE_SECONDS
+    return seconds if seconds >= seconds_left / 2 else None
 
 
 @contextlib.asynccontextmanager
@@ -44,9 +53,9 @@ async def own_timeout(conn: asyncpg.Connection, seconds: float) -> AsyncIterator
 
 @contextlib.contextmanager
 def _stall_closes(conn: asyncpg.Connection, bound: float) -> Iterator[None]:
-    try:
-        yield
-    except TimeoutError as exc:
-        conn.terminate()  # its statement may still be running: of no further use, and the pool drops it at once
-        raise PostgresStalled(f"PostgreSQL did not end a statement within {bound:g}s, {STALL_GRACE_SECONDS:g}s "
-                              "past its statement timeout") from exc
+    with stalls(bound, f"PostgreSQL did not end a statement, {STALL_GRACE_SECONDS:g}s past its statement timeout,"):
+        try:
+            yield
+        except TimeoutError:
+            conn.terminate()  # its statement may still be running: of no further use, and the pool drops it at once
+            raise

@@ -155,15 +155,11 @@ async def run_report(
                     if not await store_caught_up(catch_up):
                         raise MirrorBehind()
                     catching_up = False
-                # A trait's users are read from PostgreSQL under its own timeout, set to end two stall graces
-                # before the run's, so that a stall (not ended a grace after it) is told apart before the run's
-                # timeout takes it for a slow report. Where that would leave the read less than half the time
-                # left (a report timeout under 20 s), it has the run's timeout alone, as before, rather than
-                # fail sooner.
-                left = deadline - loop.time()
-                pg_seconds = left - 2 * statement_timeout.STALL_GRACE_SECONDS
+                # A trait's users are read from PostgreSQL under a timeout of its own, within the run's, so that a
+                # stall there is told apart from a slow report.
+                pg_seconds = statement_timeout.timeout_before(deadline - loop.time())
                 columns, rows, other_groups = await _built_in(analytics, conn, workspace_id, env, parsed, now,
-                                                              limits, pg_seconds if pg_seconds >= left / 2 else None)
+                                                              limits, pg_seconds)
             outcome = "ok"
             return Result(columns, rows, now, other_groups=other_groups)
         finally:
