@@ -127,6 +127,10 @@ async def read_site_form(request: web.Request, limit: int) -> dict[str, object]:
         raise too_large from None
     except web.RequestPayloadError:
         raise SiteError(400, INVALID_SITE_BODY, headers=unreadable(request)) from None
+    except (ValueError, LookupError):
+        # aiohttp's form parsers raise these on the client's mistakes (a 500 before): a multipart type without a
+        # usable boundary, bytes that are not of the body's charset, a charset Python does not know.
+        raise SiteError(400, INVALID_SITE_BODY) from None
 
 
 def decode_site_json(raw: bytes) -> object:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import aiohttp
+
 
 async def test_login_me_logout(client, login):
     assert (await client.get("/api/auth/me")).status == 401
@@ -159,3 +161,28 @@ async def test_a_sign_in_holds_no_database_connection_while_it_hashes(make_clien
     finally:
         done.set()
     assert (await signing_in).status == 200
+
+
+async def test_a_form_body_that_does_not_parse_is_a_400(client, login):
+    """aiohttp's form parsers raised on these bodies (a 500 each): a form's type and bytes are the client's to
+    get wrong."""
+    await login()
+    site = await (await client.post("/api/sites", json={"domain": "forms.example"})).json()
+    part = b'--xyz\r\nContent-Disposition: form-data; name="domain"\r\n\r\n\xff\r\n--xyz--\r\n'
+    for path in ("/api/sites", f"/api/sites/{site['id']}/goals"):
+        for content_type, body in (("multipart/form-data", b"domain=shop.example"),
+                                   ("multipart/form-data; boundary=", b"domain=shop.example"),
+                                   ("multipart/form-data; boundary=xyz", b"domain=shop.example"),
+                                   ("multipart/form-data; boundary=xyz", part),
+                                   ("application/x-www-form-urlencoded", b"domain=\xff\xfe"),
+                                   ("application/x-www-form-urlencoded; charset=nonesuch", b"domain=a.example")):
+            resp = await client.post(path, data=body, headers={"Content-Type": content_type})
+            assert resp.status == 400, (path, content_type)
+            assert await resp.json() == {"error": "invalid request body"}
+    assert [s["domain"] for s in await (await client.get("/api/sites")).json()] == ["forms.example"]
+    assert (await (await client.get(f"/api/sites/{site['id']}/goals")).json())["goals"] == []
+    # A well-formed multipart form is read as before.
+    form = aiohttp.FormData({"domain": "shop.example"}, default_to_multipart=True)
+    resp = await client.post("/api/sites", data=form)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["domain"] == "shop.example"
