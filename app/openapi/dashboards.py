@@ -86,7 +86,8 @@ PATHS = {
                 "parameters": [path_param("token")], "responses": {
                     "200": {"description": "HTML page", "content": {"text/html": {"schema": {"type": "string"}}}},
                     "404": {"description": "unknown or revoked link",
-                            "content": {"text/html": {"schema": {"type": "string"}}}}}},
+                            "content": {"text/html": {"schema": {"type": "string"}}}},
+                    **keyed_errors(429)}},
     },
     "/public/dashboards/{token}/data": {
         "get": {"summary": "A shared dashboard and every chart's data, for its page (no key)", "security": [],
