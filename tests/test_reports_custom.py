@@ -216,7 +216,8 @@ async def test_statistics_migration_applies_on_postgresql_18(customer_pg_dsn):
         async with conn.transaction():
             await conn.execute("SET LOCAL ROLE tally_report_reader")
             for sql in ("SELECT count(*) FROM pg_stat_user_tables", "SELECT reltuples FROM pg_class LIMIT 1",
-                        "SELECT count(*) FROM pg_stats"):
+                        "SELECT count(*) FROM pg_stats", "SELECT count(*) FROM pg_locks",
+                        "SELECT count(*) FROM pg_database", "SELECT current_setting('port')"):
                 with pytest.raises(asyncpg.InsufficientPrivilegeError):
                     async with conn.transaction():
                         await conn.fetchval(sql)
@@ -226,6 +227,47 @@ async def test_statistics_migration_applies_on_postgresql_18(customer_pg_dsn):
         await conn.close()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+# --- what the server knows beyond the two views (migration 0038) -----------------------------------------
+
+CLUSTER_FACTS = [
+    # other sessions' locks: a keyed flush holds the erasure lock of its workspace, so these named who ingests
+    "SELECT locktype, classid, objid FROM pg_locks",
+    "SELECT locktype, objid FROM pg_lock_status()",
+    "SELECT pg_blocking_pids(1)",
+    "SELECT gid FROM pg_prepared_xacts",
+    "SELECT slot_name FROM pg_replication_slots",
+    # the server's other databases and roles, their settings and comments
+    "SELECT datname FROM pg_database",
+    "SELECT rolname, rolsuper FROM pg_roles",
+    "SELECT usename FROM pg_user",
+    "SELECT setconfig FROM pg_db_role_setting",
+    "SELECT roleid, member FROM pg_auth_members",
+    "SELECT description FROM pg_shdescription",
+    "SELECT pg_get_userbyid(10)",
+    "SELECT spcname, pg_tablespace_location(oid) FROM pg_tablespace",
+    # its configuration, addresses and restarts
+    "SELECT name, setting FROM pg_settings",
+    "SELECT current_setting('listen_addresses')",
+    "SELECT current_setting('port', true)",
+    "SELECT inet_server_addr(), inet_server_port()",
+    "SELECT inet_client_addr()",
+    "SELECT pg_postmaster_start_time()",
+    "SELECT pg_conf_load_time()",
+]
+
+
+@pytest.mark.parametrize("sql", CLUSTER_FACTS)
+async def test_the_servers_locks_databases_roles_and_settings_are_hidden_from_custom_sql(sandbox, pool, sql):
+    _, _, run_sql, _ = sandbox
+    error = (await run_sql(sql, status=400))["error"]
+    assert error["code"] == "invalid_sql" and "permission denied" in error["message"], error
+    # The scope the reader's row-level security reads (current_setting, as its functions' owner) still holds.
+    assert (await run_sql("SELECT count(*) AS n FROM events"))["rows"] == [[2]]
+    async with pool.acquire() as conn:  # the service itself still reads them
+        assert await conn.fetchval("SELECT count(*) > 0 FROM pg_database") is True
+        assert await conn.fetchval("SELECT current_setting('port') <> ''") is True
 
 
 # --- locks the service takes (security walk-through F1) --------------------------------------------------
