@@ -18,7 +18,7 @@ from msgspec import Meta
 from app.appkeys import KEYS, POOL
 from app.bodies import field_of, read_site_body
 from app.dashboard_session import current_account
-from app.input_rules import decode_json
+from app.input_rules import decode_json, storable_text
 from app.keys import SCOPES, create_key
 from app.responses import SiteError, invalid_payload, iso_ms, issue, json_response
 from app.timestamps import has_utc_time, parse_timestamp
@@ -76,6 +76,8 @@ def _parse(body: bytes) -> tuple[KeyIn, datetime | None]:
     data.name = data.name.strip()
     if not data.name:
         raise _invalid("name", "must not be blank")
+    if not storable_text(data.name):
+        raise _invalid("name", "may not contain the NUL character (\\u0000)")
     return data, expires
 
 
