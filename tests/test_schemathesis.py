@@ -3,7 +3,12 @@ the document describes (its status, content type, headers and body schema), so a
 can read what the server sends.
 
 Runs the schemathesis CLI against a real server process, with a key holding every scope on a workspace
-whose limits are far above the generated load, and a signed-in dashboard session cookie.
+whose limits are far above the generated load, a signed-in dashboard session cookie and the dashboard's own
+Origin (without it every dashboard write was a 403 before its body was read). A site with events, a goal, a
+shared link, a report, a dashboard with a chart, a shared dashboard and a Segment source are made first, and
+their ids fill the path, `siteId` and shared-link `auth` parameters, so each operation is fuzzed on something
+that exists rather than answering 404 (a longer run of this kind found a key name holding U+0000 to be a 500).
+Deletes keep generated ids: they would remove what the rest reads.
 """
 
 import asyncio
@@ -26,12 +31,66 @@ HUGE = [1_000_000, 60_000_000]
 # bodies of undeclared content types (a multipart form without a boundary was a 500).
 _CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,"
            "response_headers_conformance")
+_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36"
+
+
+async def _made(http: aiohttp.ClientSession, base: str, key: str, cookie: str) -> dict[str, str]:
+    """What the generated requests read: each thing's id, by the parameter that names it."""
+    keyed, dashboard = {"Authorization": f"Bearer {key}"}, {"Cookie": f"tally_session={cookie}", "Origin": base}
+
+    async def made(method: str, path: str, headers: dict, body: object | None = None) -> dict:
+        async with http.request(method, f"{base}{path}", headers=headers, json=body) as resp:
+            assert resp.status in (200, 201), (path, resp.status, await resp.text())
+            return await resp.json()
+
+    site = await made("POST", "/api/sites", dashboard, {"domain": "fuzz.example"})
+    for i in range(12):
+        async with http.post(f"{base}/api/event", headers={"User-Agent": _UA, "Origin": "https://fuzz.example"},
+                             json={"n": "signup" if i % 4 == 0 else "pageview", "d": "fuzz.example",
+                                   "u": f"https://fuzz.example/p{i % 3}?utm_source=news",
+                                   "r": "https://news.example/", "p": {"plan": "ab"[i % 2]}}) as resp:
+            assert resp.status == 202, await resp.text()
+    for i in range(4):
+        await made("POST", "/v1/events", keyed, {"event": "signup" if i % 2 else "login", "user_id": f"u{i}"})
+    await made("POST", "/v1/identify", keyed, {"user_id": "u1", "traits": {"plan": "pro"}})
+    goal = await made("POST", f"/api/sites/{site['id']}/goals", dashboard,
+                      {"goal_type": "event", "event_name": "signup"})
+    link = await made("POST", f"/api/sites/{site['id']}/shared-links", dashboard, {"name": "fuzz"})
+    report = await made("POST", "/v1/reports", keyed,
+                        {"name": "fuzz", "type": "funnel", "config": {"events": ["login", "signup"]}})
+    board = await made("POST", "/v1/dashboards", keyed,
+                       {"name": "fuzz", "charts": [{"title": "signups", "type": "line", "event": "signup"}]})
+    shared = await made("POST", f"/v1/dashboards/{board['id']}/share", keyed)
+    source = await made("POST", "/v1/data-sources", keyed, {"name": "fuzz", "type": "segment", "credentials": {}})
+    return {"site": site["id"], "goal": goal["id"], "link": link["id"], "share": link["url"].rsplit("/", 1)[1],
+            "report": report["id"], "dashboard": board["id"], "chart": board["charts"][0]["id"],
+            "public": shared["public_url"].rsplit("/", 1)[1], "source": source["id"],
+            "write_key": source["write_key"]}
+
+
+def _config(ids: dict[str, str]) -> str:
+    """schemathesis.toml: the made ids in the parameters that name them, on every operation but deletes."""
+    by_path = {"^/v1/reports/": {"path.id": ids["report"]},
+               "^/v1/dashboards/": {"path.id": ids["dashboard"], "path.chart_id": ids["chart"]},
+               "^/v1/data-sources/": {"path.id": ids["source"]},
+               "^/public/dashboards/": {"path.token": ids["public"]},
+               "^/share/": {"path.token": ids["share"]},
+               "^/api/sites/": {"path.site_id": ids["site"], "path.goal_id": ids["goal"], "path.link_id": ids["link"]},
+               # a shared link's token reads its own site's overview endpoints
+               "^/api/analytics/": {"query.siteId": ids["site"], "query.auth": ids["share"]},
+               "^/v1/users/": {"path.user_id": "u1"},
+               "^/v1/projects/": {"path.write_key": ids["write_key"]}}
+    return "".join(
+        f'[[operations]]\ninclude-path-regex = "{path}"\nexclude-method = "DELETE"\n'
+        f"parameters = {{ {', '.join(f'{name!r} = {value!r}' for name, value in params.items())} }}\n\n"
+        .replace("'", '"')
+        for path, params in by_path.items())
 
 
 @pytest.mark.skipif(shutil.which("schemathesis", path=os.path.dirname(sys.executable)) is None,
                     reason="schemathesis is installed with the dev extra")
 async def test_generated_requests_get_no_server_error_and_documented_answers(database_url, make_key, workspace, login,
-                                                                             client):
+                                                                             client, tmp_path):
     key = await make_key("read,write,admin")
     conn = await connect(database_url)
     try:
@@ -48,12 +107,15 @@ async def test_generated_requests_get_no_server_error_and_documented_answers(dat
                                  json={"email": email, "password": "correct horse battery"}) as resp:
                 assert resp.status == 200
                 cookie = resp.cookies["tally_session"].value
+            config = tmp_path / "schemathesis.toml"
+            config.write_text(_config(await _made(http, base, key, cookie)))
         st = os.path.join(os.path.dirname(sys.executable), "schemathesis")
         done = await asyncio.to_thread(
             subprocess.run,
-            [st, "run", f"{base}/openapi.json", "--checks", _CHECKS, "--max-examples", "25",
-             "--seed", "20261125", "--generation-deterministic", "--phases", "examples,coverage,fuzzing",
-             "-H", f"Authorization: Bearer {key}", "-H", f"Cookie: tally_session={cookie}",
+            [st, "--config-file", str(config), "run", f"{base}/openapi.json", "--checks", _CHECKS,
+             "--max-examples", "25", "--seed", "20261125", "--generation-deterministic",
+             "--phases", "examples,coverage,fuzzing", "-H", f"Authorization: Bearer {key}",
+             "-H", f"Cookie: tally_session={cookie}", "-H", f"Origin: {base}",
              "--exclude-path-regex", "^/(api/auth/logout)$", "--request-timeout", "30"],
             capture_output=True, text=True, timeout=900,
         )
