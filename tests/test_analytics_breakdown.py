@@ -339,6 +339,13 @@ async def test_property_keys_list_what_props_breakdowns_can_name(client, site, d
     assert (status, bad["error"]) == (400, "invalid filter")
 
 
+def _admits(schema: dict, value: str) -> bool:
+    """Whether a string parameter's schema (of the keywords these two use) admits `value`."""
+    return (("enum" not in schema or value in schema["enum"])
+            and ("pattern" not in schema or re.search(schema["pattern"], value) is not None)
+            and ("anyOf" not in schema or any(_admits(s, value) for s in schema["anyOf"])))
+
+
 async def test_the_api_document_names_exactly_the_properties_accepted(client, site):
     """/openapi.json lists the properties a breakdown and has-values take, as their 400 answers do."""
     doc = await (await client.get("/openapi.json")).json()
@@ -349,3 +356,11 @@ async def test_the_api_document_names_exactly_the_properties_accepted(client, si
         described = next(p["description"] for p in parameters if p["name"] == param)
         named = set(re.findall(r"[a-z_]+(?::<key>)?", described)) - {"comma", "list", "of", "or"}
         assert named == set(body["allowed"]), route
+        # Its schema admits what the handler takes and refuses what it refuses (a generated client sends no 400).
+        schema = next(p["schema"] for p in parameters if p["name"] == param)
+        taken = [v.replace("<key>", "plan") for v in body["allowed"]]
+        if param == "properties":
+            taken += [",".join(taken), f",{taken[0]},,{taken[-1]},"]
+        for value in [*taken, "nope", "", "props:", ",", "browser,nope"]:
+            accepted = (await get(client, route, [("siteId", site.site_id), (param, value)]))[0] == 200
+            assert _admits(schema, value) == accepted, (route, value)

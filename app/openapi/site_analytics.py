@@ -48,6 +48,12 @@ def _top(summary: str) -> dict:
                 json_body(_TOP))
 
 
+# What the two handlers accept, so that a generated client (or schemathesis) sends nothing they refuse: a
+# property or props:<key>; a comma list of event properties (empty items are skipped).
+_BREAKDOWN_PROPERTY = {"type": "string", "anyOf": [{"enum": list(BREAKDOWN_PROPERTIES)}, {"pattern": "^props:.+$"}]}
+_ONE_OF = f"(?:{'|'.join(EVENT_PROPERTIES)})"
+_EVENT_PROPERTY_LIST = {"type": "string", "pattern": f"^,*{_ONE_OF}(?:,+{_ONE_OF})*,*$"}
+
 PATHS = {
     "/api/analytics/overview": _get(
         "Totals, visitors, bounce rate, session duration, top lists and a time series",
@@ -64,7 +70,7 @@ PATHS = {
     ),
     "/api/analytics/breakdown": _get(
         "Visitors, visits, pageviews, events, bounce rate, visit duration or conversion rate per value of a property",
-        [query("property", {"type": "string"}, True, f"{', '.join(BREAKDOWN_PROPERTIES)} or props:<key>"),
+        [query("property", _BREAKDOWN_PROPERTY, True, f"{', '.join(BREAKDOWN_PROPERTIES)} or props:<key>"),
          query("metrics", {"type": "string", "default": "visitors"},
                description=f"comma list of {', '.join(METRICS)}"),
          _limit(20, 1000), _OFFSET, _FILTER],
@@ -75,7 +81,8 @@ PATHS = {
     ),
     "/api/analytics/has-values": _get(
         "Whether a breakdown by each property would have rows in the range, without computing it",
-        [query("properties", {"type": "string"}, True, f"comma list of {', '.join(EVENT_PROPERTIES)}"), _FILTER],
+        [query("properties", _EVENT_PROPERTY_LIST, True, f"comma list of {', '.join(EVENT_PROPERTIES)}"),
+         _FILTER],
         json_body({"type": "object", "required": ["data"], "properties": {
             "data": {"type": "object", "additionalProperties": {"type": "boolean"}}}}),
     ),
