@@ -10,7 +10,7 @@ _PAGE = {"200": {"description": "HTML page", **_HTML}, "302": _REDIRECT}
 
 
 def _page(summary: str) -> dict:
-    return {"get": {"summary": summary, "responses": _PAGE}}
+    return {"get": {"summary": summary, "responses": dict(_PAGE)}}
 
 
 PATHS = {
