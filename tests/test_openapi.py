@@ -60,3 +60,35 @@ async def test_event_ingestion_documents_its_idempotency_key(client):
         assert header[0]["schema"]["maxLength"] == 255
         assert "409" in op["responses"]
         assert "Idempotent-Replayed" in op["responses"]["200"]["headers"]
+
+
+def _described(doc: dict, schema: dict) -> list[set[str]]:
+    """The required keys of each object shape a response schema allows (through $ref and anyOf)."""
+    if "$ref" in schema:
+        return _described(doc, doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]])
+    if "anyOf" in schema:
+        return [keys for option in schema["anyOf"] for keys in _described(doc, option)]
+    return [set(schema.get("required", []))]
+
+
+async def test_identify_documents_the_segment_calls_answers_too(client, make_key):
+    """POST /v1/identify with a Segment write key is Segment's identify: its answers are Segment's shapes,
+    {"success": true} and {"code", "message"}, which the document gave only in the keyed API's shapes
+    (found by schemathesis with the write key)."""
+    from tests.conftest import bearer
+    from tests.test_segment_api import basic
+
+    doc = await (await client.get("/openapi.json")).json()
+    responses = doc["paths"]["/v1/identify"]["post"]["responses"]
+    source = await (await client.post("/v1/data-sources", headers=bearer(await make_key("admin")),
+                                      json={"name": "seg", "type": "segment", "credentials": {}})).json()
+    for headers, body, status in ((bearer(await make_key("write")), {"user_id": "u1"}, 200),
+                                  (bearer(await make_key("write")), b"{nope", 400),
+                                  (basic(source["write_key"]), {"userId": "u1", "traits": {}}, 200),
+                                  (basic(source["write_key"]), b"{nope", 400)):
+        kwargs = {"json": body} if isinstance(body, dict) else {"data": body}
+        resp = await client.post("/v1/identify", headers={**headers, "Content-Type": "application/json"}, **kwargs)
+        assert resp.status == status, await resp.text()
+        answered = set(await resp.json())
+        shapes = _described(doc, responses[str(status)]["content"]["application/json"]["schema"])
+        assert any(required <= answered for required in shapes), (headers, answered, shapes)

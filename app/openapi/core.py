@@ -85,8 +85,10 @@ PATHS = {
                        "POST /v1/track for its shapes.",
         "security": [*KEYED, {"segmentWriteKey": []}],
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("IdentifyIn")}}},
-        "responses": {"200": json_body(ref("Identified"), headers=RATE_HEADERS),
-                      **keyed_errors(400, 401, 403, 413, 429, 500, 503)},
+        # Segment's call answers in Segment's shapes (app.openapi.segment), Tally's in the keyed API's.
+        "responses": {"200": json_body({"anyOf": [ref("Identified"), ref("SegmentAccepted")]}, headers=RATE_HEADERS),
+                      **{str(s): json_body({"anyOf": [ref("KeyedError"), ref("SegmentError")]}, "error", RATE_HEADERS)
+                         for s in (400, 401, 403, 413, 429, 500, 503)}},
     }},
     "/v1/users": {"get": {
         "summary": "List user profiles; trait[<key>]=value filters by equality", "security": KEYED,
