@@ -8,10 +8,12 @@ Origin (without it every dashboard write was a 403 before its body was read). A 
 shared link, a report, a dashboard with a chart, a shared dashboard and a Segment source are made first, and
 their ids fill the path, `siteId` and shared-link `auth` parameters, so each operation is fuzzed on something
 that exists rather than answering 404 (a longer run of this kind found a key name holding U+0000 to be a 500).
-Deletes keep generated ids: they would remove what the rest reads.
+Deletes keep generated ids: they would remove what the rest reads. The Segment calls run a second time with the
+source's write key, as Segment's SDKs authenticate.
 """
 
 import asyncio
+import base64
 import os
 import shutil
 import subprocess
@@ -107,18 +109,28 @@ async def test_generated_requests_get_no_server_error_and_documented_answers(dat
                                  json={"email": email, "password": "correct horse battery"}) as resp:
                 assert resp.status == 200
                 cookie = resp.cookies["tally_session"].value
-            config = tmp_path / "schemathesis.toml"
-            config.write_text(_config(await _made(http, base, key, cookie)))
-        st = os.path.join(os.path.dirname(sys.executable), "schemathesis")
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [st, "--config-file", str(config), "run", f"{base}/openapi.json", "--checks", _CHECKS,
-             "--max-examples", "25", "--seed", "20261125", "--generation-deterministic",
-             "--phases", "examples,coverage,fuzzing", "-H", f"Authorization: Bearer {key}",
-             "-H", f"Cookie: tally_session={cookie}", "-H", f"Origin: {base}",
-             "--exclude-path-regex", "^/(api/auth/logout)$", "--request-timeout", "30"],
-            capture_output=True, text=True, timeout=900,
-        )
+            ids = await _made(http, base, key, cookie)
+        config = tmp_path / "schemathesis.toml"
+        config.write_text(_config(ids))
+
+        def run(*options: str) -> subprocess.CompletedProcess:
+            st = os.path.join(os.path.dirname(sys.executable), "schemathesis")
+            return subprocess.run(
+                [st, "--config-file", str(config), "run", f"{base}/openapi.json", "--checks", _CHECKS,
+                 "--max-examples", "25", "--seed", "20261125", "--generation-deterministic",
+                 "--phases", "examples,coverage,fuzzing", "-H", f"Cookie: tally_session={cookie}",
+                 "-H", f"Origin: {base}", "--request-timeout", "30", *options],
+                capture_output=True, text=True, timeout=900)
+
+        done = await asyncio.to_thread(run, "-H", f"Authorization: Bearer {key}",
+                                       "--exclude-path-regex", "^/(api/auth/logout)$")
+        # The Segment calls again with the source's write key (HTTP Basic), as Segment's SDKs send them: then
+        # they answer in Segment's shapes (POST /v1/identify's were undocumented).
+        segment = base64.b64encode(f"{ids['write_key']}:".encode()).decode()
+        segment_done = await asyncio.to_thread(
+            run, "-H", f"Authorization: Basic {segment}",
+            "--include-path-regex", "^/v1/(batch|import|track|identify|page|screen|group|alias|[tipsgab])/?$")
     finally:
         await asyncio.to_thread(server_process.stop, proc)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert segment_done.returncode == 0, segment_done.stdout[-6000:] + segment_done.stderr[-2000:]
