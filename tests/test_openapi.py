@@ -92,3 +92,26 @@ async def test_identify_documents_the_segment_calls_answers_too(client, make_key
         answered = set(await resp.json())
         shapes = _described(doc, responses[str(status)]["content"]["application/json"]["schema"])
         assert any(required <= answered for required in shapes), (headers, answered, shapes)
+
+
+async def test_the_plausible_event_documents_its_required_fields_under_either_name(client):
+    """name, url and domain are required, each as its long or its short (tracker) name: the document said so
+    only in words, so a client generated from it could send none (found by fuzzing /api/event from it)."""
+    from tests.site_helpers import BROWSER_UA
+
+    doc = await (await client.get("/openapi.json")).json()
+    schema = doc["components"]["schemas"]["PlausibleEventIn"]
+    required = [{tuple(option["required"]) for option in rule["anyOf"]} for rule in schema["allOf"]]
+    assert required == [{("name",), ("n",)}, {("url",), ("u",)}, {("domain",), ("d",)}]
+    assert {"n", "u", "d", "r", "p", "$", "i"} <= set(schema["properties"])
+    full = {"name": "pageview", "url": "https://docs.example/a", "domain": "docs.example"}
+    short = {"n": "pageview", "u": "https://docs.example/a", "d": "docs.example"}
+    headers = {"User-Agent": BROWSER_UA, "Content-Type": "application/json"}
+    for body in (full, short):
+        assert (await client.post("/api/event", json=body, headers=headers)).status == 202
+    for long, abbreviated in (("name", "n"), ("url", "u"), ("domain", "d")):
+        for body in (full, short):
+            lacking = {k: v for k, v in body.items() if k not in (long, abbreviated)}
+            resp = await client.post("/api/event", json=lacking, headers=headers)
+            assert resp.status == 400, lacking
+            assert {"field": long, "message": "required"} in (await resp.json())["issues"]

@@ -51,6 +51,20 @@ PATHS = {
 }
 
 _NULLABLE_STR = {"type": ["string", "null"]}
+# Plausible's Events API fields under their long names, and the short names its tracker sends.
+_PLAUSIBLE_FIELDS = {
+    "name": {"type": "string", "maxLength": 64, "description": "or `n`; required"},
+    "url": {"type": "string", "maxLength": 2048, "description": "or `u`; required"},
+    "domain": {"type": "string", "description": "or `d`; required; a comma-separated list records for its first "
+                                                "domain"},
+    "referrer": {"type": ["string", "null"], "maxLength": 2048, "description": "or `r`"},
+    "props": {"description": "or `p`: an object, or an object encoded as a JSON string"},
+    "revenue": {"description": "or `$`: {currency, amount}; stored as the props $revenue_amount and "
+                               "$revenue_currency"},
+    "interactive": {"type": "boolean", "description": "or `i`; validated, not stored"},
+}
+_PLAUSIBLE_SHORT = {"name": "n", "url": "u", "domain": "d", "referrer": "r", "props": "p", "revenue": "$",
+                    "interactive": "i"}
 SCHEMAS = {
     "GoalIn": {
         "type": "object", "required": ["goal_type"],
@@ -77,17 +91,14 @@ SCHEMAS = {
         "type": "object",
         "description": "Each field may be sent under its long or its short (tracker) name.",
         "properties": {
-            "name": {"type": "string", "maxLength": 64, "description": "or `n`; required"},
-            "url": {"type": "string", "maxLength": 2048, "description": "or `u`; required"},
-            "domain": {"type": "string", "description": "or `d`; required; a comma-separated list records "
-                                                        "for its first domain"},
-            "referrer": {"type": ["string", "null"], "maxLength": 2048, "description": "or `r`"},
-            "props": {"description": "or `p`: an object, or an object encoded as a JSON string"},
-            "revenue": {"description": "or `$`: {currency, amount}; stored as the props $revenue_amount "
-                                       "and $revenue_currency"},
-            "interactive": {"type": "boolean", "description": "or `i`; validated, not stored"},
+            **_PLAUSIBLE_FIELDS,
+            **{short: {**_PLAUSIBLE_FIELDS[long], "description": f"`{long}` under the tracker's name"}
+               for long, short in _PLAUSIBLE_SHORT.items()},
             "w": {"type": "number", "description": "viewport width"},
             "h": {"description": "hash mode: 1 keeps the URL fragment in the path"},
         },
+        # name, url and domain are required, each under either of its names.
+        "allOf": [{"anyOf": [{"required": [long]}, {"required": [_PLAUSIBLE_SHORT[long]]}]}
+                  for long in ("name", "url", "domain")],
     },
 }
