@@ -14,6 +14,7 @@ source's write key, as Segment's SDKs authenticate.
 
 import asyncio
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 from storage import workspaces
 from tests import server_process
 from tests.conftest import connect
+from tests.site_helpers import BROWSER_UA
 
 HUGE = [1_000_000, 60_000_000]
 # Checks of the answers alone: those of the requests (was an invalid one refused, a valid one accepted) find the
@@ -33,7 +35,6 @@ HUGE = [1_000_000, 60_000_000]
 # bodies of undeclared content types (a multipart form without a boundary was a 500).
 _CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,"
            "response_headers_conformance")
-_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36"
 
 
 async def _made(http: aiohttp.ClientSession, base: str, key: str, cookie: str) -> dict[str, str]:
@@ -47,7 +48,7 @@ async def _made(http: aiohttp.ClientSession, base: str, key: str, cookie: str) -
 
     site = await made("POST", "/api/sites", dashboard, {"domain": "fuzz.example"})
     for i in range(12):
-        async with http.post(f"{base}/api/event", headers={"User-Agent": _UA, "Origin": "https://fuzz.example"},
+        async with http.post(f"{base}/api/event", headers={"User-Agent": BROWSER_UA, "Origin": "https://fuzz.example"},
                              json={"n": "signup" if i % 4 == 0 else "pageview", "d": "fuzz.example",
                                    "u": f"https://fuzz.example/p{i % 3}?utm_source=news",
                                    "r": "https://news.example/", "p": {"plan": "ab"[i % 2]}}) as resp:
@@ -64,9 +65,9 @@ async def _made(http: aiohttp.ClientSession, base: str, key: str, cookie: str) -
                        {"name": "fuzz", "charts": [{"title": "signups", "type": "line", "event": "signup"}]})
     shared = await made("POST", f"/v1/dashboards/{board['id']}/share", keyed)
     source = await made("POST", "/v1/data-sources", keyed, {"name": "fuzz", "type": "segment", "credentials": {}})
-    return {"site": site["id"], "goal": goal["id"], "link": link["id"], "share": link["url"].rsplit("/", 1)[1],
+    return {"site": site["id"], "goal": goal["id"], "link": link["id"], "link_token": link["url"].rsplit("/", 1)[1],
             "report": report["id"], "dashboard": board["id"], "chart": board["charts"][0]["id"],
-            "public": shared["public_url"].rsplit("/", 1)[1], "source": source["id"],
+            "dashboard_token": shared["public_url"].rsplit("/", 1)[1], "source": source["id"],
             "write_key": source["write_key"]}
 
 
@@ -75,17 +76,17 @@ def _config(ids: dict[str, str]) -> str:
     by_path = {"^/v1/reports/": {"path.id": ids["report"]},
                "^/v1/dashboards/": {"path.id": ids["dashboard"], "path.chart_id": ids["chart"]},
                "^/v1/data-sources/": {"path.id": ids["source"]},
-               "^/public/dashboards/": {"path.token": ids["public"]},
-               "^/share/": {"path.token": ids["share"]},
+               "^/public/dashboards/": {"path.token": ids["dashboard_token"]},
+               "^/share/": {"path.token": ids["link_token"]},
                "^/api/sites/": {"path.site_id": ids["site"], "path.goal_id": ids["goal"], "path.link_id": ids["link"]},
                # a shared link's token reads its own site's overview endpoints
-               "^/api/analytics/": {"query.siteId": ids["site"], "query.auth": ids["share"]},
+               "^/api/analytics/": {"query.siteId": ids["site"], "query.auth": ids["link_token"]},
                "^/v1/users/": {"path.user_id": "u1"},
                "^/v1/projects/": {"path.write_key": ids["write_key"]}}
+    text = json.dumps  # TOML's basic strings read as JSON's
     return "".join(
-        f'[[operations]]\ninclude-path-regex = "{path}"\nexclude-method = "DELETE"\n'
-        f"parameters = {{ {', '.join(f'{name!r} = {value!r}' for name, value in params.items())} }}\n\n"
-        .replace("'", '"')
+        f"[[operations]]\ninclude-path-regex = {text(path)}\nexclude-method = \"DELETE\"\n"
+        f"parameters = {{ {', '.join(f'{text(name)} = {text(value)}' for name, value in params.items())} }}\n\n"
         for path, params in by_path.items())
 
 
