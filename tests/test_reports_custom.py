@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import asyncpg
 import pytest
 
 from app.appkeys import REPORT_POOL
@@ -202,8 +203,6 @@ async def test_statistics_migration_applies_on_postgresql_18(customer_pg_dsn):
     import secrets
     from urllib.parse import urlparse
 
-    import asyncpg
-
     from storage.migrate import migrate
 
     name = f"tally_pg18_{secrets.token_hex(4)}"
@@ -259,15 +258,29 @@ CLUSTER_FACTS = [
 
 
 @pytest.mark.parametrize("sql", CLUSTER_FACTS)
-async def test_the_servers_locks_databases_roles_and_settings_are_hidden_from_custom_sql(sandbox, pool, sql):
+async def test_the_servers_locks_databases_roles_and_settings_are_hidden_from_custom_sql(sandbox, sql):
     _, _, run_sql, _ = sandbox
     error = (await run_sql(sql, status=400))["error"]
     assert error["code"] == "invalid_sql" and "permission denied" in error["message"], error
     # The scope the reader's row-level security reads (current_setting, as its functions' owner) still holds.
     assert (await run_sql("SELECT count(*) AS n FROM events"))["rows"] == [[2]]
-    async with pool.acquire() as conn:  # the service itself still reads them
-        assert await conn.fetchval("SELECT count(*) > 0 FROM pg_database") is True
-        assert await conn.fetchval("SELECT current_setting('port') <> ''") is True
+
+
+async def test_monitoring_and_backup_roles_still_read_the_servers_facts(pool):
+    """Granted back to pg_monitor (monitoring agents read databases, settings and locks) and pg_read_all_data (a
+    read-all role's pg_dump reads roles, databases and settings); the suite's service role is a superuser."""
+    async with pool.acquire() as conn:
+        for role in ("pg_monitor", "pg_read_all_data"):
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL ROLE {role}")
+                assert await conn.fetchval("SELECT count(*) > 0 FROM pg_database") is True
+                assert await conn.fetchval("SELECT count(*) > 0 FROM pg_roles") is True
+                assert await conn.fetchval("SELECT count(*) >= 0 FROM pg_locks") is True
+                assert await conn.fetchval("SELECT current_setting('port') <> ''") is True
+            async with conn.transaction():
+                await conn.execute("SET LOCAL ROLE tally_report_reader")  # the same reads, refused to the reader
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await conn.fetchval("SELECT count(*) FROM pg_database")
 
 
 # --- locks the service takes (security walk-through F1) --------------------------------------------------
