@@ -115,3 +115,26 @@ async def test_the_plausible_event_documents_its_required_fields_under_either_na
             resp = await client.post("/api/event", json=lacking, headers=headers)
             assert resp.status == 400, lacking
             assert {"field": long, "message": "required"} in (await resp.json())["issues"]
+
+
+async def test_a_reports_config_schema_follows_its_type(client, make_key, database_url, workspace):
+    """ReportIn's config was any object: the document now gives each type's config schema, the one the server
+    validates it with (a config lacking that schema's required field is refused naming it)."""
+    from tests.conftest import bearer
+    from tests.reports_support import set_plan
+
+    key = bearer(await make_key("read,write"))
+    await set_plan(database_url, workspace, "enterprise")  # custom SQL reports
+    doc = await (await client.get("/openapi.json")).json()
+    rules = {rule["if"]["properties"]["type"]["const"]: rule["then"]["properties"]["config"]["$ref"].rsplit("/", 1)[1]
+             for rule in doc["components"]["schemas"]["ReportIn"]["allOf"]}
+    assert rules == {"event_volume": "EventVolumeConfig", "funnel": "FunnelConfig", "retention": "RetentionConfig",
+                     "custom": "CustomConfig"}
+    named = {"event_volume": "events", "funnel": "events", "retention": "start_event", "custom": "sql"}
+    for kind, component in rules.items():
+        schema = doc["components"]["schemas"][component]
+        required = {*schema.get("required", []), *(f for form in schema.get("oneOf", []) for f in form["required"])}
+        resp = await client.post("/v1/reports", headers=key, json={"name": kind, "type": kind, "config": {}})
+        assert resp.status == 400, kind
+        assert [f["field"] for f in (await resp.json())["error"]["fields"]] == [f"config.{named[kind]}"]
+        assert named[kind] in required, (kind, required)

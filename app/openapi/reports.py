@@ -31,7 +31,16 @@ _CONFIG_DOC = (
 
 SCHEMAS = {
     **_GENERATED,
-    "ReportIn": {**_GENERATED["ReportIn"], "description": _CONFIG_DOC},
+    # Retention's two forms, as RetentionConfig.__post_init__ takes them: events, or start_event and return_event.
+    "RetentionConfig": {**_GENERATED["RetentionConfig"], "oneOf": [
+        {"required": ["events"], "not": {"anyOf": [{"required": ["start_event"]}, {"required": ["return_event"]}]}},
+        {"required": ["start_event", "return_event"], "not": {"required": ["events"]}}]},
+    # The config's schema follows the type (a client generated from the document sends each type's own fields).
+    "ReportIn": {**_GENERATED["ReportIn"], "description": _CONFIG_DOC, "allOf": [
+        {"if": {"required": ["type"], "properties": {"type": {"const": kind}}},
+         "then": {"properties": {"config": ref(config.__name__)}}}
+        for kind, config in (("event_volume", EventVolumeConfig), ("funnel", FunnelConfig),
+                             ("retention", RetentionConfig), ("custom", CustomConfig))]},
     "Report": {
         "type": "object", "required": ["id", "name", "type", "config", "schedule", "created_at", "last_run_at"],
         "properties": {
