@@ -138,3 +138,24 @@ async def test_a_reports_config_schema_follows_its_type(client, make_key, databa
         assert resp.status == 400, kind
         assert [f["field"] for f in (await resp.json())["error"]["fields"]] == [f"config.{named[kind]}"]
         assert named[kind] in required, (kind, required)
+
+
+async def test_a_data_sources_credentials_schema_follows_its_type(client, make_key):
+    """DataSourceIn's credentials were one of several shapes, not tied to the type (a Segment source's optional
+    write key was a required field there, HubSpot took Salesforce's instance_url): each type now has the shape
+    app.sources.schemas validates. Empty credentials are refused exactly where that shape requires a field."""
+    from app.sources.schemas import SOURCE_TYPES
+    from tests.conftest import bearer
+
+    key = bearer(await make_key("admin"))
+    doc = await (await client.get("/openapi.json")).json()
+    shapes = {rule["if"]["properties"]["type"]["const"]: rule["then"]["properties"]["credentials"]
+              for rule in doc["components"]["schemas"]["DataSourceIn"]["allOf"]}
+    assert set(shapes) == set(SOURCE_TYPES)
+    for kind, shape in shapes.items():
+        resp = await client.post("/v1/data-sources", headers=key,
+                                 json={"name": kind, "type": kind, "credentials": {}})
+        requires = bool(shape["required"]) or "anyOf" in shape
+        assert resp.status == (400 if requires else 201), (kind, await resp.text())
+        if requires:
+            assert (await resp.json())["error"]["fields"][0]["field"].startswith("credentials."), kind

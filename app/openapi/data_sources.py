@@ -31,6 +31,26 @@ def _creds(required: list[str], props: dict) -> dict:
 _SQL = _creds(["host", "database", "username", "password"], {
     "host": _STR, "port": {"type": "integer", "minimum": 1, "maximum": 65535},
     "database": _STR, "username": _STR, "password": {"type": "string"}})
+# An access token, or an OAuth app's client id and secret with a refresh token (app.sources.schemas); Salesforce
+# also needs the org's instance_url beside an access token.
+_OAUTH_FIELDS = {k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")}
+_APP = {"required": ["client_id", "client_secret", "refresh_token"]}
+# Each type's credentials, as app.sources.schemas.CREDENTIALS validates them.
+_CREDENTIALS = {
+    **dict.fromkeys(("postgres", "mysql", "redshift"), _SQL),
+    "bigquery": _creds(["project_id", "dataset", "service_account_key"], {
+        "project_id": _STR, "dataset": _STR, "service_account_key": {"type": "object"}}),
+    "snowflake": _creds(["account", "warehouse", "database", "username", "password"], {
+        k: _STR for k in ("account", "warehouse", "database", "username", "password")}),
+    "stripe": _creds(["api_key"], {"api_key": {"type": "string", "pattern": "^(sk|rk)_(live|test)_[A-Za-z0-9]{4,}$"}}),
+    "salesforce": {**_creds([], {**_OAUTH_FIELDS, "instance_url": {"type": "string", "format": "uri"}}),
+                   "anyOf": [{"required": ["access_token", "instance_url"]}, _APP]},
+    "hubspot": {**_creds([], _OAUTH_FIELDS), "anyOf": [{"required": ["access_token"]}, _APP]},
+    "segment": _creds([], {"write_key": {
+        "type": "string", "minLength": 8, "maxLength": 200, "pattern": "^[!-9;-~]+$",
+        "description": "your existing Segment write key; omit it to have one generated (returned once in the "
+                       "201). Only its SHA-256 is stored."}}),
+}
 
 PATHS = {
     "/v1/data-sources": {
@@ -74,22 +94,8 @@ SCHEMAS = {
                      "description": "kept as sent; not blank"},
             "type": {"type": "string", "enum": _TYPES},
             "credentials": {
-                "description": "Fields depend on type; never returned or logged, stored encrypted.",
-                "oneOf": [
-                    _SQL,
-                    _creds(["project_id", "dataset", "service_account_key"], {
-                        "project_id": _STR, "dataset": _STR, "service_account_key": {"type": "object"}}),
-                    _creds(["account", "warehouse", "database", "username", "password"], {
-                        k: _STR for k in ("account", "warehouse", "database", "username", "password")}),
-                    _creds(["api_key"], {"api_key": {"type": "string", "pattern": "^(sk|rk)_(live|test)_"}}),
-                    # salesforce and hubspot (salesforce: instance_url with an access_token)
-                    _creds([], {**{k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")},
-                                "instance_url": {"type": "string", "format": "uri"}}),
-                    _creds(["write_key"], {"write_key": {
-                        "type": "string", "minLength": 8, "maxLength": 200, "pattern": "^[!-9;-~]+$",
-                        "description": "segment: your existing Segment write key; omit it to have one generated "
-                                       "(returned once in the 201). Only its SHA-256 is stored."}}),
-                ],
+                "description": "Fields depend on type (see allOf); never returned or logged, stored encrypted.",
+                "anyOf": list({id(c): c for c in _CREDENTIALS.values()}.values()),
             },
             "options": {
                 "type": "object", "additionalProperties": False,
@@ -111,6 +117,8 @@ SCHEMAS = {
             },
             "schedule": ref("DataSourceSchedule"),
         },
+        "allOf": [{"if": {"required": ["type"], "properties": {"type": {"const": kind}}},
+                   "then": {"properties": {"credentials": credentials}}} for kind, credentials in _CREDENTIALS.items()],
     },
     "DataSourceSchedule": {
         "type": "object", "additionalProperties": False,
