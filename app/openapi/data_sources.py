@@ -95,7 +95,7 @@ SCHEMAS = {
             "type": {"type": "string", "enum": _TYPES},
             "credentials": {
                 "description": "Fields depend on type (see allOf); never returned or logged, stored encrypted.",
-                "anyOf": list({id(c): c for c in _CREDENTIALS.values()}.values()),
+                "anyOf": list({id(c): c for c in _CREDENTIALS.values()}.values()),  # each shape once
             },
             "options": {
                 "type": "object", "additionalProperties": False,
