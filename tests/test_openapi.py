@@ -159,3 +159,30 @@ async def test_a_data_sources_credentials_schema_follows_its_type(client, make_k
         assert resp.status == (400 if requires else 201), (kind, await resp.text())
         if requires:
             assert (await resp.json())["error"]["fields"][0]["field"].startswith("credentials."), kind
+
+
+async def test_each_segment_call_documents_what_it_needs(client, make_key):
+    """Every Segment call shared one message schema, so a client generated from the document could send a track
+    without its event or an alias without its ids. Each now requires what the server refuses a call without
+    (one of userId or anonymousId; a track's event, a group's groupId, an alias's previousId and userId)."""
+    from tests.conftest import bearer
+    from tests.test_segment_api import basic
+
+    source = await (await client.post("/v1/data-sources", headers=bearer(await make_key("admin")),
+                                      json={"name": "seg", "type": "segment", "credentials": {}})).json()
+    doc = await (await client.get("/openapi.json")).json()
+    for kind, lacking, named in (("track", {}, "userId"), ("track", {"userId": "u"}, "event"),
+                                 ("page", {}, "userId"), ("screen", {}, "userId"), ("group", {}, "userId"),
+                                 ("group", {"userId": "u"}, "groupId"), ("alias", {"userId": "u"}, "previousId")):
+        schema = doc["paths"][f"/v1/{kind}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        needs = [{*rule.get("required", []), *(f for alt in rule.get("anyOf", []) for f in alt["required"])}
+                 for rule in schema["allOf"][1:]]
+        assert any(named in fields for fields in needs), (kind, named, needs)
+        resp = await client.post(f"/v1/{kind}", headers=basic(source["write_key"]), json=lacking)
+        assert resp.status == 400, (kind, lacking)
+        assert named in (await resp.json())["message"], (kind, await resp.text())
+    complete = {"track": {"userId": "u", "event": "Signed Up"}, "group": {"anonymousId": "a", "groupId": "g"},
+                "alias": {"previousId": "a", "userId": "u"}, "page": {"anonymousId": "a"}}
+    for kind, body in complete.items():
+        resp = await client.post(f"/v1/{kind}", headers=basic(source["write_key"]), json=body)
+        assert resp.status == 200, (kind, await resp.text())

@@ -20,18 +20,27 @@ _KINDS = {
 _SHORT = {"t": "track", "i": "identify", "p": "page", "s": "screen", "g": "group", "a": "alias"}
 
 
-def _call(summary: str) -> dict:
+# What each call needs besides the message's shape, as app.segment.messages.to_op refuses it without.
+_USER = {"anyOf": [{"required": ["userId"]}, {"required": ["anonymousId"]}]}
+_NEEDS = {"track": [_USER, {"required": ["event"], "properties": {"event": {"minLength": 1}}}],
+          "identify": [_USER], "page": [_USER], "screen": [_USER], "group": [_USER, {"required": ["groupId"]}],
+          "alias": [{"required": ["previousId", "userId"]}]}
+
+
+def _call(kind: str, summary: str) -> dict:
     return {"post": {
         "summary": summary, "security": _SECURITY,
         "description": "Segment's field names; 32 KB per call. Authenticate with HTTP Basic (write key as the "
                        "user name) or writeKey in the body. messageId makes retries idempotent (48 h).",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": ref("SegmentMessage")}}},
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"allOf": [ref("SegmentMessage"), *_NEEDS[kind]]}}}},
         "responses": {"200": json_body(ref("SegmentAccepted"), headers=RATE_HEADERS), **_ERRORS},
     }}
 
 
-PATHS = {f"/v1/{kind}": _call(summary) for kind, summary in _KINDS.items()}
-PATHS.update({f"/v1/{short}": _call(f"Short form of /v1/{kind} (analytics.js)") for short, kind in _SHORT.items()})
+PATHS = {f"/v1/{kind}": _call(kind, summary) for kind, summary in _KINDS.items()}
+PATHS.update({f"/v1/{short}": _call(kind, f"Short form of /v1/{kind} (analytics.js)")
+              for short, kind in _SHORT.items()})
 PATHS["/v1/batch"] = {"post": {
     "summary": "Several Segment calls at once (500 KB, 32 KB per message)", "security": _SECURITY,
     "description": "Valid messages are stored even when others fail; failures are listed by index.",
