@@ -186,3 +186,40 @@ async def test_each_segment_call_documents_what_it_needs(client, make_key):
     for kind, body in complete.items():
         resp = await client.post(f"/v1/{kind}", headers=basic(source["write_key"]), json=body)
         assert resp.status == 200, (kind, await resp.text())
+
+
+async def test_a_created_things_id_links_to_the_operations_on_it(client, make_key):
+    """Each POST that answers a created thing's id links to the operations on it (OpenAPI links: what a client
+    calls next, and what schemathesis's stateful phase follows). Every link names an operation of the document
+    and exactly its path parameters, under a name the specification allows; following one works."""
+    import re
+
+    from tests.conftest import bearer
+
+    doc = await (await client.get("/openapi.json")).json()
+    linked = {}
+    for path, item in doc["paths"].items():
+        for answer in item.get("post", {}).get("responses", {}).values():
+            for name, link in answer.get("links", {}).items():
+                assert re.fullmatch(r"[A-Za-z0-9._-]+", name), name
+                target, method = link["operationRef"].removeprefix("#/paths/").rsplit("/", 1)
+                target = target.replace("~1", "/").replace("~0", "~")
+                assert method in doc["paths"][target], link
+                assert set(link["parameters"]) == set(re.findall(r"{(\w+)}", target)), link
+                linked.setdefault(path, set()).add((method, target))
+    assert ("get", "/v1/reports/{id}/run") in linked["/v1/reports"]
+    assert ("delete", "/api/sites/{site_id}/goals/{goal_id}") in linked["/api/sites/{site_id}/goals"]
+    assert ("delete", "/api/keys/{key_id}") in linked["/api/keys"]
+    # Following one: the link's expressions evaluated on a real POST, then the operation it names called.
+    key = bearer(await make_key("read,write"))
+    created = await (await client.post("/v1/reports", headers=key, json={
+        "name": "linked", "type": "event_volume", "config": {"events": ["signup"]}})).json()
+    link = doc["paths"]["/v1/reports"]["post"]["responses"]["201"]["links"]["GET_v1_reports_id"]
+    target = link["operationRef"].removeprefix("#/paths/").rsplit("/", 1)[0].replace("~1", "/")
+    for name, expression in link["parameters"].items():
+        assert expression.startswith("$response.body#/")
+        value = created
+        for step in expression.removeprefix("$response.body#/").split("/"):
+            value = value[step]
+        target = target.replace(f"{{{name}}}", value)
+    assert (await (await client.get(target, headers=key)).json())["name"] == "linked"

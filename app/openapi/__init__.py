@@ -6,6 +6,7 @@ A test checks that the document and the router list the same operations.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import import_module
 
@@ -35,6 +36,7 @@ def document() -> dict:
             paths.setdefault(path, {}).update(item)
         schemas.update(module.SCHEMAS)
     _unavailable_everywhere(paths)
+    _link_created(paths, schemas)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Tally", "version": "1.0.0",
@@ -69,3 +71,35 @@ def _unavailable_everywhere(paths: dict) -> None:
                 item[method].setdefault("responses", {}).setdefault(
                     "503", json_body(ref(schema), "a dependency (PostgreSQL, Redis) is unreachable", retry))
 
+
+
+def _link_created(paths: dict, schemas: dict) -> None:
+    """OpenAPI links from each POST that answers a created thing's `id` to the operations on that thing (the
+    paths below it that name it in their next parameter and need no other new one): what a client (or
+    schemathesis's stateful phase) calls next with the id it got. The path's own parameters are the request's."""
+    for path, item in paths.items():
+        post = item.get("post", {})
+        for status in ("200", "201"):
+            body = post.get("responses", {}).get(status, {}).get("content", {}).get("application/json")
+            if body is None or "id" not in _resolved(body["schema"], schemas).get("properties", {}):
+                continue
+            own = re.findall(r"{(\w+)}", path)
+            links = {}
+            for below, operations in paths.items():
+                names = re.findall(r"{(\w+)}", below[len(path):]) if below.startswith(path + "/{") else []
+                if len(names) != 1:  # not below it, or it needs another id too (a chart of a created dashboard)
+                    continue
+                parameters = {name: f"$request.path.{name}" for name in own} | {names[0]: "$response.body#/id"}
+                ref = "#/paths/" + below.replace("~", "~0").replace("/", "~1")
+                # A link's name follows the components' naming rule ([A-Za-z0-9._-]+): GET_v1_reports_id.
+                links.update({re.sub(r"[^A-Za-z0-9]+", "_", f"{method.upper()} {below}").strip("_"):
+                              {"operationRef": f"{ref}/{method}", "parameters": parameters}
+                              for method in _METHODS if method in operations})
+            if links:
+                post["responses"][status]["links"] = links
+
+
+def _resolved(schema: dict, schemas: dict) -> dict:
+    while "$ref" in schema:
+        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+    return schema
