@@ -1,9 +1,16 @@
 """/openapi.json documents exactly the operations the router serves."""
 
+import re
+
 from aiohttp import web
 
 from app.openapi import document
 from app.server import init_app
+from app.sources.schemas import SOURCE_TYPES
+from tests.conftest import bearer
+from tests.reports_support import set_plan
+from tests.site_helpers import BROWSER_UA
+from tests.test_segment_api import basic
 
 
 def _router_operations(app: web.Application) -> set[tuple[str, str]]:
@@ -62,6 +69,12 @@ async def test_event_ingestion_documents_its_idempotency_key(client):
         assert "Idempotent-Replayed" in op["responses"]["200"]["headers"]
 
 
+async def _segment_source(client, make_key) -> dict:
+    """A Segment source, whose write key (HTTP Basic) makes the Segment routes Segment's calls."""
+    return await (await client.post("/v1/data-sources", headers=bearer(await make_key("admin")),
+                                    json={"name": "seg", "type": "segment", "credentials": {}})).json()
+
+
 def _described(doc: dict, schema: dict) -> list[set[str]]:
     """The required keys of each object shape a response schema allows (through $ref and anyOf)."""
     if "$ref" in schema:
@@ -75,13 +88,9 @@ async def test_identify_documents_the_segment_calls_answers_too(client, make_key
     """POST /v1/identify with a Segment write key is Segment's identify: its answers are Segment's shapes,
     {"success": true} and {"code", "message"}, which the document gave only in the keyed API's shapes
     (found by schemathesis with the write key)."""
-    from tests.conftest import bearer
-    from tests.test_segment_api import basic
-
     doc = await (await client.get("/openapi.json")).json()
     responses = doc["paths"]["/v1/identify"]["post"]["responses"]
-    source = await (await client.post("/v1/data-sources", headers=bearer(await make_key("admin")),
-                                      json={"name": "seg", "type": "segment", "credentials": {}})).json()
+    source = await _segment_source(client, make_key)
     for headers, body, status in ((bearer(await make_key("write")), {"user_id": "u1"}, 200),
                                   (bearer(await make_key("write")), b"{nope", 400),
                                   (basic(source["write_key"]), {"userId": "u1", "traits": {}}, 200),
@@ -97,8 +106,6 @@ async def test_identify_documents_the_segment_calls_answers_too(client, make_key
 async def test_the_plausible_event_documents_its_required_fields_under_either_name(client):
     """name, url and domain are required, each as its long or its short (tracker) name: the document said so
     only in words, so a client generated from it could send none (found by fuzzing /api/event from it)."""
-    from tests.site_helpers import BROWSER_UA
-
     doc = await (await client.get("/openapi.json")).json()
     schema = doc["components"]["schemas"]["PlausibleEventIn"]
     required = [{tuple(option["required"]) for option in rule["anyOf"]} for rule in schema["allOf"]]
@@ -120,9 +127,6 @@ async def test_the_plausible_event_documents_its_required_fields_under_either_na
 async def test_a_reports_config_schema_follows_its_type(client, make_key, database_url, workspace):
     """ReportIn's config was any object: the document now gives each type's config schema, the one the server
     validates it with (a config lacking that schema's required field is refused naming it)."""
-    from tests.conftest import bearer
-    from tests.reports_support import set_plan
-
     key = bearer(await make_key("read,write"))
     await set_plan(database_url, workspace, "enterprise")  # custom SQL reports
     doc = await (await client.get("/openapi.json")).json()
@@ -144,9 +148,6 @@ async def test_a_data_sources_credentials_schema_follows_its_type(client, make_k
     """DataSourceIn's credentials were one of several shapes, not tied to the type (a Segment source's optional
     write key was a required field there, HubSpot took Salesforce's instance_url): each type now has the shape
     app.sources.schemas validates. Empty credentials are refused exactly where that shape requires a field."""
-    from app.sources.schemas import SOURCE_TYPES
-    from tests.conftest import bearer
-
     key = bearer(await make_key("admin"))
     doc = await (await client.get("/openapi.json")).json()
     shapes = {rule["if"]["properties"]["type"]["const"]: rule["then"]["properties"]["credentials"]
@@ -165,11 +166,7 @@ async def test_each_segment_call_documents_what_it_needs(client, make_key):
     """Every Segment call shared one message schema, so a client generated from the document could send a track
     without its event or an alias without its ids. Each now requires what the server refuses a call without
     (one of userId or anonymousId; a track's event, a group's groupId, an alias's previousId and userId)."""
-    from tests.conftest import bearer
-    from tests.test_segment_api import basic
-
-    source = await (await client.post("/v1/data-sources", headers=bearer(await make_key("admin")),
-                                      json={"name": "seg", "type": "segment", "credentials": {}})).json()
+    source = await _segment_source(client, make_key)
     doc = await (await client.get("/openapi.json")).json()
     for kind, lacking, named in (("track", {}, "userId"), ("track", {"userId": "u"}, "event"),
                                  ("page", {}, "userId"), ("screen", {}, "userId"), ("group", {}, "userId"),
@@ -188,22 +185,23 @@ async def test_each_segment_call_documents_what_it_needs(client, make_key):
         assert resp.status == 200, (kind, await resp.text())
 
 
+def _operation(link: dict) -> tuple[str, str]:
+    """The path and method a link's operationRef (#/paths/<JSON pointer>/<method>) names."""
+    pointer, method = link["operationRef"].removeprefix("#/paths/").rsplit("/", 1)
+    return pointer.replace("~1", "/").replace("~0", "~"), method
+
+
 async def test_a_created_things_id_links_to_the_operations_on_it(client, make_key):
     """Each POST that answers a created thing's id links to the operations on it (OpenAPI links: what a client
     calls next, and what schemathesis's stateful phase follows). Every link names an operation of the document
     and exactly its path parameters, under a name the specification allows; following one works."""
-    import re
-
-    from tests.conftest import bearer
-
     doc = await (await client.get("/openapi.json")).json()
     linked = {}
     for path, item in doc["paths"].items():
         for answer in item.get("post", {}).get("responses", {}).values():
             for name, link in answer.get("links", {}).items():
                 assert re.fullmatch(r"[A-Za-z0-9._-]+", name), name
-                target, method = link["operationRef"].removeprefix("#/paths/").rsplit("/", 1)
-                target = target.replace("~1", "/").replace("~0", "~")
+                target, method = _operation(link)
                 assert method in doc["paths"][target], link
                 assert set(link["parameters"]) == set(re.findall(r"{(\w+)}", target)), link
                 linked.setdefault(path, set()).add((method, target))
@@ -215,7 +213,8 @@ async def test_a_created_things_id_links_to_the_operations_on_it(client, make_ke
     created = await (await client.post("/v1/reports", headers=key, json={
         "name": "linked", "type": "event_volume", "config": {"events": ["signup"]}})).json()
     link = doc["paths"]["/v1/reports"]["post"]["responses"]["201"]["links"]["GET_v1_reports_id"]
-    target = link["operationRef"].removeprefix("#/paths/").rsplit("/", 1)[0].replace("~1", "/")
+    target, method = _operation(link)
+    assert method == "get"
     for name, expression in link["parameters"].items():
         assert expression.startswith("$response.body#/")
         value = created
