@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from app.openapi.common import KEYED, RATE_HEADERS, json_body, keyed_errors, path_param, query, ref
+from app.sources.schemas import SOURCE_TYPES
 
 _TS = {"type": "string", "format": "date-time"}
 _TS_NULL = {"type": ["string", "null"], "format": "date-time"}
 _STR = {"type": "string", "minLength": 1}
-_TYPES = ["postgres", "mysql", "bigquery", "snowflake", "redshift", "stripe", "salesforce", "hubspot", "segment"]
 _STATUS = {"type": "string", "enum": ["testing", "active", "syncing", "error", "paused"]}
 _ID = [path_param("id")]
 _NO_CONTENT = {"description": "done; no body", "headers": RATE_HEADERS}
@@ -35,7 +35,7 @@ _SQL = _creds(["host", "database", "username", "password"], {
 # also needs the org's instance_url beside an access token.
 _OAUTH_FIELDS = {k: _STR for k in ("access_token", "client_id", "client_secret", "refresh_token")}
 _APP = {"required": ["client_id", "client_secret", "refresh_token"]}
-# Each type's credentials, as app.sources.schemas.CREDENTIALS validates them.
+# Each type's credentials (a key per SOURCE_TYPES), as app.sources.schemas.CREDENTIALS validates them.
 _CREDENTIALS = {
     **dict.fromkeys(("postgres", "mysql", "redshift"), _SQL),
     "bigquery": _creds(["project_id", "dataset", "service_account_key"], {
@@ -92,7 +92,7 @@ SCHEMAS = {
         "properties": {
             "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "\\S",
                      "description": "kept as sent; not blank"},
-            "type": {"type": "string", "enum": _TYPES},
+            "type": {"type": "string", "enum": list(SOURCE_TYPES)},
             "credentials": {
                 "description": "Fields depend on type (see allOf); never returned or logged, stored encrypted.",
                 "anyOf": list({id(c): c for c in _CREDENTIALS.values()}.values()),  # each shape once
