@@ -107,21 +107,21 @@ class DashboardWarmer:
         return made
 
     async def _make(self, site_id: str, range_name: str, prop: str) -> None:
-        w, db = window_for(range_name), self.analytics
+        goals: list[store.Goal] = []
+        async with self.pool.acquire() as conn:
+            site = await site_store.site_by_id(conn, site_id)  # its time zone places the window
+            if site is None:
+                return
+            if prop == "goal":
+                goals = await store.site_goals(conn, site_id)
+        w, db = window_for(range_name, time_zone=site["time_zone"]), self.analytics
         if not analytics_days.whole_days(w.start, w.end):
             return  # nothing of such a window is kept by the day
         if prop == OVERVIEW:
             await analytics_days.counted_days(db, site_id, w.start, w.end)
             await analytics_overview.visitors(db, site_id, w.start, w.end)
             return
-        goals: list[store.Goal] = []
-        domain = None
-        async with self.pool.acquire() as conn:
-            if prop == "goal":
-                goals = await store.site_goals(conn, site_id)
-            elif prop == "referrer":  # its rows leave the site's own pages out
-                site = await site_store.site_by_id(conn, site_id)
-                domain = site["domain"] if site else None
+        domain = site["domain"] if prop == "referrer" else None  # its rows leave the site's own pages out
         await analytics_breakdown.breakdown(db, site_id, w.start, w.end, prop=prop, goals=goals, limit=1, offset=0,
                                             filters=store.Filters(goals=tuple(goals)), metrics=("visitors",),
                                             domain=domain)

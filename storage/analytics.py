@@ -32,8 +32,15 @@ TS = "DateTime64(6, 'UTC')"
 DAY_MIN, DAY_MAX = date(1900, 1, 1), date(2299, 12, 31)  # Date32's range, as DateTime64's (storage.clickhouse)
 PV_MIN_NONE = "18446744073709551615"  # pv_min's neutral element (min of UInt64)
 SHORT_WINDOW = timedelta(days=7)  # windows up to this long state their days (in_window)
-# The start of the time bucket an event falls in, per interval.
-BUCKET = {"minute": "toStartOfMinute(ts)", "hour": "toStartOfHour(ts)", "day": "toStartOfDay(ts)"}
+_BUCKET = {"minute": "toStartOfMinute", "hour": "toStartOfHour", "day": "toStartOfDay"}
+
+
+def bucket(q: Params, interval: str, time_zone: str = "UTC") -> str:
+    """The start of the time bucket an event falls in, per interval, in the site's time zone: a day starts at
+    its local midnight, and an hour at the local hour (half past the UTC one in India)."""
+    if time_zone == "UTC":
+        return f"{_BUCKET[interval]}(ts)"
+    return f"{_BUCKET[interval]}(ts, {q.bind(time_zone)})"
 
 
 class UnsupportedFilter(ValueError):
@@ -98,7 +105,7 @@ class Filters:
 
 async def site_in_workspace(conn: asyncpg.Connection, site_id: str, workspace_id: int) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        "SELECT id, domain FROM sites WHERE id = $1 AND workspace_id = $2", site_id, workspace_id
+        "SELECT id, domain, time_zone FROM sites WHERE id = $1 AND workspace_id = $2", site_id, workspace_id
     )
 
 

@@ -9,13 +9,13 @@ from datetime import UTC, date, datetime
 
 from storage import analytics_days, analytics_windows
 from storage.analytics import (
-    BUCKET,
     TOP_DIMENSIONS,
     TOTALS,
     VISIT_SUMS,
     Filters,
     SessionStats,
     Totals,
+    bucket,
     matching_sessions,
     own_referrer,
     session_rows,
@@ -29,14 +29,15 @@ from storage.site_filters import Filter
 
 async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
                    interval: str, first: datetime, last: datetime, domain: str | None, limit: int,
-                   filters: Filters) -> tuple[Totals, SessionStats, dict[str, tuple[list[tuple[str, int]], int]],
-                                              list[tuple[datetime, int]]]:
+                   filters: Filters, time_zone: str = "UTC") -> tuple[
+                       Totals, SessionStats, dict[str, tuple[list[tuple[str, int]], int]], list[tuple[datetime, int]]]:
     """The whole overview in three queries instead of six, read side by side (storage.clickhouse.READERS): the
     totals and the session statistics (unfiltered, each its own query; under filters, the totals and then the
     matching visits), and the three top lists and the series in one scan (GROUPING SETS). Unfiltered, the
     counts of ended days, the visits that started on them and the visitors of whole days come from the day
     rows (plus the query that finds them, and once a day the one that counts an ended day). The same numbers
-    as totals(), session_stats() and analytics_lists's top() and series()."""
+    as totals(), session_stats() and analytics_lists's top() and series(), whose buckets are the site's
+    `time_zone`'s."""
     if filters.terms():
         days = analytics_days.NONE
         head = _filtered_head(store, site_id, start, end, filters)
@@ -46,21 +47,22 @@ async def overview(store: AnalyticsStore, site_id: str, start: datetime, end: da
         head = _unfiltered_head(store, site_id, start, end, whole, days)
     (events, pageviews, visitors, *visits), (tops, counts) = await asyncio.gather(
         head, _lists(store, site_id, start, end, name=name, interval=interval, first=first, last=last,
-                     domain=domain, limit=limit, filters=filters, days=days))
+                     domain=domain, limit=limit, filters=filters, days=days, time_zone=time_zone))
     return (Totals(events, pageviews, visitors), SessionStats.of(*visits), tops,
-            filled(counts, interval=interval, first=first, last=last))
+            filled(counts, interval=interval, first=first, last=last, time_zone=time_zone))
 
 
 async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str, interval: str,
                  first: datetime, last: datetime, domain: str | None, limit: int, filters: Filters,
-                 days: analytics_days.CountedDays) -> tuple[dict[str, tuple[list[tuple[str, int]], int]],
-                                                            dict[int, int]]:
+                 days: analytics_days.CountedDays, time_zone: str) -> tuple[
+                     dict[str, tuple[list[tuple[str, int]], int]], dict[int, int]]:
     """The three top lists and the series counts (by bucket start), the counted `days` from their rows."""
     q, table = Params(), store.table("site_events")
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
     # The day rows hold daily and hourly buckets (SERIES_ROWS), so a daily or hourly series of whole days
-    # comes from them with the lists (the 7-day overview, the dashboard's default, is hourly).
-    listed = days.for_series(interval) if len(lists) == 1 else []
+    # comes from them with the lists (the 7-day overview, the dashboard's default, is hourly); their days and
+    # hours are UTC ones, so a site in another zone counts its series from the events.
+    listed = days.for_series(interval) if len(lists) == 1 and time_zone == "UTC" else []
     cond = where(q, table, site_id, start, end, lists) + analytics_days.other_days(q, start, end, listed)
     referrer, own = "referrer_host", "0"
     if domain:
@@ -68,12 +70,12 @@ async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: date
         referrer = f"if({own_referrer(q, 'referrer_host', domain)}, '', referrer_host)"
     counted = ""
     if listed:  # k 3 is the series
-        series_dim, bucket = analytics_days.SERIES_ROWS[interval]
+        series_dim, day_bucket = analytics_days.SERIES_ROWS[interval]
         counted = (f" UNION ALL SELECT if(dim = {series_dim}, 3, dim), if(dim = {series_dim} OR (dim = 1 AND {own}), "
-                   f"'', key), if(dim = {series_dim}, {bucket}, 0), c FROM "
+                   f"'', key), if(dim = {series_dim}, {day_bucket}, 0), c FROM "
                    f"{analytics_days.counts_of(q, store, site_id, days, listed)} WHERE name = {q.bind(name)} "
                    f"AND dim IN (0, 1, 2, {series_dim})")
-    buckets = int((last - first) / STEP[interval]) + 1
+    buckets = round((last - first) / STEP[interval]) + 1  # a day may last 23 or 25 hours (filled)
     # Each list's first keys by count, and its total, aggregated by list rather than sorted out of every key
     # (LIMIT BY) beside a window's sum: the store sorts a block and holds a window's rows in memory whole, and
     # 60k distinct pages near 2 KB took that past a 384 MB bound; a grouping spills, and the sorted arrays keep
@@ -83,8 +85,8 @@ async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: date
         f"SELECT k, sum(c), groupArraySorted({q.bind(kept, 'UInt32')})((-toInt64(c), key, b)) FROM ("
         "SELECT k, key, b, sum(c) AS c FROM ("
         "SELECT multiIf(p != '', 0, r != '', 1, g != '', 2, b != 0, 3, 4) AS k, concat(p, r, g) AS key, b, c FROM ("
-        f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({BUCKET[interval]}) AS b, count() AS c "
-        f"FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
+        f"SELECT page AS p, {referrer} AS r, country AS g, toUnixTimestamp({bucket(q, interval, time_zone)}) AS b, "
+        f"count() AS c FROM {table} FINAL WHERE {cond} GROUP BY GROUPING SETS ((p), (r), (g), (b))){counted}) "
         "WHERE k = 3 OR (k < 3 AND key != '') GROUP BY k, key, b) GROUP BY k", q.params)
     tops: dict[str, tuple[list[tuple[str, int]], int]] = {dim: ([], 0) for dim in TOP_DIMENSIONS}
     counts: dict[int, int] = {}

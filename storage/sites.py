@@ -6,7 +6,7 @@ import asyncpg
 
 from storage.workspaces import ensure_workspace
 
-_COLUMNS = "id, workspace_id, domain, verification_token, verified_at, created_at"
+_COLUMNS = "id, workspace_id, domain, verification_token, verified_at, created_at, time_zone"
 
 
 async def site_by_id(conn: asyncpg.Connection, site_id: str) -> asyncpg.Record | None:
@@ -26,16 +26,25 @@ async def count_sites(conn: asyncpg.Connection, workspace_id: int) -> int:
 
 
 async def create_site(
-    conn: asyncpg.Connection, site_id: str, workspace_id: int, domain: str, token: str
+    conn: asyncpg.Connection, site_id: str, workspace_id: int, domain: str, token: str, time_zone: str = "UTC"
 ) -> asyncpg.Record | None:
     """Insert the site; None when the id or (workspace, domain) is already taken."""
     return await conn.fetchrow(
         f"""
-        INSERT INTO sites (id, workspace_id, domain, verification_token) VALUES ($1, $2, $3, $4)
+        INSERT INTO sites (id, workspace_id, domain, verification_token, time_zone) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT DO NOTHING
         RETURNING {_COLUMNS}
         """,
-        site_id, workspace_id, domain, token,
+        site_id, workspace_id, domain, token, time_zone,
+    )
+
+
+async def set_time_zone(conn: asyncpg.Connection, site_id: str, workspace_id: int,
+                        time_zone: str) -> asyncpg.Record | None:
+    """Change the site's time zone; None when the site is not the workspace's."""
+    return await conn.fetchrow(
+        f"UPDATE sites SET time_zone = $3 WHERE id = $1 AND workspace_id = $2 RETURNING {_COLUMNS}",
+        site_id, workspace_id, time_zone,
     )
 
 

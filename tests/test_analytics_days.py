@@ -16,6 +16,7 @@ from storage import analytics as store
 from storage import analytics_breakdown, analytics_lists, analytics_mirror, analytics_overview
 from storage.analytics_breakdown import STATES_DIM
 from storage.analytics_days import HOURS, HOURS_MARKER, MARKER, TOTAL, VISIT_HOURS_MARKER, VISITS, whole_days
+from storage.clickhouse import Params
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ROW_GRANULES, STATE_TABLES, TABLES
 from storage.db import init_connection
@@ -52,7 +53,7 @@ async def from_events(db, site_id: str, domain: str, range_name: str = "30d"):
 async def series_from_events(db, site_id: str, range_name: str, interval: str) -> list:
     w = window_for(range_name)
     first, last = w.buckets(interval)
-    rows = await db.query(f"SELECT toUnixTimestamp({store.BUCKET[interval]}) AS b, count() FROM "
+    rows = await db.query(f"SELECT toUnixTimestamp({store.bucket(Params(), interval)}) AS b, count() FROM "
                           f"{db.table('site_events')} FINAL WHERE site_id = {{s:String}} AND name = 'pageview' "
                           "AND ts >= {a:DateTime64(6, 'UTC')} AND ts < {z:DateTime64(6, 'UTC')} GROUP BY b",
                           {"s": site_id, "a": w.start, "z": w.end})

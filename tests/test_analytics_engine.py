@@ -100,15 +100,19 @@ PG_WHERE = {
 }
 
 
-@pytest.mark.parametrize("range_name", ["24h", "7d", "30d", "90d"])
+# Ranges in a site's time zone: New York's windows of days run from one of its midnights to another (and its
+# 90 days hold a change of summer time), Kolkata's hours begin at half past UTC ones.
+@pytest.mark.parametrize(("range_name", "zone"), [
+    ("24h", "UTC"), ("7d", "UTC"), ("30d", "UTC"), ("90d", "UTC"),
+    ("24h", "Asia/Kolkata"), ("30d", "America/New_York"), ("90d", "America/New_York")])
 @pytest.mark.parametrize("case", list(PG_WHERE))
-async def test_every_site_aggregate_matches_postgresql(client, database_url, workspace, range_name, case):
+async def test_every_site_aggregate_matches_postgresql(client, database_url, workspace, range_name, zone, case):
     site_id, domain = await generated_site(database_url, workspace)
     db = client.app[ANALYTICS]
     await client.app[MIRROR].catch_up()
     terms, pg = PG_WHERE[case]
     filters = store.Filters(extra=tuple(terms))
-    w = window_for(range_name)
+    w = window_for(range_name, time_zone=zone)
     conn = await asyncpg.connect(database_url)
     await init_connection(conn)
     try:
@@ -135,10 +139,10 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
         scope = scope.replace(" AND name = 'signup'", "")
         first, last = w.buckets(w.unit)
         expected = {r["b"]: r["n"] for r in await conn.fetch(
-            f"SELECT date_trunc('{w.unit}', ts, 'UTC') AS b, count(*) AS n FROM events "
-            f"WHERE {scope} AND name = $4 GROUP BY 1", *args, name)}
+            f"SELECT date_trunc('{w.unit}', ts, $5) AS b, count(*) AS n FROM events "
+            f"WHERE {scope} AND name = $4 GROUP BY 1", *args, name, zone)}
         points = await analytics_lists.series(db, site_id, w.start, w.end, name=name, interval=w.unit,
-                                              first=first, last=last, filters=filters)
+                                              first=first, last=last, filters=filters, time_zone=zone)
         assert sum(v for _, v in points) == sum(expected.values())
         assert {b: v for b, v in points if v} == expected
 
@@ -161,7 +165,7 @@ async def test_every_site_aggregate_matches_postgresql(client, database_url, wor
 
         # The overview's combined queries give exactly the numbers of the separate ones compared above.
         assert await analytics_overview.overview(db, site_id, w.start, w.end, name=name, interval=w.unit, first=first,
-                                    last=last, domain=domain, limit=5, filters=filters) == (
+                                    last=last, domain=domain, limit=5, filters=filters, time_zone=zone) == (
             await store.totals(db, site_id, w.start, w.end, filters), got, tops, points)
     finally:
         await conn.close()

@@ -89,6 +89,7 @@ API = {
     ("GET", "/api/analytics/realtime"): "session",
     ("GET", "/api/sites"): "session",
     ("POST", "/api/sites"): "session",
+    ("PATCH", "/api/sites/{site_id}"): "session",
     ("GET", "/api/verify"): "session",
     ("POST", "/api/verify"): "session",
     ("POST", "/api/event"): "ingestion",

@@ -63,7 +63,7 @@ async def test_create_by_form_and_json_is_idempotent(client, login):
     resp = await client.post("/api/sites", data={"domain": f"https://www.{domain}/pricing"})
     assert resp.status == 200
     created = await resp.json()
-    assert created == {"id": site_id_for(domain), "domain": domain}
+    assert created == {"id": site_id_for(domain), "domain": domain, "timezone": "UTC"}
     again = await client.post("/api/sites", json={"domain": domain.upper()})
     assert again.status == 200 and await again.json() == created
     listed = await (await client.get("/api/sites")).json()
@@ -79,7 +79,8 @@ async def test_a_domain_named_www_is_registered_as_itself(client, login):
     domain = f"www.x{secrets.token_hex(4)}"  # a top-level label of digits alone is no domain name
     for raw in (domain, f"https://{domain.upper()}/"):
         resp = await client.post("/api/sites", data={"domain": raw})
-        assert (resp.status, await resp.json()) == (200, {"id": site_id_for(domain), "domain": domain})
+        assert (resp.status, await resp.json()) == (
+            200, {"id": site_id_for(domain), "domain": domain, "timezone": "UTC"})
     assert [s["domain"] for s in await (await client.get("/api/sites")).json()] == [domain]
 
 
@@ -151,7 +152,7 @@ async def test_list_is_newest_first_capped_at_50_and_per_workspace(client, login
     older = await resp.json()
     assert resp.status == 200 and resp.headers["X-Total-Count"] == "55"
     assert [s["domain"].split("-")[0] for s in older] == [f"d{i}" for i in range(50, 55)]
-    assert set(older[0]) == {"id", "domain", "status", "verified", "verifiedAt", "createdAt"}
+    assert set(older[0]) == {"id", "domain", "status", "verified", "verifiedAt", "createdAt", "timezone"}
     assert await (await client.get("/api/sites?offset=")).json() == listed
     assert await (await client.get(f"/api/sites?offset={10**30}")).json() == []
     for bad in ("-1", "x", "1.5"):
@@ -318,7 +319,7 @@ async def test_an_unverified_claim_does_not_block_the_owner_who_verifies(app_cli
         my_workspace_id = await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
     finally:
         await conn.close()
-    assert mine == {"id": site_id_for(domain, my_workspace_id), "domain": domain}
+    assert mine == {"id": site_id_for(domain, my_workspace_id), "domain": domain, "timezone": "UTC"}
     assert (await app_client.post("/api/sites", data={"domain": domain})).status == 200  # same answer again
     doh.records[domain] = [(await (await app_client.get(f"/api/verify?site={mine['id']}")).json())["record"]]
     resp = await app_client.post(f"/api/verify?site={mine['id']}")

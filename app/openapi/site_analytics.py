@@ -7,7 +7,8 @@ from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
 _RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d"], "default": "7d"},
-               description="the N most recent UTC buckets: 60 minutes, 24 hours, 168 hours, 30 days or 90 days")
+               description="the N most recent buckets of the site's time zone: 60 minutes, 24 hours, 168 hours, "
+                           "30 days or 90 days")
 _EVENT = query("eventName", {"type": "string"}, description="exact event name")
 _ERRORS = site_errors(400, 401, 404, 500, 503)  # 503: PostgreSQL away, or the store behind its mirror
 _FILTER = {"name": "filter", "in": "query", "required": False, "style": "form", "explode": True,
@@ -61,12 +62,12 @@ PATHS = {
         json_body(ref("Overview")),
     ),
     "/api/analytics/timeseries": _get(
-        "Counts of pageviews (or eventName) per UTC bucket, zero buckets included",
+        "Counts of pageviews (or eventName) per bucket of the site's time zone, zero buckets included",
         [query("interval", {"type": "string", "enum": ["minute", "hour", "day"]},
                description="default: minute for 1h, hour for 24h and 7d, day for 30d and 90d"),
          query("eventName", {"type": "string", "default": "pageview"})],
         json_body({"type": "object", "required": ["data"],
-                   "properties": {"data": {"type": "array", "items": ref("Point")}}}),
+                   "properties": {"data": {"type": "array", "items": ref("Point")}, "timezone": ref("TimeZone")}}),
     ),
     "/api/analytics/breakdown": _get(
         "Visitors, visits, pageviews, events, bounce rate, visit duration or conversion rate per value of a property",
@@ -149,5 +150,5 @@ SCHEMAS = {
         "topReferrers": {"type": "array", "items": ref("TopRow")},
         "topCountries": {"type": "array", "items": ref("TopRow")},
         "timeSeries": {"type": "array", "items": ref("Point")},
-        "range": {"type": "string"}, "interval": {"type": "string"}}},
+        "range": {"type": "string"}, "interval": {"type": "string"}, "timezone": ref("TimeZone")}},
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_errors
+from app.time_zones import ZONES
 
 _CORS = {
     "Access-Control-Allow-Origin": {"schema": {"type": "string"},
@@ -77,6 +78,15 @@ PATHS = {
             "responses": {"200": json_body(ref("SiteCreated")), **site_errors(400, 401, 403, 409)},
         },
     },
+    "/api/sites/{site_id}": {
+        "patch": {
+            "summary": "Change a site's settings: its time zone, where its dashboard's days begin",
+            "tags": ["sites"], "security": SESSION,
+            "parameters": [{"name": "site_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref("SiteSettingsIn")}}},
+            "responses": {"200": json_body(ref("Site")), **site_errors(400, 401, 403, 404, 413)},
+        },
+    },
     "/api/verify": {
         "get": {"summary": "The TXT record to publish at the domain apex", "tags": ["sites"],
                 "security": SESSION, "parameters": [_SITE_Q],
@@ -91,6 +101,7 @@ PATHS = {
 }
 
 _STR = {"type": "string"}
+_ZONE = ref("TimeZone")
 _URL = {"type": ["string", "null"], "maxLength": 2048}
 SCHEMAS = {
     "SiteEventIn": {
@@ -133,16 +144,23 @@ SCHEMAS = {
         },
     },
     "Site": {
-        "type": "object", "required": ["id", "domain", "status", "verified", "verifiedAt", "createdAt"],
+        "type": "object", "required": ["id", "domain", "status", "verified", "verifiedAt", "createdAt", "timezone"],
         "properties": {
             "id": _STR, "domain": _STR, "status": {"type": "string", "enum": ["pending", "verified"]},
             "verified": {"type": "boolean"},
             "verifiedAt": {"type": ["string", "null"], "format": "date-time"},
             "createdAt": {"type": "string", "format": "date-time"},
+            "timezone": _ZONE,
         },
     },
-    "SiteIn": {"type": "object", "required": ["domain"], "properties": {"domain": _STR}},
-    "SiteCreated": {"type": "object", "required": ["id", "domain"], "properties": {"id": _STR, "domain": _STR}},
+    "SiteIn": {"type": "object", "required": ["domain"], "description": "timezone: UTC when not given",
+               "properties": {"domain": _STR, "timezone": _ZONE}},
+    "SiteCreated": {"type": "object", "required": ["id", "domain", "timezone"],
+                    "properties": {"id": _STR, "domain": _STR, "timezone": _ZONE}},
+    "TimeZone": {"type": "string", "enum": sorted(ZONES), "description": (
+        "an IANA time zone name: the site's days begin at its midnight, and its hours and labels are its own")},
+    "SiteSettingsIn": {"type": "object", "required": ["timezone"], "additionalProperties": False,
+                       "properties": {"timezone": _ZONE}},
     "Verification": {
         "type": "object", "required": ["status"],
         "properties": {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
@@ -22,6 +23,7 @@ from app.views.analytics_params import (
     analytics_store,
     base_params,
     count_param,
+    days_later,
     filter_errors,
     filters_param,
     interval_param,
@@ -40,8 +42,10 @@ _LABELS = {"minute": "%H:%M", "hour": "%b %d %H:00", "day": "%b %d"}
 _DIMS = {"top-pages": "p", "top-referrers": "r", "top-countries": "c"}
 
 
-def point(bucket: datetime, value: int, interval: str) -> dict:
-    return {"timestamp": iso_ms(bucket), "value": value, "label": bucket.strftime(_LABELS[interval])}
+def point(bucket: datetime, value: int, interval: str, time_zone: str = "UTC") -> dict:
+    """A series point: its bucket's start as an instant, labelled by the site's clock."""
+    label = bucket.astimezone(ZoneInfo(time_zone)).strftime(_LABELS[interval])
+    return {"timestamp": iso_ms(bucket), "value": value, "label": label}
 
 
 def top_rows(rows: list[tuple[str, int]], total: int) -> list[dict]:
@@ -54,8 +58,8 @@ async def _series(db: AnalyticsStore, site_id: str, window: Window, interval: st
     first, last = window.buckets(interval)
     with filter_errors():
         points = await analytics_lists.series(db, site_id, window.start, window.end, name=name, interval=interval,
-                                              first=first, last=last, filters=filters)
-    return [point(bucket, value, interval) for bucket, value in points]
+                                              first=first, last=last, filters=filters, time_zone=window.time_zone)
+    return [point(bucket, value, interval, window.time_zone) for bucket, value in points]
 
 
 def headline(totals: store.Totals, sessions: store.SessionStats) -> dict:
@@ -82,15 +86,16 @@ async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: stor
     with filter_errors():
         totals, sessions, tops, points = await analytics_overview.overview(
             db, site.id, w.start, w.end, name=filters.counted(), interval=w.unit, first=first, last=last,
-            domain=site.domain, limit=TOP_DEFAULT, filters=filters)
+            domain=site.domain, limit=TOP_DEFAULT, filters=filters, time_zone=w.time_zone)
     return {
         **headline(totals, sessions),
         "topPages": top_rows(*tops["p"]),
         "topReferrers": top_rows(*tops["r"]),
         "topCountries": top_rows(*tops["c"]),
-        "timeSeries": [point(bucket, value, w.unit) for bucket, value in points],
+        "timeSeries": [point(bucket, value, w.unit, w.time_zone) for bucket, value in points],
         "range": w.range,
         "interval": w.unit,
+        "timezone": w.time_zone,
     }
 
 
@@ -107,12 +112,17 @@ def compare_param(request: web.Request) -> str | None:
 
 
 def shifted(w: Window, mode: str) -> Window:
-    """The window compared with: the one just before (same length), or the same dates a year earlier."""
-    if mode == "previous_period":
+    """The window compared with: the one just before (as many buckets), or the same dates a year earlier.
+    Windows of days move by the site's calendar days, so they stay from one local midnight to the next."""
+    if mode == "previous_period" and w.unit != "day":
         delta = w.end - w.start
+        return Window(w.range, w.start - delta, w.end - delta, w.unit, w.time_zone)
+    if mode == "previous_period":
+        days = round((w.end - w.start) / timedelta(days=1))
     else:
-        delta = timedelta(days=366 if _crosses_leap_day(w.start) else 365)
-    return Window(w.range, w.start - delta, w.end - delta, w.unit)
+        days = 366 if _crosses_leap_day(w.start) else 365
+    return Window(w.range, days_later(w.start, -days, w.time_zone), days_later(w.end, -days, w.time_zone), w.unit,
+                  w.time_zone)
 
 
 def _crosses_leap_day(moment: datetime) -> bool:
@@ -155,7 +165,7 @@ async def timeseries(request: web.Request) -> web.Response:
     name = filters.counted()
     db = await analytics_store(request, base.workspace_id)
     data = await _series(db, site.id, base.window, interval, name, filters)
-    body: dict = {"data": data, "interval": interval, "eventName": name}
+    body: dict = {"data": data, "interval": interval, "eventName": name, "timezone": base.window.time_zone}
     if mode:
         prev = shifted(base.window, mode)
         before = await _series(db, site.id, prev, interval, name, filters)

@@ -1,8 +1,9 @@
 """Query parameters of GET /api/analytics/*: site access, the range window, intervals and filters.
 
 A range covers the N most recent buckets of its granularity, the current (partial) one included:
-1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, all in UTC. Windows
-therefore start on a bucket boundary, so the totals equal the sum of the time-series points.
+1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, in the site's time zone
+(a day from one local midnight to the next). Windows therefore start on a bucket boundary, so the totals
+equal the sum of the time-series points.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from aiohttp import hdrs, web
 
@@ -31,13 +33,24 @@ RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d":
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 
 
-def truncate(moment: datetime, unit: str) -> datetime:
-    moment = moment.astimezone(UTC)
+def truncate(moment: datetime, unit: str, time_zone: str = "UTC") -> datetime:
+    """The start of the bucket holding `moment`, in UTC: a minute, or an hour or a day of the time zone."""
+    local = moment.astimezone(ZoneInfo(time_zone))
     if unit == "minute":
-        return moment.replace(second=0, microsecond=0)
-    if unit == "hour":
-        return moment.replace(minute=0, second=0, microsecond=0)
-    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+        local = local.replace(second=0, microsecond=0)
+    elif unit == "hour":
+        local = local.replace(minute=0, second=0, microsecond=0)
+    else:
+        local = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    return local.astimezone(UTC)
+
+
+def days_later(moment: datetime, days: int, time_zone: str) -> datetime:
+    """The same local time `days` calendar days later (earlier when negative): across a daylight-saving
+    change that is an hour more or less than `days` times 24 hours."""
+    zone = ZoneInfo(time_zone)
+    local = moment.astimezone(zone).replace(tzinfo=None) + timedelta(days=days)
+    return local.replace(tzinfo=zone).astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,35 +59,43 @@ class Window:
     start: datetime  # inclusive, on a bucket boundary
     end: datetime  # exclusive: the end of the current bucket
     unit: str  # the range's own bucket
+    time_zone: str = "UTC"  # the site's: its buckets' zone
 
     def buckets(self, interval: str) -> tuple[datetime, datetime]:
         """First and last bucket start of a series over this window."""
-        return truncate(self.start, interval), truncate(self.end - timedelta(microseconds=1), interval)
+        return (truncate(self.start, interval, self.time_zone),
+                truncate(self.end - timedelta(microseconds=1), interval, self.time_zone))
 
 
-def window_for(range_name: str, now: datetime | None = None) -> Window:
+def window_for(range_name: str, now: datetime | None = None, time_zone: str = "UTC") -> Window:
     count, unit = RANGES[range_name]
-    current = truncate(now or datetime.now(UTC), unit)
+    current = truncate(now or datetime.now(UTC), unit, time_zone)
+    if unit == "day":  # calendar days of the zone
+        return Window(range_name, days_later(current, 1 - count, time_zone), days_later(current, 1, time_zone),
+                      unit, time_zone)
     step = UNITS[unit]
-    return Window(range_name, current - (count - 1) * step, current + step, unit)
+    return Window(range_name, current - (count - 1) * step, current + step, unit, time_zone)
 
 
 @dataclass(frozen=True, slots=True)
 class Site:
     id: str
     domain: str
+    time_zone: str = "UTC"
 
 
 @dataclass(frozen=True, slots=True)
 class BaseQuery:
     workspace_id: int
     site_id: str
-    window: Window
+    window: Window  # in the site's time zone
+    site: Site | None  # None: not a site of the caller's workspace
 
 
 async def base_params(request: web.Request) -> BaseQuery:
-    """Session (401) or shared link (404, app/shared_access.py), then siteId and range (400). The site
-    itself is checked by resolve_site once every other parameter has been validated."""
+    """Session (401) or shared link (404, app/shared_access.py), then siteId and range (400), and the site,
+    whose time zone places the range's window. That the site exists is checked by resolve_site, once every
+    other parameter has been validated."""
     who = await reader(request)
     bad = next((name for name, value in request.query.items() if not storable_text(value)), None)
     if bad is not None:  # PostgreSQL text cannot hold it (app/input_rules.py)
@@ -82,18 +103,20 @@ async def base_params(request: web.Request) -> BaseQuery:
     site_id = request.query.get("siteId", "").strip()
     if not site_id:
         raise SiteError(400, "missing siteId")
-    window = range_param(request)
+    range_name = range_param(request)
     check_site(who, site_id)
-    return BaseQuery(who.workspace_id, site_id, window)
+    async with request.config_dict[POOL].acquire() as conn:
+        row = await store.site_in_workspace(conn, site_id, who.workspace_id)
+    site = None if row is None else Site(row["id"], row["domain"], row["time_zone"])
+    return BaseQuery(who.workspace_id, site_id, window_for(range_name, time_zone=site.time_zone if site else "UTC"),
+                     site)
 
 
 async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
     """The site, which must belong to the caller's workspace; anything else is a 404."""
-    async with request.config_dict[POOL].acquire() as conn:
-        row = await store.site_in_workspace(conn, query.site_id, query.workspace_id)
-    if row is None:
+    if query.site is None:
         raise SiteError(404, "not found")
-    return Site(row["id"], row["domain"])
+    return query.site
 
 
 async def caught_up(request: web.Request) -> bool:
@@ -129,11 +152,11 @@ async def analytics_store(request: web.Request, workspace_id: int) -> AnalyticsS
     return request.config_dict[ANALYTICS]
 
 
-def range_param(request: web.Request) -> Window:
+def range_param(request: web.Request) -> str:
     name = request.query.get("range") or "7d"
     if name not in RANGES:
         raise SiteError(400, "invalid range", allowed=list(RANGES))
-    return window_for(name)
+    return name
 
 
 def interval_param(request: web.Request, window: Window) -> str:

@@ -22,6 +22,8 @@ from app.bodies import decode_site_json, read_site_body, read_site_form
 from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError, iso_ms, json_response
+from app.time_zones import DEFAULT as DEFAULT_ZONE
+from app.time_zones import time_zone_name
 from app.views import ingest, realtime
 from app.views.ingest import new_token
 from storage import sites as site_store
@@ -81,6 +83,7 @@ def site_json(row) -> dict:
     return {
         "id": row["id"], "domain": row["domain"], "status": "verified" if verified else "pending",
         "verified": verified, "verifiedAt": iso_ms(row["verified_at"]), "createdAt": iso_ms(row["created_at"]),
+        "timezone": row["time_zone"],
     }
 
 
@@ -98,20 +101,29 @@ async def list_sites(request: web.Request) -> web.Response:
     return json_response([site_json(r) for r in rows], headers={TOTAL_HEADER: str(total)})
 
 
-async def _domain_field(request: web.Request) -> str:
+async def _site_fields(request: web.Request) -> tuple[str, str]:
+    """The domain and the time zone (optional, UTC by default) of a new site, from JSON or a form."""
     if request.content_type == "application/json":
         data = decode_site_json(await read_site_body(request, BODY_LIMIT))
-        value = data.get("domain") if isinstance(data, dict) else None
+        fields = data if isinstance(data, dict) else {}
     else:
-        value = (await read_site_form(request, BODY_LIMIT)).get("domain")
+        fields = await read_site_form(request, BODY_LIMIT)
+    value = fields.get("domain")
     if not isinstance(value, str):
         raise SiteError(400, "invalid domain")
-    return value
+    zone = fields.get("timezone")
+    zone = DEFAULT_ZONE if zone in (None, "") else zone  # not given, or a form's empty choice
+    if time_zone_name(zone) is None:
+        raise SiteError(400, "invalid timezone", detail="an IANA time zone name, such as Europe/Berlin or UTC")
+    return value, zone
 
 
 async def create_site(request: web.Request) -> web.Response:
+    """A new site of the caller's workspace; asked again for a domain it has, the same site, unchanged (its
+    time zone is changed with PATCH)."""
     account = await current_account(request)
-    domain = normalize_domain(await _domain_field(request))
+    raw_domain, zone = await _site_fields(request)
+    domain = normalize_domain(raw_domain)
     if domain is None:
         raise SiteError(400, "invalid domain")
     workspace_id = account.workspace_id
@@ -121,16 +133,36 @@ async def create_site(request: web.Request) -> web.Response:
             if await site_store.verified_elsewhere(conn, domain, workspace_id):
                 raise SiteError(409, "domain already registered")
             token = new_token()
-            row = await site_store.create_site(conn, site_id_for(domain), workspace_id, domain, token)
+            row = await site_store.create_site(conn, site_id_for(domain), workspace_id, domain, token, zone)
             if row is None:  # the domain's own id is another workspace's claim (or a development auto-site)
                 row = await site_store.create_site(conn, site_id_for(domain, workspace_id), workspace_id,
-                                                   domain, token)
+                                                   domain, token, zone)
             if row is None:  # a concurrent request of this workspace created it
                 row = await site_store.site_by_domain(conn, workspace_id, domain)
     if row is None:
         raise SiteError(409, "domain already registered")
     request.config_dict[SITE_RUNTIME].sites.forget(row["id"])
-    return json_response({"id": row["id"], "domain": row["domain"]})
+    return json_response({"id": row["id"], "domain": row["domain"], "timezone": row["time_zone"]})
+
+
+async def update_site(request: web.Request) -> web.Response:
+    """PATCH /api/sites/{site_id} with JSON {"timezone"}: the site's settings, answered with the site."""
+    row = await path_site(request)
+    data = decode_site_json(await read_site_body(request, BODY_LIMIT))
+    if not isinstance(data, dict):
+        raise SiteError(400, "invalid payload", issues=[{"field": "", "message": "expected a JSON object"}])
+    issues = [{"field": key, "message": "unknown field"} for key in data if key != "timezone"]
+    if "timezone" not in data:
+        issues.append({"field": "timezone", "message": "required"})
+    elif time_zone_name(data["timezone"]) is None:
+        issues.append({"field": "timezone", "message": "must be an IANA time zone name, such as Europe/Berlin"})
+    if issues:
+        raise SiteError(400, "invalid payload", issues=issues)
+    async with request.config_dict[POOL].acquire() as conn:
+        row = await site_store.set_time_zone(conn, row["id"], row["workspace_id"], data["timezone"])
+    if row is None:  # deleted meanwhile
+        raise SiteError(404, "not found")
+    return json_response(site_json(row))
 
 
 async def path_site(request: web.Request):
@@ -279,5 +311,6 @@ def setup_site_api(router: web.UrlDispatcher) -> None:
     realtime.setup(router)
     router.add_get("/sites", list_sites)
     router.add_post("/sites", create_site)
+    router.add_patch("/sites/{site_id}", update_site)
     router.add_get("/verify", get_verify)
     router.add_post("/verify", post_verify)
