@@ -1,20 +1,25 @@
-"""The dashboard seen from a browser in New York (UTC-5): the API's buckets are UTC days and hours, and the
-chart says so. Drawn in the browser's zone, a 30-day chart's last point (today, UTC) sat at 7pm of the day
-before, and its legend dated today's traffic "yesterday 7:00pm"."""
+"""The dashboard seen from a browser in New York (UTC-5). A site added there is in New York's time zone, as
+Plausible's form makes it: its days begin at New York's midnight, and the chart is drawn and labelled in the
+site's zone and says which. Before sites had a zone, the buckets were UTC days and a 30-day chart drawn in the
+browser's zone dated today's traffic "yesterday 7:00pm"."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.test_panels_browser import open_site
 
+NEW_YORK = "America/New_York"
+
 
 @pytest.fixture
 def browser_context_args(browser_context_args: dict) -> dict:
-    return {**browser_context_args, "timezone_id": "America/New_York"}
+    return {**browser_context_args, "timezone_id": NEW_YORK}
 
 
 def hover_last_point(page: Page) -> None:
@@ -23,23 +28,47 @@ def hover_last_point(page: Page) -> None:
     page.mouse.move(box["x"] + box["width"] - 1, box["y"] + box["height"] / 2)
 
 
-def test_chart_dates_utc_days_as_the_api_labels_them(page: Page, live_server, account):
-    site_id = open_site(page, live_server, account)
+def site_zone(page: Page, site_id: str) -> str:
+    return page.evaluate("async (id) => (await (await fetch('/api/sites')).json()).find((s) => s.id === id).timezone",
+                         site_id)
+
+
+def expect_chart_in(page: Page, base_url: str, site_id: str, zone: str) -> None:
     for range_ in ("30d", "24h"):
-        page.goto(f"{live_server.base_url}/app/sites/{site_id}?range={range_}")
+        page.goto(f"{base_url}/app/sites/{site_id}?range={range_}")
         expect(page.locator(".chart canvas")).to_have_count(1)
         labels = page.evaluate("async (q) => (await (await fetch('/api/analytics/overview?' + q)).json())"
                                ".timeSeries.map((p) => p.label)", f"siteId={site_id}&range={range_}")
+        if range_ == "30d":  # the last point is the site's today
+            assert labels[-1] == datetime.now(ZoneInfo(zone)).strftime("%b %d")
         hover_last_point(page)
         time = page.locator(".chart .u-legend .u-series").first
-        # The last bucket (this UTC day or hour) is named as the API names it: "Nov 28", "Nov 28 14:00".
+        # The last bucket (the site's day or hour) is named as the API names it: "Nov 28", "Nov 28 14:00".
         expect(time.locator(".u-value")).to_have_text(labels[-1])
-        expect(time.locator(".u-label")).to_have_text("Time (UTC)")
-        expect(page.locator(".chart-zone")).to_have_text("Times in UTC")
+        expect(time.locator(".u-label")).to_have_text(f"Time ({zone})")
+        expect(page.locator(".chart-zone")).to_have_text(f"Times in {zone}")
+
+
+def test_a_site_added_in_new_york_has_new_yorks_days_and_its_chart_says_so(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    assert site_zone(page, site_id) == NEW_YORK
+    expect_chart_in(page, live_server.base_url, site_id, NEW_YORK)
+
+
+def test_the_sites_card_changes_its_time_zone(page: Page, live_server, account):
+    site_id = open_site(page, live_server, account)
+    page.goto(f"{live_server.base_url}/app")
+    card = page.locator(f"li.site[data-site='{site_id}']")
+    card.get_by_label("Time zone").select_option("Asia/Tokyo")
+    expect(card.locator(".zone [role=status]")).to_have_text(re.compile("^Saved"))
+    assert site_zone(page, site_id) == "Asia/Tokyo"
+    page.reload()  # the choice was stored, not only shown
+    expect(page.locator(f"li.site[data-site='{site_id}']").get_by_label("Time zone")).to_have_value("Asia/Tokyo")
+    expect_chart_in(page, live_server.base_url, site_id, "Asia/Tokyo")
 
 
 def test_event_log_names_the_zone_of_its_times(page: Page, live_server, account):
-    """The log writes times in the browser's zone, beside a chart in UTC: its column says which zone."""
+    """The log writes times in the browser's zone, which may not be the chart's: its column says which zone."""
     site_id = open_site(page, live_server, account)
     page.goto(f"{live_server.base_url}/app/sites/{site_id}/events?range=24h")
     expect(page.locator("table.log th").first).to_have_text(re.compile(r"^Time \((EST|EDT|GMT-[45])\)$"))

@@ -1,12 +1,12 @@
 // Time-series chart on uPlot (vendored in /static/vendor), resized with its container.
 import { h } from './dom.js'
 
-// The API's buckets are UTC hours and days, so the chart is drawn and labelled in UTC: in the browser's zone
-// a day's point sat between two local midnights, and New York's legend dated today's traffic yesterday 7pm.
-const UTC = 'Etc/UTC'
+// The API's buckets are the site's hours and days (its time zone, UTC by default), so the chart is drawn and
+// labelled in that zone: in the browser's own, a day's point sat between two local midnights, and a UTC site's
+// legend in New York dated today's traffic yesterday 7pm.
 
-// `previous`: the comparison period's points, drawn dashed over the same x positions.
-export function timeChart(points, label, previous = null) {
+// `previous`: the comparison period's points, drawn dashed over the same x positions. `zone`: the site's.
+export function timeChart(points, label, previous = null, zone = 'UTC') {
   const box = h('div', { class: 'chart' })
   if (!window.uPlot) {
     box.append(h('p', { class: 'muted', text: 'Chart library failed to load.' }))
@@ -17,7 +17,7 @@ export function timeChart(points, label, previous = null) {
   const css = getComputedStyle(document.documentElement)
   const accent = css.getPropertyValue('--accent').trim() || '#4f46e5'
   const opts = {
-    tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1000), UTC),
+    tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1000), zone),
     width: 600,
     height: 220,
     legend: { show: true, live: true },
@@ -26,7 +26,7 @@ export function timeChart(points, label, previous = null) {
     axes: [{ stroke: '#6b7280', grid: { stroke: '#eef0f4' } },
       { stroke: '#6b7280', grid: { stroke: '#eef0f4' }, size: 50, values: (u, vals) => vals.map((v) => (Number.isInteger(v) ? v : '')) }],
     // The legend's time is the point's own label from the API ("Nov 28", "Nov 28 14:00", "14:05").
-    series: [{ label: 'Time (UTC)', value: (u, ts, sidx, idx) => (idx !== null && points[idx] ? points[idx].label || '' : '--') },
+    series: [{ label: `Time (${zone})`, value: (u, ts, sidx, idx) => (idx !== null && points[idx] ? points[idx].label || '' : '--') },
       { label, stroke: accent, width: 2, fill: accent + '22', points: { show: points.length < 50 } }],
   }
   const data = [xs, ys]
@@ -42,6 +42,6 @@ export function timeChart(points, label, previous = null) {
   const observer = new ResizeObserver(resize)
   observer.observe(box)
   // Said under the chart too: the legend, which names the zone, is hidden on phones.
-  const el = h('div', { class: 'chart-wrap' }, box, h('p', { class: 'muted small chart-zone', text: 'Times in UTC' }))
+  const el = h('div', { class: 'chart-wrap' }, box, h('p', { class: 'muted small chart-zone', text: `Times in ${zone}` }))
   return { el, destroy() { observer.disconnect(); plot.destroy() } }
 }

@@ -74,7 +74,7 @@ export function when(iso) {
 }
 
 // The zone when() writes in, as the browser abbreviates it ("EST", "GMT+5:30"): a column of when()'s times
-// names it, since the chart beside them is in UTC.
+// names it, since the chart beside them is in the site's zone.
 export function localZone() {
   const part = new Intl.DateTimeFormat(undefined, { timeZoneName: 'short' }).formatToParts(new Date()).find((p) => p.type === 'timeZoneName')
   return part ? part.value : ''

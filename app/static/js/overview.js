@@ -155,7 +155,8 @@ export function renderOverview(container, siteId, { shared = null } = {}) {
         stat('Total events', data.totalEvents, 'totalEvents', data, number),
         stat('Bounce rate', data.bounceRate, 'bounceRate', data, percent),
         stat('Avg. visit duration', data.avgSessionDuration, 'avgSessionDuration', data, duration))
-      chart = timeChart(series ? series.data : data.timeSeries || [], charted || 'Pageviews', series && series.comparison)
+      chart = timeChart(series ? series.data : data.timeSeries || [], charted || 'Pageviews', series && series.comparison,
+        data.timezone || 'UTC')
       replaceKeepingFocus(body, [
         ...(data.totalEvents === 0 && !filtered && !shared ? [trackerHelp(siteId)] : []),
         stats,

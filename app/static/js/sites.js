@@ -79,6 +79,45 @@ function verifyPanel(site, onVerified) {
   return out
 }
 
+// The browser's time zone, which a new site takes (as Plausible's form does): its dashboard's days then begin
+// at the owner's midnight. Changed on the site's card.
+export function browserZone() {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'
+  } catch {
+    return 'UTC'
+  }
+}
+
+function zoneNames(current) {
+  let names = []
+  try {
+    names = Intl.supportedValuesOf('timeZone')
+  } catch {}
+  return [...new Set(['UTC', current, ...names])]
+}
+
+// The site's time zone as a select on its card: a change is saved at once (PATCH /api/sites/{id}).
+function zoneControl(site) {
+  const id = `zone-${site.id}`
+  const current = site.timezone || 'UTC'
+  const select = h('select', { id, class: 'zone-select' },
+    ...zoneNames(current).map((name) => h('option', { value: name, text: name.replaceAll('_', ' '), selected: name === current })))
+  const status = h('span', { class: 'muted small', role: 'status' })
+  select.addEventListener('change', async () => {
+    status.textContent = 'Saving…'
+    try {
+      const saved = await api(`/api/sites/${encodeURIComponent(site.id)}`, { method: 'PATCH', json: { timezone: select.value } })
+      site.timezone = saved.timezone
+      status.textContent = 'Saved: the dashboard\'s days now begin at midnight there.'
+    } catch (e) {
+      select.value = site.timezone || 'UTC'
+      status.textContent = `Could not change the time zone: ${e.message}`
+    }
+  })
+  return h('div', { class: 'row small zone' }, h('label', { for: id, class: 'muted', text: 'Time zone' }), select, status)
+}
+
 function siteCard(site, openSetup, onVerified) {
   const verified = isVerified(site)
   const setup = h('div', { class: 'setup', hidden: !openSetup })
@@ -108,6 +147,7 @@ function siteCard(site, openSetup, onVerified) {
       h('a', { class: 'site-domain', href: `/app/sites/${encodeURIComponent(site.id)}`, title: site.domain, text: site.domain })),
       badge(verified), h('span', { class: 'spacer' }), toggle),
     h('div', { class: 'muted small ellipsis' }, 'Site id ', h('code', { text: site.id })),
+    zoneControl(site),
     setup,
   )
 }
@@ -138,7 +178,14 @@ async function renderInto(container, { openId = null, offset = offsetOf(location
     event.preventDefault()
     error.hidden = true
     try {
-      const site = await api('/api/sites', { method: 'POST', form: { domain: input.value.trim() } })
+      const domain = input.value.trim()
+      let site
+      try {
+        site = await api('/api/sites', { method: 'POST', form: { domain, timezone: browserZone() } })
+      } catch (e) { // a zone this server's database lacks: the site is made in UTC, and the card can change it
+        if (!(e.status === 400 && e.message === 'invalid timezone')) throw e
+        site = await api('/api/sites', { method: 'POST', form: { domain } })
+      }
       await loadSites(true)
       go(0, site.id) // the newest site is first
     } catch (e) {
