@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 from storage.clickhouse import AnalyticsStore, Params
 
@@ -253,6 +254,37 @@ def counts_of(q: Params, store: AnalyticsStore, site_id: str, counted: CountedDa
     return (f"(SELECT day, name, dim, key, c FROM {store.table('site_day_counts')} WHERE site_id = {q.bind(site_id)} "
             f"AND day IN {chosen} AND computed = arrayElement({stamps}, indexOf({chosen}, day)) "
             f"AND dim < {VISIT_HOURS_MARKER})")
+
+
+def series_rows(q: Params, counted: CountedDays, interval: str, time_zone: str, start: datetime,
+                end: datetime) -> tuple[list[date], int, str]:
+    """The counted days whose rows hold a series by `interval` in the site's time zone, the rows' dim and the
+    start of each row's bucket as a unix time ([] when none). In UTC, SERIES_ROWS. In a zone whose offsets
+    are whole hours all through the window (not India's), each UTC hour's count lies in one of the zone's
+    hours and days, so the hourly rows are put in those (the 30-day overview of a site in New York read every
+    event of its series otherwise)."""
+    if time_zone == "UTC":
+        dim, bucket = SERIES_ROWS.get(interval, (TOTAL, ""))
+        return counted.for_series(interval), dim, bucket
+    if interval not in SERIES_ROWS or not _whole_hours(time_zone, start, end):
+        return [], HOURS, ""
+    hour = "toDateTime(day, 'UTC') + toUInt32OrZero(key) * 3600"
+    if interval == "day":
+        return counted.hours, HOURS, f"toUnixTimestamp(toStartOfDay({hour}, {q.bind(time_zone)}))"
+    return counted.hours, HOURS, f"toUnixTimestamp({hour})"
+
+
+def _whole_hours(time_zone: str, start: datetime, end: datetime) -> bool:
+    """Whether the zone's offset from UTC is a whole number of hours at the window's ends and each UTC
+    midnight between (a change of summer time happens at most once a day)."""
+    zone, at = ZoneInfo(time_zone), start
+    while True:
+        offset = at.astimezone(zone).utcoffset()
+        if offset is None or offset.total_seconds() % 3600:
+            return False
+        if at >= end:
+            return True
+        at = min(end, datetime.combine(at.astimezone(UTC).date() + _ONE_DAY, time(), UTC))
 
 
 def other_days(q: Params, start: datetime, end: datetime, days: list[date]) -> str:

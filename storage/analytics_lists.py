@@ -23,22 +23,22 @@ STEP = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timed
 async def series(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, name: str,
                  interval: str, first: datetime, last: datetime, filters: Filters,
                  time_zone: str = "UTC") -> list[tuple[datetime, int]]:
-    """Counts of `name` per bucket of the site's time zone from first to last, zero buckets included. For a
-    site in UTC, the ended days' counts come from their day rows (storage/analytics_days.py, whose days and
-    hours are UTC ones) when they hold the series: unfiltered by day or hour in windows longer than a week
-    (at 10M events the 30-day series 37-40 -> 20-22 ms), and daily filtered on the page alone, as sums of the
-    per-page rows (exact for any page term). A few thousand rows instead of every event of those days."""
+    """Counts of `name` per bucket of the site's time zone from first to last, zero buckets included. The
+    ended days' counts come from their day rows (storage/analytics_days.py) when they hold the series:
+    unfiltered by day or hour in windows longer than a week (at 10M events the 30-day series 37-40 -> 20-22
+    ms; in a zone of whole hours from the UTC hours' rows, analytics_days.series_rows), and, in UTC, daily
+    filtered on the page alone, as sums of the per-page rows (exact for any page term). A few thousand rows
+    instead of every event of those days."""
     q, table = Params(), store.table("site_events")
     others = filters.without_name().terms()
     cond = where(q, table, site_id, start, end, [*others, Filter("event", "==", name)])
-    by_page = interval == "day" and others and all(
+    by_page = interval == "day" and time_zone == "UTC" and others and all(  # the per-page rows are UTC days
         isinstance(f, Filter) and f.dimension == "page" and f.prop_key is None for f in others)
     # Unfiltered over a week or less, reading the events costs less than looking up the counted days (7 days
     # by the hour at 10M events: 18 ms from the events, 24 through the day rows).
-    from_rows = interval in analytics_days.SERIES_ROWS and time_zone == "UTC" and (
-        by_page or (not others and end - start > SHORT_WINDOW))
+    from_rows = interval in analytics_days.SERIES_ROWS and (by_page or (not others and end - start > SHORT_WINDOW))
     days = await analytics_days.counted_days(store, site_id, start, end) if from_rows else analytics_days.NONE
-    listed = days.for_series(interval)
+    listed, dim, day_bucket = analytics_days.series_rows(q, days, interval, time_zone, start, end)
     counted = ""
     if listed:
         day_rows = analytics_days.counts_of(q, store, site_id, days, listed)
@@ -47,7 +47,6 @@ async def series(store: AnalyticsStore, site_id: str, start: datetime, end: date
             counted = (f" UNION ALL SELECT toUnixTimestamp(toDateTime(day, 'UTC')), c FROM {day_rows} "
                        f"WHERE dim = {analytics_days.PAGES} AND name = {q.bind(name)} AND {pages}")
         else:
-            dim, day_bucket = analytics_days.SERIES_ROWS[interval]
             counted = f" UNION ALL SELECT {day_bucket}, c FROM {day_rows} WHERE dim = {dim} AND name = {q.bind(name)}"
         cond += analytics_days.other_days(q, start, end, listed)
     rows = await store.query(

@@ -60,9 +60,10 @@ async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: date
     q, table = Params(), store.table("site_events")
     lists = [*filters.without_name().terms(), Filter("event", "==", name)]
     # The day rows hold daily and hourly buckets (SERIES_ROWS), so a daily or hourly series of whole days
-    # comes from them with the lists (the 7-day overview, the dashboard's default, is hourly); their days and
-    # hours are UTC ones, so a site in another zone counts its series from the events.
-    listed = days.for_series(interval) if len(lists) == 1 and time_zone == "UTC" else []
+    # comes from them with the lists (the 7-day overview, the dashboard's default, is hourly; a site's zone
+    # of whole hours takes its days from the hourly rows, analytics_days.series_rows).
+    listed, series_dim, day_bucket = (analytics_days.series_rows(q, days, interval, time_zone, start, end)
+                                      if len(lists) == 1 else ([], 0, ""))
     cond = where(q, table, site_id, start, end, lists) + analytics_days.other_days(q, start, end, listed)
     referrer, own = "referrer_host", "0"
     if domain:
@@ -70,7 +71,6 @@ async def _lists(store: AnalyticsStore, site_id: str, start: datetime, end: date
         referrer = f"if({own_referrer(q, 'referrer_host', domain)}, '', referrer_host)"
     counted = ""
     if listed:  # k 3 is the series
-        series_dim, day_bucket = analytics_days.SERIES_ROWS[interval]
         counted = (f" UNION ALL SELECT if(dim = {series_dim}, 3, dim), if(dim = {series_dim} OR (dim = 1 AND {own}), "
                    f"'', key), if(dim = {series_dim}, {day_bucket}, 0), c FROM "
                    f"{analytics_days.counts_of(q, store, site_id, days, listed)} WHERE name = {q.bind(name)} "
