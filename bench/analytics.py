@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import os
 import resource
@@ -160,7 +161,8 @@ async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
 
 def target_ms(label: str) -> int | None:
     """Issue 11's p50 target for a row, if it sets one: the unfiltered 30-day overview, the overview under 1-3
-    filters, and top lists, breakdowns and daily series under filters."""
+    filters, and top lists, breakdowns and daily series under filters, in any time zone."""
+    label = label.split(", in ")[0]
     if label == "overview, unfiltered":
         return 100
     if label.startswith("overview, "):
@@ -170,6 +172,25 @@ def target_ms(label: str) -> int | None:
     return None
 
 
+def zone_reads(db, days: int, zone: str) -> dict[str, tuple]:
+    """The overviews, the /blog daily series and the browser breakdown of the same site in another time zone:
+    its window of days starts and ends inside UTC days, and its series is counted from the events."""
+    site, w = dataclasses.replace(SITE, time_zone=zone), window_for(f"{days}d", time_zone=zone)
+    first, last = w.buckets("day")
+    out: dict[str, tuple] = {}
+    for label, (terms, _) in CASES.items():
+        filters = store.Filters(extra=terms)
+        out[f"overview, {label}, in {zone}"] = (lambda f=filters: overview_body(db, site, w, f), None)
+    de, blog = CASES["country = DE"], CASES["path contains /blog"]
+    out[f"daily series, path contains /blog, in {zone}"] = (
+        lambda: analytics_lists.series(db, SITE.id, w.start, w.end, name="pageview", interval="day", first=first,
+                                       last=last, filters=store.Filters(extra=blog[0]), time_zone=zone), None)
+    out[f"breakdown by browser, 2 filters, in {zone}"] = (
+        lambda: analytics_breakdown.breakdown(db, SITE.id, w.start, w.end, prop="browser", goals=[], limit=20,
+                                              offset=0, filters=store.Filters(extra=(*de[0], *blog[0]))), None)
+    return out
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -177,6 +198,8 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--pg-runs", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--time-zone", help="also time the overviews, the daily series and the browser breakdown "
+                                            "of a site in this zone (its windows run from its midnights), same run")
     args = parser.parse_args()
     name = f"tally_bench_analytics_{secrets.token_hex(3)}"
     admin = await asyncpg.connect(ADMIN)
@@ -208,6 +231,8 @@ async def main() -> None:
             results[f"overview, {label}"] = (
                 lambda f=filters: overview_body(db, SITE, w, f),
                 lambda e=pg_extra: pg_overview(conn, w.start, w.end, e))
+        if args.time_zone:
+            results.update(zone_reads(db, args.days, args.time_zone))
         # The dashboard's default range: 7 days by the hour, a window that starts inside its first day.
         week = window_for("7d")
         results["7-day overview (hourly), unfiltered"] = (
