@@ -81,7 +81,7 @@ function verifyPanel(site, onVerified) {
 
 // The browser's time zone, which a new site takes (as Plausible's form does): its dashboard's days then begin
 // at the owner's midnight. Changed on the site's card.
-export function browserZone() {
+function browserZone() {
   try {
     return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'
   } catch {
