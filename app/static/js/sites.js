@@ -97,12 +97,22 @@ function zoneNames(current) {
   return [...new Set(['UTC', current, ...names])]
 }
 
-// The site's time zone as a select on its card: a change is saved at once (PATCH /api/sites/{id}).
+const zoneOption = (name, selected) => h('option', { value: name, text: name.replaceAll('_', ' '), selected })
+
+// The site's time zone as a select on its card: a change is saved at once (PATCH /api/sites/{id}). It holds
+// the site's zone until it is first reached (focus, or a press before it): every zone on each of 50 cards took
+// the Sites page 0.6 s to draw.
 function zoneControl(site) {
   const id = `zone-${site.id}`
   const current = site.timezone || 'UTC'
-  const select = h('select', { id, class: 'zone-select' },
-    ...zoneNames(current).map((name) => h('option', { value: name, text: name.replaceAll('_', ' '), selected: name === current })))
+  const select = h('select', { id, class: 'zone-select' }, zoneOption(current, true))
+  const fill = () => {
+    if (select.options.length > 1) return
+    const chosen = select.value
+    select.replaceChildren(...zoneNames(chosen).map((name) => zoneOption(name, name === chosen)))
+  }
+  select.addEventListener('focus', fill)
+  select.addEventListener('pointerdown', fill)
   const status = h('span', { class: 'muted small', role: 'status' })
   select.addEventListener('change', async () => {
     status.textContent = 'Saving…'
