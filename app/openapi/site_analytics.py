@@ -6,9 +6,12 @@ from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_
 from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
-_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d"], "default": "7d"},
+_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "custom"], "default": "7d"},
                description="the N most recent buckets of the site's time zone: 60 minutes, 24 hours, 168 hours, "
-                           "30 days or 90 days")
+                           "30 days or 90 days; or custom: the site's days from `from` to `to`")
+_DAY = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "format": "date"}
+_DAYS = [query("from", _DAY, description="with range=custom (required there): its first day, YYYY-MM-DD"),
+         query("to", _DAY, description="with range=custom (required there): its last day, included")]
 _EVENT = query("eventName", {"type": "string"}, description="exact event name")
 _ERRORS = site_errors(400, 401, 404, 500, 503)  # 503: PostgreSQL away, or the store behind its mirror
 _FILTER = {"name": "filter", "in": "query", "required": False, "style": "form", "explode": True,
@@ -35,7 +38,7 @@ def _limit(default: int, maximum: int) -> dict:
 def _get(summary: str, params: list, response: dict, shared: bool = True) -> dict:
     """A read; `shared`: a shared link's token may make it too."""
     return {"get": {"summary": summary, "tags": ["site analytics"], "security": SESSION,
-                    "parameters": [_SITE, _RANGE, *params, *([SHARE_AUTH] if shared else [])],
+                    "parameters": [_SITE, _RANGE, *_DAYS, *params, *([SHARE_AUTH] if shared else [])],
                     "responses": {"200": response, **_ERRORS, **(site_errors(429) if shared else {})}}}
 
 
@@ -150,5 +153,7 @@ SCHEMAS = {
         "topReferrers": {"type": "array", "items": ref("TopRow")},
         "topCountries": {"type": "array", "items": ref("TopRow")},
         "timeSeries": {"type": "array", "items": ref("Point")},
-        "range": {"type": "string"}, "interval": {"type": "string"}, "timezone": ref("TimeZone")}},
+        "range": {"type": "string"}, "interval": {"type": "string"}, "timezone": ref("TimeZone"),
+        "from": {**_DAY, "description": "a custom range's first day"},
+        "to": {**_DAY, "description": "a custom range's last day"}}},
 }

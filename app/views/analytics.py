@@ -18,6 +18,7 @@ from app.responses import SiteError, iso_ms, json_response
 from app.shared_access import shareable
 from app.views import analytics_events
 from app.views.analytics_params import (
+    CUSTOM,
     Site,
     Window,
     analytics_store,
@@ -96,6 +97,7 @@ async def overview_body(db: AnalyticsStore, site: Site, w: Window, filters: stor
         "range": w.range,
         "interval": w.unit,
         "timezone": w.time_zone,
+        **({"from": w.days[0].isoformat(), "to": w.days[1].isoformat()} if w.days else {}),
     }
 
 
@@ -113,8 +115,9 @@ def compare_param(request: web.Request) -> str | None:
 
 def shifted(w: Window, mode: str) -> Window:
     """The window compared with: the one just before (as many buckets), or the same dates a year earlier.
-    Windows of days move by the site's calendar days, so they stay from one local midnight to the next."""
-    if mode == "previous_period" and w.unit != "day":
+    Windows of days (and a custom range of one day) move by the site's calendar days, so they stay from one
+    local midnight to the next."""
+    if mode == "previous_period" and w.unit != "day" and w.range != CUSTOM:
         delta = w.end - w.start
         return Window(w.range, w.start - delta, w.end - delta, w.unit, w.time_zone)
     if mode == "previous_period":
@@ -145,7 +148,7 @@ async def overview(request: web.Request) -> web.Response:
     site, filters = await site_and_filters(request, base)
     db = await analytics_store(request, base.workspace_id)
     body = await overview_body(db, site, base.window, filters)
-    if not filters.terms():
+    if not filters.terms() and base.window.range != CUSTOM:  # the night's warming makes the named ranges' rows
         request.config_dict[WARMER].seen(site.id, base.window.range)
     if mode:
         prev = shifted(base.window, mode)
@@ -234,7 +237,7 @@ async def breakdown(request: web.Request) -> web.Response:
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
-    if analytics_breakdown.from_window_states(prop, filters, metrics):
+    if analytics_breakdown.from_window_states(prop, filters, metrics) and w.range != CUSTOM:
         request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})

@@ -16,6 +16,7 @@ from app.csv_cells import csv_line
 from app.dashboard_session import current_account
 from app.responses import SiteError, iso_ms, json_response
 from app.views.analytics_params import (
+    Window,
     analytics_store,
     base_params,
     count_param,
@@ -91,6 +92,11 @@ async def events(request: web.Request) -> web.Response:
                           "offset": offset})
 
 
+def range_label(w: Window) -> str:
+    """The range in an export's name: its name, or a custom range's days (`2026-11-01_2026-11-15`)."""
+    return w.range if w.days is None else f"{w.days[0]}_{w.days[1]}"
+
+
 def export_filename(site_id: str, range_name: str, fmt: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", site_id)
     return f"tally-{safe}-{range_name}.{fmt}"
@@ -143,7 +149,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     with request.config_dict[EXPORT_SLOTS].take(account.id, settings.exports_per_account):
         response = web.StreamResponse(headers={
             "Content-Type": _CONTENT_TYPES[fmt],
-            "Content-Disposition": f'attachment; filename="{export_filename(site.id, w.range, fmt)}"',
+            "Content-Disposition": f'attachment; filename="{export_filename(site.id, range_label(w), fmt)}"',
             "Cache-Control": "no-store",
             "X-Export-Limit": str(limit),
         })

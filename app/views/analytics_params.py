@@ -3,17 +3,20 @@
 A range covers the N most recent buckets of its granularity, the current (partial) one included:
 1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, in the site's time zone
 (a day from one local midnight to the next). Windows therefore start on a bucket boundary, so the totals
-equal the sum of the time-series points.
+equal the sum of the time-series points. `range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD` is the site's days
+from `from` to `to`, both included (by the hour when they are one day, else by the day), as Plausible's
+custom period.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from aiohttp import hdrs, web
@@ -31,6 +34,11 @@ from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
 UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
+CUSTOM = "custom"
+# A custom range's days: none before the events can be (the spec's timestamps start in 2000), and at most
+# MAX_POINTS of them (its series is by the day).
+FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(2099, 12, 31)
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}\Z")
 
 
 def truncate(moment: datetime, unit: str, time_zone: str = "UTC") -> datetime:
@@ -60,6 +68,7 @@ class Window:
     end: datetime  # exclusive: the end of the current bucket
     unit: str  # the range's own bucket
     time_zone: str = "UTC"  # the site's: its buckets' zone
+    days: tuple[date, date] | None = None  # a custom range's first and last day
 
     def buckets(self, interval: str) -> tuple[datetime, datetime]:
         """First and last bucket start of a series over this window."""
@@ -75,6 +84,26 @@ def window_for(range_name: str, now: datetime | None = None, time_zone: str = "U
                       unit, time_zone)
     step = UNITS[unit]
     return Window(range_name, current - (count - 1) * step, current + step, unit, time_zone)
+
+
+def midnight(day: date, time_zone: str) -> datetime:
+    """The instant the zone's `day` begins."""
+    return datetime(day.year, day.month, day.day, tzinfo=ZoneInfo(time_zone)).astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeAsked:
+    name: str
+    days: tuple[date, date] | None = None  # range=custom: its first and last day
+
+
+def window_of(asked: RangeAsked, time_zone: str = "UTC", now: datetime | None = None) -> Window:
+    """The window of a named range up to now, or of a custom range's days, in the site's time zone."""
+    if asked.days is None:
+        return window_for(asked.name, now, time_zone)
+    first, last = asked.days
+    return Window(CUSTOM, midnight(first, time_zone), midnight(last + timedelta(days=1), time_zone),
+                  "hour" if first == last else "day", time_zone, asked.days)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,13 +132,12 @@ async def base_params(request: web.Request) -> BaseQuery:
     site_id = request.query.get("siteId", "").strip()
     if not site_id:
         raise SiteError(400, "missing siteId")
-    range_name = range_param(request)
+    asked = range_param(request)
     check_site(who, site_id)
     async with request.config_dict[POOL].acquire() as conn:
         row = await store.site_in_workspace(conn, site_id, who.workspace_id)
     site = None if row is None else Site(row["id"], row["domain"], row["time_zone"])
-    return BaseQuery(who.workspace_id, site_id, window_for(range_name, time_zone=site.time_zone if site else "UTC"),
-                     site)
+    return BaseQuery(who.workspace_id, site_id, window_of(asked, site.time_zone if site else "UTC"), site)
 
 
 async def resolve_site(request: web.Request, query: BaseQuery) -> Site:
@@ -152,11 +180,30 @@ async def analytics_store(request: web.Request, workspace_id: int) -> AnalyticsS
     return request.config_dict[ANALYTICS]
 
 
-def range_param(request: web.Request) -> str:
+def range_param(request: web.Request) -> RangeAsked:
     name = request.query.get("range") or "7d"
+    if name == CUSTOM:
+        first, last = _day_param(request, "from"), _day_param(request, "to")
+        if first > last:
+            raise SiteError(400, "invalid range", detail="from is after to")
+        if (last - first).days >= MAX_POINTS:
+            raise SiteError(400, "invalid range", detail=f"at most {MAX_POINTS} days")
+        return RangeAsked(name, (first, last))
     if name not in RANGES:
-        raise SiteError(400, "invalid range", allowed=list(RANGES))
-    return name
+        raise SiteError(400, "invalid range", allowed=[*RANGES, CUSTOM])
+    return RangeAsked(name)
+
+
+def _day_param(request: web.Request, key: str) -> date:
+    """A custom range's day: YYYY-MM-DD, a day of the site's calendar."""
+    raw = request.query.get(key) or ""
+    try:
+        day = date.fromisoformat(raw) if _DAY.match(raw) else None
+    except ValueError:
+        day = None
+    if day is None or not FIRST_DAY <= day <= LAST_DAY:
+        raise SiteError(400, f"invalid {key}", detail="a day, YYYY-MM-DD, with range=custom")
+    return day
 
 
 def interval_param(request: web.Request, window: Window) -> str:

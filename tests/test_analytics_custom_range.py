@@ -1,0 +1,96 @@
+"""range=custom&from&to: the site's days from one date to another, both included, as Plausible's custom period:
+by the day, or by the hour for one day; on every read (overview, series, breakdowns, the event log and the
+export), compared with the days before it, and refused clearly when its days are not days."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from app.appkeys import WARMER
+from tests.analytics_support import iso
+from tests.test_site_time_zones import NEW_YORK, local, midnight, site_with_pageviews
+
+
+@pytest.fixture
+async def site(client, login, database_url, workspace):
+    """A New York site with a pageview half an hour inside each end of the days [today-10, today-5] and one
+    half an hour outside each: (site id, first day, last day)."""
+    await login()
+    today = datetime.now(ZoneInfo(NEW_YORK)).date()
+    first, last = today - timedelta(days=10), today - timedelta(days=5)
+    site_id = await site_with_pageviews(database_url, workspace, [
+        local(first - timedelta(days=1), 23, 30), local(first, 0, 30), local(last, 23, 30),
+        local(last + timedelta(days=1), 0, 30)], NEW_YORK)
+    return site_id, first, last
+
+
+async def read(client, route: str, **params):
+    resp = await client.get(f"/api/analytics/{route}", params=params)
+    return resp.status, await resp.json()
+
+
+async def test_a_custom_range_is_the_sites_days_from_one_date_to_another(client, site):
+    site_id, first, last = site
+    days_asked = {"from": first.isoformat(), "to": last.isoformat()}
+    status, body = await read(client, "overview", siteId=site_id, range="custom", **days_asked)
+    assert status == 200
+    assert body["totalPageviews"] == 2 and body["uniqueVisitors"] == 2
+    assert (body["range"], body["interval"], body["from"], body["to"]) == ("custom", "day", first.isoformat(),
+                                                                         last.isoformat())
+    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    assert [p["timestamp"] for p in body["timeSeries"]] == [
+        iso(midnight(d)) for d in days]
+    assert [p["value"] for p in body["timeSeries"]] == [1, 0, 0, 0, 0, 1]
+    assert body["timeSeries"][0]["label"] == first.strftime("%b %d")
+
+    # the same days on every read
+    status, series = await read(client, "timeseries", siteId=site_id, range="custom", interval="day", **days_asked)
+    assert status == 200 and [p["value"] for p in series["data"]] == [1, 0, 0, 0, 0, 1]
+    status, pages = await read(client, "breakdown", siteId=site_id, range="custom", property="page", **days_asked)
+    assert status == 200 and sorted(r["key"] for r in pages["data"]) == ["/p1", "/p2"]
+    status, log = await read(client, "events", siteId=site_id, range="custom", **days_asked)
+    assert status == 200 and [e["path"] for e in log["events"]] == ["/p2", "/p1"]
+    resp = await client.get("/api/analytics/export", params={"siteId": site_id, "range": "custom", **days_asked})
+    assert resp.status == 200
+    assert resp.headers["Content-Disposition"] == (
+        f'attachment; filename="tally-{site_id}-{first.isoformat()}_{last.isoformat()}.csv"')
+    assert len((await resp.text()).strip().splitlines()) == 3  # the header and two events
+    # A custom range is not one the night's warming makes rows for (it makes the named ranges')
+    assert all(r != "custom" for _, r, _ in client.app[WARMER].remembered)
+
+
+async def test_one_day_is_read_by_the_hour_and_compared_with_the_day_before(client, site):
+    site_id, first, _ = site
+    status, body = await read(client, "overview", siteId=site_id, range="custom", compare="previous_period",
+                              **{"from": first.isoformat(), "to": first.isoformat()})
+    assert status == 200
+    assert body["interval"] == "hour" and body["totalPageviews"] == 1
+    assert len(body["timeSeries"]) == (midnight(first + timedelta(days=1)) - midnight(first)) // timedelta(hours=1)
+    assert body["timeSeries"][0]["value"] == 1 and body["timeSeries"][0]["label"] == first.strftime("%b %d 00:00")
+    assert body["comparison"]["totalPageviews"] == 1  # the evening before
+    assert (body["comparison"]["from"], body["comparison"]["to"]) == (
+        iso(midnight(first - timedelta(days=1))), iso(midnight(first)))
+
+
+@pytest.mark.parametrize(("params", "error"), [
+    ({}, "invalid from"),
+    ({"from": "2026-11-01"}, "invalid to"),
+    ({"from": "2026-11-1", "to": "2026-11-02"}, "invalid from"),
+    ({"from": "20261101", "to": "2026-11-02"}, "invalid from"),
+    ({"from": "2026-11-01", "to": "2026-02-30"}, "invalid to"),
+    ({"from": "1999-12-31", "to": "2026-11-02"}, "invalid from"),
+    ({"from": "2026-11-02", "to": "2026-11-01"}, "invalid range"),
+    ({"from": "2020-01-01", "to": "2026-11-01"}, "invalid range"),  # past 2,200 days
+])
+async def test_a_custom_range_without_its_days_is_a_400(client, site, params, error):
+    site_id, _, _ = site
+    status, body = await read(client, "overview", siteId=site_id, range="custom", **params)
+    assert status == 400 and body["error"] == error
+
+
+async def test_an_unknown_range_names_custom_among_those_allowed(client, site):
+    status, body = await read(client, "overview", siteId=site[0], range="month")
+    assert status == 400 and body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "custom"]
