@@ -12,9 +12,15 @@ export const RANGES = [['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'La
 const FILTERS = [['eventName', 'Event'], ['path', 'Page contains'], ['referrer', 'Referrer contains'], ['country', 'Country']]
 const COMPARE = 'previous_period'
 
+const CUSTOM = 'custom' // ?range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD: the site's days, both included
+const DAY = /^\d{4}-\d{2}-\d{2}$/
+
 export function readState() {
   const q = new URLSearchParams(location.search)
-  const state = { range: RANGES.some(([r]) => r === q.get('range')) ? q.get('range') : '7d' }
+  const custom = q.get('range') === CUSTOM && DAY.test(q.get('from') || '') && DAY.test(q.get('to') || '')
+  const state = { range: custom || RANGES.some(([r]) => r === q.get('range')) ? q.get('range') : '7d' }
+  state.from = custom ? q.get('from') : ''
+  state.to = custom ? q.get('to') : ''
   for (const [k] of FILTERS) state[k] = q.get(k) || ''
   state.filters = q.getAll('filter').filter(Boolean)
   state.compare = q.get('compare') === COMPARE ? COMPARE : ''
@@ -29,11 +35,35 @@ export function writeState(state) {
   syncTabs()
 }
 
+// The range select; its "Custom range" shows two dates and Apply, which set state.from and state.to before
+// onChange('custom'). Another range clears them.
 export function rangePicker(state, onChange) {
   const select = h('select', { 'aria-label': 'Date range', class: 'range' },
-    RANGES.map(([value, label]) => h('option', { value, selected: value === state.range, text: label })))
-  select.addEventListener('change', () => onChange(select.value))
-  return select
+    [...RANGES, [CUSTOM, 'Custom range…']].map(([value, label]) => h('option', { value, selected: value === state.range, text: label })))
+  const from = h('input', { type: 'date', 'aria-label': 'From', value: state.from, min: '2000-01-01' })
+  const to = h('input', { type: 'date', 'aria-label': 'To', value: state.to, min: '2000-01-01' })
+  const apply = h('button', { type: 'button', class: 'small', text: 'Apply' })
+  const problem = h('span', { class: 'error small', role: 'alert' })
+  const custom = h('span', { class: 'row custom-range', hidden: state.range !== CUSTOM }, from, h('span', { class: 'muted small', text: 'to' }), to, apply, problem)
+  select.addEventListener('change', () => {
+    if (select.value === CUSTOM) {
+      custom.hidden = false
+      from.focus()
+      return // drawn on Apply
+    }
+    state.from = state.to = ''
+    onChange(select.value)
+  })
+  apply.addEventListener('click', () => {
+    if (!DAY.test(from.value) || !DAY.test(to.value) || from.value > to.value) {
+      problem.textContent = 'Pick a first and a last day, the first not after the last.'
+      return
+    }
+    state.from = from.value
+    state.to = to.value
+    onChange(CUSTOM)
+  })
+  return h('span', { class: 'row range-picker' }, select, custom)
 }
 
 // A headline figure; with a comparison, its change under it: percent, or percentage points for rates.
@@ -59,10 +89,10 @@ function stat(label, value, id, data, format) {
 }
 
 // The export lists the events behind what the page shows: its range and every filter it applies.
-export function exportLinks(siteId, { range, eventName = '', path = '', referrer = '', country = '', filters = [] }) {
+export function exportLinks(siteId, { range, from = '', to = '', eventName = '', path = '', referrer = '', country = '', filters = [] }) {
   const link = (format) => h('a', {
     class: 'button small', download: true, text: `Export ${format.toUpperCase()}`,
-    href: '/api/analytics/export?' + qs({ siteId, range, eventName, path, referrer, country, filter: filters, format }),
+    href: '/api/analytics/export?' + qs({ siteId, range, from, to, eventName, path, referrer, country, filter: filters, format }),
   })
   return h('div', { class: 'row exports' }, link('csv'), link('json'))
 }

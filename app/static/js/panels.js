@@ -21,7 +21,7 @@ const DRILL = { browser: 'browser_version', os: 'os_version' }
 
 // The query every read of the page shares: range, the spec's own filters and the `filter=` terms.
 export function scope(siteId, state) {
-  return { siteId, range: state.range, eventName: state.eventName, path: state.path, referrer: state.referrer, country: state.country, filter: state.filters }
+  return { siteId, range: state.range, from: state.from, to: state.to, eventName: state.eventName, path: state.path, referrer: state.referrer, country: state.country, filter: state.filters }
 }
 
 const PATHS = new Set(['page', 'entry_page', 'exit_page'])
@@ -131,15 +131,16 @@ function breakdownPanel(spec, ctx) {
   let generation = 0
   async function load() {
     const mine = ++generation
-    if (spec.optional && probed !== ctx.state.range) {
+    const range = [ctx.state.range, ctx.state.from, ctx.state.to].join(' ') // a custom range's days too
+    if (spec.optional && probed !== range) {
       // Regions and cities exist only with a GeoIP City database: each tab shows when the range has values
       // of it (asked once per range, not again for every filter; an existence check, not a breakdown).
       // A probe that failed (no answer, a 503) decides nothing: the tabs stay as they were, and the panel's
       // next load asks again.
-      const probe = await api('/api/analytics/has-values?' + qs({ siteId: ctx.siteId, range: ctx.state.range, properties: spec.optional.join(',') })).catch(() => null)
+      const probe = await api('/api/analytics/has-values?' + qs({ siteId: ctx.siteId, range: ctx.state.range, from: ctx.state.from, to: ctx.state.to, properties: spec.optional.join(',') })).catch(() => null)
       if (mine !== generation) return
       if (probe) {
-        probed = ctx.state.range
+        probed = range
         hidden = new Set(spec.optional.filter((k) => !probe.data[k]))
         if (hidden.has(active)) active = spec.tabs[0][0]
       }
