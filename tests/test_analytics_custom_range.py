@@ -4,12 +4,13 @@ export), compared with the days before it, and refused clearly when its days are
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from app.appkeys import WARMER
+from app.views.analytics_params import window_for
 from tests.analytics_support import iso
 from tests.test_site_time_zones import NEW_YORK, local, midnight, site_with_pageviews
 
@@ -91,6 +92,38 @@ async def test_a_custom_range_without_its_days_is_a_400(client, site, params, er
     assert status == 400 and body["error"] == error
 
 
-async def test_an_unknown_range_names_custom_among_those_allowed(client, site):
-    status, body = await read(client, "overview", siteId=site[0], range="month")
-    assert status == 400 and body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "custom"]
+async def test_an_unknown_range_names_the_periods_and_custom_among_those_allowed(client, site):
+    status, body = await read(client, "overview", siteId=site[0], range="year")
+    assert status == 400
+    assert body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "today", "month", "last_month", "custom"]
+
+
+@pytest.mark.parametrize(("name", "first", "last", "unit"), [
+    ("today", date(2026, 2, 28), date(2026, 2, 28), "hour"),
+    ("month", date(2026, 2, 1), date(2026, 2, 28), "day"),
+    ("last_month", date(2026, 1, 1), date(2026, 1, 31), "day"),
+])
+def test_the_calendar_periods_are_the_sites_days(name, first, last, unit):
+    """At 03:00 UTC on 1 March it is still 28 February in New York."""
+    w = window_for(name, datetime(2026, 3, 1, 3, tzinfo=UTC), NEW_YORK)
+    assert (w.start, w.end, w.unit, w.days) == (midnight(first), midnight(last + timedelta(days=1)), unit,
+                                                (first, last))
+
+
+async def test_this_month_and_last_month_begin_at_the_sites_first_midnight(client, login, database_url, workspace):
+    """Pageviews half an hour after New York's first midnight of this month and of the last, and half an hour
+    before the last's: each period counts its own, and says which days it is."""
+    await login()
+    today = datetime.now(ZoneInfo(NEW_YORK)).date()
+    this_month = today.replace(day=1)
+    last_month = (this_month - timedelta(days=1)).replace(day=1)
+    site_id = await site_with_pageviews(database_url, workspace, [
+        local(last_month - timedelta(days=1), 23, 30), local(last_month, 0, 30), local(this_month, 0, 30)], NEW_YORK)
+    for name, first, last in (("month", this_month, today), ("last_month", last_month, this_month - timedelta(days=1))):
+        status, body = await read(client, "overview", siteId=site_id, range=name)
+        assert status == 200
+        assert (body["totalPageviews"], body["range"], body["interval"], body["from"], body["to"]) == (
+            1, name, "day", first.isoformat(), last.isoformat())
+        assert len(body["timeSeries"]) == (last - first).days + 1
+    status, body = await read(client, "overview", siteId=site_id, range="today")
+    assert status == 200 and body["interval"] == "hour" and body["from"] == body["to"] == today.isoformat()

@@ -6,9 +6,11 @@ from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_
 from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
-_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "custom"], "default": "7d"},
+_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "today", "month", "last_month",
+                                                    "custom"], "default": "7d"},
                description="the N most recent buckets of the site's time zone: 60 minutes, 24 hours, 168 hours, "
-                           "30 days or 90 days; or custom: the site's days from `from` to `to`")
+                           "30 days or 90 days; its today, this month so far or last month; or custom: its days "
+                           "from `from` to `to`")
 _DAY = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "format": "date"}
 _DAYS = [query("from", _DAY, description="with range=custom (required there): its first day, YYYY-MM-DD"),
          query("to", _DAY, description="with range=custom (required there): its last day, included")]
@@ -154,6 +156,6 @@ SCHEMAS = {
         "topCountries": {"type": "array", "items": ref("TopRow")},
         "timeSeries": {"type": "array", "items": ref("Point")},
         "range": {"type": "string"}, "interval": {"type": "string"}, "timezone": ref("TimeZone"),
-        "from": {**_DAY, "description": "a custom range's first day"},
-        "to": {**_DAY, "description": "a custom range's last day"}}},
+        "from": {**_DAY, "description": "the first day of a calendar period or custom range"},
+        "to": {**_DAY, "description": "its last day"}}},
 }

@@ -115,9 +115,9 @@ def compare_param(request: web.Request) -> str | None:
 
 def shifted(w: Window, mode: str) -> Window:
     """The window compared with: the one just before (as many buckets), or the same dates a year earlier.
-    Windows of days (and a custom range of one day) move by the site's calendar days, so they stay from one
-    local midnight to the next."""
-    if mode == "previous_period" and w.unit != "day" and w.range != CUSTOM:
+    Windows of days (and a period or custom range of one day) move by the site's calendar days, so they stay
+    from one local midnight to the next."""
+    if mode == "previous_period" and w.unit != "day" and w.days is None:
         delta = w.end - w.start
         return Window(w.range, w.start - delta, w.end - delta, w.unit, w.time_zone)
     if mode == "previous_period":

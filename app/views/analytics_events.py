@@ -93,7 +93,8 @@ async def events(request: web.Request) -> web.Response:
 
 
 def range_label(w: Window) -> str:
-    """The range in an export's name: its name, or a custom range's days (`2026-11-01_2026-11-15`)."""
+    """The range in an export's name: its name, or the days of a calendar period or custom range
+    (`2026-11-01_2026-11-15`)."""
     return w.range if w.days is None else f"{w.days[0]}_{w.days[1]}"
 
 

@@ -3,9 +3,9 @@
 A range covers the N most recent buckets of its granularity, the current (partial) one included:
 1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, in the site's time zone
 (a day from one local midnight to the next). Windows therefore start on a bucket boundary, so the totals
-equal the sum of the time-series points. `range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD` is the site's days
-from `from` to `to`, both included (by the hour when they are one day, else by the day), as Plausible's
-custom period.
+equal the sum of the time-series points. Beyond the spec, as Plausible's periods: `today`, `month` (this
+month so far) and `last_month` are the site's calendar days, and `range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD`
+its days from `from` to `to`, both included (by the hour when they are one day, else by the day).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": time
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 CUSTOM = "custom"
+PERIODS = ("today", "month", "last_month")  # the site's calendar: today by the hour, the months by the day
 # A custom range's days: none before the events can be (the spec's timestamps start in 2000), and at most
 # MAX_POINTS of them (its series is by the day).
 FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(2099, 12, 31)
@@ -68,7 +69,7 @@ class Window:
     end: datetime  # exclusive: the end of the current bucket
     unit: str  # the range's own bucket
     time_zone: str = "UTC"  # the site's: its buckets' zone
-    days: tuple[date, date] | None = None  # a custom range's first and last day
+    days: tuple[date, date] | None = None  # the first and last day of a calendar period or a custom range
 
     def buckets(self, interval: str) -> tuple[datetime, datetime]:
         """First and last bucket start of a series over this window."""
@@ -77,6 +78,10 @@ class Window:
 
 
 def window_for(range_name: str, now: datetime | None = None, time_zone: str = "UTC") -> Window:
+    if range_name in PERIODS:
+        today = (now or datetime.now(UTC)).astimezone(ZoneInfo(time_zone)).date()
+        first, last = period_days(range_name, today)
+        return days_window(range_name, first, last, time_zone, "hour" if range_name == "today" else "day")
     count, unit = RANGES[range_name]
     current = truncate(now or datetime.now(UTC), unit, time_zone)
     if unit == "day":  # calendar days of the zone
@@ -84,6 +89,22 @@ def window_for(range_name: str, now: datetime | None = None, time_zone: str = "U
                       unit, time_zone)
     step = UNITS[unit]
     return Window(range_name, current - (count - 1) * step, current + step, unit, time_zone)
+
+
+def period_days(name: str, today: date) -> tuple[date, date]:
+    """The first and last day of a calendar period, seen on the site's `today`."""
+    if name == "today":
+        return today, today
+    if name == "month":
+        return today.replace(day=1), today
+    last = today.replace(day=1) - timedelta(days=1)  # last_month
+    return last.replace(day=1), last
+
+
+def days_window(name: str, first: date, last: date, time_zone: str, unit: str) -> Window:
+    """The site's days from `first` to `last`, both included."""
+    return Window(name, midnight(first, time_zone), midnight(last + timedelta(days=1), time_zone), unit, time_zone,
+                  (first, last))
 
 
 def midnight(day: date, time_zone: str) -> datetime:
@@ -102,8 +123,7 @@ def window_of(asked: RangeAsked, time_zone: str = "UTC", now: datetime | None = 
     if asked.days is None:
         return window_for(asked.name, now, time_zone)
     first, last = asked.days
-    return Window(CUSTOM, midnight(first, time_zone), midnight(last + timedelta(days=1), time_zone),
-                  "hour" if first == last else "day", time_zone, asked.days)
+    return days_window(CUSTOM, first, last, time_zone, "hour" if first == last else "day")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +209,8 @@ def range_param(request: web.Request) -> RangeAsked:
         if (last - first).days >= MAX_POINTS:
             raise SiteError(400, "invalid range", detail=f"at most {MAX_POINTS} days")
         return RangeAsked(name, (first, last))
-    if name not in RANGES:
-        raise SiteError(400, "invalid range", allowed=[*RANGES, CUSTOM])
+    if name not in RANGES and name not in PERIODS:
+        raise SiteError(400, "invalid range", allowed=[*RANGES, *PERIODS, CUSTOM])
     return RangeAsked(name)
 
 
