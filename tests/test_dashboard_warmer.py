@@ -123,3 +123,30 @@ async def test_a_nights_warming_stops_at_its_budget(client, database_url, worksp
     made = await made_rows(db, site.site_id)
     # The overview's rows (first of the day's reads), not the country's.
     assert made[0] > 0 and made[1] == 1 and made[2] == {}
+
+
+async def test_a_site_in_another_zone_has_its_periods_warmed(client, database_url, workspace, login):
+    """The night's warming takes the calendar periods as it takes the named ranges (their windows are the
+    site's days): this month's and last month's overviews of a New York site are warmed, and read the same
+    afterwards."""
+    await login()
+    await forget_warmings(database_url)
+    site = await load_fixture(database_url, workspace)
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("UPDATE sites SET time_zone = 'America/New_York' WHERE id = $1", site.site_id)
+    finally:
+        await conn.close()
+    answers = {}
+    for period in ("month", "last_month"):
+        resp = await client.get("/api/analytics/overview", params={"siteId": site.site_id, "range": period})
+        assert resp.status == 200
+        answers[period] = await resp.json()
+    warmer = client.app[WARMER]
+    assert sorted(warmer.remembered) == [(site.site_id, "last_month", ""), (site.site_id, "month", "")]
+    await forget_rows(client.app[ANALYTICS], site.site_id)
+    warmer.warmed -= timedelta(days=1)
+    assert await warmer.warm(datetime.now(UTC).replace(hour=12)) == 2
+    for period, before in answers.items():
+        resp = await client.get("/api/analytics/overview", params={"siteId": site.site_id, "range": period})
+        assert (resp.status, await resp.json()) == (200, before)
