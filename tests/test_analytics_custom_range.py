@@ -1,6 +1,7 @@
 """range=custom&from&to: the site's days from one date to another, both included, as Plausible's custom period:
 by the day, or by the hour for one day; on every read (overview, series, breakdowns, the event log and the
-export), compared with the days before it, and refused clearly when its days are not days."""
+export), compared with the days before it, and refused clearly when its days are not days. And the calendar
+periods (today, this month, last month), which are windows of the site's days the same way."""
 
 from __future__ import annotations
 
