@@ -1,7 +1,7 @@
 """range=custom&from&to: the site's days from one date to another, both included, as Plausible's custom period:
 by the day, or by the hour for one day; on every read (overview, series, breakdowns, the event log and the
 export), compared with the days before it, and refused clearly when its days are not days. And the calendar
-periods (today, this month, last month), which are windows of the site's days the same way."""
+periods (today, yesterday, this month, last month), which are windows of the site's days the same way."""
 
 from __future__ import annotations
 
@@ -96,11 +96,12 @@ async def test_a_custom_range_without_its_days_is_a_400(client, site, params, er
 async def test_an_unknown_range_names_the_periods_and_custom_among_those_allowed(client, site):
     status, body = await read(client, "overview", siteId=site[0], range="year")
     assert status == 400
-    assert body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "today", "month", "last_month", "custom"]
+    assert body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month", "last_month", "custom"]
 
 
 @pytest.mark.parametrize(("name", "first", "last", "unit"), [
     ("today", date(2026, 2, 28), date(2026, 2, 28), "hour"),
+    ("yesterday", date(2026, 2, 27), date(2026, 2, 27), "hour"),
     ("month", date(2026, 2, 1), date(2026, 2, 28), "day"),
     ("last_month", date(2026, 1, 1), date(2026, 1, 31), "day"),
 ])

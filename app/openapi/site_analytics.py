@@ -6,11 +6,11 @@ from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_
 from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
-_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "today", "month", "last_month",
-                                                    "custom"], "default": "7d"},
+_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month",
+                                                    "last_month", "custom"], "default": "7d"},
                description="the N most recent buckets of the site's time zone: 60 minutes, 24 hours, 168 hours, "
-                           "30 days or 90 days; its today, this month so far or last month; or custom: its days "
-                           "from `from` to `to`")
+                           "30 days or 90 days; its today, yesterday, this month so far or last month; or custom: "
+                           "its days from `from` to `to`")
 _DAY = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "format": "date"}
 _DAYS = [query("from", _DAY, description="with range=custom (required there): its first day, YYYY-MM-DD"),
          query("to", _DAY, description="with range=custom (required there): its last day, included")]

@@ -3,9 +3,10 @@
 A range covers the N most recent buckets of its granularity, the current (partial) one included:
 1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, in the site's time zone
 (a day from one local midnight to the next). Windows therefore start on a bucket boundary, so the totals
-equal the sum of the time-series points. Beyond the spec, as Plausible's periods: `today`, `month` (this
-month so far) and `last_month` are the site's calendar days, and `range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD`
-its days from `from` to `to`, both included (by the hour when they are one day, else by the day).
+equal the sum of the time-series points. Beyond the spec, as Plausible's periods: `today`, `yesterday`,
+`month` (this month so far) and `last_month` are the site's calendar days, and
+`range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD` its days from `from` to `to`, both included (by the hour when
+they are one day, else by the day).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": time
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 CUSTOM = "custom"
-PERIODS = ("today", "month", "last_month")  # the site's calendar: today by the hour, the months by the day
+PERIODS = ("today", "yesterday", "month", "last_month")  # the site's calendar: days by the hour, months by the day
 # A custom range's days: none before the events can be (the spec's timestamps start in 2000), and at most
 # MAX_POINTS of them (its series is by the day).
 FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(2099, 12, 31)
@@ -82,7 +83,7 @@ def window_for(range_name: str, now: datetime | None = None, time_zone: str = "U
     if range_name in PERIODS:
         today = (now or datetime.now(UTC)).astimezone(ZoneInfo(time_zone)).date()
         first, last = period_days(range_name, today)
-        return days_window(range_name, first, last, time_zone, "hour" if range_name == "today" else "day")
+        return days_window(range_name, first, last, time_zone, "day" if "month" in range_name else "hour")
     count, unit = RANGES[range_name]
     current = truncate(now or datetime.now(UTC), unit, time_zone)
     if unit == "day":  # calendar days of the zone
@@ -96,6 +97,8 @@ def period_days(name: str, today: date) -> tuple[date, date]:
     """The first and last day of a calendar period, seen on the site's `today`."""
     if name == "today":
         return today, today
+    if name == "yesterday":
+        return today - timedelta(days=1), today - timedelta(days=1)
     if name == "month":
         return today.replace(day=1), today
     last = today.replace(day=1) - timedelta(days=1)  # last_month

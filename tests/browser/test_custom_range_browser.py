@@ -1,6 +1,6 @@
 """The range picker's "Custom range…": two days and Apply read the site's days between them, kept in the URL
 (a reload or a shared address shows the same days), carried by the panels and the export, and cleared by a
-named range; and its calendar periods (today, this month, last month)."""
+named range; and its calendar periods (today, yesterday, this month, last month)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_a_custom_range_reads_the_days_picked_and_stays_in_the_url(page: Page, l
 
     # The site's calendar periods are in the picker: today shows what the API counts for the site's today,
     # none of the two visits of 30 hours ago.
-    for period in ("today", "last_month"):
+    for period in ("today", "yesterday", "last_month"):
         page.get_by_label("Date range").select_option(period)
         expect(page).to_have_url(f"{live_server.base_url}/app/sites/{site_id}?range={period}")
         counted = page.evaluate("async (q) => (await (await fetch(`/api/analytics/overview?${q}`)).json())"
