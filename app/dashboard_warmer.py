@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from actors.analytics_mirror import Mirror
-from app.views.analytics_params import window_for
+from app.views.analytics_params import CUSTOM, window_for
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_days, analytics_overview, dashboard_reads
 from storage import sites as site_store
@@ -50,7 +50,10 @@ class DashboardWarmer:
         self.budget = BUDGET
 
     def seen(self, site_id: str, range_name: str, prop: str = OVERVIEW) -> None:
-        """An unfiltered read of the overview (prop "") or of a visitors breakdown by `prop`."""
+        """An unfiltered read of the overview (prop "") or of a visitors breakdown by `prop`. A custom range's
+        days are its reader's choice, not a read the next day repeats: not remembered."""
+        if range_name == CUSTOM:
+            return
         key, today = (site_id, range_name, prop), datetime.now(UTC).date()
         noted = self._reads.get(key)
         if noted is not None and noted[0] == today:

@@ -18,7 +18,6 @@ from app.responses import SiteError, iso_ms, json_response
 from app.shared_access import shareable
 from app.views import analytics_events
 from app.views.analytics_params import (
-    CUSTOM,
     Site,
     Window,
     analytics_store,
@@ -148,7 +147,7 @@ async def overview(request: web.Request) -> web.Response:
     site, filters = await site_and_filters(request, base)
     db = await analytics_store(request, base.workspace_id)
     body = await overview_body(db, site, base.window, filters)
-    if not filters.terms() and base.window.range != CUSTOM:  # the night's warming makes the named ranges' rows
+    if not filters.terms():
         request.config_dict[WARMER].seen(site.id, base.window.range)
     if mode:
         prev = shifted(base.window, mode)
@@ -237,7 +236,7 @@ async def breakdown(request: web.Request) -> web.Response:
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
-    if analytics_breakdown.from_window_states(prop, filters, metrics) and w.range != CUSTOM:
+    if analytics_breakdown.from_window_states(prop, filters, metrics):
         request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
