@@ -26,6 +26,7 @@ from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
 from app.input_rules import query_int, storable_text
 from app.outages import MirrorBehind, store_caught_up
 from app.responses import SiteError
+from app.schemas import EARLIEST
 from app.shared_access import check_site, reader
 from storage import analytics as store
 from storage.clickhouse import AnalyticsStore
@@ -37,9 +38,9 @@ RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d":
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 CUSTOM = "custom"
 PERIODS = ("today", "yesterday", "month", "last_month")  # the site's calendar: days by the hour, months by the day
-# A custom range's days: none before the events can be (the spec's timestamps start in 2000), and at most
-# MAX_POINTS of them (its series is by the day).
-FIRST_DAY, LAST_DAY = date(2000, 1, 1), date(2099, 12, 31)
+# A custom range's days: none before the events can be (app.schemas.EARLIEST), and at most MAX_POINTS of them
+# (its series is by the day).
+FIRST_DAY, LAST_DAY = EARLIEST.date(), date(2099, 12, 31)
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}\Z")
 
 
