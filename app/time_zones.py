@@ -12,6 +12,6 @@ ZONES = frozenset(name for name in available_timezones()
                   if name != "localtime" and not name.startswith(("posix/", "right/"))) | {DEFAULT}
 
 
-def time_zone_name(value: object) -> str | None:
-    """The zone named by `value`, or None when it names none (case matters, as in the IANA database)."""
-    return value if isinstance(value, str) and value in ZONES else None
+def is_time_zone(value: object) -> bool:
+    """Whether `value` names a zone a site may have (case matters, as in the IANA database)."""
+    return isinstance(value, str) and value in ZONES

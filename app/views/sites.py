@@ -23,7 +23,7 @@ from app.dashboard_session import current_account
 from app.input_rules import query_int, storable_text
 from app.responses import SiteError, iso_ms, json_response
 from app.time_zones import DEFAULT as DEFAULT_ZONE
-from app.time_zones import time_zone_name
+from app.time_zones import is_time_zone
 from app.views import ingest, realtime
 from app.views.ingest import new_token
 from storage import sites as site_store
@@ -113,7 +113,7 @@ async def _site_fields(request: web.Request) -> tuple[str, str]:
         raise SiteError(400, "invalid domain")
     zone = fields.get("timezone")
     zone = DEFAULT_ZONE if zone in (None, "") else zone  # not given, or a form's empty choice
-    if time_zone_name(zone) is None:
+    if not is_time_zone(zone):
         raise SiteError(400, "invalid timezone", detail="an IANA time zone name, such as Europe/Berlin or UTC")
     return value, zone
 
@@ -154,7 +154,7 @@ async def update_site(request: web.Request) -> web.Response:
     issues = [{"field": key, "message": "unknown field"} for key in data if key != "timezone"]
     if "timezone" not in data:
         issues.append({"field": "timezone", "message": "required"})
-    elif time_zone_name(data["timezone"]) is None:
+    elif not is_time_zone(data["timezone"]):
         issues.append({"field": "timezone", "message": "must be an IANA time zone name, such as Europe/Berlin"})
     if issues:
         raise SiteError(400, "invalid payload", issues=issues)
