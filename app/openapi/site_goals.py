@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.openapi.common import SESSION, json_body, path_param, ref, site_errors
+from app.views.plausible import ALIASES
 
 _GOALS = ["goals"]
 _GOAL_BODY = {"required": True, "content": {"application/json": {"schema": ref("GoalIn")},
@@ -63,8 +64,7 @@ _PLAUSIBLE_FIELDS = {
                                "$revenue_currency"},
     "interactive": {"type": "boolean", "description": "or `i`; validated, not stored"},
 }
-_PLAUSIBLE_SHORT = {"name": "n", "url": "u", "domain": "d", "referrer": "r", "props": "p", "revenue": "$",
-                    "interactive": "i"}
+_PLAUSIBLE_SHORT = {long: short for long, short in ALIASES if long in _PLAUSIBLE_FIELDS}  # as the handler reads them
 SCHEMAS = {
     "GoalIn": {
         "type": "object", "required": ["goal_type"],

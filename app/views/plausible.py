@@ -33,7 +33,7 @@ NAME_MAP = {"Outbound Link: Click": "outbound"}
 _CURRENCY = re.compile(r"^[A-Z]{3}\Z")
 
 # (long name, short name): Plausible accepts either spelling of each field.
-_ALIASES = (("name", "n"), ("url", "u"), ("domain", "d"), ("referrer", "r"), ("props", "p"), ("meta", "m"),
+ALIASES = (("name", "n"), ("url", "u"), ("domain", "d"), ("referrer", "r"), ("props", "p"), ("meta", "m"),
             ("revenue", "$"), ("interactive", "i"), ("hashMode", "h"))
 
 
@@ -112,7 +112,7 @@ def parse_plausible(body: bytes) -> SiteEventIn:
     """A Plausible payload as a Tally event whose `s` is the normalized domain."""
     data = ingest.decode_json_object(body)
     issues: list = []
-    fields = {long: _pick(data, long, short) for long, short in _ALIASES}
+    fields = {long: _pick(data, long, short) for long, short in ALIASES}
     name = _text(issues, *fields["name"], required=True, max_length=64)
     url = _text(issues, *fields["url"], required=True, max_length=MAX_URL)
     if url is not None and not _absolute(url):
