@@ -13,6 +13,7 @@ import pytest
 from app.appkeys import WARMER
 from app.views.analytics_params import window_for
 from tests.analytics_support import iso
+from tests.test_analytics import get
 from tests.test_site_time_zones import NEW_YORK, local, midnight, site_with_pageviews
 
 
@@ -29,15 +30,10 @@ async def site(client, login, database_url, workspace):
     return site_id, first, last
 
 
-async def read(client, route: str, **params):
-    resp = await client.get(f"/api/analytics/{route}", params=params)
-    return resp.status, await resp.json()
-
-
 async def test_a_custom_range_is_the_sites_days_from_one_date_to_another(client, site):
     site_id, first, last = site
     days_asked = {"from": first.isoformat(), "to": last.isoformat()}
-    status, body = await read(client, "overview", siteId=site_id, range="custom", **days_asked)
+    status, body = await get(client, "overview", siteId=site_id, range="custom", **days_asked)
     assert status == 200
     assert body["totalPageviews"] == 2 and body["uniqueVisitors"] == 2
     assert (body["range"], body["interval"], body["from"], body["to"]) == ("custom", "day", first.isoformat(),
@@ -49,11 +45,11 @@ async def test_a_custom_range_is_the_sites_days_from_one_date_to_another(client,
     assert body["timeSeries"][0]["label"] == first.strftime("%b %d")
 
     # the same days on every read
-    status, series = await read(client, "timeseries", siteId=site_id, range="custom", interval="day", **days_asked)
+    status, series = await get(client, "timeseries", siteId=site_id, range="custom", interval="day", **days_asked)
     assert status == 200 and [p["value"] for p in series["data"]] == [1, 0, 0, 0, 0, 1]
-    status, pages = await read(client, "breakdown", siteId=site_id, range="custom", property="page", **days_asked)
+    status, pages = await get(client, "breakdown", siteId=site_id, range="custom", property="page", **days_asked)
     assert status == 200 and sorted(r["key"] for r in pages["data"]) == ["/p1", "/p2"]
-    status, log = await read(client, "events", siteId=site_id, range="custom", **days_asked)
+    status, log = await get(client, "events", siteId=site_id, range="custom", **days_asked)
     assert status == 200 and [e["path"] for e in log["events"]] == ["/p2", "/p1"]
     resp = await client.get("/api/analytics/export", params={"siteId": site_id, "range": "custom", **days_asked})
     assert resp.status == 200
@@ -66,7 +62,7 @@ async def test_a_custom_range_is_the_sites_days_from_one_date_to_another(client,
 
 async def test_one_day_is_read_by_the_hour_and_compared_with_the_day_before(client, site):
     site_id, first, _ = site
-    status, body = await read(client, "overview", siteId=site_id, range="custom", compare="previous_period",
+    status, body = await get(client, "overview", siteId=site_id, range="custom", compare="previous_period",
                               **{"from": first.isoformat(), "to": first.isoformat()})
     assert status == 200
     assert body["interval"] == "hour" and body["totalPageviews"] == 1
@@ -89,12 +85,12 @@ async def test_one_day_is_read_by_the_hour_and_compared_with_the_day_before(clie
 ])
 async def test_a_custom_range_without_its_days_is_a_400(client, site, params, error):
     site_id, _, _ = site
-    status, body = await read(client, "overview", siteId=site_id, range="custom", **params)
+    status, body = await get(client, "overview", siteId=site_id, range="custom", **params)
     assert status == 400 and body["error"] == error
 
 
 async def test_an_unknown_range_names_the_periods_and_custom_among_those_allowed(client, site):
-    status, body = await read(client, "overview", siteId=site[0], range="year")
+    status, body = await get(client, "overview", siteId=site[0], range="year")
     assert status == 400
     assert body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month", "last_month", "custom"]
 
@@ -122,10 +118,10 @@ async def test_this_month_and_last_month_begin_at_the_sites_first_midnight(clien
     site_id = await site_with_pageviews(database_url, workspace, [
         local(last_month - timedelta(days=1), 23, 30), local(last_month, 0, 30), local(this_month, 0, 30)], NEW_YORK)
     for name, first, last in (("month", this_month, today), ("last_month", last_month, this_month - timedelta(days=1))):
-        status, body = await read(client, "overview", siteId=site_id, range=name)
+        status, body = await get(client, "overview", siteId=site_id, range=name)
         assert status == 200
         assert (body["totalPageviews"], body["range"], body["interval"], body["from"], body["to"]) == (
             1, name, "day", first.isoformat(), last.isoformat())
         assert len(body["timeSeries"]) == (last - first).days + 1
-    status, body = await read(client, "overview", siteId=site_id, range="today")
+    status, body = await get(client, "overview", siteId=site_id, range="today")
     assert status == 200 and body["interval"] == "hour" and body["from"] == body["to"] == today.isoformat()

@@ -17,6 +17,7 @@ from storage.ids import new_id
 from tests.analytics_support import create_site, insert_events, iso
 from tests.conftest import connect
 from tests.site_helpers import register_site, unique_domain
+from tests.test_analytics import get
 
 NEW_YORK = "America/New_York"  # UTC-4 in summer, UTC-5 in winter; its 2026 summer time ended on 1 November
 
@@ -46,9 +47,9 @@ async def site_with_pageviews(database_url: str, workspace: str, stamps: list[da
 
 
 async def analytics(client, route: str, **params) -> dict:
-    resp = await client.get(f"/api/analytics/{route}", params=params)
-    assert resp.status == 200, await resp.text()
-    return await resp.json()
+    status, body = await get(client, route, **params)
+    assert status == 200, body
+    return body
 
 
 # --- the setting ------------------------------------------------------------------------------------------
