@@ -268,10 +268,10 @@ def series_rows(q: Params, counted: CountedDays, interval: str, time_zone: str, 
         return counted.for_series(interval), dim, bucket
     if interval not in SERIES_ROWS or not _whole_hours(time_zone, start, end):
         return [], HOURS, ""
-    hour = "toDateTime(day, 'UTC') + toUInt32OrZero(key) * 3600"
-    if interval == "day":
-        return counted.hours, HOURS, f"toUnixTimestamp(toStartOfDay({hour}, {q.bind(time_zone)}))"
-    return counted.hours, HOURS, f"toUnixTimestamp({hour})"
+    if interval == "hour":  # the zone's hours are UTC ones
+        return counted.hours, *SERIES_ROWS["hour"]
+    hour = "toDateTime(day, 'UTC') + toUInt32OrZero(key) * 3600"  # the row's UTC hour
+    return counted.hours, HOURS, f"toUnixTimestamp(toStartOfDay({hour}, {q.bind(time_zone)}))"
 
 
 def _whole_hours(time_zone: str, start: datetime, end: datetime) -> bool:
