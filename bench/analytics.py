@@ -174,7 +174,7 @@ def target_ms(label: str) -> int | None:
 
 def zone_reads(db, days: int, zone: str) -> dict[str, tuple]:
     """The overviews, the /blog daily series and the browser breakdown of the same site in another time zone:
-    its window of days starts and ends inside UTC days, and its series is counted from the events."""
+    its window of days starts and ends inside UTC days, and its days are not the day rows' UTC days."""
     site, w = dataclasses.replace(SITE, time_zone=zone), window_for(f"{days}d", time_zone=zone)
     first, last = w.buckets("day")
     out: dict[str, tuple] = {}
