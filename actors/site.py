@@ -18,6 +18,7 @@ from actors.realtime import LiveEvent, MemoryRealtime, RedisRealtime
 from actors.sessions import MemorySessions, RedisSessions, SidMode, VisitIn
 from actors.workspace import PartitionCache
 from storage import events as event_store
+from storage.clickhouse_schema import ENGAGEMENT
 from storage.events import EventRow
 
 log = logging.getLogger("tally.site")
@@ -76,7 +77,11 @@ class SiteActor(Actor):
                 for item, visit in zip(items, assigned, strict=True)]
 
     async def _publish(self, records: list[EventRow]) -> None:
-        live = [LiveEvent(r.id, r.name, r.path, r.country, r.session_id, _ms(r.ts)) for r in records]
+        # Engagement events report on a page already counted; the live view counts events and pageviews.
+        live = [LiveEvent(r.id, r.name, r.path, r.country, r.session_id, _ms(r.ts)) for r in records
+                if r.name != ENGAGEMENT]
+        if not live:
+            return
         try:
             await self.realtime.record(self.site_id, live)
         except Exception:

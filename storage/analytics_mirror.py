@@ -249,7 +249,9 @@ async def lag(conn: asyncpg.Connection) -> tuple[int, float]:
 async def status(conn: asyncpg.Connection, store: AnalyticsStore) -> Status:
     pending, age = await lag(conn)
     pg = await conn.fetchval("SELECT count(*) FROM events")
-    site = (await store.query(f"SELECT count() FROM {store.table('site_events')} FINAL"))[0][0]
+    site = 0
+    for table in ("site_events", "site_engagement"):  # a site event is in one of them (clickhouse_schema)
+        site += (await store.query(f"SELECT count() FROM {store.table(table)} FINAL"))[0][0]
     keyed = (await store.query(f"SELECT count() FROM {store.table('keyed_events')} FINAL"))[0][0]
     return Status(pending, age, pg, site, keyed)
 
@@ -275,7 +277,7 @@ async def rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: dateti
 
 async def _rebuild(conn: asyncpg.Connection, store: AnalyticsStore, since: datetime | None) -> int:
     for name in ("site_sessions", "site_days", "site_day_counts", "site_window_visitors", "site_window_keys",
-                 "site_events", "keyed_events"):
+                 "site_events", "site_engagement", "keyed_events"):
         if since is None:
             await store.command(f"TRUNCATE TABLE IF EXISTS {store.local_table(name)}{store.on_cluster}")
         elif name in ("site_window_visitors", "site_window_keys"):

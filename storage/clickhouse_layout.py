@@ -14,6 +14,7 @@ from storage.clickhouse_schema import (
     ACTOR_KEY,
     CODECS,
     DAY_STATES,
+    ENGAGEMENT_FROM_INPUT,
     INPUT_TABLE,
     KEYED_FROM_INPUT,
     LC,
@@ -109,6 +110,7 @@ def ensure_schema(store: AnalyticsStore) -> None:
     # Where inserts land (on each node in cluster mode); its views write through the Distributed tables.
     store.command_sync(f"CREATE TABLE IF NOT EXISTS {store.database}.events_in{store.on_cluster} {INPUT_TABLE}")
     for view, target, select in (("site_events_in_mv", "site_events", SITE_FROM_INPUT),
+                                 ("site_engagement_in_mv", "site_engagement", ENGAGEMENT_FROM_INPUT),
                                  ("keyed_events_in_mv", "keyed_events", KEYED_FROM_INPUT)):
         query = select.format(source=f"{store.database}.events_in")
         store.command_sync(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {store.database}.{view}{store.on_cluster} "

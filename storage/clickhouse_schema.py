@@ -7,9 +7,9 @@ derived expressions by name.
 from __future__ import annotations
 
 # The raw event fields the mirror sends (storage/analytics_mirror.py COPYs them out of PostgreSQL as CSV, in
-# this order). They land in `events_in`, a Null table that keeps nothing: its two materialized views derive
-# the stored columns (page key, referrer host, visitor and session hashes) and route site and keyed events
-# to their tables, so the server process handles no event row one by one.
+# this order). They land in `events_in`, a Null table that keeps nothing: its materialized views derive
+# the stored columns (page key, referrer host, visitor and session hashes) and route site events, engagement
+# events and keyed events to their tables, so the server process handles no event row one by one.
 INPUT_COLUMNS = (
     "id", "workspace_id", "env", "site_id", "name", "ts", "user_id", "anonymous_id", "session_id", "ip_hash",
     "path", "referrer", "country", "browser", "browser_version", "os", "os_version", "device", "utm_source",
@@ -31,6 +31,14 @@ def _key_hash(column: str) -> str:
     return f"if({column} = '', 0, greatest(cityHash64({column}), 1))"
 
 
+# Plausible's engagement events (its tracker sends one when a page is hidden or left: how far it was scrolled
+# and for how long it was seen) are stored in PostgreSQL as site events of this name, their two numbers as
+# props (app/views/ingest.py), and routed by the views below to site_engagement, not site_events: they are no
+# events, pageviews or visit activity in any count, only the pages' scroll depth and time on page
+# (storage/analytics_engagement.py).
+ENGAGEMENT = "engagement"
+SCROLL_DEPTH = "$scroll_depth"  # percent, 0-100
+ENGAGED_MS = "$engagement_time"  # ms the page was visible and focused since its pageview (or the last report)
 # The page: the path without query string or fragment, but with a hash route (`#/settings`, `#!/x`, what
 # Plausible's hash mode sends), which is a page of a hash-routed app as in Plausible's lists; an anchor
 # (`#top`) and a route's own query string are cut. Keep in step with actors.realtime.page_key.
@@ -41,11 +49,13 @@ def _key_hash(column: str) -> str:
 PAGE_KEY = r"replaceRegexpOne(path, '(?s)^([^?#]*)(?:[?][^#]*)?(#!?/[^?]+)?.*$', '\1\2')"
 REFERRER_HOST = (r"if(match(referrer, '^[A-Za-z][A-Za-z0-9+.-]*://'), replaceRegexpOne(lower(referrer), "
                  r"'(?s)^[^:]*://(?:[^/?#]*@)?(?:www\.)?([^/?#:]*).*$', '\1'), '')")
-SITE_FROM_INPUT = (
+_SITE_SELECT = (
     f"SELECT site_id, ts, id, name, {_key_hash('session_id')} AS session, {_key_hash('ip_hash')} AS visitor, "
     f"{PAGE_KEY} AS page, referrer, {REFERRER_HOST} AS referrer_host, country, {', '.join(_DIMENSIONS)}, "
-    "properties FROM {source} WHERE site_id != ''"
+    "properties FROM {source} WHERE site_id != '' AND name "
 )
+SITE_FROM_INPUT = _SITE_SELECT + f"!= '{ENGAGEMENT}'"
+ENGAGEMENT_FROM_INPUT = _SITE_SELECT + f"= '{ENGAGEMENT}'"
 KEYED_FROM_INPUT = (
     "SELECT workspace_id, env, name, ts, id, user_id, "
     "if(user_id != '', user_id, if(anonymous_id != '', concat('anon:', anonymous_id), '')) AS actor, "
@@ -270,6 +280,8 @@ CODECS = {"site_events": {"ts": TS_CODEC, "session": RAW, "visitor": RAW},
           "site_sessions": dict.fromkeys(("session", "first", "last", "pv_min", "pv_max", *VISIT_COLUMNS), RAW),
           "site_window_keys": {"visitors": RAW}}
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
+          # The engagement events, in site_events' columns and order (a site's filters read both alike).
+          "site_engagement": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
           "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
           "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
           "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),

@@ -47,6 +47,9 @@ EVENT_PROPERTIES = tuple(d for d in BREAKDOWN_PROPERTIES if d not in ("entry_pag
 PROPS_PREFIX = "props:"
 
 METRICS = ("visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration", "conversion_rate")
+# A breakdown by page also takes these (Plausible's), from the engagement events of Plausible's tracker
+# (storage/analytics_engagement.py): null for a page without them.
+ENGAGEMENT_METRICS = ("scroll_depth", "time_on_page")
 
 CHANNELS = (
     "Direct", "Organic Search", "Paid Search", "Organic Social", "Paid Social", "Email", "Referral",

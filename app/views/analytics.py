@@ -33,9 +33,9 @@ from app.views.analytics_params import (
     with_goals,
 )
 from storage import analytics as store
-from storage import analytics_breakdown, analytics_lists, analytics_overview
+from storage import analytics_breakdown, analytics_engagement, analytics_lists, analytics_overview
 from storage.clickhouse import AnalyticsStore
-from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS, PROPS_PREFIX
+from storage.site_filters import BREAKDOWN_PROPERTIES, ENGAGEMENT_METRICS, EVENT_PROPERTIES, METRICS, PROPS_PREFIX
 
 TOP_DEFAULT, TOP_MAX = 20, 100
 _LABELS = {"minute": "%H:%M", "hour": "%b %d %H:00", "day": "%b %d"}
@@ -209,8 +209,12 @@ async def breakdown(request: web.Request) -> web.Response:
     if prop not in BREAKDOWN_PROPERTIES and not (prop.startswith(PROPS_PREFIX) and len(prop) > 6):
         raise SiteError(400, "invalid property", allowed=[*BREAKDOWN_PROPERTIES, "props:<key>"])
     metrics = [m for m in (request.query.get("metrics") or "visitors").split(",") if m]
-    if not metrics or any(m not in METRICS for m in metrics):
-        raise SiteError(400, "invalid metrics", allowed=list(METRICS))
+    if not metrics or any(m not in METRICS + ENGAGEMENT_METRICS for m in metrics):
+        raise SiteError(400, "invalid metrics", allowed=list(METRICS + ENGAGEMENT_METRICS))
+    engagement = [m for m in metrics if m in ENGAGEMENT_METRICS]
+    if engagement and prop != "page":
+        raise SiteError(400, f"{engagement[0]} needs property=page")
+    counted = [m for m in metrics if m not in ENGAGEMENT_METRICS] or ["visitors"]
     limit = count_param(request, "limit", BREAKDOWN_DEFAULT, BREAKDOWN_MAX)
     offset = offset_param(request)
     filters = filters_param(request)
@@ -223,7 +227,7 @@ async def breakdown(request: web.Request) -> web.Response:
     w = base.window
     with filter_errors():
         reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                               limit=limit, offset=offset, metrics=metrics, domain=site.domain)]
+                                               limit=limit, offset=offset, metrics=counted, domain=site.domain)]
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's), read
             # beside the rows on the store's read clients.
@@ -236,10 +240,23 @@ async def breakdown(request: web.Request) -> web.Response:
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
-    if analytics_breakdown.from_window_states(prop, filters, metrics):
+        if engagement:
+            await _with_engagement(db, site.id, w, filters, rows)
+    if analytics_breakdown.from_window_states(prop, filters, counted):
         request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
+
+
+async def _with_engagement(db: AnalyticsStore, site_id: str, w: Window, filters: store.Filters,
+                           rows: list[dict]) -> None:
+    """Each page row's scroll depth and time on page (None without engagement events, or under an event or
+    goal filter: storage/analytics_engagement.py)."""
+    pages = await analytics_engagement.page_engagement(db, site_id, w.start, w.end, filters, [r["key"] for r in rows]) \
+        if analytics_engagement.applies(filters) else {}
+    for r in rows:
+        seen = pages.get(r["key"])
+        r["scroll_depth"], r["time_on_page"] = (seen.scroll_depth, seen.time_on_page) if seen else (None, None)
 
 
 async def has_values(request: web.Request) -> web.Response:

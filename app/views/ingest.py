@@ -36,6 +36,7 @@ from app.responses import SiteError, issue
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.useragent import Client, device_for, parse_client
 from storage import sites as site_store
+from storage.clickhouse_schema import ENGAGED_MS, ENGAGEMENT, SCROLL_DEPTH
 from storage.events import EventRow
 from storage.ids import new_id
 
@@ -46,6 +47,7 @@ DEV_WORKSPACE = "default"
 MAX_VIEWPORT = 100_000
 
 MAX_URL = 2048  # characters of a page URL, path or referrer
+MAX_ENGAGED_MS = 24 * 3600 * 1000  # an engagement event's time on its page, at most a day
 Url = Annotated[str, Meta(max_length=MAX_URL)]
 
 
@@ -64,6 +66,10 @@ class SiteEventIn(msgspec.Struct):
     visit: Literal["join", "new"] | None = None
     v: str | None = None
     ts: int | float | None = None
+    # An engagement event's (storage.clickhouse_schema.ENGAGEMENT) scroll depth in percent (above 100 stored
+    # as 100) and engaged time in ms, as Plausible's tracker sends them; both required on one, ignored on others.
+    sd: Annotated[int, Meta(ge=0)] | None = None
+    e: Annotated[int, Meta(ge=0, le=MAX_ENGAGED_MS)] | None = None
 
 
 _TEXT_FIELDS = ("s", "n", "u", "p", "r", "t", "sid")
@@ -178,6 +184,9 @@ def storable_issues(event: SiteEventIn, text_fields: dict[str, str] | tuple[str,
               if "\x00" in (getattr(event, name) or "")]
     if not event.n.strip():
         issues.append(issue(names.get("n", "n"), "must not be blank"))
+    if event.n == ENGAGEMENT:  # the two numbers are all an engagement event says
+        issues += [issue(field, "required for an engagement event") for field in ("sd", "e")
+                   if getattr(event, field) is None]
     if event.props is not None and nests_deeper(event.props):
         issues.append(issue(props_field, f"nests deeper than {MAX_DEPTH} levels"))
     elif event.props is not None and find_nul(event.props) is not None:
@@ -270,9 +279,12 @@ def _record(site: SiteInfo, event: SiteEventIn, place: tuple[str | None, str | N
     width = _viewport(event.w)
     utm_source, utm_medium, utm_campaign, utm_term, utm_content, source, channel = acquisition(event.u or event.p,
                                                                                               event.r)
+    props = event.props
+    if event.n == ENGAGEMENT:
+        props = {**(props if isinstance(props, dict) else {}), SCROLL_DEPTH: min(event.sd, 100), ENGAGED_MS: event.e}
     return EventRow(
         new_id("evt"), site.workspace_id, "live", event.n, received, received, site_id=site.id,
-        session_id=event.sid, properties=event.props, url=event.u, path=page_path(event.p), referrer=event.r,
+        session_id=event.sid, properties=props, url=event.u, path=page_path(event.p), referrer=event.r,
         title=event.t, viewport_w=width, country=country, ip_hash=hashed_ip, browser=client.browser,
         browser_version=client.browser_version, os=client.os, os_version=client.os_version,
         device=device_for(width, client), region=region, city=city, utm_source=utm_source, utm_medium=utm_medium,

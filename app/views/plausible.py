@@ -1,7 +1,8 @@
 """POST /api/event: Plausible's Events API, so a page's Plausible tracker can point at Tally unchanged.
 
 The payload (`name`/`n`, `url`/`u`, `domain`/`d`, `referrer`/`r`, `props`/`p` and its older spelling
-`meta`/`m`, `revenue`/`$`, `interactive`/`i`, and the tracker's `w` viewport width and `h` hash mode)
+`meta`/`m`, `revenue`/`$`, `interactive`/`i`, the tracker's `w` viewport width and `h` hash mode, and an
+`engagement` event's `sd` scroll depth and `e` engaged time)
 becomes a Tally site event and then goes down the very path of /api/service/event (`ingest.ingest`):
 same checks, bot filter, rate limits, sessions, origin rules and verification in production, same
 errors. Only two things differ: the site is the one registered for the domain, and the 202 says `ok`
@@ -24,7 +25,7 @@ from app.input_rules import decode_json
 from app.responses import issue
 from app.site_runtime import SiteInfo, SiteRuntime
 from app.views import ingest
-from app.views.ingest import MAX_URL, SiteEventIn, invalid_payload
+from app.views.ingest import MAX_ENGAGED_MS, MAX_URL, SiteEventIn, invalid_payload
 from app.views.sites import normalize_domain, site_id_for
 from storage import sites as site_store
 
@@ -100,6 +101,18 @@ def _revenue(issues: list, field: str, value: Any) -> dict[str, str] | None:
     return {"$revenue_amount": str(number), "$revenue_currency": currency.upper()}
 
 
+def _whole(issues: list, field: str, value: Any, most: int | None = None) -> int | None:
+    """A whole number from 0 (to `most`), as an engagement event's `sd` and `e`; None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (most is not None and value > most):
+        issues.append(issue(field, "Expected a whole number >= 0" + (f" and <= {most}" if most is not None else "")))
+        return None
+    return value
+
+
 def _absolute(url: str) -> bool:
     try:
         parts = urlsplit(url)
@@ -139,13 +152,14 @@ def parse_plausible(body: bytes) -> SiteEventIn:
     if width is not None and (isinstance(width, bool) or not isinstance(width, int | float)):
         issues.append(issue("w", "Expected `number`"))
         width = None
+    scroll_depth, engaged_ms = _whole(issues, "sd", data.get("sd")), _whole(issues, "e", data.get("e"), MAX_ENGAGED_MS)
     if issues:
         raise invalid_payload(issues)
     if revenue:
         props = {**(props or {}), **revenue}
     hash_mode = fields["hashMode"][1] in (1, True, "1")
     event = SiteEventIn(s=domain, n=NAME_MAP.get(name, name), u=url, p=ingest.url_path(url, hash_mode=hash_mode),
-                        r=referrer, w=width, props=props)
+                        r=referrer, w=width, props=props, sd=scroll_depth, e=engaged_ms)
     problems = ingest.storable_issues(event, {"n": fields["name"][0], "u": fields["url"][0],
                                               "r": fields["referrer"][0]},
                                        fields["props" if fields["props"][1] is not None else "meta"][0])
