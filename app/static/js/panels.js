@@ -1,13 +1,17 @@
 // Breakdown panels of a site's overview: Sources, Pages, Locations, Devices and Goals, each with tabs,
 // each reading GET /api/analytics/breakdown under the page's filters. Clicking a row adds a filter.
 import { api, qs, RETRY_MS, retriesItself } from './api.js'
-import { errorBox, h, number, pathNodes, percent, replaceKeepingFocus, retryNote } from './dom.js'
+import { duration, errorBox, h, number, pathNodes, percent, replaceKeepingFocus, retryNote } from './dom.js'
 import { displayValue, termValue } from './filters.js'
 import { goalManager } from './goals.js'
 
 const ROWS = 10
 const VISITORS = [['visitors', 'Visitors', number]]
 const CONVERSIONS = [['visitors', 'Uniques', number], ['events', 'Total', number], ['conversion_rate', 'CR', percent]]
+// Top pages' scroll depth and time on page (seconds), shown once the site's tracker reports them (Plausible's
+// current tracker sends engagement events): otherwise every row would read "–".
+const ENGAGED = [['visitors', 'Visitors', number], ['time_on_page', 'Time on page', (s) => duration(s === null ? s : s * 1000)],
+  ['scroll_depth', 'Scroll depth', percent]]
 
 // id, title, tabs: [property, label]. A browser (OS) filter turns its tab into the versions of that browser (OS).
 export const PANELS = [
@@ -149,11 +153,13 @@ function breakdownPanel(spec, ctx) {
     const property = DRILL[active] && termValue(ctx.state.filters, active) !== null ? DRILL[active] : active
     body.classList.add('loading')
     try {
-      const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property, metrics: 'visitors', limit: ROWS }))
+      const metrics = property === 'page' ? 'visitors,time_on_page,scroll_depth' : 'visitors'
+      const data = await api('/api/analytics/breakdown?' + qs({ ...scope(ctx.siteId, ctx.state), property, metrics, limit: ROWS }))
       if (mine !== generation) return
       const max = Math.max(1, ...data.data.map((r) => r.visitors))
       const prefix = property === active ? '' : `${termValue(ctx.state.filters, active)} `
-      replaceKeepingFocus(body, [rowList(data.data, VISITORS, {
+      const engaged = data.data.some((r) => r.scroll_depth !== undefined && r.scroll_depth !== null)
+      replaceKeepingFocus(body, [rowList(data.data, engaged ? ENGAGED : VISITORS, {
         onPick: (key) => ctx.addFilter(property, key),
         barOf: (r) => (100 * r.visitors) / max,
         labelOf: (key) => prefix + displayValue(property, key),
