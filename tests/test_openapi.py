@@ -108,9 +108,14 @@ async def test_the_plausible_event_documents_its_required_fields_under_either_na
     only in words, so a client generated from it could send none (found by fuzzing /api/event from it)."""
     doc = await (await client.get("/openapi.json")).json()
     schema = doc["components"]["schemas"]["PlausibleEventIn"]
-    required = [{tuple(option["required"]) for option in rule["anyOf"]} for rule in schema["allOf"]]
+    required = [{tuple(option["required"]) for option in rule["anyOf"]} for rule in schema["allOf"] if "anyOf" in rule]
     assert required == [{("name",), ("n",)}, {("url",), ("u",)}, {("domain",), ("d",)}]
-    assert {"n", "u", "d", "r", "p", "$", "i"} <= set(schema["properties"])
+    assert {"n", "u", "d", "r", "p", "$", "i", "sd", "e"} <= set(schema["properties"])
+    # An engagement event (under either name) requires its two numbers, as the server does.
+    [engaged] = [rule for rule in schema["allOf"] if "if" in rule]
+    assert [(o["required"], o["properties"]) for o in engaged["if"]["anyOf"]] == [
+        (["name"], {"name": {"const": "engagement"}}), (["n"], {"n": {"const": "engagement"}})]
+    assert engaged["then"] == {"required": ["sd", "e"]}
     full = {"name": "pageview", "url": "https://docs.example/a", "domain": "docs.example"}
     short = {"n": "pageview", "u": "https://docs.example/a", "d": "docs.example"}
     headers = {"User-Agent": BROWSER_UA, "Content-Type": "application/json"}
@@ -122,6 +127,11 @@ async def test_the_plausible_event_documents_its_required_fields_under_either_na
             resp = await client.post("/api/event", json=lacking, headers=headers)
             assert resp.status == 400, lacking
             assert {"field": long, "message": "required"} in (await resp.json())["issues"]
+    for body in (full, short):
+        named = {**body, ("n" if "n" in body else "name"): "engagement"}
+        resp = await client.post("/api/event", json=named, headers=headers)
+        assert resp.status == 400 and [i["field"] for i in (await resp.json())["issues"]] == ["sd", "e"]
+        assert (await client.post("/api/event", json={**named, "sd": 5, "e": 9}, headers=headers)).status == 202
 
 
 async def test_a_reports_config_schema_follows_its_type(client, make_key, database_url, workspace):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_errors
-from storage.site_filters import BREAKDOWN_PROPERTIES, EVENT_PROPERTIES, METRICS
+from storage.site_filters import BREAKDOWN_PROPERTIES, ENGAGEMENT_METRICS, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
 _RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month",
@@ -75,10 +75,13 @@ PATHS = {
                    "properties": {"data": {"type": "array", "items": ref("Point")}, "timezone": ref("TimeZone")}}),
     ),
     "/api/analytics/breakdown": _get(
-        "Visitors, visits, pageviews, events, bounce rate, visit duration or conversion rate per value of a property",
+        "Visitors, visits, pageviews, events, bounce rate, visit duration or conversion rate per value of a property "
+        "(and for pages, scroll depth and time on page)",
         [query("property", _BREAKDOWN_PROPERTY, True, f"{', '.join(BREAKDOWN_PROPERTIES)} or props:<key>"),
          query("metrics", {"type": "string", "default": "visitors"},
-               description=f"comma list of {', '.join(METRICS)}"),
+               description=f"comma list of {', '.join(METRICS)}; with property=page also "
+                           f"{' and '.join(ENGAGEMENT_METRICS)} (percent, seconds; null for a page without "
+                           "engagement events, or under an event or goal filter)"),
          _limit(20, 1000), _OFFSET, _FILTER],
         json_body({"type": "object", "required": ["data", "property", "metrics"], "properties": {
             "data": {"type": "array", "items": {"type": "object"}}, "property": {"type": "string"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.openapi.common import SESSION, json_body, path_param, ref, site_errors
+from app.views.ingest import MAX_ENGAGED_MS
 from app.views.plausible import ALIASES
 
 _GOALS = ["goals"]
@@ -96,9 +97,17 @@ SCHEMAS = {
                for long, short in _PLAUSIBLE_SHORT.items()},
             "w": {"type": "number", "description": "viewport width"},
             "h": {"description": "hash mode: 1 keeps the URL fragment in the path"},
+            "sd": {"type": "integer", "minimum": 0, "description": "an engagement event's scroll depth in percent "
+                                                                  "(above 100 stored as 100)"},
+            "e": {"type": "integer", "minimum": 0, "maximum": MAX_ENGAGED_MS,
+                  "description": "an engagement event's time on the page in ms"},
         },
         # name, url and domain are required, each under either of its names.
-        "allOf": [{"anyOf": [{"required": [long]}, {"required": [_PLAUSIBLE_SHORT[long]]}]}
-                  for long in ("name", "url", "domain")],
+        "allOf": [*({"anyOf": [{"required": [long]}, {"required": [_PLAUSIBLE_SHORT[long]]}]}
+                    for long in ("name", "url", "domain")),
+                  # An engagement event (the tracker's report on a page left or hidden) carries both numbers.
+                  {"if": {"anyOf": [{"required": ["name"], "properties": {"name": {"const": "engagement"}}},
+                                    {"required": ["n"], "properties": {"n": {"const": "engagement"}}}]},
+                   "then": {"required": ["sd", "e"]}}],
     },
 }

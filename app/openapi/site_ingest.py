@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_errors
 from app.time_zones import ZONES
+from app.views.ingest import MAX_ENGAGED_MS
 
 _CORS = {
     "Access-Control-Allow-Origin": {"schema": {"type": "string"},
@@ -109,7 +110,7 @@ SCHEMAS = {
         "properties": {
             "s": {"type": "string", "minLength": 1, "maxLength": 255, "description": "site id"},
             "n": {"type": "string", "minLength": 1, "maxLength": 64,
-                  "description": "event name: pageview, outbound, identify or custom"},
+                  "description": "event name: pageview, outbound, identify, engagement (with sd and e) or custom"},
             "u": {**_URL, "description": "full page URL"},
             "p": {**_URL, "description": "path including query"},
             "r": {**_URL, "description": "referrer URL"},
@@ -124,7 +125,14 @@ SCHEMAS = {
                                      "exactly the session id"},
             "v": {"type": ["string", "null"], "description": "tracker version (not stored)"},
             "ts": {"type": ["number", "null"], "description": "client time in ms (not stored)"},
+            "sd": {"type": ["integer", "null"], "minimum": 0,
+                   "description": "engagement: how far the page was scrolled, in percent (above 100 stored as 100)"},
+            "e": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_ENGAGED_MS,
+                  "description": "engagement: ms the page was visible and focused"},
         },
+        # An engagement event reports on a page seen (Plausible's): it carries both numbers.
+        "if": {"required": ["n"], "properties": {"n": {"const": "engagement"}}},
+        "then": {"required": ["sd", "e"]},
     },
     "Realtime": {
         "type": "object",
