@@ -9,9 +9,8 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import NamedTuple
 
-from storage.analytics import Filters, where
+from storage.analytics import Filters, in_window, where
 from storage.clickhouse import AnalyticsStore, Params
-from storage.clickhouse_schema import ENGAGED_MS, SCROLL_DEPTH
 
 
 class PageEngagement(NamedTuple):
@@ -36,10 +35,12 @@ async def page_engagement(store: AnalyticsStore, site_id: str, start: datetime, 
     # The condition's columns are site_events', which site_engagement shares; the table named is where a
     # visit-level filter (entry or exit page) finds the visits.
     cond = where(q, store.table("site_events"), site_id, start, end, filters.terms())
+    # The window's days stated whatever its length: the pages follow the day in the sorting key, and only with
+    # the days bound do the listed pages' granules alone get read (where() states them for short windows).
+    cond += f" AND {in_window(q, start, end)}"
     rows = await store.query(
-        f"SELECT page, round(avg(depth)), round(avg(ms) / 1000) FROM ("
-        f"SELECT page, session, max(least(JSONExtractUInt(properties, {q.bind(SCROLL_DEPTH)}), 100)) AS depth, "
-        f"sum(JSONExtractUInt(properties, {q.bind(ENGAGED_MS)})) AS ms FROM {store.table('site_engagement')} FINAL "
-        f"WHERE {cond} AND page IN {q.bind(list(pages), 'Array(String)')} AND session != 0 GROUP BY page, session"
-        ") GROUP BY page", q.params)
+        "SELECT page, round(avg(depth)), round(avg(ms) / 1000) FROM (SELECT page, session, max(scroll_depth) AS depth, "
+        f"sum(engaged_ms) AS ms FROM {store.table('site_engagement')} FINAL WHERE {cond} "
+        f"AND page IN {q.bind(list(pages), 'Array(String)')} AND session != 0 GROUP BY page, session) GROUP BY page",
+        q.params)
     return {page: PageEngagement(int(depth), int(seconds)) for page, depth, seconds in rows}

@@ -15,6 +15,7 @@ from storage.clickhouse_schema import (
     CODECS,
     DAY_STATES,
     ENGAGEMENT_FROM_INPUT,
+    ENGAGEMENT_ORDER,
     INPUT_TABLE,
     KEYED_FROM_INPUT,
     LC,
@@ -62,6 +63,7 @@ def ensure_schema(store: AnalyticsStore) -> None:
         if store.cluster:
             _create_distributed(store, store.table(name), store.local_table(name), shard_key)
     _resort(store, "site_events", SITE_ORDER)
+    _resort(store, "site_engagement", ENGAGEMENT_ORDER)
     columns = {name: _columns(store, name) for name in CODECS}
     # Stores from before a column became LowCardinality get it converted (a mutation of that column).
     strings = [c for c in LC_SITE_COLUMNS if columns["site_events"][c][0] == "String"]

@@ -120,6 +120,17 @@ ENGINE = {{engine}}
 PARTITION BY toYYYYMM(ts)
 ORDER BY ({SITE_ORDER})
 """
+# Engagement events: site_events' columns, so a read's filters apply to them alike, and their two numbers
+# taken out of the props once, at insert. Ordered by day, page, then visit: a read asks for a page list's pages
+# and groups each page's visits, so it reads only those pages' granules of each day (at 10M events and 8M
+# engagement events, the unfiltered Top pages' engagement took 300 ms in site_events' order, 66 ms in this).
+# The event id ends the key, as in site_events, so a batch's copies collapse and FINAL reads count each once.
+ENGAGEMENT_ORDER = "site_id, toDate(ts), page, session, id"
+_ENGAGEMENT_NUMBERS = (f"scroll_depth UInt8 MATERIALIZED least(JSONExtractUInt(properties, '{SCROLL_DEPTH}'), 100),\n"
+                       f"    engaged_ms UInt32 MATERIALIZED JSONExtractUInt(properties, '{ENGAGED_MS}')")
+ENGAGEMENT_TABLE = (SITE_TABLE  # no page index: the page leads the key
+                    .replace("INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4", _ENGAGEMENT_NUMBERS)
+                    .replace(f"ORDER BY ({SITE_ORDER})", f"ORDER BY ({ENGAGEMENT_ORDER})"))
 # A report's actor as a number, 0 for none: reports group and join actors by it rather than by the string
 # (half the time of a funnel's entry scan at 10M events). A 64-bit hash: two of a million actors share one
 # with a chance of about 3 in 100 million.
@@ -280,8 +291,7 @@ CODECS = {"site_events": {"ts": TS_CODEC, "session": RAW, "visitor": RAW},
           "site_sessions": dict.fromkeys(("session", "first", "last", "pv_min", "pv_max", *VISIT_COLUMNS), RAW),
           "site_window_keys": {"visitors": RAW}}
 TABLES = {"site_events": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
-          # The engagement events, in site_events' columns and order (a site's filters read both alike).
-          "site_engagement": (SITE_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
+          "site_engagement": (ENGAGEMENT_TABLE, "cityHash64(site_id)", "ReplacingMergeTree"),
           "keyed_events": (KEYED_TABLE, "workspace_id", "ReplacingMergeTree"),
           "site_sessions": (SESSIONS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),
           "site_days": (DAYS_TABLE, "cityHash64(site_id)", "AggregatingMergeTree"),

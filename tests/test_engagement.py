@@ -4,9 +4,16 @@ and read back as the pages' scroll depth and time on page."""
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from app.appkeys import ANALYTICS, MIRROR
+from storage.clickhouse import AnalyticsStore
+from storage.clickhouse_layout import ensure_schema
+from storage.clickhouse_schema import ENGAGEMENT, SITE_FROM_INPUT
+from tests.analytics_support import store_of_its_own
+from tests.conftest import TEST_CLUSTER
 from tests.site_helpers import post_event, register_site, stored_events
 from tests.test_plausible_events import send
 from tests.test_site_dimensions import UA
@@ -148,3 +155,46 @@ async def test_tallys_own_endpoint_takes_engagement_events_too(client, database_
     assert (await post_event(client, {**base, "n": "pageview", "sd": 10, "e": 5})).status == 202
     assert (await stored_events(database_url, site))[-1]["properties"] is None
 
+
+
+# --- a store from before engagement events had their table --------------------------------------------------
+
+@pytest.fixture(params=["plain", "cluster"])
+def own_store(request, analytics_store: AnalyticsStore) -> AnalyticsStore:
+    return store_of_its_own(analytics_store, "eng", TEST_CLUSTER if request.param == "cluster" else None)
+
+
+async def insert_input(store: AnalyticsStore, site: str, rows: list[tuple[str, str, str]]) -> None:
+    """(id, name, properties) of one page's events, as the mirror inserts them."""
+    values = ", ".join(f"('{i}', '{site}', '{name}', now64(6), '/doc', 'ses_1', '{props}')" for i, name, props in rows)
+    await store.command(f"INSERT INTO {store.database}.events_in (id, site_id, name, ts, path, session_id, properties) "
+                        f"VALUES {values}")
+
+
+async def held(store: AnalyticsStore, table: str, site: str, columns: str = "id") -> list[tuple]:
+    # The local table: both test shards are this process, so a Distributed read would list each row twice.
+    return store.client.query(f"SELECT {columns} FROM {store.local_table(table)} WHERE site_id = {{s:String}} "
+                              "ORDER BY id", parameters={"s": site}).result_rows
+
+
+async def test_a_store_from_before_routes_engagement_events_to_their_own_table(own_store):
+    """A store opened by an earlier release has one input view for every site event and no engagement table:
+    opened again, it gains the table and routes engagement events there, their numbers taken from the props."""
+    db, site = own_store, f"site_{secrets.token_hex(4)}"
+    await db.command(f"DROP VIEW {db.database}.site_engagement_in_mv{db.on_cluster}")
+    for table in dict.fromkeys((db.table("site_engagement"), db.local_table("site_engagement"))):
+        await db.command(f"DROP TABLE {table}{db.on_cluster}")
+    view = f"{db.database}.site_events_in_mv"
+    await db.command(f"ALTER TABLE {view}{db.on_cluster} MODIFY QUERY " + SITE_FROM_INPUT.removesuffix(
+        f" AND name != '{ENGAGEMENT}'").format(source=f"{db.database}.events_in"))
+    numbers = '{"$scroll_depth": 140, "$engagement_time": 2500}'
+    await insert_input(db, site, [("evt_1", "engagement", numbers)])
+    assert await held(db, "site_events", site) == [("evt_1",)]  # as the earlier release stored it
+    ensure_schema(db)
+    await insert_input(db, site, [("evt_2", "engagement", numbers), ("evt_3", "pageview", "{}")])
+    assert await held(db, "site_events", site) == [("evt_1",), ("evt_3",)]
+    assert await held(db, "site_engagement", site, "id, page, scroll_depth, engaged_ms") == [
+        ("evt_2", "/doc", 100, 2500)]
+    ensure_schema(db)  # opened again: nothing to do
+    await insert_input(db, site, [("evt_4", "engagement", numbers)])
+    assert [i for (i,) in await held(db, "site_engagement", site)] == ["evt_2", "evt_4"]

@@ -241,14 +241,14 @@ async def breakdown(request: web.Request) -> web.Response:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
         if engagement:
-            await _with_engagement(db, site.id, w, filters, rows)
+            await with_engagement(db, site.id, w, filters, rows)
     if analytics_breakdown.from_window_states(prop, filters, counted):
         request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
     data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
 
-async def _with_engagement(db: AnalyticsStore, site_id: str, w: Window, filters: store.Filters,
+async def with_engagement(db: AnalyticsStore, site_id: str, w: Window, filters: store.Filters,
                            rows: list[dict]) -> None:
     """Each page row's scroll depth and time on page (None without engagement events, or under an event or
     goal filter: storage/analytics_engagement.py)."""
