@@ -2,6 +2,7 @@
 as plain PostgreSQL queries on the same data, in one run.
 
     .venv/bin/python bench/analytics.py [--events 10000000] [--days 30|90] [--runs 11] [--pg-runs 3] [--keep]
+                                        [--time-zone ZONE] [--engagement]
 
 Creates a fresh database on the local PostgreSQL (BENCH_PG), applies the migrations and generates one
 site's events in SQL (sessions of 5 events spread over 30 days, or `--days`, 200,000 visitors, every visit
@@ -36,7 +37,7 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.views.analytics import overview_body  # noqa: E402
+from app.views.analytics import overview_body, with_engagement  # noqa: E402
 from app.views.analytics_params import Site, window_for  # noqa: E402
 from storage import analytics as store  # noqa: E402
 from storage import analytics_breakdown, analytics_lists  # noqa: E402
@@ -82,6 +83,22 @@ FROM (SELECT g, CASE WHEN g % 3 = 0 THEN '/blog/post-' || (g % 97) ELSE '/docs/'
       FROM generate_series($5::bigint, $6::bigint) AS g) s
 """
 
+# With --engagement: one engagement event per pageview (what Plausible's current tracker sends when a page is
+# left), 30 s after it, in its visit, with a scroll depth and a time of up to a minute.
+ENGAGEMENT = """
+INSERT INTO events (id, workspace_id, env, site_id, name, session_id, properties, url, path, referrer, title,
+                    viewport_w, country, ip_hash, ts, received_at, browser, os, device, source, channel,
+                    browser_version, os_version, utm_source, utm_medium, utm_campaign, utm_term, utm_content,
+                    region, city)
+SELECT 'evt_e' || substr(id, 6), workspace_id, env, site_id, 'engagement', session_id,
+       jsonb_build_object('$scroll_depth', (hashtext(id) & 127) % 101,
+                          '$engagement_time', 1000 + (hashtext(id) & 65535)),
+       url, path, referrer, title, viewport_w, country, ip_hash, ts + interval '30 seconds', received_at, browser, os,
+       device, source, channel, browser_version, os_version, utm_source, utm_medium, utm_campaign, utm_term,
+       utm_content, region, city
+FROM events WHERE site_id = 'bench-site' AND name = 'pageview'
+"""
+
 CASES = {
     "unfiltered": ((), ""),
     "path contains /blog": ((Filter("page", "~=", "/blog"),), " AND strpos(lower(path), '/blog') > 0"),
@@ -123,7 +140,8 @@ async def timed(fn) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def generate(conn: asyncpg.Connection, total: int, now: datetime, days: int = 30) -> None:
+async def generate(conn: asyncpg.Connection, total: int, now: datetime, days: int = 30,
+                   engagement: bool = False) -> None:
     ws = await ensure_workspace(conn, "bench")
     await conn.execute("INSERT INTO sites (id, workspace_id, domain, verification_token) VALUES ($1, $2, $3, 't') "
                        "ON CONFLICT DO NOTHING", SITE.id, ws, SITE.domain)
@@ -133,9 +151,19 @@ async def generate(conn: asyncpg.Connection, total: int, now: datetime, days: in
     for lo in range(0, total, CHUNK):
         await conn.execute(GENERATE, ws, now, timedelta(days=days), max(1, total // 5), lo, min(total, lo + CHUNK) - 1)
         print(f"  generated {min(total, lo + CHUNK):,} events", file=sys.stderr)
+    if engagement:
+        status = await conn.execute(ENGAGEMENT)
+        print(f"  generated {int(status.split()[-1]):,} engagement events", file=sys.stderr)
     await conn.execute("ALTER TABLE events ENABLE TRIGGER USER")
     await conn.execute("VACUUM ANALYZE events")
     print(f"generated {total:,} events in SQL in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+async def engaged_pages(db, w, filters: store.Filters, limit: int) -> list[dict]:
+    rows = await analytics_breakdown.breakdown(db, SITE.id, w.start, w.end, prop="page", goals=list(filters.goals),
+                                               limit=limit, offset=0, filters=filters, metrics=("visitors",))
+    await with_engagement(db, SITE.id, w, filters, rows)
+    return rows
 
 
 async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
@@ -147,8 +175,9 @@ async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
                                           "WHERE database = {d:String} AND table = {t:String} AND active",
                                           {"d": db.database, "t": t}))[0]
                           for t in ("site_events", "site_sessions", "site_days")]
-    counts = (await db.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {d:String} "
-                             "AND table = 'site_day_counts' AND active", {"d": db.database}))[0][0] or 0
+    counts, engagement = ((await db.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {d:String} "
+                                          "AND table = {t:String} AND active", {"d": db.database, "t": t}))[0][0] or 0
+                          for t in ("site_day_counts", "site_engagement"))
     return ["| store | bytes on disk | bytes per event |", "|---|---:|---:|",
             f"| PostgreSQL events (heap + TOAST) | {pg_heap:,} | {pg_heap / total:.0f} |",
             f"| PostgreSQL events (with its indexes) | {pg_all:,} | {pg_all / total:.0f} |",
@@ -156,7 +185,8 @@ async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
             f"| ClickHouse site_events (uncompressed) | {ch[1]:,} | {ch[1] / total:.0f} |",
             f"| ClickHouse site_sessions (compressed) | {sessions[0]:,} | {sessions[0] / total:.1f} |",
             f"| ClickHouse site_days (compressed) | {days[0] or 0:,} | {(days[0] or 0) / total:.2f} |",
-            f"| ClickHouse site_day_counts (compressed) | {counts:,} | {counts / total:.2f} |"]
+            f"| ClickHouse site_day_counts (compressed) | {counts:,} | {counts / total:.2f} |",
+            f"| ClickHouse site_engagement (compressed; --engagement) | {engagement:,} | {engagement / total:.1f} |"]
 
 
 def target_ms(label: str) -> int | None:
@@ -200,6 +230,9 @@ async def main() -> None:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--time-zone", help="also time the overviews, the daily series and the browser breakdown "
                                             "of a site in this zone (its windows run from its midnights), same run")
+    parser.add_argument("--engagement", action="store_true",
+                        help="also one engagement event per pageview, and time the page breakdowns with scroll depth "
+                             "and time on page beside the same breakdowns without")
     args = parser.parse_args()
     name = f"tally_bench_analytics_{secrets.token_hex(3)}"
     admin = await asyncpg.connect(ADMIN)
@@ -212,7 +245,7 @@ async def main() -> None:
         conn = await asyncpg.connect(dsn, server_settings={"plan_cache_mode": "force_custom_plan"})
         await init_connection(conn)
         await migrate(conn)
-        await generate(conn, args.events, now, args.days)
+        await generate(conn, args.events, now, args.days, args.engagement)
         # The store's default bounds (1 GiB per query), for the rebuild as for the timed reads.
         db = await asyncio.to_thread(open_store, url=None, path=store_dir, database="bench")
         started = time.perf_counter()
@@ -220,7 +253,8 @@ async def main() -> None:
         rebuild_s = time.perf_counter() - started
         print(f"rebuild: {written:,} events in {rebuild_s:.0f} s ({written / rebuild_s:,.0f} events/s)",
               file=sys.stderr)
-        for merged in ("site_events", "site_sessions", "site_days"):  # as background merges leave them in a while
+        # As background merges leave them in a while.
+        for merged in ("site_events", "site_sessions", "site_days", "site_engagement"):
             await db.command(f"OPTIMIZE TABLE bench.{merged} FINAL")
 
         w = window_for(f"{args.days}d")
@@ -301,6 +335,12 @@ async def main() -> None:
                 lambda p=prop, n=limit, m=metrics: analytics_breakdown.breakdown(
                     db, SITE.id, w.start, w.end, prop=p, goals=goals, limit=n, offset=0,
                     filters=store.Filters(goals=tuple(goals)), metrics=m), None)
+        if args.engagement:  # the page breakdowns as the view reads them with metrics=...,scroll_depth,time_on_page
+            for label, limit, extra in (
+                    ("dashboard panel: Top pages with time on page and scroll depth, unfiltered", 10, ()),
+                    ("breakdown by page, 3 filters, with time on page and scroll depth", 20, three)):
+                chosen = store.Filters(extra=extra, goals=tuple(goals))
+                results[label] = (lambda n=limit, f=chosen: engaged_pages(db, w, f, n), None)
         # The first call is timed apart: it warms the caches, and an unfiltered overview counts the ended days
         # there (storage/analytics_days.py), once per day.
         table = [f"| {args.days}-day query | ClickHouse (chDB) p50 / p99 ms | first call ms | "
