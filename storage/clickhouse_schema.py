@@ -128,8 +128,9 @@ ORDER BY ({SITE_ORDER})
 ENGAGEMENT_ORDER = "site_id, toDate(ts), page, session, id"
 _ENGAGEMENT_NUMBERS = (f"scroll_depth UInt8 MATERIALIZED least(JSONExtractUInt(properties, '{SCROLL_DEPTH}'), 100),\n"
                        f"    engaged_ms UInt32 MATERIALIZED JSONExtractUInt(properties, '{ENGAGED_MS}')")
-ENGAGEMENT_TABLE = (SITE_TABLE  # no page index: the page leads the key
-                    .replace("INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4", _ENGAGEMENT_NUMBERS)
+# No page index (the page leads the key), and times in the default codec: Delta is for rows in time order.
+ENGAGEMENT_TABLE = (SITE_TABLE.replace("INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4", _ENGAGEMENT_NUMBERS)
+                    .replace(f"ts DateTime64(6, 'UTC') {TS_CODEC}", "ts DateTime64(6, 'UTC')")
                     .replace(f"ORDER BY ({SITE_ORDER})", f"ORDER BY ({ENGAGEMENT_ORDER})"))
 # A report's actor as a number, 0 for none: reports group and join actors by it rather than by the string
 # (half the time of a funnel's entry scan at 10M events). A 64-bit hash: two of a million actors share one
@@ -287,6 +288,7 @@ TTL toDateTime(computed) + INTERVAL 2 DAY
 """
 # The codecs other than the default, per table and column: stores from before get them when opened.
 CODECS = {"site_events": {"ts": TS_CODEC, "session": RAW, "visitor": RAW},
+          "site_engagement": {"session": RAW, "visitor": RAW},
           "keyed_events": {"ts": TS_CODEC},
           "site_sessions": dict.fromkeys(("session", "first", "last", "pv_min", "pv_max", *VISIT_COLUMNS), RAW),
           "site_window_keys": {"visitors": RAW}}

@@ -67,7 +67,7 @@ class SiteEventIn(msgspec.Struct):
     v: str | None = None
     ts: int | float | None = None
     # An engagement event's (storage.clickhouse_schema.ENGAGEMENT) scroll depth in percent (above 100 stored
-    # as 100) and engaged time in ms, as Plausible's tracker sends them; both required on one, ignored on others.
+    # as 100) and engaged time in ms, as Plausible's tracker sends them: required on one, not stored on others.
     sd: Annotated[int, Meta(ge=0)] | None = None
     e: Annotated[int, Meta(ge=0, le=MAX_ENGAGED_MS)] | None = None
 
