@@ -9,11 +9,12 @@ import secrets
 import pytest
 
 from app.appkeys import ANALYTICS, MIRROR
+from storage import analytics_mirror
 from storage.clickhouse import AnalyticsStore
 from storage.clickhouse_layout import ensure_schema
 from storage.clickhouse_schema import ENGAGEMENT, SITE_FROM_INPUT
 from tests.analytics_support import store_of_its_own
-from tests.conftest import TEST_CLUSTER
+from tests.conftest import TEST_CLUSTER, connect
 from tests.site_helpers import post_event, register_site, stored_events
 from tests.test_plausible_events import send
 from tests.test_site_dimensions import UA
@@ -177,16 +178,21 @@ async def held(store: AnalyticsStore, table: str, site: str, columns: str = "id"
                               "ORDER BY id", parameters={"s": site}).result_rows
 
 
-async def test_a_store_from_before_routes_engagement_events_to_their_own_table(own_store):
-    """A store opened by an earlier release has one input view for every site event and no engagement table:
-    opened again, it gains the table and routes engagement events there, their numbers taken from the props."""
-    db, site = own_store, f"site_{secrets.token_hex(4)}"
+async def as_from_before(db: AnalyticsStore) -> None:
+    """The store as an earlier release left it: one input view for every site event, no engagement table."""
     await db.command(f"DROP VIEW {db.database}.site_engagement_in_mv{db.on_cluster}")
     for table in dict.fromkeys((db.table("site_engagement"), db.local_table("site_engagement"))):
         await db.command(f"DROP TABLE {table}{db.on_cluster}")
     view = f"{db.database}.site_events_in_mv"
     await db.command(f"ALTER TABLE {view}{db.on_cluster} MODIFY QUERY " + SITE_FROM_INPUT.removesuffix(
         f" AND name != '{ENGAGEMENT}'").format(source=f"{db.database}.events_in"))
+
+
+async def test_a_store_from_before_routes_engagement_events_to_their_own_table(own_store):
+    """A store opened by an earlier release has one input view for every site event and no engagement table:
+    opened again, it gains the table and routes engagement events there, their numbers taken from the props."""
+    db, site = own_store, f"site_{secrets.token_hex(4)}"
+    await as_from_before(db)
     numbers = '{"$scroll_depth": 140, "$engagement_time": 2500}'
     await insert_input(db, site, [("evt_1", "engagement", numbers)])
     assert await held(db, "site_events", site) == [("evt_1",)]  # as the earlier release stored it
@@ -198,3 +204,25 @@ async def test_a_store_from_before_routes_engagement_events_to_their_own_table(o
     ensure_schema(db)  # opened again: nothing to do
     await insert_input(db, site, [("evt_4", "engagement", numbers)])
     assert [i for (i,) in await held(db, "site_engagement", site)] == ["evt_2", "evt_4"]
+
+
+async def test_a_rebuild_moves_the_engagement_events_a_store_from_before_kept_as_site_events(
+        client, database_url, workspace, own_store):
+    db = own_store
+    site, domain = await register_site(database_url, workspace)
+    for body in (page(domain, "/doc"), engagement(domain, "/doc", 60, 7000)):
+        assert (await send(client, body)).status == 202
+    rows = await stored_events(database_url, site)
+    pageview, engaged = (next(r["id"] for r in rows if r["name"] == name) for name in ("pageview", "engagement"))
+    await as_from_before(db)
+    conn = await connect(database_url)
+    try:
+        await analytics_mirror.write_events(db, await analytics_mirror.site_events_csv(conn, site))
+        assert [i for (i,) in await held(db, "site_events", site)] == sorted([pageview, engaged])
+        ensure_schema(db)  # the new release opens it: what it held stays where it was
+        assert [i for (i,) in await held(db, "site_events", site)] == sorted([pageview, engaged])
+        await analytics_mirror.rebuild(conn, db, since=rows[0]["ts"])
+    finally:
+        await conn.close()
+    assert await held(db, "site_events", site) == [(pageview,)]
+    assert await held(db, "site_engagement", site, "id, scroll_depth, engaged_ms") == [(engaged, 60, 7000)]
