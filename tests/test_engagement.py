@@ -155,6 +155,10 @@ async def test_tallys_own_endpoint_takes_engagement_events_too(client, database_
     # Other events ignore the two fields.
     assert (await post_event(client, {**base, "n": "pageview", "sd": 10, "e": 5})).status == 202
     assert (await stored_events(database_url, site))[-1]["properties"] is None
+    # The document says what the server requires.
+    schema = (await (await client.get("/openapi.json")).json())["components"]["schemas"]["SiteEventIn"]
+    assert (schema["if"], schema["then"]) == ({"required": ["n"], "properties": {"n": {"const": "engagement"}}},
+                                              {"required": ["sd", "e"]})
 
 
 
