@@ -90,18 +90,15 @@ RAW = "CODEC(NONE)"
 # the site's own referrer host) runs once per distinct value of a part. Stores from before get them
 # converted when opened (the page first, then the rest: 25-30 % off the lists and UTM breakdowns at 10M).
 LC_SITE_COLUMNS = ("page", "referrer_host", "utm_source", "utm_campaign", "utm_term", "utm_content", "city")
-# Site events: one row per event, ordered for "one site, a date range, then the event name", the shape
-# of every dashboard read, then by country and browser: low-cardinality values that stay the same through a
-# visit and are among the most used filters, so a filter on either reads only its own granules of each day
-# (a third of the time of a 3-filter breakdown at 10M events; filters on other columns scan the day). A
-# ReplacingMergeTree whose sorting key ends in the event id collapses the copies a retried mirror batch
-# may insert (a copy has the same values, so the same key); queries read with FINAL so they never count a
-# copy twice. Stores from before this key are re-sorted when opened (storage/clickhouse_layout.py).
-SITE_ORDER = "site_id, toDate(ts), name, country, browser, ts, id"
-SITE_TABLE = f"""
+
+
+def _site_events_table(ts_codec: str, last: str, order: str) -> str:
+    """A table of site_events' columns (the times in `ts_codec`), then `last` (columns or an index), sorted by
+    `order`."""
+    return f"""
 (
     site_id LowCardinality(String),
-    ts DateTime64(6, 'UTC') {TS_CODEC},
+    ts DateTime64(6, 'UTC'){ts_codec},
     id String,
     name {LC},
     session UInt64 {RAW},
@@ -114,24 +111,34 @@ SITE_TABLE = f"""
     utm_source {LC}, utm_medium {LC}, utm_campaign {LC}, utm_term {LC}, utm_content {LC},
     source {LC}, channel {LC}, region {LC}, city {LC},
     properties String,
-    INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4
+    {last}
 )
 ENGINE = {{engine}}
 PARTITION BY toYYYYMM(ts)
-ORDER BY ({SITE_ORDER})
+ORDER BY ({order})
 """
+
+
+# Site events: one row per event, ordered for "one site, a date range, then the event name", the shape
+# of every dashboard read, then by country and browser: low-cardinality values that stay the same through a
+# visit and are among the most used filters, so a filter on either reads only its own granules of each day
+# (a third of the time of a 3-filter breakdown at 10M events; filters on other columns scan the day). A
+# ReplacingMergeTree whose sorting key ends in the event id collapses the copies a retried mirror batch
+# may insert (a copy has the same values, so the same key); queries read with FINAL so they never count a
+# copy twice. Stores from before this key are re-sorted when opened (storage/clickhouse_layout.py).
+SITE_ORDER = "site_id, toDate(ts), name, country, browser, ts, id"
+SITE_TABLE = _site_events_table(f" {TS_CODEC}", "INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4",
+                                SITE_ORDER)
 # Engagement events: site_events' columns, so a read's filters apply to them alike, and their two numbers
 # taken out of the props once, at insert. Ordered by day, page, then visit: a read asks for a page list's pages
 # and groups each page's visits, so it reads only those pages' granules of each day (at 10M events and 8M
 # engagement events, the unfiltered Top pages' engagement took 300 ms in site_events' order, 66 ms in this).
 # The event id ends the key, as in site_events, so a batch's copies collapse and FINAL reads count each once.
 ENGAGEMENT_ORDER = "site_id, toDate(ts), page, session, id"
-_ENGAGEMENT_NUMBERS = (f"scroll_depth UInt8 MATERIALIZED least(JSONExtractUInt(properties, '{SCROLL_DEPTH}'), 100),\n"
-                       f"    engaged_ms UInt32 MATERIALIZED JSONExtractUInt(properties, '{ENGAGED_MS}')")
 # No page index (the page leads the key), and times in the default codec: Delta is for rows in time order.
-ENGAGEMENT_TABLE = (SITE_TABLE.replace("INDEX page_idx page TYPE bloom_filter(0.01) GRANULARITY 4", _ENGAGEMENT_NUMBERS)
-                    .replace(f"ts DateTime64(6, 'UTC') {TS_CODEC}", "ts DateTime64(6, 'UTC')")
-                    .replace(f"ORDER BY ({SITE_ORDER})", f"ORDER BY ({ENGAGEMENT_ORDER})"))
+ENGAGEMENT_TABLE = _site_events_table(
+    "", f"scroll_depth UInt8 MATERIALIZED least(JSONExtractUInt(properties, '{SCROLL_DEPTH}'), 100),\n"
+        f"    engaged_ms UInt32 MATERIALIZED JSONExtractUInt(properties, '{ENGAGED_MS}')", ENGAGEMENT_ORDER)
 # A report's actor as a number, 0 for none: reports group and join actors by it rather than by the string
 # (half the time of a funnel's entry scan at 10M events). A 64-bit hash: two of a million actors share one
 # with a chance of about 3 in 100 million.
