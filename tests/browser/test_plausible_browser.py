@@ -9,6 +9,7 @@ rows, visit dimensions included.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -58,21 +59,35 @@ def customer_page(domain: str, api_host: str, outbound: str) -> str:
 </body></html>"""
 
 
+@contextlib.contextmanager
+def plausible_site(live_server: LiveServer, bundle: str) -> Iterator[dict]:
+    """A customer website (customer_site) serving a bundled Plausible tracker at /plausible.js, with a partner
+    page at /partner for its outbound link."""
+    partner = "<!doctype html><title>Partner</title><h1>Partner</h1>"
+    with customer_site(live_server, "/plausible.js", bundle, {"/partner": partner}) as site:
+        yield site
+
+
+def signed_in_with_site(page: Page, live_server: LiveServer, account, domain: str) -> str:
+    """The browser signed in as `account`, with a new site for `domain`: its id."""
+    api = live_server.base_url
+    assert page.request.post(f"{api}/api/auth/login",
+                             data={"email": account[0], "password": account[1]}).status == 200
+    created = page.request.post(f"{api}/api/sites", form={"domain": domain})
+    assert created.status == 200
+    return created.json()["id"]
+
+
 @pytest.fixture
 def site_server(live_server: LiveServer, tracker_bundle: str) -> Iterator[dict]:
-    partner = "<!doctype html><title>Partner</title><h1>Partner</h1>"
-    with customer_site(live_server, "/plausible.js", tracker_bundle, {"/partner": partner}) as site:
+    with plausible_site(live_server, tracker_bundle) as site:
         yield site
 
 
 def test_plausible_tracker_events_land_in_tally(page: Page, live_server: LiveServer, account, site_server):
     api = live_server.base_url
-    assert page.request.post(f"{api}/api/auth/login",
-                             data={"email": account[0], "password": account[1]}).status == 200
     domain = f"launch-{int(time.time() * 1000)}.example"
-    created = page.request.post(f"{api}/api/sites", form={"domain": domain})
-    assert created.status == 200
-    site_id = created.json()["id"]
+    site_id = signed_in_with_site(page, live_server, account, domain)
     # The outbound link points at another host name of the same loopback server.
     outbound = f"http://localhost:{site_server['port']}/partner"
     site_server["pages"]["html"] = customer_page(domain, api, outbound)

@@ -14,14 +14,13 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import DESKTOP_UA, LiveServer, customer_site, npm_bundle, wait_for
+from tests.browser.conftest import DESKTOP_UA, LiveServer, npm_bundle, wait_for
+from tests.browser.test_plausible_browser import PROJECT, plausible_site, signed_in_with_site
 
-PROJECT = Path(__file__).parent / "plausible"
 ENTRY = 'import { init, track } from "@plausible-analytics/tracker"; window.PlausibleNpm = { init, track }\n'
 
 
@@ -61,20 +60,15 @@ def customer_page(domain: str, api: str, outbound: str) -> str:
 
 @pytest.fixture
 def site_server(live_server: LiveServer, tracker_bundle: str) -> Iterator[dict]:
-    partner = "<!doctype html><title>Partner</title><h1>Partner</h1>"
-    with customer_site(live_server, "/plausible.js", tracker_bundle, {"/partner": partner}) as site:
+    with plausible_site(live_server, tracker_bundle) as site:
         yield site
 
 
 def test_the_current_plausible_tracker_with_scroll_depth_and_time_on_page(page: Page, live_server: LiveServer,
                                                                            account, site_server):
     api = live_server.base_url
-    assert page.request.post(f"{api}/api/auth/login",
-                             data={"email": account[0], "password": account[1]}).status == 200
     domain = f"engage-{int(time.time() * 1000)}.example"
-    created = page.request.post(f"{api}/api/sites", form={"domain": domain})
-    assert created.status == 200
-    site_id = created.json()["id"]
+    site_id = signed_in_with_site(page, live_server, account, domain)
     outbound = f"http://localhost:{site_server['port']}/partner"
     site_server["pages"]["html"] = customer_page(domain, api, outbound)
     log_url = f"{api}/api/analytics/events?siteId={site_id}&range=1h&limit=100"
