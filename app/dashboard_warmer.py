@@ -121,8 +121,8 @@ class DashboardWarmer:
         if not analytics_days.whole_days(w.start, w.end):
             return  # nothing of such a window is kept by the day
         if prop == OVERVIEW:
-            await analytics_days.counted_days(db, site_id, w.start, w.end)
-            await analytics_overview.visitors(db, site_id, w.start, w.end)
+            days = await analytics_days.counted_days(db, site_id, w.start, w.end)
+            await analytics_overview.visitors(db, site_id, w.start, w.end, days)
             return
         domain = site["domain"] if prop == "referrer" else None  # its rows leave the site's own pages out
         await analytics_breakdown.breakdown(db, site_id, w.start, w.end, prop=prop, goals=goals, limit=1, offset=0,

@@ -167,12 +167,16 @@ async def _unfiltered_head(store: AnalyticsStore, site_id: str, start: datetime,
     return (*totals_row[0], *sessions_row[0])
 
 
-async def visitors(store: AnalyticsStore, site_id: str, start: datetime, end: datetime) -> int:
-    """The window's unique visitors without filters, as the unfiltered overview counts them. It counts no day
-    (analytics_windows.written_days), so it runs beside an overview that may be counting them."""
+async def visitors(store: AnalyticsStore, site_id: str, start: datetime, end: datetime,
+                   days: analytics_days.CountedDays | None = None) -> int:
+    """The window's unique visitors without filters, as the unfiltered overview counts them. Without the
+    window's counted `days`, it counts no day (analytics_windows.written_days), so it runs beside an overview
+    that may be counting them; with them (the night's warming), it states the same days as the overview does,
+    the day the window ends inside included when that has ended (CountedDays.tail_ended)."""
     q = Params()
     whole = analytics_days.whole_days(start, end)
-    days = await analytics_windows.written_days(store, site_id, whole) if whole else analytics_days.NONE
+    if days is None:
+        days = await analytics_windows.written_days(store, site_id, whole) if whole else analytics_days.NONE
     return (await store.query(await _visitors_sql(q, store, site_id, start, end, whole, days), q.params))[0][0]
 
 

@@ -127,8 +127,9 @@ async def test_a_nights_warming_stops_at_its_budget(client, database_url, worksp
 
 async def test_a_site_in_another_zone_has_its_periods_warmed(client, database_url, workspace, login):
     """The night's warming takes the calendar periods as it takes the named ranges (their windows are the
-    site's days): this month's and last month's overviews of a New York site are warmed, and read the same
-    afterwards."""
+    site's days): this month's and last month's overviews of a New York site are warmed (last month's visitors of
+    the same days as its read states: up to its end, 04:00 UTC), and read the same afterwards, making nothing
+    more."""
     await login()
     await forget_warmings(database_url)
     site = await load_fixture(database_url, workspace)
@@ -138,15 +139,19 @@ async def test_a_site_in_another_zone_has_its_periods_warmed(client, database_ur
     finally:
         await conn.close()
     answers = {}
-    for period in ("month", "last_month"):
+    periods = ("month", "last_month")
+    for period in periods:
         resp = await client.get("/api/analytics/overview", params={"siteId": site.site_id, "range": period})
         assert resp.status == 200
         answers[period] = await resp.json()
     warmer = client.app[WARMER]
-    assert sorted(warmer.remembered) == [(site.site_id, "last_month", ""), (site.site_id, "month", "")]
-    await forget_rows(client.app[ANALYTICS], site.site_id)
+    assert sorted(warmer.remembered) == sorted((site.site_id, period, "") for period in periods)
+    db = client.app[ANALYTICS]
+    await forget_rows(db, site.site_id)
     warmer.warmed -= timedelta(days=1)
-    assert await warmer.warm(datetime.now(UTC).replace(hour=12)) == 2
+    assert await warmer.warm(datetime.now(UTC).replace(hour=12)) == len(periods)
+    warmed = await made_rows(db, site.site_id)
     for period, before in answers.items():
         resp = await client.get("/api/analytics/overview", params={"siteId": site.site_id, "range": period})
         assert (resp.status, await resp.json()) == (200, before)
+    assert await made_rows(db, site.site_id) == warmed
