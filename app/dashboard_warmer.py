@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from actors.analytics_mirror import Mirror
-from app.views.analytics_params import CUSTOM, window_for
+from app.views.analytics_params import ALL, CUSTOM, first_day, window_for
 from storage import analytics as store
 from storage import analytics_breakdown, analytics_days, analytics_overview, dashboard_reads
 from storage import sites as site_store
@@ -117,7 +117,8 @@ class DashboardWarmer:
                 return
             if prop == "goal":
                 goals = await store.site_goals(conn, site_id)
-        w, db = window_for(range_name, time_zone=site["time_zone"]), self.analytics
+            since = await first_day(conn, site_id, site["time_zone"]) if range_name == ALL else None
+        w, db = window_for(range_name, time_zone=site["time_zone"], since=since), self.analytics
         if not analytics_days.whole_days(w.start, w.end):
             return  # nothing of such a window is kept by the day
         if prop == OVERVIEW:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
 
 from storage.workspaces import ensure_workspace
@@ -11,6 +13,14 @@ _COLUMNS = "id, workspace_id, domain, verification_token, verified_at, created_a
 
 async def site_by_id(conn: asyncpg.Connection, site_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(f"SELECT {_COLUMNS} FROM sites WHERE id = $1", site_id)
+
+
+async def first_moment(conn: asyncpg.Connection, site_id: str) -> datetime | None:
+    """When the site was made, or its first event when that is earlier (a restore, an import): one probe of the
+    (site_id, ts) index."""
+    return await conn.fetchval(
+        "SELECT least(created_at, (SELECT min(ts) FROM events WHERE site_id = $1)) FROM sites WHERE id = $1",
+        site_id)
 
 
 async def list_sites(conn: asyncpg.Connection, workspace_id: int, limit: int,

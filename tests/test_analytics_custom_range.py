@@ -1,10 +1,12 @@
 """range=custom&from&to: the site's days from one date to another, both included, as Plausible's custom period:
 by the day, or by the hour for one day; on every read (overview, series, breakdowns, the event log and the
 export), compared with the days before it, and refused clearly when its days are not days. And the calendar
-periods (today, yesterday, this month, last month), which are windows of the site's days the same way."""
+periods (today, yesterday, this month, last month, this year, the last 12 months, all time), which are windows
+of the site's days the same way."""
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -90,9 +92,10 @@ async def test_a_custom_range_without_its_days_is_a_400(client, site, params, er
 
 
 async def test_an_unknown_range_names_the_periods_and_custom_among_those_allowed(client, site):
-    status, body = await get(client, "overview", siteId=site[0], range="year")
+    status, body = await get(client, "overview", siteId=site[0], range="6mo")
     assert status == 400
-    assert body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month", "last_month", "custom"]
+    assert body["allowed"] == ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month", "last_month", "year",
+                               "12mo", "all", "custom"]
 
 
 @pytest.mark.parametrize(("name", "first", "last", "unit"), [
@@ -100,6 +103,8 @@ async def test_an_unknown_range_names_the_periods_and_custom_among_those_allowed
     ("yesterday", date(2026, 2, 27), date(2026, 2, 27), "hour"),
     ("month", date(2026, 2, 1), date(2026, 2, 28), "day"),
     ("last_month", date(2026, 1, 1), date(2026, 1, 31), "day"),
+    ("year", date(2026, 1, 1), date(2026, 2, 28), "day"),
+    ("12mo", date(2025, 3, 1), date(2026, 2, 28), "day"),  # Plausible's: this month and the 11 before it
 ])
 def test_the_calendar_periods_are_the_sites_days(name, first, last, unit):
     """At 03:00 UTC on 1 March it is still 28 February in New York."""
@@ -125,3 +130,53 @@ async def test_this_month_and_last_month_begin_at_the_sites_first_midnight(clien
         assert len(body["timeSeries"]) == (last - first).days + 1
     status, body = await get(client, "overview", siteId=site_id, range="today")
     assert status == 200 and body["interval"] == "hour" and body["from"] == body["to"] == today.isoformat()
+
+
+@pytest.mark.parametrize(("now", "first"), [
+    (datetime(2026, 12, 31, 12, tzinfo=UTC), date(2026, 1, 1)),  # its 12 months are the calendar year
+    (datetime(2026, 1, 15, 12, tzinfo=UTC), date(2025, 2, 1)),
+])
+def test_the_last_12_months_begin_on_the_first_of_the_month_11_months_before(now, first):
+    w = window_for("12mo", now)
+    assert w.days == (first, now.date())
+
+
+def test_all_time_is_the_sites_days_since_its_first(now=datetime(2026, 3, 1, 3, tzinfo=UTC)):
+    """From the site's first day (given), to today; no further back than a series of days can reach."""
+    w = window_for("all", now, NEW_YORK, since=date(2025, 11, 3))
+    assert (w.start, w.end, w.unit, w.days) == (midnight(date(2025, 11, 3)), midnight(date(2026, 3, 1)), "day",
+                                                (date(2025, 11, 3), date(2026, 2, 28)))
+    assert window_for("all", now, NEW_YORK, since=date(2019, 1, 1)).days == (date(2020, 2, 21), date(2026, 2, 28))
+    assert window_for("all", now, NEW_YORK).days == (date(2026, 2, 28), date(2026, 2, 28))  # no first day known
+
+
+async def test_this_year_and_all_time_count_the_sites_days(client, login, database_url, workspace):
+    """A New York site made today with pageviews half an hour after this year's first midnight, half an hour
+    before it, and 400 days ago (events older than the site: a restore, an import): this year counts the first,
+    the last 12 months the first two (within 11 months before this one), all time all three, from its first
+    event's day."""
+    await login()
+    today = datetime.now(ZoneInfo(NEW_YORK)).date()
+    new_year = today.replace(month=1, day=1)
+    oldest = today - timedelta(days=400)
+    site_id = await site_with_pageviews(database_url, workspace, [
+        local(new_year, 0, 30), local(new_year - timedelta(days=1), 23, 30), local(oldest, 12, 0)], NEW_YORK)
+    twelve = window_for("12mo", datetime.now(UTC), NEW_YORK).days
+    expected = {"year": (new_year, 1), "12mo": (twelve[0], 1 + (twelve[0] < new_year)), "all": (oldest, 3)}
+    for name, (first, pageviews) in expected.items():
+        status, body = await get(client, "overview", siteId=site_id, range=name)
+        assert status == 200
+        assert (body["totalPageviews"], body["range"], body["interval"], body["from"], body["to"]) == (
+            pageviews, name, "day", first.isoformat(), today.isoformat())
+        assert len(body["timeSeries"]) == (today - first).days + 1
+        assert sum(p["value"] for p in body["timeSeries"]) == pageviews
+
+
+async def test_all_time_of_a_site_without_events_is_from_the_day_it_was_made(client, login):
+    await login()
+    resp = await client.post("/api/sites", data={"domain": f"all-{secrets.token_hex(4)}.example"})
+    assert resp.status == 200
+    site_id = (await resp.json())["id"]
+    status, body = await get(client, "overview", siteId=site_id, range="all")
+    today = datetime.now(UTC).date().isoformat()
+    assert status == 200 and (body["from"], body["to"], body["totalPageviews"]) == (today, today, 0)

@@ -127,9 +127,9 @@ async def test_a_nights_warming_stops_at_its_budget(client, database_url, worksp
 
 async def test_a_site_in_another_zone_has_its_periods_warmed(client, database_url, workspace, login):
     """The night's warming takes the calendar periods as it takes the named ranges (their windows are the
-    site's days): this month's and last month's overviews of a New York site are warmed (last month's visitors of
-    the same days as its read states: up to its end, 04:00 UTC), and read the same afterwards, making nothing
-    more."""
+    site's days): this month's, last month's, the last 12 months' and all time's overviews of a New York site
+    are warmed (all time's since the site's first event, 40 days ago), and read the same afterwards, making
+    nothing more."""
     await login()
     await forget_warmings(database_url)
     site = await load_fixture(database_url, workspace)
@@ -139,7 +139,7 @@ async def test_a_site_in_another_zone_has_its_periods_warmed(client, database_ur
     finally:
         await conn.close()
     answers = {}
-    periods = ("month", "last_month")
+    periods = ("month", "last_month", "12mo", "all")
     for period in periods:
         resp = await client.get("/api/analytics/overview", params={"siteId": site.site_id, "range": period})
         assert resp.status == 200

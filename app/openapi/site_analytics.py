@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from app.openapi.common import SESSION, SHARE_AUTH, json_body, query, ref, site_errors
+from app.views.analytics_params import CUSTOM, PERIODS, RANGES
 from storage.site_filters import BREAKDOWN_PROPERTIES, ENGAGEMENT_METRICS, EVENT_PROPERTIES, METRICS
 
 _SITE = query("siteId", {"type": "string", "minLength": 1}, True, "site to query (must be in your workspace)")
-_RANGE = query("range", {"type": "string", "enum": ["1h", "24h", "7d", "30d", "90d", "today", "yesterday", "month",
-                                                    "last_month", "custom"], "default": "7d"},
+_RANGE = query("range", {"type": "string", "enum": [*RANGES, *PERIODS, CUSTOM], "default": "7d"},
                description="the N most recent buckets of the site's time zone: 60 minutes, 24 hours, 168 hours, "
-                           "30 days or 90 days; its today, yesterday, this month so far or last month; or custom: "
-                           "its days from `from` to `to`")
+                           "30 days or 90 days; its today, yesterday, this month so far, last month, this year so "
+                           "far, this month and the 11 before it (12mo), or all time (since its first event, or "
+                           "since it was made); or custom: its days from `from` to `to`")
 _DAY = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "format": "date"}
 _DAYS = [query("from", _DAY, description="with range=custom (required there): its first day, YYYY-MM-DD"),
          query("to", _DAY, description="with range=custom (required there): its last day, included")]

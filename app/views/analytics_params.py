@@ -4,7 +4,8 @@ A range covers the N most recent buckets of its granularity, the current (partia
 1h = 60 minutes, 24h = 24 hours, 7d = 168 hours, 30d = 30 days, 90d = 90 days, in the site's time zone
 (a day from one local midnight to the next). Windows therefore start on a bucket boundary, so the totals
 equal the sum of the time-series points. Beyond the spec, as Plausible's periods: `today`, `yesterday`,
-`month` (this month so far) and `last_month` are the site's calendar days, and
+`month` (this month so far), `last_month`, `year` (this year so far), `12mo` (this month and the 11 before it)
+and `all` (since the site's first day) are the site's calendar days, and
 `range=custom&from=YYYY-MM-DD&to=YYYY-MM-DD` its days from `from` to `to`, both included (by the hour when
 they are one day, else by the day).
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import asyncpg
 from aiohttp import hdrs, web
 
 from app.appkeys import ANALYTICS, MIRROR, POOL, SETTINGS
@@ -29,6 +31,7 @@ from app.responses import SiteError
 from app.schemas import EARLIEST
 from app.shared_access import check_site, reader
 from storage import analytics as store
+from storage import sites as site_store
 from storage.clickhouse import AnalyticsStore
 from storage.read_slots import reads_for
 from storage.site_filters import DIMENSIONS, PROPS_PREFIX, Filter
@@ -37,7 +40,10 @@ UNITS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": time
 RANGES = {"1h": (60, "minute"), "24h": (24, "hour"), "7d": (168, "hour"), "30d": (30, "day"), "90d": (90, "day")}
 MAX_POINTS = 2200  # 90d by hour (2160) fits; 7d by minute (10,080) does not
 CUSTOM = "custom"
-PERIODS = ("today", "yesterday", "month", "last_month")  # the site's calendar: days by the hour, months by the day
+ALL = "all"
+# The site's calendar: the days by the hour, the longer periods by the day.
+PERIODS = ("today", "yesterday", "month", "last_month", "year", "12mo", ALL)
+BY_THE_HOUR = ("today", "yesterday")
 # A custom range's days: none before the events can be (app.schemas.EARLIEST), and at most MAX_POINTS of them
 # (its series is by the day).
 FIRST_DAY, LAST_DAY = EARLIEST.date(), date(2099, 12, 31)
@@ -79,12 +85,14 @@ class Window:
                 truncate(self.end - timedelta(microseconds=1), interval, self.time_zone))
 
 
-def window_for(range_name: str, now: datetime | None = None, time_zone: str = "UTC") -> Window:
-    """The window of a named range, or of a calendar period, as of `now` in the time zone."""
+def window_for(range_name: str, now: datetime | None = None, time_zone: str = "UTC",
+               since: date | None = None) -> Window:
+    """The window of a named range, or of a calendar period, as of `now` in the time zone; `all` begins on the
+    site's first day, `since` (sites.first_day)."""
     if range_name in PERIODS:
         today = (now or datetime.now(UTC)).astimezone(ZoneInfo(time_zone)).date()
-        first, last = period_days(range_name, today)
-        return days_window(range_name, first, last, time_zone, "day" if "month" in range_name else "hour")
+        first, last = period_days(range_name, today, since)
+        return days_window(range_name, first, last, time_zone, "hour" if range_name in BY_THE_HOUR else "day")
     count, unit = RANGES[range_name]
     current = truncate(now or datetime.now(UTC), unit, time_zone)
     if unit == "day":  # calendar days of the zone
@@ -94,14 +102,22 @@ def window_for(range_name: str, now: datetime | None = None, time_zone: str = "U
     return Window(range_name, current - (count - 1) * step, current + step, unit, time_zone)
 
 
-def period_days(name: str, today: date) -> tuple[date, date]:
-    """The first and last day of a calendar period, seen on the site's `today`."""
+def period_days(name: str, today: date, since: date | None = None) -> tuple[date, date]:
+    """The first and last day of a calendar period, seen on the site's `today`; all time's from `since` (today
+    when unknown), but no earlier than a series of days reaches (MAX_POINTS)."""
     if name == "today":
         return today, today
     if name == "yesterday":
         return today - timedelta(days=1), today - timedelta(days=1)
     if name == "month":
         return today.replace(day=1), today
+    if name == "year":
+        return today.replace(month=1, day=1), today
+    if name == "12mo":  # as Plausible's: this month and the 11 before it
+        months = today.year * 12 + today.month - 1 - 11
+        return date(months // 12, months % 12 + 1, 1), today
+    if name == ALL:
+        return max(min(since or today, today), today - timedelta(days=MAX_POINTS - 1)), today
     last = today.replace(day=1) - timedelta(days=1)  # last_month
     return last.replace(day=1), last
 
@@ -123,10 +139,11 @@ class RangeAsked:
     days: tuple[date, date] | None = None  # range=custom: its first and last day
 
 
-def window_of(asked: RangeAsked, time_zone: str = "UTC", now: datetime | None = None) -> Window:
+def window_of(asked: RangeAsked, time_zone: str = "UTC", now: datetime | None = None,
+              since: date | None = None) -> Window:
     """The window of a named range up to now, or of a custom range's days, in the site's time zone."""
     if asked.days is None:
-        return window_for(asked.name, now, time_zone)
+        return window_for(asked.name, now, time_zone, since)
     first, last = asked.days
     return days_window(CUSTOM, first, last, time_zone, "hour" if first == last else "day")
 
@@ -161,8 +178,17 @@ async def base_params(request: web.Request) -> BaseQuery:
     check_site(who, site_id)
     async with request.config_dict[POOL].acquire() as conn:
         row = await store.site_in_workspace(conn, site_id, who.workspace_id)
-    site = None if row is None else Site(row["id"], row["domain"], row["time_zone"])
-    return BaseQuery(who.workspace_id, site_id, window_of(asked, site.time_zone if site else "UTC"), site)
+        zone = "UTC" if row is None else row["time_zone"]
+        since = await first_day(conn, site_id, zone) if row is not None and asked.name == ALL else None
+    site = None if row is None else Site(row["id"], row["domain"], zone)
+    return BaseQuery(who.workspace_id, site_id, window_of(asked, zone, since=since), site)
+
+
+async def first_day(conn: asyncpg.Connection, site_id: str, time_zone: str) -> date | None:
+    """The site's first day in its zone, where all time begins: the day of its first event, or the day it was
+    made when that is earlier (no events yet)."""
+    first = await site_store.first_moment(conn, site_id)
+    return None if first is None else first.astimezone(ZoneInfo(time_zone)).date()
 
 
 async def resolve_site(request: web.Request, query: BaseQuery) -> Site:

@@ -1,6 +1,7 @@
 """The range picker's "Custom range…": two days and Apply read the site's days between them, kept in the URL
 (a reload or a shared address shows the same days), carried by the panels and the export, and cleared by a
-named range; and its calendar periods (today, yesterday, this month, last month)."""
+named range; and its calendar periods (today, yesterday, this month, last month, this year, the last 12 months,
+all time)."""
 
 from __future__ import annotations
 
@@ -64,12 +65,14 @@ def test_a_custom_range_reads_the_days_picked_and_stays_in_the_url(page: Page, l
     assert query(page) == {"range": "24h"}
 
     # The site's calendar periods are in the picker: today shows what the API counts for the site's today,
-    # none of the two visits of 30 hours ago.
-    for period in ("today", "yesterday", "last_month"):
+    # none of the two visits of 30 hours ago; all time, every visit.
+    for period in ("today", "yesterday", "last_month", "year", "12mo", "all"):
         page.get_by_label("Date range").select_option(period)
         expect(page).to_have_url(f"{live_server.base_url}/app/sites/{site_id}?range={period}")
         counted = page.evaluate("async (q) => (await (await fetch(`/api/analytics/overview?${q}`)).json())"
                                 ".uniqueVisitors", f"siteId={site_id}&range={period}")
         if period == "today":
             assert counted <= 6  # the two visits of 30 hours ago are before today
+        if period == "all":
+            assert counted == 8
         expect(page.locator("[data-stat=uniqueVisitors] .stat-value")).to_have_text(str(counted))

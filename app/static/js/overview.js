@@ -8,9 +8,10 @@ import { breakdownPanels, scope } from './panels.js'
 import { sharedLinks } from './shared_links.js'
 import { siteHeader, syncTabs } from './sites.js'
 
-// The API's ranges; today and the months are the site's calendar (its time zone).
+// The API's ranges; today, the months, the year and all time are the site's calendar (its time zone).
 export const RANGES = [['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['today', 'Today'], ['yesterday', 'Yesterday'], ['7d', 'Last 7 days'], ['30d', 'Last 30 days'],
-  ['month', 'This month'], ['last_month', 'Last month'], ['90d', 'Last 90 days']]
+  ['month', 'This month'], ['last_month', 'Last month'], ['90d', 'Last 90 days'], ['year', 'This year'],
+  ['12mo', 'Last 12 months'], ['all', 'All time']]
 const FILTERS = [['eventName', 'Event'], ['path', 'Page contains'], ['referrer', 'Referrer contains'], ['country', 'Country']]
 const COMPARE = 'previous_period'
 
