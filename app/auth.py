@@ -1,8 +1,9 @@
 """Who may call what. /v1 (a sub-application, app/routes.py): bearer key, scope and per-key rate limit,
 with X-RateLimit-* headers on every /v1 response (errors included); every /v1 handler declares its
 scope with @requires (or its own authentication, as Segment's write-keyed calls do) or the app refuses
-to start. /api: handlers marked @ingestion are key-less and session-less and admit any page's origin;
-every other /api handler runs under the dashboard session and the same-origin rule."""
+to start. /api: handlers marked @ingestion are key-less and session-less and admit any page's origin, those marked
+@bearer_keyed take a Tally key instead of the session; every other /api handler runs under the dashboard
+session and the same-origin rule."""
 
 from __future__ import annotations
 
@@ -39,8 +40,17 @@ def ingestion(handler: Handler) -> Handler:
     return handler
 
 
-def is_ingestion(request: web.Request) -> bool:
-    return getattr(request.match_info.handler, "tally_ingestion", False)
+def bearer_keyed(handler: Handler) -> Handler:
+    """Mark an /api handler as authenticated by a Tally key it checks itself (admit): no dashboard session
+    and no same-origin rule, which guard cookies; Plausible's Stats API reads."""
+    handler.tally_bearer = True  # type: ignore[attr-defined]
+    return handler
+
+
+def is_sessionless(request: web.Request) -> bool:
+    """Whether an /api handler reads no dashboard session: ingestion, or a Tally key's read."""
+    target = request.match_info.handler
+    return getattr(target, "tally_ingestion", False) or getattr(target, "tally_bearer", False)
 
 
 def declared_access(handler: Handler) -> str | None:
@@ -92,11 +102,36 @@ def _path_ids_or_404(request: web.Request) -> None:
         raise ApiError(404, "not_found", "not found")
 
 
+async def admit(request: web.Request, scopes: tuple[str, ...], group: str) -> KeyInfo:
+    """The request's bearer key, once its `group`'s rate limit admits the request (the key's limit, or the
+    client address's without a valid key) and the key holds every one of `scopes`. The limit's headers are
+    left in request[RATE_HEADERS] for the response, whatever it is; 429, 401 and 403 are ApiErrors."""
+    app = root_app(request)
+    raw = _bearer(request)
+    key = await app[KEYS].lookup(raw) if raw else None
+    if key is None:
+        bucket, limits = f"ip:{client_ip(request, app[SETTINGS].trusted_proxies)}", ANONYMOUS
+    else:
+        bucket, limits = f"key:{key.id}:{group}", limits_for(key.plan, group, key.custom_limits)
+    verdict = await app[LIMITER].hit(bucket, limits)
+    request[RATE_HEADERS] = verdict.headers()
+    if not verdict.allowed:
+        if group == "events":
+            app[METRICS].events_rejected.labels("rate_limited").inc()
+        raise ApiError(429, "rate_limited", "rate limit exceeded; retry after the Retry-After seconds")
+    if key is None:
+        message = "invalid or expired API key" if raw else "missing Authorization: Bearer <API key>"
+        raise ApiError(401, "unauthorized", message)
+    missing = [s for s in scopes if s not in key.scopes]
+    if missing:
+        raise ApiError(403, "forbidden", f"this key lacks the '{missing[0]}' scope")
+    return key
+
+
 @web.middleware
 async def keyed_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The /v1 sub-application's one layer (app/middlewares.py says why one): key, scope, rate limit and
     its headers, then path ids (app/input_rules.py). Failures are rendered by the root's layer."""
-    app = root_app(request)
     target = request.match_info.handler
     # Segment tracking calls carry a write key, not a Tally key: app.views.segment authenticates and
     # rate-limits them itself. POST /v1/identify is Tally's only when the scheme is Bearer.
@@ -106,34 +141,12 @@ async def keyed_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     scopes = getattr(target, "tally_scope", ())
     group = getattr(target, "tally_group", "query")
-
-    raw = _bearer(request)
-    key = await app[KEYS].lookup(raw) if raw else None
-    if key is None:
-        bucket, limits = f"ip:{client_ip(request, app[SETTINGS].trusted_proxies)}", ANONYMOUS
-    else:
-        bucket, limits = f"key:{key.id}:{group}", limits_for(key.plan, group, key.custom_limits)
-    verdict = await app[LIMITER].hit(bucket, limits)
-    headers = request[RATE_HEADERS] = verdict.headers()
     try:
-        if not verdict.allowed:
-            if group == "events":
-                app[METRICS].events_rejected.labels("rate_limited").inc()
-            raise ApiError(429, "rate_limited", "rate limit exceeded; retry after the Retry-After seconds")
-        if key is None:
-            message = "invalid or expired API key" if raw else "missing Authorization: Bearer <API key>"
-            raise ApiError(401, "unauthorized", message)
-        missing = [s for s in scopes if s not in key.scopes]
-        if missing:
-            raise ApiError(403, "forbidden", f"this key lacks the '{missing[0]}' scope")
-        request[KEY_INFO] = key
+        request[KEY_INFO] = await admit(request, scopes, group)
         _path_ids_or_404(request)
         response = await handler(request)
-    except ApiError as exc:
-        exc.headers.update(headers)
+    except (ApiError, web.HTTPException) as exc:
+        exc.headers.update(request.get(RATE_HEADERS, {}))
         raise
-    except web.HTTPException as exc:
-        exc.headers.update(headers)
-        raise
-    response.headers.update(headers)
+    response.headers.update(request[RATE_HEADERS])
     return response

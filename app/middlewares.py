@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from app.appkeys import METRICS, OUTAGES, root_app
-from app.auth import RATE_HEADERS, Handler, is_ingestion
+from app.auth import RATE_HEADERS, Handler, is_sessionless
 from app.bodies import unreadable
 from app.input_rules import storable_path_ids
 from app.outages import MirrorBehind, mirror_behind, unavailable, unreachable
@@ -152,18 +152,19 @@ def site_api_middleware(sessions: Middleware) -> Middleware:
     {"error": "..."}, the same-origin rule (app/same_origin.py), a shared link's token only where a
     handler is @shareable (app/shared_access.py), path ids, and the dashboard session.
     Key-less ingestion (handlers marked @ingestion) skips the same-origin rule and the session: any page
-    may send events, and the tracker's hot path reads no session."""
+    may send events, and the tracker's hot path reads no session. So do reads by a Tally key (@bearer_keyed),
+    which carry no cookie to guard."""
 
     @web.middleware
     async def site_api(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            ingestion = is_ingestion(request)
-            if not ingestion:
+            sessionless = is_sessionless(request)
+            if not sessionless:
                 refuse_cross_origin(request)
                 refuse_token_elsewhere(request)
             if not storable_path_ids(request.match_info.values()):
                 raise SiteError(404, "not found")
-            if ingestion:
+            if sessionless:
                 return await handler(request)
             return await sessions(request, handler)
         except (ApiError, SiteError) as exc:
