@@ -17,6 +17,7 @@ from storage.analytics import (
     Filters,
     Goal,
     GoalFilter,
+    bucket,
     event_conditions,
     goal_condition,
     lookback_start,
@@ -28,6 +29,9 @@ from storage.analytics import (
 from storage.clickhouse import AnalyticsStore, Params
 from storage.site_filters import METRICS
 
+# Breakdowns by time (Plausible's Stats API's time dimensions): the bucket each event falls in, by the hour or
+# the day of the site's time zone.
+TIME_BUCKETS = {"time:hour": "hour", "time:day": "day"}
 # The metrics that need the events counted (read with FINAL), and those that need each visit's bounce and
 # duration (its session rows): a breakdown computes each group only when asked for one of its metrics.
 COUNTED = frozenset({"pageviews", "events"})
@@ -61,9 +65,12 @@ def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) ->
     return prop == "goal" or (prop in EVENT_DIMENSION_COLUMNS and set(metrics) <= {"visitors"})
 
 
-def _key_expr(q: Params, prop: str, domain: str | None = None) -> str:
+def _key_expr(q: Params, prop: str, domain: str | None = None, time_zone: str = "UTC") -> str:
     """A breakdown key of an event ('' for none). A referrer on the site's `domain` or a subdomain is
-    internal navigation, not where a visitor came from: none, as in /top-referrers and Plausible."""
+    internal navigation, not where a visitor came from: none, as in /top-referrers and Plausible. A time
+    bucket's key is its start on the site's clock, `YYYY-MM-DD hh:mm:ss`."""
+    if prop in TIME_BUCKETS:
+        return f"toString({bucket(q, TIME_BUCKETS[prop], time_zone)})"
     if prop.startswith("props:"):
         return f"JSONExtractString(properties, {q.bind(prop[len('props:'):])})"
     if prop == "referrer" and domain:
@@ -73,9 +80,11 @@ def _key_expr(q: Params, prop: str, domain: str | None = None) -> str:
 
 async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
                     filters: Filters, goals: list[Goal], limit: int, offset: int,
-                    metrics: Collection[str] = METRICS, domain: str | None = None) -> list[dict]:
+                    metrics: Collection[str] = METRICS, domain: str | None = None,
+                    time_zone: str = "UTC") -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
-    Event dimensions count matching events; entry/exit pages group the visits that started in the window.
+    Event dimensions (and time buckets, TIME_BUCKETS, of the site's `time_zone`) count matching events;
+    entry/exit pages group the visits that started in the window.
     Visitors are always computed (they order the rows); the other metrics only when `metrics` asks for
     them (for event dimensions the bounce rate and visit duration are a second query, joining the visits
     of the window); otherwise they read 0."""
@@ -91,7 +100,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         rows = await _visitors_from_window_states(store, site_id, start, end, prop, limit, offset, domain)
         if rows is not None:
             return rows
-    key = _key_expr(q, prop, domain)
+    key = _key_expr(q, prop, domain, time_zone)
     only = counted_events(prop, filters)
     cond = where(q, table, site_id, start, end, filters.terms()) + (f" AND {only}" if only else "")
     # Only what `metrics` needs: distinct visitors and visits are insensitive to a batch's copies, so without
@@ -114,7 +123,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
         # number do not (the pairs of 560,000 matching events: 155 -> 98 ms by browser, 70 -> 34 by page).
         q2 = Params()
         visits_sql = sessions_of(q2, store, site_id, start, end, started_in_window=False)
-        key2 = _key_expr(q2, prop, domain)
+        key2 = _key_expr(q2, prop, domain, time_zone)
         cond2 = where(q2, table, site_id, start, end, filters.terms()) + (f" AND {only}" if only else "")
         keys = list(out)
         listed = q2.bind(keys, "Array(String)")

@@ -15,6 +15,13 @@ async def site_by_id(conn: asyncpg.Connection, site_id: str) -> asyncpg.Record |
     return await conn.fetchrow(f"SELECT {_COLUMNS} FROM sites WHERE id = $1", site_id)
 
 
+async def site_by_name(conn: asyncpg.Connection, workspace_id: int, name: str) -> asyncpg.Record | None:
+    """A site of the workspace named by its domain (as Plausible's APIs name sites) or by its id."""
+    return await conn.fetchrow(
+        "SELECT id, domain, time_zone FROM sites WHERE workspace_id = $1 AND (id = $2 OR domain = $2) "
+        "ORDER BY id = $2 DESC, created_at LIMIT 1", workspace_id, name)
+
+
 async def first_moment(conn: asyncpg.Connection, site_id: str) -> datetime | None:
     """When the site was made, or its first event when that is earlier (a restore, an import): one probe of the
     (site_id, ts) index."""

@@ -21,6 +21,7 @@ FRAGMENTS = [
     "app.openapi.site_ingest",
     "app.openapi.site_goals",
     "app.openapi.site_shared_links",
+    "app.openapi.site_stats_api",
     "app.openapi.reports",
     "app.openapi.segment",
 ]

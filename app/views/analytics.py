@@ -225,27 +225,39 @@ async def breakdown(request: web.Request) -> web.Response:
     filters, goals = await with_goals(request, site, filters, needed=prop == "goal")
     db = await analytics_store(request, base.workspace_id)
     w = base.window
+    rows = await breakdown_rows(db, site, w, prop=prop, filters=filters, goals=goals, metrics=metrics,
+                                limit=limit, offset=offset)
+    if analytics_breakdown.from_window_states(prop, filters, counted):
+        request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
+    data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
+    return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
+
+
+async def breakdown_rows(db: AnalyticsStore, site: Site, w: Window, *, prop: str, filters: store.Filters,
+                         goals: list[store.Goal], metrics: list[str], limit: int, offset: int) -> list[dict]:
+    """A breakdown's rows with every metric asked for: the counted ones, each key's conversion rate (its
+    converting visitors over all its visitors) and a page's engagement. Buckets of time are the site's."""
+    counted = [m for m in metrics if m not in ENGAGEMENT_METRICS] or ["visitors"]
     with filter_errors():
         reads = [analytics_breakdown.breakdown(db, site.id, w.start, w.end, prop=prop, filters=filters, goals=goals,
-                                               limit=limit, offset=offset, metrics=counted, domain=site.domain)]
+                                               limit=limit, offset=offset, metrics=counted, domain=site.domain,
+                                               time_zone=w.time_zone)]
         if "conversion_rate" in metrics and prop != "goal":
             # Converting visitors of each key over all its visitors (the same filters but the goal's), read
             # beside the rows on the store's read clients.
             reads.append(analytics_breakdown.breakdown(
                 db, site.id, w.start, w.end, prop=prop, filters=filters.without_goals(), goals=goals,
-                limit=BREAKDOWN_MAX, offset=0, metrics=("visitors",), domain=site.domain))
+                limit=max(BREAKDOWN_MAX, limit), offset=0, metrics=("visitors",), domain=site.domain,
+                time_zone=w.time_zone))
         rows, *base = await asyncio.gather(*reads)
         if base:
             everyone = {r["key"]: r["visitors"] for r in base[0]}
             for r in rows:
                 total = everyone.get(r["key"], 0)
                 r["conversion_rate"] = round(100 * r["visitors"] / total, 2) if total else 0.0
-        if engagement:
+        if any(m in ENGAGEMENT_METRICS for m in metrics):
             await with_engagement(db, site.id, w, filters, rows)
-    if analytics_breakdown.from_window_states(prop, filters, counted):
-        request.config_dict[WARMER].seen(site.id, w.range, prop)  # a read whose rows are kept by the day
-    data = [{"key": r["key"], **{m: r.get(m) for m in metrics}} for r in rows]
-    return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
+    return rows
 
 
 async def with_engagement(db: AnalyticsStore, site_id: str, w: Window, filters: store.Filters,

@@ -1,0 +1,80 @@
+"""Plausible's Stats API (v2) on Tally's site analytics: POST /api/v2/query (app/views/stats_api.py)."""
+
+from __future__ import annotations
+
+from app.openapi.common import KEYED, RATE_HEADERS, json_body, ref
+from app.views.stats_query import (
+                                           DIMENSIONS,
+                                           FILTER_ONLY,
+                                           LAST_DAYS,
+                                           MAX_LIMIT,
+                                           METRICS,
+                                           OPERATORS,
+                                           PERIODS,
+                                           PROPS,
+                                           TIME,
+)
+
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+_DIMENSION = {"anyOf": [{"enum": [*DIMENSIONS, *TIME]}, {"type": "string", "pattern": f"^{PROPS}.+"}]}
+_DAY = {"type": "string", "format": "date"}
+_FILTER = {"type": "array", "description": "[operator, dimension, [one value]] (contains ignores case), or "
+                                           "[\"and\", [filters]]",
+           "prefixItems": [{"enum": [*OPERATORS, "and"]},
+                           {"anyOf": [_DIMENSION, {"enum": list(FILTER_ONLY)}, {"type": "array"}]},
+                           {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+                           {"const": {"case_sensitive": False}}],
+           "minItems": 2, "maxItems": 4}
+
+PATHS = {
+    "/api/v2/query": {
+        "post": {
+            "summary": "Query a site's stats the way Plausible's Stats API v2 does",
+            "description": ("A Tally API key with the read scope (rate-limited as the keyed API's reads) reads a "
+                            "site of its workspace, named by its domain. The numbers are the dashboard's, in "
+                            "Plausible's units (visit_duration in seconds). At most one dimension; time "
+                            "dimensions by the hour or the day of the site's time zone; filters is, is_not and "
+                            "contains of one value each, and and. Anything else is a 400 naming it."),
+            "tags": ["site analytics"], "security": KEYED,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref("StatsQueryIn")}}},
+            "responses": {"200": json_body(ref("StatsQueryOut"), headers=RATE_HEADERS),
+                          **{str(s): json_body(_ERROR, "error", RATE_HEADERS) for s in (400, 401, 403, 404, 413, 429,
+                                                                                         503)}},
+        },
+    },
+}
+
+SCHEMAS = {
+    "StatsQueryIn": {
+        "type": "object", "required": ["site_id", "metrics", "date_range"], "additionalProperties": False,
+        "properties": {
+            "site_id": {"type": "string", "minLength": 1, "description": "the site's domain (or Tally's site id)"},
+            "metrics": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"enum": list(METRICS)}},
+            "date_range": {"anyOf": [{"enum": [*LAST_DAYS, "6mo", *PERIODS]},
+                                     {"type": "array", "prefixItems": [_DAY, _DAY], "minItems": 2, "maxItems": 2}],
+                           "description": "the site's days: Nd are N days to today included"},
+            "dimensions": {"type": "array", "maxItems": 1, "items": _DIMENSION},
+            "filters": {"type": "array", "items": _FILTER},
+            "order_by": {"type": "array", "items": {"type": "array", "prefixItems": [
+                {"type": "string"}, {"enum": ["asc", "desc"]}], "minItems": 2, "maxItems": 2}},
+            "include": {"type": "object", "additionalProperties": False, "properties": {
+                "imports": {"type": "boolean"}, "time_labels": {"type": "boolean"}}},
+            "pagination": {"type": "object", "additionalProperties": False, "properties": {
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": MAX_LIMIT},
+                "offset": {"type": "integer", "minimum": 0, "default": 0}}},
+        },
+    },
+    "StatsQueryOut": {
+        "type": "object", "required": ["results", "meta", "query"],
+        "properties": {
+            "results": {"type": "array", "items": {"type": "object", "required": ["metrics", "dimensions"],
+                                                   "properties": {
+                "metrics": {"type": "array", "description": "in the order of the query's metrics",
+                            "items": {"type": ["number", "null"]}},
+                "dimensions": {"type": "array", "items": {"type": "string"}}}}},
+            "meta": {"type": "object", "properties": {"time_labels": {"type": "array", "items": {"type": "string"}}}},
+            "query": {"type": "object", "description": "the query, its site_id the domain and its date_range the "
+                                                       "window's first and last second on the site's clock"},
+        },
+    },
+}

@@ -1,0 +1,148 @@
+"""POST /api/v2/query: Plausible's Stats API (v2) on Tally's site analytics, so that the scripts, sheets,
+dashboards and assistants written against Plausible's API read a Tally site unchanged but for the base URL
+and the key. The key is a Tally API key with the read scope, rate-limited as the keyed API's reads; the
+site is named by its domain (or Tally's id) and must be of the key's workspace. The query is read by
+app/views/stats_query.py; the numbers are the dashboard's own (overview totals, breakdowns, time buckets of
+the site's zone). Answers {"results": [{"metrics": [...], "dimensions": [...]}], "meta": {}, "query": {...}}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+from aiohttp import web
+
+from app.appkeys import POOL
+from app.auth import RATE_HEADERS, admit, bearer_keyed
+from app.bodies import decode_site_json, read_site_body
+from app.responses import ApiError, SiteError, json_response
+from app.views.analytics import breakdown_rows
+from app.views.analytics_params import (
+    ALL,
+    MAX_POINTS,
+    Site,
+    Window,
+    analytics_store,
+    filter_errors,
+    first_day,
+    with_goals,
+)
+from app.views.stats_query import MAX_LIMIT, StatsQuery, parse, window
+from storage import analytics as store
+from storage import analytics_lists
+from storage import sites as site_store
+from storage.clickhouse import AnalyticsStore
+
+BODY_LIMIT = 64 * 1024
+# Metrics a breakdown row holds as Tally computes them, and those derived here from them.
+DERIVED = {"views_per_visit": ("pageviews", "visits"), "percentage": ("visitors",)}
+
+
+@bearer_keyed
+async def query(request: web.Request) -> web.Response:
+    try:
+        key = await admit(request, ("read",), "query")
+    except ApiError as exc:  # in the site API's shape, which is Plausible's: {"error": "..."}
+        raise SiteError(exc.status, exc.message, headers=request.get(RATE_HEADERS, {})) from None
+    try:
+        q = parse(decode_site_json(await read_site_body(request, BODY_LIMIT)))
+        async with request.config_dict[POOL].acquire() as conn:
+            row = await site_store.site_by_name(conn, key.workspace_id, q.site)
+            since = await first_day(conn, row["id"], row["time_zone"]) \
+                if row is not None and getattr(q.asked, "name", None) == ALL else None
+        if row is None:
+            raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
+        site = Site(row["id"], row["domain"], row["time_zone"])
+        w = window(q.asked, site.time_zone, since)
+        filters, goals = await with_goals(request, site, store.Filters(extra=q.filters), needed=q.dimension == "goal")
+        prop = q.dimension
+        if q.time and prop is None:  # "time": the window's own bucket
+            prop = "time:hour" if w.unit == "hour" else "time:day"
+        if prop == "time:hour" and (w.end - w.start) / timedelta(hours=1) > MAX_POINTS:
+            raise SiteError(400, f"time:hour covers at most {MAX_POINTS} hours: narrow date_range or use time:day")
+        db = await analytics_store(request, key.workspace_id)
+        with filter_errors():
+            if prop is None:
+                results = [{"metrics": await _aggregate(db, site, w, filters, q.metrics), "dimensions": []}]
+            else:
+                results = await _rows(db, site, w, prop, filters, goals, q)
+        meta = {"time_labels": _time_labels(w, prop)} if q.time_labels else {}
+    except SiteError as exc:
+        exc.headers.update(request[RATE_HEADERS])
+        raise
+    zone = ZoneInfo(site.time_zone)
+    asked = {**q.echo, "site_id": site.domain, "date_range": [
+        w.start.astimezone(zone).isoformat(), (w.end - timedelta(seconds=1)).astimezone(zone).isoformat()]}
+    return json_response({"results": results, "meta": meta, "query": asked}, headers=request[RATE_HEADERS])
+
+
+async def _aggregate(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters, metrics: list[str]) -> list:
+    """The overview's numbers under the filters, in Plausible's units."""
+    reads = [store.totals(db, site.id, w.start, w.end, filters), store.session_stats(db, site.id, w.start, w.end,
+                                                                                     filters)]
+    if "conversion_rate" in metrics:  # converting visitors over all visitors under the other filters
+        reads.append(store.totals(db, site.id, w.start, w.end, filters.without_goals()))
+    totals, visits, *everyone = await asyncio.gather(*reads)
+    values = {"visitors": totals.visitors, "pageviews": totals.pageviews, "events": totals.events,
+              "visits": visits.sessions, "visit_duration": round(visits.avg_ms / 1000),
+              "bounce_rate": _share(visits.bounces, visits.sessions),
+              "views_per_visit": round(totals.pageviews / visits.sessions, 2) if visits.sessions else 0.0}
+    if everyone:
+        values["conversion_rate"] = _share(totals.visitors, everyone[0].visitors)
+    return [values[m] for m in metrics]
+
+
+async def _rows(db: AnalyticsStore, site: Site, w: Window, prop: str, filters: store.Filters,
+                goals: list[store.Goal], q: StatsQuery) -> list[dict]:
+    """Rows of one dimension, ordered and paged as asked. The breakdown's own order (visitors, then the key)
+    is paged by the store; any other order sorts the first MAX_LIMIT rows by visitors, so a dimension of more
+    values than that is ordered within those."""
+    wanted = [m for m in q.metrics if m not in DERIVED]
+    for m in q.metrics:
+        wanted += [d for d in DERIVED.get(m, ()) if d not in wanted]
+    by_visitors = q.order == [("visitors", True)] and not q.time
+    limit, offset = (q.limit, q.offset) if by_visitors else (MAX_LIMIT, 0)
+    reads = [breakdown_rows(db, site, w, prop=prop, filters=filters, goals=goals, metrics=wanted or ["visitors"],
+                            limit=limit, offset=offset)]
+    if "percentage" in q.metrics:
+        reads.append(store.totals(db, site.id, w.start, w.end, filters))
+    rows, *totals = await asyncio.gather(*reads)
+    for r in rows:
+        r["visit_duration"] = round(r.get("visit_duration", 0) / 1000)  # the breakdown's milliseconds
+        r["views_per_visit"] = round(r.get("pageviews", 0) / r["visits"], 2) if r.get("visits") else 0.0
+        if totals:
+            r["percentage"] = _share(r["visitors"], totals[0].visitors)
+        r[q.echo["dimensions"][0]] = r["key"][:10] if prop == "time:day" else r["key"]
+    if not by_visitors:
+        rows = _ordered(rows, q.order)[q.offset:q.offset + q.limit]
+    dimension = q.echo["dimensions"][0]
+    return [{"metrics": [r.get(m) for m in q.metrics], "dimensions": [r[dimension]]} for r in rows]
+
+
+def _ordered(rows: list[dict], order: list[tuple[str, bool]]) -> list[dict]:
+    """Rows sorted by each (name, descending) in turn, the first deciding; a null (a page without engagement)
+    last either way."""
+    for name, descending in reversed(order):  # stable sorts: the last pass, the first name, decides
+        present = sorted((r for r in rows if r[name] is not None), key=lambda r, n=name: r[n], reverse=descending)
+        rows = present + [r for r in rows if r[name] is None]
+    return rows
+
+
+def _time_labels(w: Window, prop: str | None) -> list[str]:
+    """Every bucket of the window, as a time dimension names them (include.time_labels)."""
+    interval = "hour" if prop == "time:hour" else "day"
+    first, last = w.buckets(interval)
+    zone = ZoneInfo(w.time_zone)
+    points = analytics_lists.filled({}, interval=interval, first=first, last=last, time_zone=w.time_zone)
+    fmt = "%Y-%m-%d %H:%M:%S" if interval == "hour" else "%Y-%m-%d"
+    return [at.astimezone(zone).strftime(fmt) for at, _ in points]
+
+
+def _share(part: int, whole: int) -> float:
+    return round(100 * part / whole, 2) if whole else 0.0
+
+
+def setup_stats_api_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v2/query", query)

@@ -1,0 +1,188 @@
+"""POST /api/v2/query, Plausible's Stats API: the requests of Plausible's documentation, with a Tally key,
+answered with the numbers the dashboard shows for the same days, in Plausible's shape; what Tally does not
+offer is a 400 that says so and reads nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.analytics_support import add_signup_goal, load_fixture
+from tests.conftest import bearer
+from tests.test_analytics import get
+
+
+@pytest.fixture
+async def stats(client, database_url, workspace, make_key, login):
+    """The fixture site (events of the last 40 days), a read key of its workspace, and a dashboard session to
+    read the same numbers the dashboard's way."""
+    site = await load_fixture(database_url, workspace)
+    await add_signup_goal(database_url, site.site_id)
+    await login()
+    key = await make_key("read")
+
+    async def query(body: dict, key: str | None = key, status: int = 200) -> dict:
+        resp = await client.post("/api/v2/query", json=body, headers=bearer(key) if key else {})
+        answer = await resp.json()
+        assert resp.status == status, answer
+        if key:
+            assert "X-RateLimit-Remaining" in resp.headers
+        return answer
+
+    query.site = site
+    return query
+
+
+async def test_an_aggregate_is_the_overviews_numbers(stats, client):
+    site = stats.site
+    answer = await stats({"site_id": site.domain, "date_range": "30d", "metrics": [
+        "visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration", "views_per_visit"]})
+    status, overview = await get(client, "overview", siteId=site.site_id, range="30d")
+    assert status == 200
+    assert answer["results"] == [{"dimensions": [], "metrics": [
+        overview["uniqueVisitors"], overview["sessions"], overview["totalPageviews"], overview["totalEvents"],
+        overview["bounceRate"], round(overview["avgSessionDuration"] / 1000),
+        round(overview["totalPageviews"] / overview["sessions"], 2)]}]
+    # the fixture's last 30 days: four visitors, six pageviews, eight events (the 40-day-old one is out)
+    assert answer["results"][0]["metrics"][:4] == [4, 4, 6, 8]
+    assert answer["meta"] == {}
+    query = answer["query"]
+    assert (query["site_id"], query["metrics"][0]) == (site.domain, "visitors")
+    today = datetime.now(UTC).date()
+    assert query["date_range"] == [f"{today - timedelta(days=29)}T00:00:00+00:00", f"{today}T23:59:59+00:00"]
+
+
+async def test_the_site_may_be_named_by_tallys_id_and_days_as_two_dates(stats):
+    today = datetime.now(UTC).date()
+    answer = await stats({"site_id": stats.site.site_id, "metrics": ["pageviews"],
+                          "date_range": [str(today - timedelta(days=41)), str(today - timedelta(days=39))]})
+    assert answer["results"] == [{"metrics": [1], "dimensions": []}]  # /old, 40 days ago
+
+
+async def test_a_breakdown_by_a_visit_dimension_is_the_dashboards_breakdown(stats, client):
+    site = stats.site
+    metrics = ["visitors", "visits", "pageviews", "bounce_rate", "visit_duration"]
+    answer = await stats({"site_id": site.domain, "date_range": "30d", "metrics": [*metrics, "percentage"],
+                          "dimensions": ["visit:country"]})
+    status, breakdown = await get(client, "breakdown", siteId=site.site_id, range="30d", property="country",
+                                  metrics=",".join(metrics))
+    assert status == 200
+    assert answer["results"] == [
+        {"dimensions": [r["key"]], "metrics": [r["visitors"], r["visits"], r["pageviews"], r["bounce_rate"],
+                                               round(r["visit_duration"] / 1000), round(100 * r["visitors"] / 4, 2)]}
+        for r in breakdown["data"]]
+    assert [r["dimensions"][0] for r in answer["results"]] == ["US", "DE", "FR"]
+
+
+async def test_filters_narrow_as_the_dashboards_filters_do(stats, client):
+    site = stats.site
+    filters = [["is", "visit:country", ["us"]], ["and", [["contains", "event:page", ["PRIC"]]]],
+               ["is_not", "event:name", ["outbound"]]]
+    answer = await stats({"site_id": site.domain, "date_range": "7d", "metrics": ["visitors", "events"],
+                          "filters": filters})
+    status, overview = await get(client, "overview", siteId=site.site_id, range="7d", filter=[
+        "country==US", "page~=PRIC", "event!=outbound"])
+    assert status == 200
+    assert answer["results"][0]["metrics"] == [overview["uniqueVisitors"], overview["totalEvents"]] == [1, 2]
+
+
+async def test_a_custom_property_breaks_down_a_goals_conversions(stats):
+    answer = await stats({"site_id": stats.site.domain, "date_range": "7d", "dimensions": ["event:props:plan"],
+                          "metrics": ["visitors", "events", "conversion_rate"],
+                          "filters": [["is", "event:goal", ["signup"]]]})
+    assert answer["results"] == [{"dimensions": ["pro"], "metrics": [1, 1, 100.0]}]
+
+
+async def test_goals_convert_as_on_the_dashboard(stats, client):
+    site = stats.site
+    answer = await stats({"site_id": site.domain, "date_range": "7d", "dimensions": ["event:goal"],
+                          "metrics": ["visitors", "events", "conversion_rate"]})
+    status, goals = await get(client, "breakdown", siteId=site.site_id, range="7d", property="goal",
+                              metrics="visitors,events,conversion_rate")
+    assert status == 200
+    assert answer["results"] == [{"dimensions": [r["key"]], "metrics": [r["visitors"], r["events"],
+                                                                        r["conversion_rate"]]} for r in goals["data"]]
+    assert answer["results"][0]["dimensions"] == ["signup"] and answer["results"][0]["metrics"][2] > 0
+
+
+async def test_a_time_dimension_gives_each_days_numbers_and_labels(stats, client):
+    site = stats.site
+    answer = await stats({"site_id": site.domain, "date_range": "7d", "dimensions": ["time:day"],
+                          "metrics": ["pageviews", "visitors"], "include": {"time_labels": True}})
+    today = datetime.now(UTC).date()
+    days = [str(today - timedelta(days=6 - i)) for i in range(7)]
+    assert answer["meta"]["time_labels"] == days
+    status, series = await get(client, "timeseries", siteId=site.site_id, range="custom", interval="day",
+                               **{"from": days[0], "to": days[-1]})
+    assert status == 200
+    # only the days with events, oldest first, each with the dashboard's pageviews of the day
+    by_day = {p["timestamp"][:10]: p["value"] for p in series["data"] if p["value"]}
+    assert [r["dimensions"][0] for r in answer["results"]] == sorted(by_day)
+    assert {r["dimensions"][0]: r["metrics"][0] for r in answer["results"]} == by_day
+    assert sum(r["metrics"][0] for r in answer["results"]) == 6
+
+    hourly = await stats({"site_id": site.domain, "date_range": "day", "dimensions": ["time"],
+                          "metrics": ["events"]})
+    hours = [r["dimensions"][0] for r in hourly["results"]]
+    assert hours and all(h.startswith(str(today)) and h.endswith(":00:00") for h in hours)
+
+
+async def test_order_by_and_pagination(stats):
+    body = {"site_id": stats.site.domain, "date_range": "30d", "dimensions": ["event:page"],
+            "metrics": ["pageviews", "visitors"]}
+    default = await stats(body)  # by the first metric, descending
+    assert [r["metrics"][0] for r in default["results"]] == sorted((r["metrics"][0] for r in default["results"]),
+                                                                    reverse=True)
+    ordered = await stats({**body, "order_by": [["event:page", "asc"]], "pagination": {"limit": 2, "offset": 1}})
+    pages = sorted(r["dimensions"][0] for r in default["results"])
+    assert [r["dimensions"][0] for r in ordered["results"]] == pages[1:3]
+
+
+def nested(depth: int) -> list:
+    """A filter `and` of an `and` ... `depth` deep."""
+    filters: list = [["is", "visit:country", ["US"]]]
+    for _ in range(depth):
+        filters = [["and", filters]]
+    return filters
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    ({"site_id": ""}, "site_id is required: the site's domain"),
+    ({"metrics": ["visitorz"]}, "invalid metric: visitorz"),
+    ({"metrics": ["visitors"], "date_range": "2y"}, "invalid date_range: day, 7d, 28d, 30d, 91d, month, 6mo, 12mo, "
+                                                    "year, all, or [first, last] days"),
+    ({"dimensions": ["visit:country", "visit:browser"]}, "Tally breaks a query down by at most one dimension"),
+    ({"dimensions": ["visit:city"]}, "Tally does not keep visit:city: use visit:city_name"),
+    ({"filters": [["or", [["is", "visit:country", ["US"]]]]]},
+     "Tally does not offer the or filter: only is, is_not, contains and and"),
+    ({"filters": [["is", "visit:country", ["US", "DE"]]]}, "Tally takes one value per filter"),
+    ({"filters": [["is", "time:day", ["2026-01-01"]]]}, "time is not a filter: set date_range"),
+    ({"metrics": ["conversion_rate"]}, "conversion_rate needs the event:goal dimension or filter"),
+    ({"metrics": ["scroll_depth"]}, "scroll_depth needs the event:page dimension"),
+    ({"pagination": {"limit": 0}}, "pagination: limit 1 to 10000, offset 0 or more"),
+    ({"date_range": ["2026-01-02", "2026-01-01"]},
+     "date_range: the first day not after the last, at most 2200 days, from 2000"),
+    ({"segments": []}, "unknown key: segments"),
+    ({"filters": nested(9)}, "and filters nest at most 8 deep"),
+])
+async def test_what_tally_does_not_offer_is_a_400_naming_it(stats, body, error):
+    answer = await stats({"site_id": stats.site.domain, "metrics": ["visitors"], "date_range": "7d", **body},
+                         status=400)
+    assert answer == {"error": error}
+
+
+async def test_the_key_must_read_a_site_of_its_workspace(stats, client, make_key):
+    body = {"site_id": stats.site.domain, "metrics": ["visitors"], "date_range": "7d"}
+    assert await stats(body, key=None, status=401) == {"error": "missing Authorization: Bearer <API key>"}
+    assert await stats(body, key="tly_live_nope", status=401) == {"error": "invalid or expired API key"}
+    assert await stats(body, key=await make_key("write"), status=403) == {
+        "error": "this key lacks the 'read' scope"}
+    other = await make_key("read", workspace_name="another-workspace")
+    assert await stats(body, key=other, status=404) == {
+        "error": "site not found: name a site of this key's workspace by its domain"}
+    # no dashboard session is asked for, and no same-origin rule applies: the key is the credential
+    client.session.cookie_jar.clear()
+    resp = await client.post("/api/v2/query", json=body, headers={**bearer(await make_key("read")),
+                                                                   "Origin": "https://elsewhere.example"})
+    assert resp.status == 200
