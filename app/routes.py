@@ -20,6 +20,7 @@ from app.views.segment import setup_segment_routes
 from app.views.shared_links import setup_share_page, setup_shared_link_routes
 from app.views.sites import setup_site_api
 from app.views.stats_api import setup_stats_api_routes
+from app.views.stats_api_v1 import setup_stats_api_v1_routes
 
 
 def setup_routes(root: web.Application, v1: web.Application, api: web.Application) -> None:
@@ -55,5 +56,6 @@ def setup_routes(root: web.Application, v1: web.Application, api: web.Applicatio
     setup_site_api(s)
     plausible.setup(s)
     setup_stats_api_routes(s)
+    setup_stats_api_v1_routes(s)
     setup_goal_routes(s)
     setup_shared_link_routes(s)

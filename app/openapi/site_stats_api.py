@@ -1,8 +1,11 @@
-"""Plausible's Stats API (v2) on Tally's site analytics: POST /api/v2/query (app/views/stats_api.py)."""
+"""Plausible's Stats API on Tally's site analytics: v2's POST /api/v2/query (app/views/stats_api.py) and the
+legacy v1's GET /api/v1/stats/* (app/views/stats_api_v1.py)."""
 
 from __future__ import annotations
 
-from app.openapi.common import KEYED, RATE_HEADERS, json_body, ref
+from app.openapi.common import KEYED, RATE_HEADERS, json_body, query, ref
+from app.views.stats_api_v1 import BREAKDOWN_LIMIT, BREAKDOWN_MAX
+from app.views.stats_api_v1 import PERIODS as V1_PERIODS
 from app.views.stats_query import (
                                            DIMENSIONS,
                                            FILTER_ONLY,
@@ -26,7 +29,46 @@ _FILTER = {"type": "array", "description": "[operator, dimension, [one value]] (
                            {"const": {"case_sensitive": False}}],
            "minItems": 2, "maxItems": 4}
 
+_ERRORS = {str(s): json_body(_ERROR, "error", RATE_HEADERS) for s in (400, 401, 403, 404, 413, 429, 503)}
+_V1_TAGS = ["site analytics"]
+_V1 = [query("site_id", {"type": "string", "minLength": 1}, True, "the site's domain (or Tally's site id)"),
+       query("period", {"enum": [*V1_PERIODS, "custom"], "default": "30d"}, description="the site's days"),
+       query("date", {"type": "string"}, description="the day the period is relative to (YYYY-MM-DD, default "
+                                                      "today), or with period=custom the first and last day, "
+                                                      "comma-separated"),
+       query("filters", {"type": "string"}, description="dimension==value or !=, joined by ;"),
+       query("metrics", {"type": "string", "default": "visitors"}, description="comma-separated")]
+_NUMBERS = {"type": ["number", "null"]}
+
+
+def _v1(summary: str, params: list, body: dict) -> dict:
+    return {"get": {"summary": summary, "tags": _V1_TAGS, "security": KEYED, "parameters": params,
+                    "responses": {"200": json_body(body, headers=RATE_HEADERS), **_ERRORS}}}
+
+
 PATHS = {
+    "/api/v1/stats/aggregate": _v1(
+        "Plausible's v1 aggregate: the period's metrics, with compare=previous_period their change",
+        [*_V1, query("compare", {"enum": ["previous_period"]})],
+        {"type": "object", "required": ["results"], "properties": {"results": {
+            "type": "object", "additionalProperties": {"type": "object", "required": ["value"], "properties": {
+                "value": _NUMBERS, "change": _NUMBERS}}}}}),
+    "/api/v1/stats/timeseries": _v1(
+        "Plausible's v1 timeseries: every day (or hour) of the period",
+        [*_V1, query("interval", {"enum": ["date", "day", "hour"]}, description="Tally has no monthly series")],
+        {"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {
+            "type": "object", "required": ["date"], "additionalProperties": _NUMBERS,
+            "properties": {"date": {"type": "string"}}}}}}),
+    "/api/v1/stats/breakdown": _v1(
+        "Plausible's v1 breakdown by one property",
+        [*_V1, query("property", {"type": "string", "minLength": 1}, True, "e.g. event:page, visit:source"),
+         query("limit", {"type": "integer", "minimum": 1, "maximum": BREAKDOWN_MAX, "default": BREAKDOWN_LIMIT}),
+         query("page", {"type": "integer", "minimum": 1, "default": 1})],
+        {"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {
+            "type": "object", "additionalProperties": {"type": ["number", "string", "null"]}}}}}),
+    "/api/v1/stats/realtime/visitors": _v1(
+        "Plausible's v1 current visitors: those of the last 5 minutes, a bare number",
+        _V1[:1], {"type": "integer", "minimum": 0}),
     "/api/v2/query": {
         "post": {
             "summary": "Query a site's stats the way Plausible's Stats API v2 does",
@@ -37,9 +79,7 @@ PATHS = {
                             "contains of one value each, and and. Anything else is a 400 naming it."),
             "tags": ["site analytics"], "security": KEYED,
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("StatsQueryIn")}}},
-            "responses": {"200": json_body(ref("StatsQueryOut"), headers=RATE_HEADERS),
-                          **{str(s): json_body(_ERROR, "error", RATE_HEADERS) for s in (400, 401, 403, 404, 413, 429,
-                                                                                         503)}},
+            "responses": {"200": json_body(ref("StatsQueryOut"), headers=RATE_HEADERS), **_ERRORS},
         },
     },
 }

@@ -1,24 +1,28 @@
 """POST /api/v2/query: Plausible's Stats API (v2) on Tally's site analytics, so that the scripts, sheets,
 dashboards and assistants written against Plausible's API read a Tally site unchanged but for the base URL
-and the key. The key is a Tally API key with the read scope, rate-limited as the keyed API's reads; the
-site is named by its domain (or Tally's id) and must be of the key's workspace. The query is read by
-app/views/stats_query.py; the numbers are the dashboard's own (overview totals, breakdowns, time buckets of
-the site's zone). Answers {"results": [{"metrics": [...], "dimensions": [...]}], "meta": {}, "query": {...}}.
+and the key (the legacy v1 is app/views/stats_api_v1.py, on the same reads). The key is a Tally API key with
+the read scope, rate-limited as the keyed API's reads; the site is named by its domain (or Tally's id) and
+must be of the key's workspace. The query is read by app/views/stats_query.py; the numbers are the
+dashboard's own (overview totals, breakdowns, time buckets of the site's zone). Answers
+{"results": [{"metrics": [...], "dimensions": [...]}], "meta": {}, "query": {...}}.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from dataclasses import dataclass
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
 from app.appkeys import POOL
-from app.auth import RATE_HEADERS, admit, bearer_keyed
+from app.auth import RATE_HEADERS, Handler, admit, bearer_keyed
 from app.bodies import decode_site_json, read_site_body
+from app.keys import KeyInfo
 from app.responses import ApiError, SiteError, json_response
-from app.views.analytics import breakdown_rows
+from app.views.analytics import breakdown_rows, shifted
 from app.views.analytics_params import (
     ALL,
     MAX_POINTS,
@@ -36,46 +40,80 @@ from storage import sites as site_store
 from storage.clickhouse import AnalyticsStore
 
 BODY_LIMIT = 64 * 1024
+KEY: web.RequestKey[KeyInfo] = web.RequestKey("stats_key", KeyInfo)
 # Metrics a breakdown row holds as Tally computes them, and those derived here from them.
 DERIVED = {"views_per_visit": ("pageviews", "visits"), "percentage": ("visitors",)}
 
 
-@bearer_keyed
+@dataclass(frozen=True, slots=True)
+class Answer:
+    site: Site
+    window: Window
+    prop: str | None  # the breakdown property, a TIME_BUCKETS key for time
+    results: list[tuple[list[str], list]]  # (dimension values, metric values), in the query's orders
+    previous: list | None = None  # the aggregate's metrics over the period before (compare)
+
+
+def keyed(handler: Handler) -> Handler:
+    """A Stats API handler: authenticated by a Tally key with the read scope (admit, its errors in the site API's
+    shape, which is Plausible's {"error": "..."}), the rate limit's headers on every answer."""
+
+    @bearer_keyed
+    @functools.wraps(handler)
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            request[KEY] = await admit(request, ("read",), "query")
+            response = await handler(request)
+        except ApiError as exc:
+            raise SiteError(exc.status, exc.message, headers=request.get(RATE_HEADERS, {})) from None
+        except SiteError as exc:
+            exc.headers.update(request[RATE_HEADERS])
+            raise
+        response.headers.update(request[RATE_HEADERS])
+        return response
+
+    return run
+
+
+async def answer(request: web.Request, q: StatsQuery, *, compare: bool = False) -> Answer:
+    """The query's rows on its site's days (the site a 404 unless of the key's workspace), and with `compare` the
+    aggregate of as many days just before."""
+    key = request[KEY]
+    async with request.config_dict[POOL].acquire() as conn:
+        row = await site_store.site_by_name(conn, key.workspace_id, q.site)
+        since = await first_day(conn, row["id"], row["time_zone"]) \
+            if row is not None and getattr(q.asked, "name", None) == ALL else None
+    if row is None:
+        raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
+    site = Site(row["id"], row["domain"], row["time_zone"])
+    w = window(q.asked, site.time_zone, since)
+    filters, goals = await with_goals(request, site, store.Filters(extra=q.filters), needed=q.dimension == "goal")
+    prop = q.dimension
+    if q.time and prop is None:  # "time": the window's own bucket
+        prop = "time:hour" if w.unit == "hour" else "time:day"
+    if prop == "time:hour" and (w.end - w.start) / timedelta(hours=1) > MAX_POINTS:
+        raise SiteError(400, f"time:hour covers at most {MAX_POINTS} hours: narrow the dates or take days")
+    db = await analytics_store(request, key.workspace_id)
+    with filter_errors():
+        if prop is not None:
+            return Answer(site, w, prop, await _rows(db, site, w, prop, filters, goals, q))
+        before = shifted(w, "previous_period") if compare else None
+        values, *previous = await asyncio.gather(*(_aggregate(db, site, period, filters, q.metrics)
+                                                   for period in (w, before) if period is not None))
+        return Answer(site, w, None, [([], values)], previous[0] if previous else None)
+
+
+@keyed
 async def query(request: web.Request) -> web.Response:
-    try:
-        key = await admit(request, ("read",), "query")
-    except ApiError as exc:  # in the site API's shape, which is Plausible's: {"error": "..."}
-        raise SiteError(exc.status, exc.message, headers=request.get(RATE_HEADERS, {})) from None
-    try:
-        q = parse(decode_site_json(await read_site_body(request, BODY_LIMIT)))
-        async with request.config_dict[POOL].acquire() as conn:
-            row = await site_store.site_by_name(conn, key.workspace_id, q.site)
-            since = await first_day(conn, row["id"], row["time_zone"]) \
-                if row is not None and getattr(q.asked, "name", None) == ALL else None
-        if row is None:
-            raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
-        site = Site(row["id"], row["domain"], row["time_zone"])
-        w = window(q.asked, site.time_zone, since)
-        filters, goals = await with_goals(request, site, store.Filters(extra=q.filters), needed=q.dimension == "goal")
-        prop = q.dimension
-        if q.time and prop is None:  # "time": the window's own bucket
-            prop = "time:hour" if w.unit == "hour" else "time:day"
-        if prop == "time:hour" and (w.end - w.start) / timedelta(hours=1) > MAX_POINTS:
-            raise SiteError(400, f"time:hour covers at most {MAX_POINTS} hours: narrow date_range or use time:day")
-        db = await analytics_store(request, key.workspace_id)
-        with filter_errors():
-            if prop is None:
-                results = [{"metrics": await _aggregate(db, site, w, filters, q.metrics), "dimensions": []}]
-            else:
-                results = await _rows(db, site, w, prop, filters, goals, q)
-        meta = {"time_labels": _time_labels(w, prop)} if q.time_labels else {}
-    except SiteError as exc:
-        exc.headers.update(request[RATE_HEADERS])
-        raise
-    zone = ZoneInfo(site.time_zone)
-    asked = {**q.echo, "site_id": site.domain, "date_range": [
+    """POST /api/v2/query."""
+    q = parse(decode_site_json(await read_site_body(request, BODY_LIMIT)))
+    found = await answer(request, q)
+    w, zone = found.window, ZoneInfo(found.site.time_zone)
+    asked = {**q.echo, "site_id": found.site.domain, "date_range": [
         w.start.astimezone(zone).isoformat(), (w.end - timedelta(seconds=1)).astimezone(zone).isoformat()]}
-    return json_response({"results": results, "meta": meta, "query": asked}, headers=request[RATE_HEADERS])
+    return json_response({
+        "results": [{"metrics": values, "dimensions": dims} for dims, values in found.results],
+        "meta": {"time_labels": time_labels(w, found.prop)} if q.time_labels else {}, "query": asked})
 
 
 async def _aggregate(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters, metrics: list[str]) -> list:
@@ -95,7 +133,7 @@ async def _aggregate(db: AnalyticsStore, site: Site, w: Window, filters: store.F
 
 
 async def _rows(db: AnalyticsStore, site: Site, w: Window, prop: str, filters: store.Filters,
-                goals: list[store.Goal], q: StatsQuery) -> list[dict]:
+                goals: list[store.Goal], q: StatsQuery) -> list[tuple[list[str], list]]:
     """Rows of one dimension, ordered and paged as asked. The breakdown's own order (visitors, then the key)
     is paged by the store; any other order sorts the first MAX_LIMIT rows by visitors, so a dimension of more
     values than that is ordered within those."""
@@ -118,19 +156,20 @@ async def _rows(db: AnalyticsStore, site: Site, w: Window, prop: str, filters: s
     if not by_visitors:
         rows = _ordered(rows, q.order)[q.offset:q.offset + q.limit]
     dimension = q.echo["dimensions"][0]
-    return [{"metrics": [r.get(m) for m in q.metrics], "dimensions": [r[dimension]]} for r in rows]
+    return [([r[dimension]], [r.get(m) for m in q.metrics]) for r in rows]
 
 
 def _ordered(rows: list[dict], order: list[tuple[str, bool]]) -> list[dict]:
     """Rows sorted by each (name, descending) in turn, the first deciding; a null (a page without engagement)
     last either way."""
     for name, descending in reversed(order):  # stable sorts: the last pass, the first name, decides
-        present = sorted((r for r in rows if r[name] is not None), key=lambda r, n=name: r[n], reverse=descending)
-        rows = present + [r for r in rows if r[name] is None]
+        present = sorted((r for r in rows if r.get(name) is not None), key=lambda r, n=name: r[n],
+                         reverse=descending)
+        rows = present + [r for r in rows if r.get(name) is None]
     return rows
 
 
-def _time_labels(w: Window, prop: str | None) -> list[str]:
+def time_labels(w: Window, prop: str | None) -> list[str]:
     """Every bucket of the window, as a time dimension names them (include.time_labels)."""
     interval = "hour" if prop == "time:hour" else "day"
     first, last = w.buckets(interval)

@@ -1,0 +1,151 @@
+"""Plausible's legacy Stats API (v1) through a real, unchanged client: `plausible-mcp` (PyPI), the assistant tools
+that read Plausible's /api/v1/stats endpoints, pointed at Tally with its PLAUSIBLE_BASE_URL and a Tally key.
+Its answers are the dashboard's numbers for the same days."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.analytics_support import load_fixture
+from tests.conftest import bearer
+from tests.site_helpers import post_event, register_site
+from tests.test_analytics import get
+
+
+@pytest.fixture
+async def plausible_mcp(client, database_url, workspace, make_key, login, monkeypatch):
+    """The client's tool functions, reaching this test's server with a read key of the workspace; they block
+    (urllib), so each runs in a thread."""
+    monkeypatch.setenv("PLAUSIBLE_BASE_URL", str(client.make_url("")).rstrip("/"))
+    monkeypatch.setenv("PLAUSIBLE_API_KEY", await make_key("read"))
+    monkeypatch.setenv("DO_NOT_TRACK", "1")  # its anonymous usage telemetry
+    from plausible_mcp import server
+
+    async def call(tool: str, *args, **kwargs) -> dict | str:
+        out = await asyncio.to_thread(getattr(server, tool), *args, **kwargs)
+        try:
+            return json.loads(out)
+        except json.JSONDecodeError:
+            return out  # the client's own error text
+
+    await login()
+    call.site = await load_fixture(database_url, workspace)
+    call.client = client
+    return call
+
+
+async def test_aggregate_stats_are_the_overviews(plausible_mcp, client):
+    site = plausible_mcp.site
+    out = await plausible_mcp("get_aggregate_stats", site.domain, "30d",
+                              ["visitors", "pageviews", "bounce_rate", "visit_duration", "visits", "events"])
+    status, overview = await get(client, "overview", siteId=site.site_id, range="30d")
+    assert status == 200
+    assert out["totals"] == {"visitors": overview["uniqueVisitors"], "pageviews": overview["totalPageviews"],
+                             "bounce_rate": overview["bounceRate"],
+                             "visit_duration": round(overview["avgSessionDuration"] / 1000),
+                             "visits": overview["sessions"], "events": overview["totalEvents"]}
+    assert (out["totals"]["visitors"], out["totals"]["pageviews"]) == (4, 6)
+
+
+async def test_a_days_range_and_yesterday_reach_the_days_asked_for(plausible_mcp):
+    site = plausible_mcp.site
+    today = datetime.now(UTC).date()
+    span = f"{today - timedelta(days=41)},{today - timedelta(days=39)}"  # the pageview of /old, 40 days ago
+    out = await plausible_mcp("get_aggregate_stats", site.domain, span, ["pageviews"])
+    assert out["totals"] == {"pageviews": 1}
+    yesterday = await plausible_mcp("get_aggregate_stats", site.domain, "yesterday", ["pageviews"])
+    assert yesterday["period"] == "day" and yesterday["totals"] == {"pageviews": 0}
+
+
+async def test_breakdowns_are_the_dashboards(plausible_mcp, client):
+    site = plausible_mcp.site
+    pages = await plausible_mcp("get_breakdown", site.domain, "event:page", "30d", limit=20)
+    status, dashboard = await get(client, "breakdown", siteId=site.site_id, range="30d", property="page")
+    assert status == 200
+    assert pages["results"] == [{"page": r["key"], "visitors": r["visitors"]} for r in dashboard["data"]]
+    countries = await plausible_mcp("get_breakdown", site.domain, "country", "30d", limit=2)  # its alias
+    assert countries["results"] == [{"country": "US", "visitors": 4}, {"country": "DE", "visitors": 1}]
+
+
+async def test_a_timeseries_has_every_day_of_the_period(plausible_mcp, client):
+    site = plausible_mcp.site
+    out = await plausible_mcp("get_timeseries", site.domain, "7d")
+    today = datetime.now(UTC).date()
+    assert [p["date"] for p in out["timeseries"]] == [str(today - timedelta(days=6 - i)) for i in range(7)]
+    resp = await client.post("/api/v2/query", headers=bearer(os.environ["PLAUSIBLE_API_KEY"]), json={
+        "site_id": site.domain, "date_range": "7d", "metrics": ["visitors"], "dimensions": ["time:day"]})
+    by_day = {r["dimensions"][0]: r["metrics"][0] for r in (await resp.json())["results"]}
+    assert {p["date"]: p["visitors"] for p in out["timeseries"] if p["visitors"]} == by_day
+    assert sum(p["visitors"] for p in out["timeseries"]) == sum(by_day.values()) > 0
+
+
+async def test_realtime_visitors_count_the_last_five_minutes(plausible_mcp, database_url, workspace):
+    site_id, domain = await register_site(database_url, workspace, verified=False)
+    assert (await plausible_mcp("get_realtime_visitors", domain))["realtime_visitors"] == 0
+    resp = await post_event(plausible_mcp.client, {"s": site_id, "n": "pageview", "p": "/now", "sid": "v1"})
+    assert resp.status == 202
+    assert (await plausible_mcp("get_realtime_visitors", domain))["realtime_visitors"] == 1
+
+
+async def test_what_tally_does_not_offer_reaches_the_client_as_plausibles_400(plausible_mcp):
+    out = await plausible_mcp("get_breakdown", plausible_mcp.site.domain, "city", "30d")
+    assert out.startswith("[INPUT_FIXABLE] Plausible API error (HTTP 400): "
+                          '{"error":"Tally does not keep visit:city: use visit:city_name"}')
+    out = await plausible_mcp("get_timeseries", plausible_mcp.site.domain, "12mo", "month")
+    assert "(HTTP 400)" in out and "Tally has no monthly series" in out
+
+
+async def test_without_a_valid_key_the_client_is_told_to_fix_its_key(plausible_mcp, monkeypatch):
+    monkeypatch.setenv("PLAUSIBLE_API_KEY", "not-a-key")
+    out = await plausible_mcp("get_aggregate_stats", plausible_mcp.site.domain, "7d")
+    assert out.startswith("[ENVIRONMENT_FIXABLE: STOP & ASK HUMAN] Authentication failed (HTTP 401)")
+
+
+async def v1(client, route: str, status: int = 200, **params) -> dict | int:
+    resp = await client.get(f"/api/v1/stats/{route}", params=params,
+                            headers=bearer(os.environ["PLAUSIBLE_API_KEY"]))
+    body = await resp.json()
+    assert resp.status == status, body
+    return body
+
+
+async def test_filters_compare_and_pages_as_plausibles_v1_takes_them(plausible_mcp, client):
+    site = plausible_mcp.site
+    out = await v1(client, "aggregate", site_id=site.domain, period="7d", metrics="visitors,events,bounce_rate",
+                   filters="visit:country==US;event:name!=outbound", compare="previous_period")
+    status, overview = await get(client, "overview", siteId=site.site_id, range="7d", compare="previous_period",
+                                 filter=["country==US", "event!=outbound"])
+    assert status == 200
+    assert out["results"] == {
+        "visitors": {"value": overview["uniqueVisitors"], "change": overview["change"]["uniqueVisitors"]},
+        "events": {"value": overview["totalEvents"], "change": overview["change"]["totalEvents"]},
+        "bounce_rate": {"value": overview["bounceRate"], "change": overview["change"]["bounceRate"]}}
+    first = await v1(client, "breakdown", site_id=site.domain, property="event:page", limit=2, page=1)
+    second = await v1(client, "breakdown", site_id=site.domain, property="event:page", limit=2, page=2)
+    every = await v1(client, "breakdown", site_id=site.domain, property="event:page")
+    assert first["results"] + second["results"] == every["results"][:4]
+    hours = await v1(client, "timeseries", site_id=site.domain, period="day", interval="hour", metrics="pageviews")
+    assert len(hours["results"]) == 24 and hours["results"][0]["date"].endswith(" 00:00:00")
+    month = await v1(client, "aggregate", site_id=site.domain, period="month", date="2026-02-10", metrics="visitors")
+    assert month["results"] == {"visitors": {"value": 0}}
+
+
+@pytest.mark.parametrize(("route", "params", "error"), [
+    ("aggregate", {"period": "2y"}, "invalid period: one of day, 7d, 30d, month, 6mo, 12mo or custom"),
+    ("aggregate", {"period": "custom"}, "period=custom takes date=YYYY-MM-DD,YYYY-MM-DD"),
+    ("aggregate", {"period": "day", "date": "yesterday"}, "invalid date: YYYY-MM-DD"),
+    ("aggregate", {"filters": "visit:country=US"}, "invalid filter: visit:country=US (dimension==value or "
+                                                   "dimension!=value)"),
+    ("aggregate", {"filters": "visit:country==US|DE"}, "Tally takes one value per filter"),
+    ("aggregate", {"compare": "year"}, "invalid compare: previous_period"),
+    ("breakdown", {}, "property is required, e.g. event:page or visit:source"),
+    ("breakdown", {"property": "event:page", "limit": "1001"}, "invalid limit: 1 to 1000"),
+    ("timeseries", {"period": "6mo"}, "Tally's series are by the day or the hour: ask interval=date"),
+])
+async def test_a_v1_request_tally_cannot_answer_is_a_400(plausible_mcp, client, route, params, error):
+    assert await v1(client, route, 400, site_id=plausible_mcp.site.domain, **params) == {"error": error}
