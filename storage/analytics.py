@@ -32,7 +32,8 @@ TS = "DateTime64(6, 'UTC')"
 DAY_MIN, DAY_MAX = date(1900, 1, 1), date(2299, 12, 31)  # Date32's range, as DateTime64's (storage.clickhouse)
 PV_MIN_NONE = "18446744073709551615"  # pv_min's neutral element (min of UInt64)
 SHORT_WINDOW = timedelta(days=7)  # windows up to this long state their days (in_window)
-_BUCKET = {"minute": "toStartOfMinute", "hour": "toStartOfHour", "day": "toStartOfDay"}
+_BUCKET = {"minute": "toStartOfMinute", "hour": "toStartOfHour", "day": "toStartOfDay",
+           "week": "toMonday", "month": "toStartOfMonth"}  # weeks and months: the Stats API's time dimensions
 
 
 def bucket(q: Params, interval: str, time_zone: str = "UTC") -> str:

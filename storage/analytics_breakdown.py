@@ -29,9 +29,9 @@ from storage.analytics import (
 from storage.clickhouse import AnalyticsStore, Params
 from storage.site_filters import METRICS
 
-# Breakdowns by time (Plausible's Stats API's time dimensions): the bucket each event falls in, by the hour or
-# the day of the site's time zone.
-TIME_BUCKETS = {"time:hour": "hour", "time:day": "day"}
+# Breakdowns by time (Plausible's Stats API's time dimensions): the bucket each event falls in, by the hour,
+# the day, the week (from Monday) or the month of the site's time zone.
+TIME_BUCKETS = {"time:hour": "hour", "time:day": "day", "time:week": "week", "time:month": "month"}
 # The metrics that need the events counted (read with FINAL), and those that need each visit's bounce and
 # duration (its session rows): a breakdown computes each group only when asked for one of its metrics.
 COUNTED = frozenset({"pageviews", "events"})
@@ -68,7 +68,7 @@ def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) ->
 def _key_expr(q: Params, prop: str, domain: str | None = None, time_zone: str = "UTC") -> str:
     """A breakdown key of an event ('' for none). A referrer on the site's `domain` or a subdomain is
     internal navigation, not where a visitor came from: none, as in /top-referrers and Plausible. A time
-    bucket's key is its start on the site's clock, `YYYY-MM-DD hh:mm:ss`."""
+    bucket's key is its start on the site's clock, `YYYY-MM-DD hh:mm:ss` (a week's or month's `YYYY-MM-DD`)."""
     if prop in TIME_BUCKETS:
         return f"toString({bucket(q, TIME_BUCKETS[prop], time_zone)})"
     if prop.startswith("props:"):

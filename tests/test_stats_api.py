@@ -4,7 +4,7 @@ offer is a 400 that says so and reads nothing."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -126,6 +126,20 @@ async def test_a_time_dimension_gives_each_days_numbers_and_labels(stats, client
                           "metrics": ["events"]})
     hours = [r["dimensions"][0] for r in hourly["results"]]
     assert hours and all(h.startswith(str(today)) and h.endswith(":00:00") for h in hours)
+
+
+async def test_weeks_and_months_begin_on_mondays_and_firsts(stats):
+    site = stats.site
+    weeks = await stats({"site_id": site.domain, "date_range": "30d", "dimensions": ["time:week"],
+                         "metrics": ["pageviews"], "include": {"time_labels": True}})
+    labels = weeks["meta"]["time_labels"]
+    assert all(date.fromisoformat(d).weekday() == 0 for d in labels) and len(labels) in (5, 6)
+    assert {r["dimensions"][0] for r in weeks["results"]} <= set(labels)
+    assert sum(r["metrics"][0] for r in weeks["results"]) == 6  # every pageview of the 30 days, once
+    months = await stats({"site_id": site.domain, "date_range": "12mo", "dimensions": ["time"],
+                          "metrics": ["pageviews"], "include": {"time_labels": True}})  # by the month
+    assert len(months["meta"]["time_labels"]) == 12 and all(d.endswith("-01") for d in months["meta"]["time_labels"])
+    assert sum(r["metrics"][0] for r in months["results"]) == 7
 
 
 async def test_order_by_and_pagination(stats):

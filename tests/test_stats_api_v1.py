@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -84,6 +84,24 @@ async def test_a_timeseries_has_every_day_of_the_period(plausible_mcp, client):
     assert sum(p["visitors"] for p in out["timeseries"]) == sum(by_day.values()) > 0
 
 
+async def test_a_timeseries_by_month_counts_each_months_visitors(plausible_mcp, client):
+    """12 months by the month (the client's interval=month; Plausible's default for 6mo and 12mo): each month's
+    visitors are those of an aggregate over its days."""
+    site = plausible_mcp.site
+    out = await plausible_mcp("get_timeseries", site.domain, "12mo", "month")
+    today = datetime.now(UTC).date()
+    months = [date(today.year - (today.month - 1 - i < 0), (today.month - 1 - i) % 12 + 1, 1)
+              for i in range(11, -1, -1)]
+    assert [p["date"] for p in out["timeseries"]] == [str(m) for m in months]
+    assert sum(p["visitors"] > 0 for p in out["timeseries"]) >= 1
+    for point, first in zip(out["timeseries"], months, strict=True):
+        last = (first.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
+        whole = await v1(client, "aggregate", site_id=site.domain, period="custom", date=f"{first},{last}")
+        assert point["visitors"] == whole["results"]["visitors"]["value"]
+    default = await v1(client, "timeseries", site_id=site.domain, period="6mo")  # by the month by default
+    assert [p["date"] for p in default["results"]] == [str(m) for m in months[-6:]]
+
+
 async def test_realtime_visitors_count_the_last_five_minutes(plausible_mcp, database_url, workspace):
     site_id, domain = await register_site(database_url, workspace, verified=False)
     assert (await plausible_mcp("get_realtime_visitors", domain))["realtime_visitors"] == 0
@@ -96,8 +114,6 @@ async def test_what_tally_does_not_offer_reaches_the_client_as_plausibles_400(pl
     out = await plausible_mcp("get_breakdown", plausible_mcp.site.domain, "city", "30d")
     assert out.startswith("[INPUT_FIXABLE] Plausible API error (HTTP 400): "
                           '{"error":"Tally does not keep visit:city: use visit:city_name"}')
-    out = await plausible_mcp("get_timeseries", plausible_mcp.site.domain, "12mo", "month")
-    assert "(HTTP 400)" in out and "Tally has no monthly series" in out
 
 
 async def test_without_a_valid_key_the_client_is_told_to_fix_its_key(plausible_mcp, monkeypatch):
@@ -145,7 +161,7 @@ async def test_filters_compare_and_pages_as_plausibles_v1_takes_them(plausible_m
     ("aggregate", {"compare": "year"}, "invalid compare: previous_period"),
     ("breakdown", {}, "property is required, e.g. event:page or visit:source"),
     ("breakdown", {"property": "event:page", "limit": "1001"}, "invalid limit: 1 to 1000"),
-    ("timeseries", {"period": "6mo"}, "Tally's series are by the day or the hour: ask interval=date"),
+    ("timeseries", {"interval": "minute"}, "invalid interval: date, hour, week or month"),
 ])
 async def test_a_v1_request_tally_cannot_answer_is_a_400(plausible_mcp, client, route, params, error):
     assert await v1(client, route, 400, site_id=plausible_mcp.site.domain, **params) == {"error": error}

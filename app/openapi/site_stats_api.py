@@ -54,8 +54,9 @@ PATHS = {
             "type": "object", "additionalProperties": {"type": "object", "required": ["value"], "properties": {
                 "value": _NUMBERS, "change": _NUMBERS}}}}}),
     "/api/v1/stats/timeseries": _v1(
-        "Plausible's v1 timeseries: every day (or hour) of the period",
-        [*_V1, query("interval", {"enum": ["date", "day", "hour"]}, description="Tally has no monthly series")],
+        "Plausible's v1 timeseries: every day (hour, week or month) of the period",
+        [*_V1, query("interval", {"enum": ["date", "day", "hour", "week", "month"]},
+                     description="default: month for 6mo and 12mo, else date (days)")],
         {"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {
             "type": "object", "required": ["date"], "additionalProperties": _NUMBERS,
             "properties": {"date": {"type": "string"}}}}}}),
@@ -75,8 +76,8 @@ PATHS = {
             "description": ("A Tally API key with the read scope (rate-limited as the keyed API's reads) reads a "
                             "site of its workspace, named by its domain. The numbers are the dashboard's, in "
                             "Plausible's units (visit_duration in seconds). At most one dimension; time "
-                            "dimensions by the hour or the day of the site's time zone; filters is, is_not and "
-                            "contains of one value each, and and. Anything else is a 400 naming it."),
+                            "dimensions by the hour, day, week or month of the site's time zone; filters is, "
+                            "is_not and contains of one value each, and and. Anything else is a 400 naming it."),
             "tags": ["site analytics"], "security": KEYED,
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("StatsQueryIn")}}},
             "responses": {"200": json_body(ref("StatsQueryOut"), headers=RATE_HEADERS), **_ERRORS},

@@ -37,6 +37,7 @@ from app.views.stats_query import MAX_LIMIT, StatsQuery, parse, window
 from storage import analytics as store
 from storage import analytics_lists
 from storage import sites as site_store
+from storage.analytics_breakdown import TIME_BUCKETS
 from storage.clickhouse import AnalyticsStore
 
 BODY_LIMIT = 64 * 1024
@@ -89,8 +90,8 @@ async def answer(request: web.Request, q: StatsQuery, *, compare: bool = False) 
     w = window(q.asked, site.time_zone, since)
     filters, goals = await with_goals(request, site, store.Filters(extra=q.filters), needed=q.dimension == "goal")
     prop = q.dimension
-    if q.time and prop is None:  # "time": the window's own bucket
-        prop = "time:hour" if w.unit == "hour" else "time:day"
+    if q.time and prop is None:
+        prop = auto_time(w)
     if prop == "time:hour" and (w.end - w.start) / timedelta(hours=1) > MAX_POINTS:
         raise SiteError(400, f"time:hour covers at most {MAX_POINTS} hours: narrow the dates or take days")
     db = await analytics_store(request, key.workspace_id)
@@ -152,7 +153,8 @@ async def _rows(db: AnalyticsStore, site: Site, w: Window, prop: str, filters: s
         r["views_per_visit"] = round(r.get("pageviews", 0) / r["visits"], 2) if r.get("visits") else 0.0
         if totals:
             r["percentage"] = _share(r["visitors"], totals[0].visitors)
-        r[q.echo["dimensions"][0]] = r["key"][:10] if prop == "time:day" else r["key"]
+        days = prop in TIME_BUCKETS and prop != "time:hour"  # a day's, week's or month's first day
+        r[q.echo["dimensions"][0]] = r["key"][:10] if days else r["key"]
     if not by_visitors:
         rows = _ordered(rows, q.order)[q.offset:q.offset + q.limit]
     dimension = q.echo["dimensions"][0]
@@ -169,8 +171,21 @@ def _ordered(rows: list[dict], order: list[tuple[str, bool]]) -> list[dict]:
     return rows
 
 
+def auto_time(w: Window) -> str:
+    """The bucket of the `time` dimension, as Plausible picks it: hours for one day, months for a range that
+    reaches into a month after its first day's date, else days."""
+    first, last = w.days or (w.start.date(), w.start.date())
+    months = (last.year - first.year) * 12 + last.month - first.month - (last.day < first.day)
+    return "time:hour" if w.unit == "hour" else "time:month" if months > 0 else "time:day"
+
+
 def time_labels(w: Window, prop: str | None) -> list[str]:
     """Every bucket of the window, as a time dimension names them (include.time_labels)."""
+    if prop in ("time:week", "time:month") and w.days:
+        first, last = w.days
+        days = (first + timedelta(days=i) for i in range((last - first).days + 1))
+        starts = {d - timedelta(days=d.weekday()) if prop == "time:week" else d.replace(day=1) for d in days}
+        return [str(d) for d in sorted(starts)]
     interval = "hour" if prop == "time:hour" else "day"
     first, last = w.buckets(interval)
     zone = ZoneInfo(w.time_zone)

@@ -111,14 +111,15 @@ async def aggregate(request: web.Request) -> web.Response:
 
 @keyed
 async def timeseries(request: web.Request) -> web.Response:
-    """Every bucket of the period, zero where nothing happened, by the day (interval=date) or the hour."""
+    """Every bucket of the period, zero where nothing happened: by the day (interval=date), the hour, the week
+    or the month."""
     interval = request.query.get("interval")
-    period = request.query.get("period") or "30d"
-    if interval is None and period in MONTHS_BACK:
-        raise SiteError(400, "Tally's series are by the day or the hour: ask interval=date")
-    dimension = {None: "time:day", "date": "time:day", "day": "time:day", "hour": "time:hour"}.get(interval)
+    if interval is None:  # Plausible's default: months for 6mo and 12mo, else days
+        interval = "month" if (request.query.get("period") or "30d") in MONTHS_BACK else "date"
+    dimension = {"date": "time:day", "day": "time:day", "hour": "time:hour", "week": "time:week",
+                 "month": "time:month"}.get(interval)
     if dimension is None:
-        raise SiteError(400, "invalid interval: date or hour (Tally has no monthly series)")
+        raise SiteError(400, "invalid interval: date, hour, week or month")
     q = parse(_query(request, dimensions=[dimension]))
     found = await answer(request, q)
     counted = {dims[0]: values for dims, values in found.results}
