@@ -123,13 +123,16 @@ def page_pattern(value: str) -> str:
 
 
 def term(q: Params, column: str, f: Filter, page: bool) -> str:
+    """The filter's condition on `column`: any of its values matching (none, for `!=`)."""
     if f.op == "~=":
-        return f"positionCaseInsensitiveUTF8({column}, {q.bind(f.value)}) > 0"
-    if page and "*" in f.value:
-        cond = f"match({column}, {q.bind(page_pattern(f.value))})"
-    else:
-        cond = f"{column} = {q.bind(f.value)}"
+        return _any([f"positionCaseInsensitiveUTF8({column}, {q.bind(v)}) > 0" for v in f.values])
+    cond = _any([f"match({column}, {q.bind(page_pattern(v))})" if page and "*" in v else f"{column} = {q.bind(v)}"
+                 for v in f.values])
     return cond if f.op == "==" else f"NOT ({cond})"
+
+
+def _any(conditions: list[str]) -> str:
+    return conditions[0] if len(conditions) == 1 else f"({' OR '.join(conditions)})"
 
 
 def _column(q: Params, f: Filter) -> str:
@@ -150,7 +153,7 @@ def event_conditions(q: Params, filters: list[Filter]) -> list[str]:
         if isinstance(f, GoalFilter):
             if f.term.op == "~=":
                 raise UnsupportedFilter("goal filters take == or !=")
-            named = [g for g in f.goals if g.name == f.term.value]
+            named = [g for g in f.goals if g.name in f.term.values]
             cond = " OR ".join(goal_condition(q, g) for g in named) or "0"
             out.append(f"({cond})" if f.term.op == "==" else f"NOT ({cond})")
             continue

@@ -201,7 +201,7 @@ async def _goal_breakdown(store: AnalyticsStore, site_id: str, start: datetime, 
     Only the goals the goal terms keep are listed (`==` its goal, `!=` the others), as Plausible does: another
     goal's row would count the events that are both goals, 0 for goals that cannot overlap."""
     goal_terms = [t for t in filters.terms() if isinstance(t, GoalFilter)]
-    goals = [g for g in goals if all((g.name == t.term.value) == (t.term.op == "==") for t in goal_terms)]
+    goals = [g for g in goals if all((g.name in t.term.values) == (t.term.op == "==") for t in goal_terms)]
     if not goals:
         return []
     q, table = Params(), store.table("site_events")

@@ -1,7 +1,8 @@
 """The filter and breakdown vocabulary of site-analytics reads, shared by the HTTP parser (app/) and the
 query builders (storage/). Pure data: no SQL here.
 
-A filter is `dimension op value`: `==` is, `!=` is not, `~=` contains (case-insensitive). For the page
+A filter is `dimension op value`: `==` is, `!=` is not, `~=` contains (case-insensitive); with more values
+(`also`), `==` and `~=` match any of them and `!=` none. For the page
 dimensions (`page`, `entry_page`, `exit_page`) a `==`/`!=` value may use `*` (within one path segment)
 and `**` (across segments). `props:<key>` names a custom property; `goal` names a goal by its display
 name ("Visit /thanks/**" for a page goal, the event name for an event goal).
@@ -62,6 +63,11 @@ class Filter:
     dimension: str  # a key of DIMENSIONS, or "props:<key>"
     op: Op
     value: str
+    also: tuple[str, ...] = ()  # more values, any of which matches (Plausible's Stats API's `is` of a list)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return (self.value, *self.also)
 
     @property
     def prop_key(self) -> str | None:

@@ -87,6 +87,25 @@ async def test_filters_narrow_as_the_dashboards_filters_do(stats, client):
     assert answer["results"][0]["metrics"] == [overview["uniqueVisitors"], overview["totalEvents"]] == [1, 2]
 
 
+async def test_a_filter_of_several_values_matches_any_and_is_not_none(stats):
+    """Germany or France: the events of either, none counted twice (each event has one country); and those of
+    neither, the rest."""
+    async def events(*filters) -> int:
+        answer = await stats({"site_id": stats.site.domain, "date_range": "30d", "metrics": ["events"],
+                              "filters": list(filters)})
+        return answer["results"][0]["metrics"][0]
+
+    every, de, fr = await events(), await events(["is", "visit:country", ["DE"]]), \
+        await events(["is", "visit:country", ["fr"]])
+    assert (de, fr) == (1, 1)
+    assert await events(["is", "visit:country", ["DE", "fr"]]) == de + fr
+    assert await events(["is_not", "visit:country", ["DE", "FR"]]) == every - de - fr
+    assert await events(["contains", "event:page", ["PRIC", "/BLOG"]]) == \
+        await events(["contains", "event:page", ["pric"]]) + await events(["contains", "event:page", ["blog"]])
+    assert await events(["contains", "event:page", ["/blog"], {"case_sensitive": False}]) == 1
+    assert await events(["is", "event:page", ["/blog/**", "/old"], {"case_sensitive": True}]) == 1  # 30 days
+
+
 async def test_a_custom_property_breaks_down_a_goals_conversions(stats):
     answer = await stats({"site_id": stats.site.domain, "date_range": "7d", "dimensions": ["event:props:plan"],
                           "metrics": ["visitors", "events", "conversion_rate"],
@@ -170,7 +189,12 @@ def nested(depth: int) -> list:
     ({"dimensions": ["visit:city"]}, "Tally does not keep visit:city: use visit:city_name"),
     ({"filters": [["or", [["is", "visit:country", ["US"]]]]]},
      "Tally does not offer the or filter: only is, is_not, contains and and"),
-    ({"filters": [["is", "visit:country", ["US", "DE"]]]}, "Tally takes one value per filter"),
+    ({"filters": [["is", "visit:country", ["US"] * 101]]}, "a filter takes at most 100 values"),
+    ({"filters": [["is", "visit:country", []]]}, "a filter is [operator, dimension, [values]]"),
+    ({"filters": [["contains", "event:page", ["/p"], {"case_sensitive": True}]]},
+     "Tally's contains ignores case and its is and is_not match exactly: case_sensitive may only say so"),
+    ({"filters": [["is", "event:page", ["/p"], {"case_sensitive": False}]]},
+     "Tally's contains ignores case and its is and is_not match exactly: case_sensitive may only say so"),
     ({"filters": [["is", "time:day", ["2026-01-01"]]]}, "time is not a filter: set date_range"),
     ({"metrics": ["conversion_rate"]}, "conversion_rate needs the event:goal dimension or filter"),
     ({"metrics": ["scroll_depth"]}, "scroll_depth needs the event:page dimension"),

@@ -42,6 +42,7 @@ METRICS = ("visitors", "visits", "pageviews", "views_per_visit", "bounce_rate", 
 GOAL_METRICS = ("visitors", "events", "conversion_rate", "percentage")
 PAGE_METRICS = ("scroll_depth", "time_on_page")  # per page only (storage/analytics_engagement.py)
 MAX_NESTING = 8
+MAX_VALUES = 100  # of one filter
 MAX_LIMIT = 10_000  # Plausible's default page of rows, and Tally's cap
 # date_range names: days back from today (today included), or Tally's calendar periods.
 LAST_DAYS = {"7d": 7, "28d": 28, "30d": 30, "91d": 91}
@@ -165,8 +166,8 @@ def window(asked: RangeAsked | int | str, time_zone: str, since: date | None) ->
 
 
 def _filters(value: Any, depth: int = 0) -> list[Filter]:
-    """Plausible's filters (a list under an implicit `and`), as Tally's: `is`, `is_not` and `contains` of one
-    value, and `and` of such filters (nested at most MAX_NESTING deep)."""
+    """Plausible's filters (a list under an implicit `and`), as Tally's: `is` (any of its values), `is_not` (none
+    of them) and `contains` (any), and `and` of such filters (nested at most MAX_NESTING deep)."""
     if not isinstance(value, list):
         raise _fail("filters must be a list")
     if depth > MAX_NESTING:
@@ -174,27 +175,28 @@ def _filters(value: Any, depth: int = 0) -> list[Filter]:
     out: list[Filter] = []
     for f in value:
         if not isinstance(f, list) or not f or not isinstance(f[0], str):
-            raise _fail("a filter is [operator, dimension, [value]]")
+            raise _fail("a filter is [operator, dimension, [values]]")
         if f[0] == "and" and len(f) == 2:
             out += _filters(f[1], depth + 1)
             continue
         if f[0] not in OPERATORS:
             raise _fail(f"Tally does not offer the {f[0]} filter: only is, is_not, contains and and")
-        if len(f) not in (3, 4) or not isinstance(f[1], str) or not isinstance(f[2], list) or \
+        if len(f) not in (3, 4) or not isinstance(f[1], str) or not isinstance(f[2], list) or not f[2] or \
                 not all(isinstance(v, str) and v for v in f[2]):
-            raise _fail("a filter is [operator, dimension, [value]]")
-        if len(f[2]) != 1:
-            raise _fail("Tally takes one value per filter")
-        if len(f) == 4 and f[3] != {"case_sensitive": False}:
-            raise _fail("Tally's contains ignores case, and is matches exactly: only {\"case_sensitive\": false}")
+            raise _fail("a filter is [operator, dimension, [values]]")
+        if len(f[2]) > MAX_VALUES:
+            raise _fail(f"a filter takes at most {MAX_VALUES} values")
+        if len(f) == 4 and f[3] != {"case_sensitive": f[0] != "contains"}:
+            raise _fail("Tally's contains ignores case and its is and is_not match exactly: "
+                        "case_sensitive may only say so")
         name = f[1]
         dim = FILTER_ONLY.get(name) or _dimension(name)
         if dim is None or name in TIME:
             raise _fail("time is not a filter: set date_range")
         if dim == "goal" and f[0] == "contains":
             raise _fail("event:goal filters take is or is_not")
-        value_ = f[2][0].upper() if dim == "country" else f[2][0]
-        out.append(Filter(dim, OPERATORS[f[0]], value_))  # type: ignore[arg-type]
+        values = [v.upper() for v in f[2]] if dim == "country" else f[2]
+        out.append(Filter(dim, OPERATORS[f[0]], values[0], tuple(values[1:])))  # type: ignore[arg-type]
     return out
 
 
