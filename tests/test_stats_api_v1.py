@@ -156,7 +156,9 @@ async def test_filters_compare_and_pages_as_plausibles_v1_takes_them(plausible_m
 @pytest.mark.parametrize(("route", "params", "error"), [
     ("aggregate", {"period": "2y"}, "invalid period: one of day, 7d, 30d, month, 6mo, 12mo or custom"),
     ("aggregate", {"period": "custom"}, "period=custom takes date=YYYY-MM-DD,YYYY-MM-DD"),
-    ("aggregate", {"period": "day", "date": "yesterday"}, "invalid date: YYYY-MM-DD"),
+    ("aggregate", {"period": "day", "date": "yesterday"}, "invalid date: YYYY-MM-DD, from 2000 to 2099"),
+    ("aggregate", {"period": "12mo", "date": "9999-12-31"}, "invalid date: YYYY-MM-DD, from 2000 to 2099"),
+    ("timeseries", {"period": "30d", "date": "0001-01-01"}, "invalid date: YYYY-MM-DD, from 2000 to 2099"),
     ("aggregate", {"filters": "visit:country=US"}, "invalid filter: visit:country=US (dimension==value or "
                                                    "dimension!=value)"),
     ("aggregate", {"compare": "year"}, "invalid compare: previous_period"),

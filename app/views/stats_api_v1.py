@@ -15,6 +15,7 @@ from aiohttp import web
 from app.appkeys import POOL, SITE_RUNTIME
 from app.responses import SiteError, json_response
 from app.views.analytics import change
+from app.views.analytics_params import FIRST_DAY, LAST_DAY
 from app.views.stats_api import KEY, answer, keyed, time_labels
 from app.views.stats_query import parse
 from storage import sites as site_store
@@ -26,10 +27,14 @@ REALTIME_SECONDS = 300  # Plausible's current visitors: the last 5 minutes
 
 
 def _day(value: str, name: str) -> date:
+    """A day of the range the analytics reads take (2000 to 2099)."""
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError:
-        raise SiteError(400, f"invalid {name}: YYYY-MM-DD") from None
+        day = None
+    if day is None or not FIRST_DAY <= day <= LAST_DAY:
+        raise SiteError(400, f"invalid {name}: YYYY-MM-DD, from 2000 to 2099")
+    return day
 
 
 def _month_start(day: date, back: int) -> date:

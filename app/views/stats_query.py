@@ -1,6 +1,7 @@
 """The query of Plausible's Stats API (`POST /api/v2/query`, app/views/stats_api.py), read into Tally's terms:
 a site, a window of its days, metrics, at most one dimension, filters, an order and a page of rows. What Tally
-cannot answer the way Plausible would is a 400 naming it, never a different answer.
+cannot answer the way Plausible would is a 400 naming it (docs/decisions.md, "Plausible's Stats API", lists the
+few answers that differ by design, such as a contains that ignores case).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.views.analytics_params import (
 from storage.analytics_breakdown import TIME_BUCKETS
 from storage.site_filters import Filter
 
+KEYS = ("site_id", "metrics", "date_range", "dimensions", "filters", "order_by", "include", "pagination")
 # Plausible's dimensions, as Tally's breakdown properties and filter dimensions.
 VISIT_PROPS = ("source", "referrer", "channel", "utm_source", "utm_medium", "utm_campaign", "utm_content",
                "utm_term", "device", "browser", "browser_version", "os", "os_version", "country")
@@ -72,8 +74,7 @@ def parse(body: Any) -> StatsQuery:
     """The query, or a 400 naming what is wrong or what Tally does not offer."""
     if not isinstance(body, dict):
         raise _fail("the query must be a JSON object")
-    known = {"site_id", "metrics", "date_range", "dimensions", "filters", "order_by", "include", "pagination"}
-    unknown = sorted(set(body) - known)
+    unknown = sorted(set(body) - set(KEYS))
     if unknown:
         raise _fail(f"unknown key: {unknown[0]}")
     site = body.get("site_id")
@@ -96,7 +97,7 @@ def parse(body: Any) -> StatsQuery:
         raise _fail("include.time_labels needs a time dimension")
     return StatsQuery(site, metrics, _date_range(body.get("date_range")), dimension, time, filters,
                       _order(body.get("order_by"), metrics, dims), *_pagination(body.get("pagination", {})),
-                      bool(include.get("time_labels")), {k: body[k] for k in known if k in body})
+                      bool(include.get("time_labels")), {k: body[k] for k in KEYS if k in body})
 
 
 def _metrics(metrics: Any) -> list[str]:
