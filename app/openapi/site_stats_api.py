@@ -7,26 +7,29 @@ from app.openapi.common import KEYED, RATE_HEADERS, json_body, query, ref
 from app.views.stats_api_v1 import BREAKDOWN_LIMIT, BREAKDOWN_MAX
 from app.views.stats_api_v1 import PERIODS as V1_PERIODS
 from app.views.stats_query import (
-                                           DIMENSIONS,
-                                           FILTER_ONLY,
-                                           LAST_DAYS,
-                                           MAX_LIMIT,
-                                           METRICS,
-                                           OPERATORS,
-                                           PERIODS,
-                                           PROPS,
-                                           TIME,
+    DIMENSIONS,
+    FILTER_ONLY,
+    LAST_DAYS,
+    MAX_LIMIT,
+    MAX_VALUES,
+    METRICS,
+    OPERATORS,
+    PERIODS,
+    PROPS,
+    TIME,
 )
 
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 _DIMENSION = {"anyOf": [{"enum": [*DIMENSIONS, *TIME]}, {"type": "string", "pattern": f"^{PROPS}.+"}]}
 _DAY = {"type": "string", "format": "date"}
-_FILTER = {"type": "array", "description": "[operator, dimension, [one value]] (contains ignores case), or "
-                                           "[\"and\", [filters]]",
+_FILTER = {"type": "array", "description": "[operator, dimension, [values]]: is (any of the values), is_not "
+                                           "(none of them), contains (any; ignoring case); or [\"and\", [filters]]",
            "prefixItems": [{"enum": [*OPERATORS, "and"]},
                            {"anyOf": [_DIMENSION, {"enum": list(FILTER_ONLY)}, {"type": "array"}]},
-                           {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
-                           {"const": {"case_sensitive": False}}],
+                           {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                            "maxItems": MAX_VALUES},
+                           {"type": "object", "properties": {"case_sensitive": {"type": "boolean"}},
+                            "description": "only what Tally does: false with contains, true with is and is_not"}],
            "minItems": 2, "maxItems": 4}
 
 _ERRORS = {str(s): json_body(_ERROR, "error", RATE_HEADERS) for s in (400, 401, 403, 404, 413, 429, 503)}
@@ -77,7 +80,7 @@ PATHS = {
                             "site of its workspace, named by its domain. The numbers are the dashboard's, in "
                             "Plausible's units (visit_duration in seconds). At most one dimension; time "
                             "dimensions by the hour, day, week or month of the site's time zone; filters is, "
-                            "is_not and contains of one value each, and and. Anything else is a 400 naming it."),
+                            "is_not, contains and and. Anything else is a 400 naming it."),
             "tags": ["site analytics"], "security": KEYED,
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("StatsQueryIn")}}},
             "responses": {"200": json_body(ref("StatsQueryOut"), headers=RATE_HEADERS), **_ERRORS},
