@@ -14,6 +14,7 @@ from app.views.dashboards import setup_dashboard_routes
 from app.views.data_sources import setup_data_source_routes
 from app.views.goals import setup_goal_routes
 from app.views.pages import setup_page_routes
+from app.views.plausible_sites import setup_plausible_sites_routes
 from app.views.public_dashboards import setup_public_dashboard_routes
 from app.views.reports import setup_report_routes
 from app.views.segment import setup_segment_routes
@@ -57,5 +58,6 @@ def setup_routes(root: web.Application, v1: web.Application, api: web.Applicatio
     plausible.setup(s)
     setup_stats_api_routes(s)
     setup_stats_api_v1_routes(s)
+    setup_plausible_sites_routes(s)
     setup_goal_routes(s)
     setup_shared_link_routes(s)

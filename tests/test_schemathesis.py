@@ -85,6 +85,7 @@ def _config(ids: dict[str, str]) -> str:
                "^/api/analytics/": {"query.siteId": ids["site"], "query.auth": ids["link_token"]},
                # Plausible's Stats API (v1) names the site by its domain
                "^/api/v1/stats/": {"query.site_id": "fuzz.example"},
+               "^/api/v1/sites/": {"path.site_id": "fuzz.example"},
                "^/v1/users/": {"path.user_id": "u1"},
                "^/v1/projects/": {"path.write_key": ids["write_key"]}}
     text = json.dumps  # TOML's basic strings read as JSON's

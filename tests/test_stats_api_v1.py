@@ -123,8 +123,12 @@ async def test_without_a_valid_key_the_client_is_told_to_fix_its_key(plausible_m
 
 
 async def v1(client, route: str, status: int = 200, **params) -> dict | int:
-    resp = await client.get(f"/api/v1/stats/{route}", params=params,
-                            headers=bearer(os.environ["PLAUSIBLE_API_KEY"]))
+    """GET /api/v1/stats/<route> with the test's key."""
+    return await plausible_get(client, f"stats/{route}", status, **params)
+
+
+async def plausible_get(client, path: str, status: int = 200, **params) -> dict | int:
+    resp = await client.get(f"/api/v1/{path}", params=params, headers=bearer(os.environ["PLAUSIBLE_API_KEY"]))
     body = await resp.json()
     assert resp.status == status, body
     return body
@@ -168,3 +172,32 @@ async def test_filters_compare_and_pages_as_plausibles_v1_takes_them(plausible_m
 ])
 async def test_a_v1_request_tally_cannot_answer_is_a_400(plausible_mcp, client, route, params, error):
     assert await v1(client, route, 400, site_id=plausible_mcp.site.domain, **params) == {"error": error}
+
+
+async def test_the_clients_doctor_finds_the_keys_sites(plausible_mcp, client, database_url, workspace):
+    """Plausible's Sites API lists the sites a key reads (its workspace's), which the client's `doctor` uses to
+    check a key; it had answered 404, and the doctor's fallback then found no site named `healthcheck`."""
+    await register_site(database_url, workspace)
+    listed = await plausible_get(client, "sites")
+    domains = [s["domain"] for s in listed["sites"]]
+    assert plausible_mcp.site.domain in domains and len(domains) == 2
+    assert listed["meta"] == {"after": None, "before": None, "limit": 100}
+    doctor = await plausible_mcp("doctor")
+    assert (doctor["status"], doctor["sites_accessible"]) == ("healthy", 2)
+    assert sorted(doctor["sample_sites"]) == sorted(domains)
+
+    first = await plausible_get(client, "sites", limit=1)
+    second = await plausible_get(client, "sites", limit=1, after=first["meta"]["after"])
+    assert first["meta"]["after"] == "1" and second["meta"]["after"] is None
+    assert [s["domain"] for s in first["sites"] + second["sites"]] == domains
+    assert await plausible_get(client, f"sites/{plausible_mcp.site.domain}") == {
+        "domain": plausible_mcp.site.domain, "timezone": "UTC", "custom_properties": []}
+
+
+async def test_a_key_lists_and_reads_no_other_workspaces_sites(plausible_mcp, client, make_key, database_url):
+    _, elsewhere = await register_site(database_url, "another-workspace")
+    assert await plausible_get(client, f"sites/{elsewhere}", 404) == {
+        "error": "site not found: name a site of this key's workspace by its domain"}
+    assert elsewhere not in [s["domain"] for s in (await plausible_get(client, "sites"))["sites"]]
+    resp = await client.get("/api/v1/sites", headers=bearer(await make_key("write")))
+    assert (resp.status, await resp.json()) == (403, {"error": "this key lacks the 'read' scope"})

@@ -1,9 +1,11 @@
 """Plausible's Stats API on Tally's site analytics: v2's POST /api/v2/query (app/views/stats_api.py) and the
-legacy v1's GET /api/v1/stats/* (app/views/stats_api_v1.py)."""
+legacy v1's GET /api/v1/stats/* (app/views/stats_api_v1.py); and its Sites API's reads
+(app/views/plausible_sites.py)."""
 
 from __future__ import annotations
 
-from app.openapi.common import KEYED, RATE_HEADERS, json_body, query, ref
+from app.openapi.common import KEYED, RATE_HEADERS, json_body, path_param, query, ref
+from app.views.plausible_sites import MAX_LIMIT as SITES_MAX
 from app.views.stats_api_v1 import BREAKDOWN_LIMIT, BREAKDOWN_MAX
 from app.views.stats_api_v1 import PERIODS as V1_PERIODS
 from app.views.stats_query import (
@@ -42,6 +44,8 @@ _V1 = [query("site_id", {"type": "string", "minLength": 1}, True, "the site's do
        query("filters", {"type": "string"}, description="dimension==value or !=, joined by ;"),
        query("metrics", {"type": "string", "default": "visitors"}, description="comma-separated")]
 _NUMBERS = {"type": ["number", "null"]}
+_SITE = {"type": "object", "required": ["domain", "timezone"], "properties": {
+    "domain": {"type": "string"}, "timezone": {"type": "string"}}}
 
 
 def _v1(summary: str, params: list, body: dict) -> dict:
@@ -73,6 +77,20 @@ PATHS = {
     "/api/v1/stats/realtime/visitors": _v1(
         "Plausible's v1 current visitors: those of the last 5 minutes, a bare number",
         _V1[:1], {"type": "integer", "minimum": 0}),
+    "/api/v1/sites": _v1(
+        "Plausible's Sites API: the sites this key reads (its workspace's), newest first",
+        [query("limit", {"type": "integer", "minimum": 1, "maximum": SITES_MAX, "default": SITES_MAX}),
+         query("after", {"type": "string"}, description="the cursor of the page before (meta.after)")],
+        {"type": "object", "required": ["sites", "meta"], "properties": {
+            "sites": {"type": "array", "items": _SITE},
+            "meta": {"type": "object", "properties": {"after": {"type": ["string", "null"]},
+                                                      "before": {"type": "null"}, "limit": {"type": "integer"}}}}}),
+    "/api/v1/sites/{site_id}": {
+        "parameters": [path_param("site_id")],
+        **_v1("Plausible's Sites API: one site, named by its domain", [],
+              {**_SITE, "properties": {**_SITE["properties"], "custom_properties": {
+                  "type": "array", "items": {"type": "string"}}}}),
+    },
     "/api/v2/query": {
         "post": {
             "summary": "Query a site's stats the way Plausible's Stats API v2 does",
