@@ -1,6 +1,7 @@
 """The router, walked: every route sits in the application it belongs to, every /v1 handler declares how
-it authenticates (and enforces it), every /api handler is either key-less ingestion or runs under the
-dashboard session (and refuses a request without one). A route added without a line here fails."""
+it authenticates (and enforces it), every /api handler is key-less ingestion, a read by a Tally key
+(Plausible's Stats and Sites APIs) or runs under the dashboard session, and refuses a request without its
+credential. A route added without a line here fails."""
 
 import dataclasses
 import itertools
@@ -102,6 +103,14 @@ API = {
     ("POST", "/api/sites/{site_id}/shared-links"): "session",
     ("PATCH", "/api/sites/{site_id}/shared-links/{link_id}"): "session",
     ("DELETE", "/api/sites/{site_id}/shared-links/{link_id}"): "session",
+    # Plausible's Stats and Sites APIs: a Tally key with the read scope, no session (app/views/stats_api.py).
+    ("POST", "/api/v2/query"): "bearer",
+    ("GET", "/api/v1/stats/aggregate"): "bearer",
+    ("GET", "/api/v1/stats/timeseries"): "bearer",
+    ("GET", "/api/v1/stats/breakdown"): "bearer",
+    ("GET", "/api/v1/stats/realtime/visitors"): "bearer",
+    ("GET", "/api/v1/sites"): "bearer",
+    ("GET", "/api/v1/sites/{site_id}"): "bearer",
 }
 
 ROOT = {
@@ -131,7 +140,8 @@ def _walk(app: web.Application) -> tuple[set, dict, dict]:
                 v1[key] = declared_access(route.handler)
             else:
                 assert info["prefix"] == "/api"
-                api[key] = "ingestion" if getattr(route.handler, "tally_ingestion", False) else "session"
+                api[key] = "ingestion" if getattr(route.handler, "tally_ingestion", False) else \
+                    "bearer" if getattr(route.handler, "tally_bearer", False) else "session"
     return root, v1, api
 
 
@@ -202,6 +212,18 @@ async def test_every_signed_in_api_route_refuses_a_request_without_a_session(pro
         resp = await proxied.request(method, _concrete(path), headers={"X-Forwarded-For": "10.8.0.1"})
         assert resp.status == 401, (method, path, await resp.text())
         assert await resp.json() == {"error": "unauthorized"}
+
+
+async def test_every_keyed_api_route_refuses_a_missing_key_and_a_key_without_read(proxied, make_key):
+    writer = await make_key("write,admin")
+    for (method, path), access in API.items():
+        if access != "bearer":
+            continue
+        resp = await proxied.request(method, _concrete(path), headers={"X-Forwarded-For": "10.7.0.1"})
+        assert (resp.status, await resp.json()) == (401, {"error": "missing Authorization: Bearer <API key>"}), path
+        assert "X-RateLimit-Limit" in resp.headers
+        resp = await proxied.request(method, _concrete(path), headers={**bearer(writer), "X-Forwarded-For": "10.7.0.2"})
+        assert (resp.status, await resp.json()) == (403, {"error": "this key lacks the 'read' scope"}), path
 
 
 async def test_unknown_paths_answer_in_the_shape_of_the_api_they_fall_in(client, make_key):
