@@ -1,7 +1,7 @@
 """Site analytics read benchmark: the analytics engine (embedded ClickHouse, chDB) against the same reads
 as plain PostgreSQL queries on the same data, in one run.
 
-    .venv/bin/python bench/analytics.py [--events 10000000] [--days 30|90] [--runs 11] [--pg-runs 3] [--keep]
+    .venv/bin/python bench/analytics.py [--events 10000000] [--days 30|90|365] [--runs 11] [--pg-runs 3] [--keep]
                                         [--time-zone ZONE] [--engagement]
 
 Creates a fresh database on the local PostgreSQL (BENCH_PG), applies the migrations and generates one
@@ -202,10 +202,15 @@ def target_ms(label: str) -> int | None:
     return None
 
 
+def range_of(days: int) -> str:
+    """The dashboard's range over the days generated: 30d, 90d, or the last 12 months for a year."""
+    return "12mo" if days == 365 else f"{days}d"
+
+
 def zone_reads(db, days: int, zone: str) -> dict[str, tuple]:
     """The overviews, the /blog daily series and the browser breakdown of the same site in another time zone:
     its window of days starts and ends inside UTC days, and its days are not the day rows' UTC days."""
-    site, w = dataclasses.replace(SITE, time_zone=zone), window_for(f"{days}d", time_zone=zone)
+    site, w = dataclasses.replace(SITE, time_zone=zone), window_for(range_of(days), time_zone=zone)
     first, last = w.buckets("day")
     out: dict[str, tuple] = {}
     for label, (terms, _) in CASES.items():
@@ -224,7 +229,8 @@ def zone_reads(db, days: int, zone: str) -> dict[str, tuple]:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=10_000_000)
-    parser.add_argument("--days", type=int, default=30, choices=(30, 90), help="the range generated and read")
+    parser.add_argument("--days", type=int, default=30, choices=(30, 90, 365),
+                        help="the range generated and read (365: the last 12 months, range=12mo)")
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--pg-runs", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
@@ -257,7 +263,7 @@ async def main() -> None:
         for merged in ("site_events", "site_sessions", "site_days", "site_engagement"):
             await db.command(f"OPTIMIZE TABLE bench.{merged} FINAL")
 
-        w = window_for(f"{args.days}d")
+        w = window_for(range_of(args.days))
         first, last = w.buckets("day")
         results: dict[str, tuple[list, list]] = {}
         for label, (terms, pg_extra) in CASES.items():
