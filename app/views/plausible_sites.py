@@ -9,21 +9,10 @@ from aiohttp import web
 
 from app.appkeys import POOL
 from app.responses import SiteError, json_response
-from app.views.stats_api import KEY, keyed
+from app.views.stats_api import KEY, keyed, whole_number
 from storage import sites as site_store
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 100
-
-
-def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    try:
-        value = default if raw is None else int(raw)
-    except ValueError:
-        value = lo - 1
-    if not lo <= value <= hi:
-        raise SiteError(400, f"invalid {name}: {lo} to {hi}")
-    return value
 
 
 @keyed
@@ -32,8 +21,8 @@ async def list_sites(request: web.Request) -> web.Response:
     (Plausible's cursors are opaque; Tally's is the number of sites before the page)."""
     if "before" in request.query:
         raise SiteError(400, "before is not offered: page forward with after")
-    limit = _int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    offset = _int(request, "after", 0, 0, 10**9)
+    limit = whole_number(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = whole_number(request, "after", 0, 0, 10**9)
     async with request.config_dict[POOL].acquire() as conn:
         rows = await site_store.list_sites(conn, request[KEY].workspace_id, limit + 1, offset)
     more = len(rows) > limit

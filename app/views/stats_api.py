@@ -20,6 +20,7 @@ from aiohttp import web
 from app.appkeys import POOL
 from app.auth import RATE_HEADERS, Handler, admit, bearer_keyed
 from app.bodies import decode_site_json, read_site_body
+from app.input_rules import query_int
 from app.keys import KeyInfo
 from app.responses import ApiError, SiteError, json_response
 from app.views.analytics import breakdown_rows, shifted
@@ -192,6 +193,14 @@ def time_labels(w: Window, prop: str | None) -> list[str]:
     points = analytics_lists.filled({}, interval=interval, first=first, last=last, time_zone=w.time_zone)
     fmt = "%Y-%m-%d %H:%M:%S" if interval == "hour" else "%Y-%m-%d"
     return [at.astimezone(zone).strftime(fmt) for at, _ in points]
+
+
+def whole_number(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    """A whole-number query parameter of the Stats and Sites APIs' GET reads, else a 400 naming its range."""
+    try:
+        return query_int(request.query.get(name), default, lo, hi)
+    except ValueError:
+        raise SiteError(400, f"invalid {name}: {lo} to {hi}") from None
 
 
 def _share(part: int, whole: int) -> float:

@@ -16,7 +16,7 @@ from app.appkeys import POOL, SITE_RUNTIME
 from app.responses import SiteError, json_response
 from app.views.analytics import change
 from app.views.analytics_params import FIRST_DAY, LAST_DAY
-from app.views.stats_api import KEY, answer, keyed, time_labels
+from app.views.stats_api import KEY, answer, keyed, time_labels, whole_number
 from app.views.stats_query import parse
 from storage import sites as site_store
 
@@ -83,17 +83,6 @@ def _query(request: web.Request, **extra) -> dict:
             "filters": _filters(q.get("filters") or ""), **extra}
 
 
-def _count(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    try:
-        value = default if raw is None else int(raw)
-    except ValueError:
-        value = lo - 1
-    if not lo <= value <= hi:
-        raise SiteError(400, f"invalid {name}: {lo} to {hi}")
-    return value
-
-
 @keyed
 async def aggregate(request: web.Request) -> web.Response:
     compare = request.query.get("compare")
@@ -138,8 +127,8 @@ async def breakdown(request: web.Request) -> web.Response:
     prop = request.query.get("property") or ""
     if not prop:
         raise SiteError(400, "property is required, e.g. event:page or visit:source")
-    limit = _count(request, "limit", BREAKDOWN_LIMIT, 1, BREAKDOWN_MAX)
-    page = _count(request, "page", 1, 1, 10**6)
+    limit = whole_number(request, "limit", BREAKDOWN_LIMIT, 1, BREAKDOWN_MAX)
+    page = whole_number(request, "page", 1, 1, 10**6)
     q = parse(_query(request, dimensions=[prop], pagination={"limit": limit, "offset": (page - 1) * limit}))
     found = await answer(request, q)
     name = prop.rsplit(":", 1)[-1]  # event:page -> page, event:props:plan -> plan
