@@ -175,9 +175,9 @@ async def sizes(conn: asyncpg.Connection, db, total: int) -> list[str]:
                                           "WHERE database = {d:String} AND table = {t:String} AND active",
                                           {"d": db.database, "t": t}))[0]
                           for t in ("site_events", "site_sessions", "site_days")]
-    counts, engagement = ((await db.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {d:String} "
+    counts, engagement = [(await db.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {d:String} "
                                           "AND table = {t:String} AND active", {"d": db.database, "t": t}))[0][0] or 0
-                          for t in ("site_day_counts", "site_engagement"))
+                          for t in ("site_day_counts", "site_engagement")]
     return ["| store | bytes on disk | bytes per event |", "|---|---:|---:|",
             f"| PostgreSQL events (heap + TOAST) | {pg_heap:,} | {pg_heap / total:.0f} |",
             f"| PostgreSQL events (with its indexes) | {pg_all:,} | {pg_all / total:.0f} |",
