@@ -341,6 +341,16 @@ async def main() -> None:
                 lambda p=prop, n=limit, m=metrics: analytics_breakdown.breakdown(
                     db, SITE.id, w.start, w.end, prop=p, goals=goals, limit=n, offset=0,
                     filters=store.Filters(goals=tuple(goals)), metrics=m), None)
+        # Plausible's Stats API's time dimensions (app/views/stats_api.py): visitors alone from the day sets
+        # (site_days), and the same from the events, as a site in another zone (Etc/UTC, the same days) reads them.
+        for prop, metrics, zone in (("time:day", ("visitors",), "UTC"), ("time:day", ("visitors",), "Etc/UTC"),
+                                    ("time:month", ("visitors",), "UTC"), ("time:month", ("visitors",), "Etc/UTC"),
+                                    ("time:month", ("visitors", "pageviews"), "UTC")):
+            source = "day sets" if zone == "UTC" and metrics == ("visitors",) else "events"
+            results[f"Stats API: {prop}, {' and '.join(metrics)}, unfiltered, from the {source}"] = (
+                lambda p=prop, m=metrics, z=zone: analytics_breakdown.breakdown(
+                    db, SITE.id, w.start, w.end, prop=p, goals=[], limit=10_000, offset=0, filters=store.Filters(),
+                    metrics=m, time_zone=z), None)
         if args.engagement:  # the page breakdowns as the view reads them with metrics=...,scroll_depth,time_on_page
             for label, limit, extra in (
                     ("dashboard panel: Top pages with time on page and scroll depth, unfiltered", 10, ()),

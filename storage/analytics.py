@@ -36,12 +36,13 @@ _BUCKET = {"minute": "toStartOfMinute", "hour": "toStartOfHour", "day": "toStart
            "week": "toMonday", "month": "toStartOfMonth"}  # weeks and months: the Stats API's time dimensions
 
 
-def bucket(q: Params, interval: str, time_zone: str = "UTC") -> str:
+def bucket(q: Params, interval: str, time_zone: str = "UTC", column: str = "ts") -> str:
     """The start of the time bucket an event falls in, per interval, in the site's time zone: a day starts at
-    its local midnight, and an hour at the local hour (half past the UTC one in India)."""
+    its local midnight, and an hour at the local hour (half past the UTC one in India). Of `column`, a time
+    or (in UTC) a day."""
     if time_zone == "UTC":
-        return f"{_BUCKET[interval]}(ts)"
-    return f"{_BUCKET[interval]}(ts, {q.bind(time_zone)})"
+        return f"{_BUCKET[interval]}({column})"
+    return f"{_BUCKET[interval]}({column}, {q.bind(time_zone)})"
 
 
 class UnsupportedFilter(ValueError):
