@@ -32,6 +32,9 @@ from storage.site_filters import METRICS
 # Breakdowns by time (Plausible's Stats API's time dimensions): the bucket each event falls in, by the hour,
 # the day, the week (from Monday) or the month of the site's time zone.
 TIME_BUCKETS = {"time:hour": "hour", "time:day": "day", "time:week": "week", "time:month": "month"}
+# Between the keys of a breakdown by several event properties (Plausible's Stats API's dimensions): a character
+# no page, name or property value the tracker sends holds (control characters are refused at ingestion).
+KEY_SEPARATOR = "\x1f"
 # The metrics that need the events counted (read with FINAL), and those that need each visit's bounce and
 # duration (its session rows): a breakdown computes each group only when asked for one of its metrics.
 COUNTED = frozenset({"pageviews", "events"})
@@ -44,12 +47,12 @@ PAGEVIEWS = "name = 'pageview'"
 STATES_DIM = {"page": "page:pageviews", "referrer": "referrer:external"}
 
 
-def counted_events(prop: str, filters: Filters) -> str:
-    """The condition on site_events rows a breakdown by `prop` adds ('' for none). By page it counts pageviews,
-    as top-pages and Plausible's Top Pages do, so a page that only had custom events is no row; unless a
-    filter chooses the events (`event==` or `goal==`): then the chosen events, by the page they happened on
-    (top-pages' eventName, Plausible's conversions by page)."""
-    if prop != "page":
+def counted_events(prop: str | tuple[str, ...], filters: Filters) -> str:
+    """The condition on site_events rows a breakdown by `prop` (or by several, one of them the page) adds ('' for
+    none). By page it counts pageviews, as top-pages and Plausible's Top Pages do, so a page that only had custom
+    events is no row; unless a filter chooses the events (`event==` or `goal==`): then the chosen events, by the
+    page they happened on (top-pages' eventName, Plausible's conversions by page)."""
+    if "page" not in (prop if isinstance(prop, tuple) else (prop,)):
         return ""
     chosen = any(f.dimension in ("event", "goal") and (f.term if isinstance(f, GoalFilter) else f).op == "=="
                  for f in filters.terms())
@@ -65,10 +68,14 @@ def from_window_states(prop: str, filters: Filters, metrics: Collection[str]) ->
     return prop == "goal" or (prop in EVENT_DIMENSION_COLUMNS and set(metrics) <= {"visitors"})
 
 
-def _key_expr(q: Params, prop: str, domain: str | None = None, time_zone: str = "UTC") -> str:
+def _key_expr(q: Params, prop: str | tuple[str, ...], domain: str | None = None, time_zone: str = "UTC") -> str:
     """A breakdown key of an event ('' for none). A referrer on the site's `domain` or a subdomain is
     internal navigation, not where a visitor came from: none, as in /top-referrers and Plausible. A time
-    bucket's key is its start on the site's clock, `YYYY-MM-DD hh:mm:ss` (a week's or month's `YYYY-MM-DD`)."""
+    bucket's key is its start on the site's clock, `YYYY-MM-DD hh:mm:ss` (a week's or month's `YYYY-MM-DD`).
+    Several properties' key is their keys joined by KEY_SEPARATOR, none when any of them is none."""
+    if isinstance(prop, tuple):
+        parts = f"[{', '.join(_key_expr(q, p, domain, time_zone) for p in prop)}]"
+        return f"if(has({parts}, ''), '', arrayStringConcat({parts}, {q.bind(KEY_SEPARATOR)}))"
     if prop in TIME_BUCKETS:
         return f"toString({bucket(q, TIME_BUCKETS[prop], time_zone)})"
     if prop.startswith("props:"):
@@ -78,13 +85,15 @@ def _key_expr(q: Params, prop: str, domain: str | None = None, time_zone: str = 
     return EVENT_DIMENSION_COLUMNS[prop]
 
 
-async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *, prop: str,
+async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: datetime, *,
+                    prop: str | tuple[str, ...],
                     filters: Filters, goals: list[Goal], limit: int, offset: int,
                     metrics: Collection[str] = METRICS, domain: str | None = None,
                     time_zone: str = "UTC") -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
-    Event dimensions (and time buckets, TIME_BUCKETS, of the site's `time_zone`) count matching events;
-    entry/exit pages group the visits that started in the window.
+    Event dimensions (and time buckets, TIME_BUCKETS, of the site's `time_zone`, and tuples of either, keyed
+    by their keys joined by KEY_SEPARATOR) count matching events; entry/exit pages group the visits that
+    started in the window.
     Visitors are always computed (they order the rows); the other metrics only when `metrics` asks for
     them (for event dimensions the bounce rate and visit duration are a second query, joining the visits
     of the window); otherwise they read 0."""

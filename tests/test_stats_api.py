@@ -107,6 +107,25 @@ async def test_a_filter_of_several_values_matches_any_and_is_not_none(stats):
     assert await events(["is", "event:page", ["/blog/**", "/old"], {"case_sensitive": True}]) == 1  # 30 days
 
 
+async def test_several_dimensions_are_each_pairs_numbers(stats):
+    """Country and page: each pair's visitors and pageviews are those of the page breakdown under a filter on
+    that country; day and country likewise the day's under a filter on the country."""
+    site = stats.site
+    body = {"site_id": site.domain, "date_range": "30d", "metrics": ["visitors", "pageviews"]}
+    pairs = await stats({**body, "dimensions": ["visit:country", "event:page"]})
+    assert pairs["results"]
+    for country in {r["dimensions"][0] for r in pairs["results"]}:
+        pages = await stats({**body, "dimensions": ["event:page"], "filters": [["is", "visit:country", [country]]]})
+        assert sorted([r["dimensions"][1:], r["metrics"]] for r in pairs["results"] if r["dimensions"][0] == country) \
+            == sorted([r["dimensions"], r["metrics"]] for r in pages["results"])
+    by_day = await stats({**body, "dimensions": ["time:day", "visit:country"], "include": {"time_labels": True}})
+    assert [r["dimensions"][0] for r in by_day["results"]] == sorted(r["dimensions"][0] for r in by_day["results"])
+    us = await stats({**body, "dimensions": ["time:day"], "filters": [["is", "visit:country", ["US"]]]})
+    assert [[r["dimensions"][0], r["metrics"]] for r in by_day["results"] if r["dimensions"][1] == "US"] == \
+        [[r["dimensions"][0], r["metrics"]] for r in us["results"]]
+    assert len(by_day["meta"]["time_labels"]) == 30
+
+
 async def test_a_custom_property_breaks_down_a_goals_conversions(stats):
     answer = await stats({"site_id": stats.site.domain, "date_range": "7d", "dimensions": ["event:props:plan"],
                           "metrics": ["visitors", "events", "conversion_rate"],
@@ -205,7 +224,11 @@ def nested(depth: int) -> list:
     ({"metrics": ["visitorz"]}, "invalid metric: visitorz"),
     ({"metrics": ["visitors"], "date_range": "2y"}, "invalid date_range: day, 7d, 28d, 30d, 91d, month, 6mo, 12mo, "
                                                     "year, all, or [first, last] days"),
-    ({"dimensions": ["visit:country", "visit:browser"]}, "Tally breaks a query down by at most one dimension"),
+    ({"dimensions": ["visit:country", "visit:browser", "visit:os", "visit:device"]}, "at most 3 dimensions"),
+    ({"dimensions": ["event:goal", "visit:country"]},
+     "event:goal, visit:entry_page and visit:exit_page break a query down alone"),
+    ({"dimensions": ["time:day", "time"]}, "one time dimension at most"),
+    ({"dimensions": ["visit:os", "visit:os"]}, "a dimension may be asked for once"),
     ({"dimensions": ["visit:city"]}, "Tally does not keep visit:city: use visit:city_name"),
     ({"filters": [["or", [["is", "visit:country", ["US"]]]]]},
      "Tally does not offer the or filter: only is, is_not, contains and and"),
@@ -217,7 +240,7 @@ def nested(depth: int) -> list:
      "Tally's contains ignores case and its is and is_not match exactly: case_sensitive may only say so"),
     ({"filters": [["is", "time:day", ["2026-01-01"]]]}, "time is not a filter: set date_range"),
     ({"metrics": ["conversion_rate"]}, "conversion_rate needs the event:goal dimension or filter"),
-    ({"metrics": ["scroll_depth"]}, "scroll_depth needs the event:page dimension"),
+    ({"metrics": ["scroll_depth"]}, "scroll_depth needs the event:page dimension, alone"),
     ({"pagination": {"limit": 0}}, "pagination: limit 1 to 10000, offset 0 or more"),
     ({"date_range": ["2026-01-02", "2026-01-01"]},
      "date_range: the first day not after the last, at most 2200 days, from 2000"),

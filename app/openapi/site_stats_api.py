@@ -12,6 +12,7 @@ from app.views.stats_query import (
     DIMENSIONS,
     FILTER_ONLY,
     LAST_DAYS,
+    MAX_DIMENSIONS,
     MAX_LIMIT,
     MAX_VALUES,
     METRICS,
@@ -96,7 +97,7 @@ PATHS = {
             "summary": "Query a site's stats the way Plausible's Stats API v2 does",
             "description": ("A Tally API key with the read scope (rate-limited as the keyed API's reads) reads a "
                             "site of its workspace, named by its domain. The numbers are the dashboard's, in "
-                            "Plausible's units (visit_duration in seconds). At most one dimension; time "
+                            "Plausible's units (visit_duration in seconds). Up to three dimensions; time "
                             "dimensions by the hour, day, week or month of the site's time zone; filters is, "
                             "is_not, contains and and. Anything else is a 400 naming it."),
             "tags": ["site analytics"], "security": KEYED,
@@ -115,7 +116,9 @@ SCHEMAS = {
             "date_range": {"anyOf": [{"enum": [*LAST_DAYS, "6mo", *PERIODS]},
                                      {"type": "array", "prefixItems": [_DAY, _DAY], "minItems": 2, "maxItems": 2}],
                            "description": "the site's days: Nd are N days to today included"},
-            "dimensions": {"type": "array", "maxItems": 1, "items": _DIMENSION},
+            "dimensions": {"type": "array", "maxItems": MAX_DIMENSIONS, "uniqueItems": True, "items": _DIMENSION,
+                           "description": "one time dimension at most; event:goal, visit:entry_page and "
+                                          "visit:exit_page alone"},
             "filters": {"type": "array", "items": _FILTER},
             "order_by": {"type": "array", "items": {"type": "array", "prefixItems": [
                 {"type": "string"}, {"enum": ["asc", "desc"]}], "minItems": 2, "maxItems": 2}},

@@ -233,7 +233,8 @@ async def breakdown(request: web.Request) -> web.Response:
     return json_response({"data": data, "property": prop, "metrics": metrics, "limit": limit, "offset": offset})
 
 
-async def breakdown_rows(db: AnalyticsStore, site: Site, w: Window, *, prop: str, filters: store.Filters,
+async def breakdown_rows(db: AnalyticsStore, site: Site, w: Window, *, prop: str | tuple[str, ...],
+                         filters: store.Filters,
                          goals: list[store.Goal], metrics: list[str], limit: int, offset: int) -> list[dict]:
     """A breakdown's rows with every metric asked for: the counted ones, each key's conversion rate (its
     converting visitors over all its visitors) and a page's engagement. Buckets of time are the site's."""

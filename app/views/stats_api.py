@@ -38,7 +38,7 @@ from app.views.stats_query import MAX_LIMIT, StatsQuery, parse, window
 from storage import analytics as store
 from storage import analytics_lists
 from storage import sites as site_store
-from storage.analytics_breakdown import TIME_BUCKETS
+from storage.analytics_breakdown import KEY_SEPARATOR, TIME_BUCKETS
 from storage.clickhouse import AnalyticsStore
 
 BODY_LIMIT = 64 * 1024
@@ -51,7 +51,7 @@ DERIVED = {"views_per_visit": ("pageviews", "visits"), "percentage": ("visitors"
 class Answer:
     site: Site
     window: Window
-    prop: str | None  # the breakdown property, a TIME_BUCKETS key for time
+    time: str | None  # the time dimension's TIME_BUCKETS key, if any
     results: list[tuple[list[str], list]]  # (dimension values, metric values), in the query's orders
     previous: list | None = None  # the aggregate's metrics over the period before (compare)
 
@@ -89,16 +89,16 @@ async def answer(request: web.Request, q: StatsQuery, *, compare: bool = False) 
         raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
     site = Site(row["id"], row["domain"], row["time_zone"])
     w = window(q.asked, site.time_zone, since)
-    filters, goals = await with_goals(request, site, store.Filters(extra=q.filters), needed=q.dimension == "goal")
-    prop = q.dimension
-    if q.time and prop is None:
-        prop = auto_time(w)
-    if prop == "time:hour" and (w.end - w.start) / timedelta(hours=1) > MAX_POINTS:
+    filters, goals = await with_goals(request, site, store.Filters(extra=q.filters),
+                                      needed="goal" in q.dimensions)
+    props = tuple(auto_time(w) if d is None else d for d in q.dimensions)
+    time = next((p for p in props if p in TIME_BUCKETS), None)
+    if time == "time:hour" and (w.end - w.start) / timedelta(hours=1) > MAX_POINTS:
         raise SiteError(400, f"time:hour covers at most {MAX_POINTS} hours: narrow the dates or take days")
     db = await analytics_store(request, key.workspace_id)
     with filter_errors():
-        if prop is not None:
-            return Answer(site, w, prop, await _rows(db, site, w, prop, filters, goals, q))
+        if props:
+            return Answer(site, w, time, await _rows(db, site, w, props, filters, goals, q))
         before = shifted(w, "previous_period") if compare else None
         values, *previous = await asyncio.gather(*(_aggregate(db, site, period, filters, q.metrics)
                                                    for period in (w, before) if period is not None))
@@ -115,7 +115,7 @@ async def query(request: web.Request) -> web.Response:
         w.start.astimezone(zone).isoformat(), (w.end - timedelta(seconds=1)).astimezone(zone).isoformat()]}
     return json_response({
         "results": [{"metrics": values, "dimensions": dims} for dims, values in found.results],
-        "meta": {"time_labels": time_labels(w, found.prop)} if q.time_labels else {}, "query": asked})
+        "meta": {"time_labels": time_labels(w, found.time)} if q.time_labels else {}, "query": asked})
 
 
 async def _aggregate(db: AnalyticsStore, site: Site, w: Window, filters: store.Filters, metrics: list[str]) -> list:
@@ -134,32 +134,34 @@ async def _aggregate(db: AnalyticsStore, site: Site, w: Window, filters: store.F
     return [values[m] for m in metrics]
 
 
-async def _rows(db: AnalyticsStore, site: Site, w: Window, prop: str, filters: store.Filters,
+async def _rows(db: AnalyticsStore, site: Site, w: Window, props: tuple[str, ...], filters: store.Filters,
                 goals: list[store.Goal], q: StatsQuery) -> list[tuple[list[str], list]]:
-    """Rows of one dimension, ordered and paged as asked. The breakdown's own order (visitors, then the key)
-    is paged by the store; any other order sorts the first MAX_LIMIT rows by visitors, so a dimension of more
-    values than that is ordered within those."""
+    """Rows of the dimensions' values, ordered and paged as asked. The breakdown's own order (visitors, then
+    the key) is paged by the store; any other order sorts the first MAX_LIMIT rows by visitors, so dimensions
+    of more values than that are ordered within those."""
     wanted = [m for m in q.metrics if m not in DERIVED]
     for m in q.metrics:
         wanted += [d for d in DERIVED.get(m, ()) if d not in wanted]
     by_visitors = q.order == [("visitors", True)] and not q.time
     limit, offset = (q.limit, q.offset) if by_visitors else (MAX_LIMIT, 0)
-    reads = [breakdown_rows(db, site, w, prop=prop, filters=filters, goals=goals, metrics=wanted or ["visitors"],
-                            limit=limit, offset=offset)]
+    reads = [breakdown_rows(db, site, w, prop=props[0] if len(props) == 1 else props, filters=filters,
+                            goals=goals, metrics=wanted or ["visitors"], limit=limit, offset=offset)]
     if "percentage" in q.metrics:
         reads.append(store.totals(db, site.id, w.start, w.end, filters))
     rows, *totals = await asyncio.gather(*reads)
+    names = q.echo["dimensions"]
     for r in rows:
         r["visit_duration"] = round(r.get("visit_duration", 0) / 1000)  # the breakdown's milliseconds
         r["views_per_visit"] = round(r.get("pageviews", 0) / r["visits"], 2) if r.get("visits") else 0.0
         if totals:
             r["percentage"] = _share(r["visitors"], totals[0].visitors)
-        days = prop in TIME_BUCKETS and prop != "time:hour"  # a day's, week's or month's first day
-        r[q.echo["dimensions"][0]] = r["key"][:10] if days else r["key"]
+        values = r["key"].split(KEY_SEPARATOR) if len(props) > 1 else [r["key"]]
+        for name, prop, value in zip(names, props, values, strict=True):
+            days = prop in TIME_BUCKETS and prop != "time:hour"  # a day's, week's or month's first day
+            r[name] = value[:10] if days else value
     if not by_visitors:
         rows = _ordered(rows, q.order)[q.offset:q.offset + q.limit]
-    dimension = q.echo["dimensions"][0]
-    return [([r[dimension]], [r.get(m) for m in q.metrics]) for r in rows]
+    return [([r[n] for n in names], [r.get(m) for m in q.metrics]) for r in rows]
 
 
 def _ordered(rows: list[dict], order: list[tuple[str, bool]]) -> list[dict]:

@@ -119,7 +119,7 @@ async def timeseries(request: web.Request) -> web.Response:
     counted = {dims[0]: values for dims, values in found.results}
     zero = [0.0 if m in ("bounce_rate", "views_per_visit") else 0 for m in q.metrics]
     return json_response({"results": [{"date": label, **dict(zip(q.metrics, counted.get(label, zero), strict=True))}
-                                      for label in time_labels(found.window, found.prop)]})
+                                      for label in time_labels(found.window, found.time)]})
 
 
 @keyed

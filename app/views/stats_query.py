@@ -1,5 +1,5 @@
 """The query of Plausible's Stats API (`POST /api/v2/query`, app/views/stats_api.py), read into Tally's terms:
-a site, a window of its days, metrics, at most one dimension, filters, an order and a page of rows. What Tally
+a site, a window of its days, metrics, up to three dimensions, filters, an order and a page of rows. What Tally
 cannot answer the way Plausible would is a 400 naming it (docs/decisions.md, "Plausible's Stats API", lists the
 few answers that differ by design, such as a contains that ignores case).
 """
@@ -43,6 +43,8 @@ METRICS = ("visitors", "visits", "pageviews", "views_per_visit", "bounce_rate", 
            "percentage", "conversion_rate", "scroll_depth", "time_on_page")
 GOAL_METRICS = ("visitors", "events", "conversion_rate", "percentage")
 PAGE_METRICS = ("scroll_depth", "time_on_page")  # per page only (storage/analytics_engagement.py)
+MAX_DIMENSIONS = 3
+ALONE = ("goal", "entry_page", "exit_page")  # dimensions not combined with others
 MAX_NESTING = 8
 MAX_VALUES = 100  # of one filter
 MAX_LIMIT = 10_000  # Plausible's default page of rows, and Tally's cap
@@ -56,8 +58,9 @@ class StatsQuery:
     site: str  # a domain, or Tally's site id
     metrics: list[str]
     asked: RangeAsked | int | str  # a Tally range, LAST_DAYS' count, or "6mo"
-    dimension: str | None  # a Tally breakdown property, or a TIME_BUCKETS key (None for "time" until placed)
-    time: bool  # the dimension is time
+    dimensions: tuple[str | None, ...]  # Tally breakdown properties or TIME_BUCKETS keys (None: "time", placed
+    # by the window, stats_api.auto_time)
+    time: bool  # one of them is time
     filters: tuple[Filter, ...]
     order: list[tuple[str, bool]]  # (metric or dimension name, descending)
     limit: int
@@ -84,18 +87,16 @@ def parse(body: Any) -> StatsQuery:
     dims = body.get("dimensions", [])
     if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
         raise _fail("dimensions must be a list of dimension names")
-    if len(dims) > 1:
-        raise _fail("Tally breaks a query down by at most one dimension")
-    dimension, time = (_dimension(dims[0]), dims[0] in TIME) if dims else (None, False)
+    dimensions, time = _dimensions(dims), any(d in TIME for d in dims)
     filters = tuple(_filters(body.get("filters", [])))
-    _check_metrics(metrics, dimension, time, filters)
+    _check_metrics(metrics, dimensions, filters)
     include = body.get("include", {})
     if not isinstance(include, dict) or set(include) - {"imports", "time_labels"} or \
             not all(isinstance(v, bool) for v in include.values()):
         raise _fail("include takes imports and time_labels, true or false (Tally has no imported stats)")
     if include.get("time_labels") and not time:
         raise _fail("include.time_labels needs a time dimension")
-    return StatsQuery(site, metrics, _date_range(body.get("date_range")), dimension, time, filters,
+    return StatsQuery(site, metrics, _date_range(body.get("date_range")), dimensions, time, filters,
                       _order(body.get("order_by"), metrics, dims), *_pagination(body.get("pagination", {})),
                       bool(include.get("time_labels")), {k: body[k] for k in KEYS if k in body})
 
@@ -123,16 +124,31 @@ def _dimension(name: str) -> str | None:
     raise _fail(f"invalid dimension: {name}")
 
 
-def _check_metrics(metrics: list[str], dimension: str | None, time: bool, filters: tuple[Filter, ...]) -> None:
-    if "percentage" in metrics and dimension is None and not time:
+def _dimensions(dims: list[str]) -> tuple[str | None, ...]:
+    """The dimensions as Tally's properties: up to MAX_DIMENSIONS, one of them time at most; a goal or a visit's
+    entry or exit page alone (they group visits or goals, not events)."""
+    if len(dims) > MAX_DIMENSIONS:
+        raise _fail(f"at most {MAX_DIMENSIONS} dimensions")
+    if len(set(dims)) != len(dims):
+        raise _fail("a dimension may be asked for once")
+    if sum(d in TIME for d in dims) > 1:
+        raise _fail("one time dimension at most")
+    out = tuple(_dimension(d) for d in dims)
+    if len(out) > 1 and any(d in ALONE for d in out):
+        raise _fail("event:goal, visit:entry_page and visit:exit_page break a query down alone")
+    return out
+
+
+def _check_metrics(metrics: list[str], dimensions: tuple[str | None, ...], filters: tuple[Filter, ...]) -> None:
+    if "percentage" in metrics and not dimensions:
         raise _fail("percentage needs a dimension")
     goal_filtered = any(f.dimension == "goal" for f in filters)
-    if "conversion_rate" in metrics and dimension != "goal" and not goal_filtered:
+    if "conversion_rate" in metrics and "goal" not in dimensions and not goal_filtered:
         raise _fail("conversion_rate needs the event:goal dimension or filter")
     page_only = [m for m in metrics if m in PAGE_METRICS]
-    if page_only and dimension != "page":
-        raise _fail(f"{page_only[0]} needs the event:page dimension")
-    if dimension == "goal" and any(m not in GOAL_METRICS for m in metrics):
+    if page_only and dimensions != ("page",):
+        raise _fail(f"{page_only[0]} needs the event:page dimension, alone")
+    if "goal" in dimensions and any(m not in GOAL_METRICS for m in metrics):
         raise _fail(f"by event:goal, Tally offers {', '.join(GOAL_METRICS)}")
 
 
