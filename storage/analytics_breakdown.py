@@ -32,9 +32,6 @@ from storage.site_filters import METRICS
 # Breakdowns by time (Plausible's Stats API's time dimensions): the bucket each event falls in, by the hour,
 # the day, the week (from Monday) or the month of the site's time zone.
 TIME_BUCKETS = {"time:hour": "hour", "time:day": "day", "time:week": "week", "time:month": "month"}
-# Between the keys of a breakdown by several event properties (Plausible's Stats API's dimensions): a character
-# no page, name or property value the tracker sends holds (control characters are refused at ingestion).
-KEY_SEPARATOR = "\x1f"
 # The metrics that need the events counted (read with FINAL), and those that need each visit's bounce and
 # duration (its session rows): a breakdown computes each group only when asked for one of its metrics.
 COUNTED = frozenset({"pageviews", "events"})
@@ -72,10 +69,11 @@ def _key_expr(q: Params, prop: str | tuple[str, ...], domain: str | None = None,
     """A breakdown key of an event ('' for none). A referrer on the site's `domain` or a subdomain is
     internal navigation, not where a visitor came from: none, as in /top-referrers and Plausible. A time
     bucket's key is its start on the site's clock, `YYYY-MM-DD hh:mm:ss` (a week's or month's `YYYY-MM-DD`).
-    Several properties' key is their keys joined by KEY_SEPARATOR, none when any of them is none."""
+    Several properties' key is the JSON array of their keys (any text may be a property's value, so no
+    separator would do), none when any of them is none."""
     if isinstance(prop, tuple):
         parts = f"[{', '.join(_key_expr(q, p, domain, time_zone) for p in prop)}]"
-        return f"if(has({parts}, ''), '', arrayStringConcat({parts}, {q.bind(KEY_SEPARATOR)}))"
+        return f"if(has({parts}, ''), '', toJSONString({parts}))"
     if prop in TIME_BUCKETS:
         return f"toString({bucket(q, TIME_BUCKETS[prop], time_zone)})"
     if prop.startswith("props:"):
@@ -92,7 +90,7 @@ async def breakdown(store: AnalyticsStore, site_id: str, start: datetime, end: d
                     time_zone: str = "UTC") -> list[dict]:
     """Rows {key, visitors, visits, pageviews, events, bounce_rate, visit_duration}, by visitors then key.
     Event dimensions (and time buckets, TIME_BUCKETS, of the site's `time_zone`, and tuples of either, keyed
-    by their keys joined by KEY_SEPARATOR) count matching events; entry/exit pages group the visits that
+    by the JSON array of their keys) count matching events; entry/exit pages group the visits that
     started in the window.
     Visitors are always computed (they order the rows); the other metrics only when `metrics` asks for
     them (for event dimensions the bounce rate and visit duration are a second query, joining the visits

@@ -9,8 +9,9 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 
 from app.appkeys import ANALYTICS
-from tests.analytics_support import add_signup_goal, load_fixture
-from tests.conftest import bearer
+from storage.ids import new_id
+from tests.analytics_support import add_signup_goal, insert_events, load_fixture
+from tests.conftest import bearer, connect
 from tests.test_analytics import get
 
 
@@ -124,6 +125,23 @@ async def test_several_dimensions_are_each_pairs_numbers(stats):
     assert [[r["dimensions"][0], r["metrics"]] for r in by_day["results"] if r["dimensions"][1] == "US"] == \
         [[r["dimensions"][0], r["metrics"]] for r in us["results"]]
     assert len(by_day["meta"]["time_labels"]) == 30
+
+
+async def test_several_dimensions_keep_any_text_a_property_holds(stats, database_url):
+    """A property's value may hold any character but NUL: a control character or a quote stays in its own
+    dimension."""
+    site = stats.site
+    odd = 'a\x1fb",c'
+    conn = await connect(database_url)
+    try:
+        await insert_events(conn, site.site_id, site.workspace_id, [
+            (new_id("evt"), "signup", "/x", None, "DE", f"odd-{site.site_id}", f"odd-{site.site_id}",
+             datetime.now(UTC) - timedelta(minutes=5), {"plan": odd})])
+    finally:
+        await conn.close()
+    answer = await stats({"site_id": site.domain, "date_range": "day", "metrics": ["events"],
+                          "dimensions": ["event:props:plan", "visit:country"]})
+    assert sorted(r["dimensions"] for r in answer["results"]) == [[odd, "DE"], ["pro", "US"]]
 
 
 async def test_a_custom_property_breaks_down_a_goals_conversions(stats):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
+import orjson
 from aiohttp import web
 
 from app.appkeys import POOL
@@ -38,7 +39,7 @@ from app.views.stats_query import MAX_LIMIT, StatsQuery, parse, window
 from storage import analytics as store
 from storage import analytics_lists
 from storage import sites as site_store
-from storage.analytics_breakdown import KEY_SEPARATOR, TIME_BUCKETS
+from storage.analytics_breakdown import TIME_BUCKETS
 from storage.clickhouse import AnalyticsStore
 
 BODY_LIMIT = 64 * 1024
@@ -155,7 +156,7 @@ async def _rows(db: AnalyticsStore, site: Site, w: Window, props: tuple[str, ...
         r["views_per_visit"] = round(r.get("pageviews", 0) / r["visits"], 2) if r.get("visits") else 0.0
         if totals:
             r["percentage"] = _share(r["visitors"], totals[0].visitors)
-        values = r["key"].split(KEY_SEPARATOR) if len(props) > 1 else [r["key"]]
+        values = orjson.loads(r["key"]) if len(props) > 1 else [r["key"]]  # a JSON array of the keys
         for name, prop, value in zip(names, props, values, strict=True):
             days = prop in TIME_BUCKETS and prop != "time:hour"  # a day's, week's or month's first day
             r[name] = value[:10] if days else value
