@@ -234,8 +234,8 @@ async def breakdown(request: web.Request) -> web.Response:
 
 
 async def breakdown_rows(db: AnalyticsStore, site: Site, w: Window, *, prop: str | tuple[str, ...],
-                         filters: store.Filters,
-                         goals: list[store.Goal], metrics: list[str], limit: int, offset: int) -> list[dict]:
+                         filters: store.Filters, goals: list[store.Goal], metrics: list[str], limit: int,
+                         offset: int) -> list[dict]:
     """A breakdown's rows with every metric asked for: the counted ones, each key's conversion rate (its
     converting visitors over all its visitors) and a page's engagement. Buckets of time are the site's."""
     counted = [m for m in metrics if m not in ENGAGEMENT_METRICS] or ["visitors"]
