@@ -12,7 +12,7 @@ from app.reports.schedule import FIRST_RETRY, JOB_NAME, MAX_RETRY, RETRY_FOR, ne
 from storage import reports as store
 from tests import test_reports_delivery as delivery
 from tests.reports_support import create_report
-from tests.test_reports_delivery import REPORT, delivery_row, make_due, retry_due
+from tests.test_reports_delivery import REPORT, a_full_day, delivery_row, make_due, retry_due
 
 smtp, app_client = delivery.smtp, delivery.app_client  # the fixtures: a loopback SMTP server, an app sending there
 
@@ -25,14 +25,6 @@ async def refused_first_attempt(client, key: str, inbox) -> dict:
     await make_due(client, report["id"], timedelta(minutes=1))
     await client.app[SCHEDULER].run_now(JOB_NAME)
     return report
-
-
-async def a_full_day(client, report_id: str) -> None:
-    """The delivery's deadline a day after its claim, whichever weekday the test runs on: the weekly report's
-    next slot (next Monday 00:00 UTC) may be minutes away."""
-    async with client.app[POOL].acquire() as conn:
-        await conn.execute("UPDATE report_deliveries SET give_up_at = created_at + interval '24 hours' "
-                           "WHERE report_id = $1", report_id)
 
 
 async def test_a_refused_send_is_retried_at_growing_delays_and_sent_once_smtp_accepts(app_client, smtp):
