@@ -139,7 +139,7 @@ async def test_several_dimensions_keep_any_text_a_property_holds(stats, database
              datetime.now(UTC) - timedelta(minutes=5), {"plan": odd})])
     finally:
         await conn.close()
-    answer = await stats({"site_id": site.domain, "date_range": "day", "metrics": ["events"],
+    answer = await stats({"site_id": site.domain, "date_range": "7d", "metrics": ["events"],
                           "dimensions": ["event:props:plan", "visit:country"]})
     assert sorted(r["dimensions"] for r in answer["results"]) == [[odd, "DE"], ["pro", "US"]]
 
@@ -179,10 +179,15 @@ async def test_a_time_dimension_gives_each_days_numbers_and_labels(stats, client
     assert {r["dimensions"][0]: r["metrics"][0] for r in answer["results"]} == by_day
     assert sum(r["metrics"][0] for r in answer["results"]) == 6
 
+    # "time" over one day is by the hour: every hour of today on the site's clock
     hourly = await stats({"site_id": site.domain, "date_range": "day", "dimensions": ["time"],
-                          "metrics": ["events"]})
-    hours = [r["dimensions"][0] for r in hourly["results"]]
-    assert hours and all(h.startswith(str(today)) and h.endswith(":00:00") for h in hours)
+                          "metrics": ["events"], "include": {"time_labels": True}})
+    assert hourly["meta"]["time_labels"] == [f"{today} {h:02}:00:00" for h in range(24)]
+    assert {r["dimensions"][0] for r in hourly["results"]} <= set(hourly["meta"]["time_labels"])
+    week = await stats({"site_id": site.domain, "date_range": "7d", "dimensions": ["time:hour"],
+                        "metrics": ["events"]})
+    assert sum(r["metrics"][0] for r in week["results"]) == 8  # every event of the 7 days, in its hour
+    assert all(r["dimensions"][0].endswith(":00:00") for r in week["results"])
 
 
 async def test_weeks_and_months_begin_on_mondays_and_firsts(stats):

@@ -59,7 +59,11 @@ async def test_a_days_range_and_yesterday_reach_the_days_asked_for(plausible_mcp
     out = await plausible_mcp("get_aggregate_stats", site.domain, span, ["pageviews"])
     assert out["totals"] == {"pageviews": 1}
     yesterday = await plausible_mcp("get_aggregate_stats", site.domain, "yesterday", ["pageviews"])
-    assert yesterday["period"] == "day" and yesterday["totals"] == {"pageviews": 0}
+    day = str(today - timedelta(days=1))  # the client's yesterday, by this machine's clock (UTC)
+    status, overview = await get(plausible_mcp.client, "overview", siteId=site.site_id, range="custom",
+                                 **{"from": day, "to": day})
+    assert status == 200
+    assert yesterday["period"] == "day" and yesterday["totals"] == {"pageviews": overview["totalPageviews"]}
 
 
 async def test_breakdowns_are_the_dashboards(plausible_mcp, client):
