@@ -88,7 +88,7 @@ class Window:
 def window_for(range_name: str, now: datetime | None = None, time_zone: str = "UTC",
                since: date | None = None) -> Window:
     """The window of a named range, or of a calendar period, as of `now` in the time zone; `all` begins on the
-    site's first day, `since` (sites.first_day)."""
+    site's first day, `since` (first_day)."""
     if range_name in PERIODS:
         today = (now or datetime.now(UTC)).astimezone(ZoneInfo(time_zone)).date()
         first, last = period_days(range_name, today, since)
