@@ -90,7 +90,7 @@ def window_for(range_name: str, now: datetime | None = None, time_zone: str = "U
     """The window of a named range, or of a calendar period, as of `now` in the time zone; `all` begins on the
     site's first day, `since` (first_day)."""
     if range_name in PERIODS:
-        today = (now or datetime.now(UTC)).astimezone(ZoneInfo(time_zone)).date()
+        today = local_today(time_zone, now)
         first, last = period_days(range_name, today, since)
         return days_window(range_name, first, last, time_zone, "hour" if range_name in BY_THE_HOUR else "day")
     count, unit = RANGES[range_name]
@@ -100,6 +100,17 @@ def window_for(range_name: str, now: datetime | None = None, time_zone: str = "U
                       unit, time_zone)
     step = UNITS[unit]
     return Window(range_name, current - (count - 1) * step, current + step, unit, time_zone)
+
+
+def local_today(time_zone: str, now: datetime | None = None) -> date:
+    """The day it is (at `now`) in the time zone."""
+    return (now or datetime.now(UTC)).astimezone(ZoneInfo(time_zone)).date()
+
+
+def month_start(day: date, back: int) -> date:
+    """The first day of the month `back` months before `day`'s (after it, when negative)."""
+    months = day.year * 12 + day.month - 1 - back
+    return date(months // 12, months % 12 + 1, 1)
 
 
 def period_days(name: str, today: date, since: date | None = None) -> tuple[date, date]:
@@ -114,8 +125,7 @@ def period_days(name: str, today: date, since: date | None = None) -> tuple[date
     if name == "year":
         return today.replace(month=1, day=1), today
     if name == "12mo":  # as Plausible's: this month and the 11 before it
-        months = today.year * 12 + today.month - 1 - 11
-        return date(months // 12, months % 12 + 1, 1), today
+        return month_start(today, 11), today
     if name == ALL:
         return max(min(since or today, today), today - timedelta(days=MAX_POINTS - 1)), today
     last = today.replace(day=1) - timedelta(days=1)  # last_month

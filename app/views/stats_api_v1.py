@@ -15,7 +15,7 @@ from aiohttp import web
 from app.appkeys import POOL, SITE_RUNTIME
 from app.responses import SiteError, json_response
 from app.views.analytics import change
-from app.views.analytics_params import FIRST_DAY, LAST_DAY
+from app.views.analytics_params import FIRST_DAY, LAST_DAY, month_start
 from app.views.stats_api import KEY, answer, keyed, time_labels, whole_number
 from app.views.stats_query import parse
 from storage import sites as site_store
@@ -37,11 +37,6 @@ def _day(value: str, name: str) -> date:
     return day
 
 
-def _month_start(day: date, back: int) -> date:
-    months = day.year * 12 + day.month - 1 - back
-    return date(months // 12, months % 12 + 1, 1)
-
-
 def date_range(period: str, at: str | None) -> str | list[str]:
     """v1's period, relative to `date` when given (default today), as a v2 date_range."""
     if period == "custom":
@@ -58,8 +53,8 @@ def date_range(period: str, at: str | None) -> str | list[str]:
         return [str(day - timedelta(days=int(period[:-1]) - 1)), str(day)]
     if period == "day":
         return [str(day), str(day)]
-    next_month = _month_start(day, -1)  # the calendar month of `date` (and the months before it), whole
-    return [str(_month_start(day, MONTHS_BACK.get(period, 0))), str(next_month - timedelta(days=1))]
+    next_month = month_start(day, -1)  # the calendar month of `date` (and the months before it), whole
+    return [str(month_start(day, MONTHS_BACK.get(period, 0))), str(next_month - timedelta(days=1))]
 
 
 def _filters(raw: str) -> list:

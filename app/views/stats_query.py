@@ -20,6 +20,8 @@ from app.views.analytics_params import (
     RangeAsked,
     Window,
     days_window,
+    local_today,
+    month_start,
     window_of,
 )
 from storage.analytics_breakdown import TIME_BUCKETS
@@ -175,10 +177,9 @@ def window(asked: RangeAsked | int | str, time_zone: str, since: date | None) ->
     """The site's days of a date_range, as of today in its time zone."""
     if isinstance(asked, RangeAsked):
         return window_of(asked, time_zone, since=since)
-    today = window_of(RangeAsked("today"), time_zone).days[0]  # type: ignore[index]
+    today = local_today(time_zone)
     if asked == "6mo":  # this month and the 5 before it
-        months = today.year * 12 + today.month - 1 - 5
-        return days_window(CUSTOM, date(months // 12, months % 12 + 1, 1), today, time_zone, "day")
+        return days_window(CUSTOM, month_start(today, 5), today, time_zone, "day")
     return days_window(CUSTOM, today - timedelta(days=int(asked) - 1), today, time_zone, "day")
 
 
