@@ -181,9 +181,11 @@ def in_window(q: Params, start: datetime, end: datetime) -> str:
             f"AND ts >= {q.bind(start, TS)} AND ts < {q.bind(end, TS)}")
 
 
-def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter]) -> str:
-    """Site, window and every filter as one condition on site_events."""
-    window = in_window(q, start, end) if end - start <= SHORT_WINDOW else \
+def where(q: Params, table: str, site_id: str, start: datetime, end: datetime, filters: list[Filter], *,
+          days: bool = False) -> str:
+    """Site, window and every filter as one condition on site_events (or a table of its columns); the window's
+    days stated for short windows (in_window), or for any with `days`."""
+    window = in_window(q, start, end) if days or end - start <= SHORT_WINDOW else \
         f"ts >= {q.bind(start, TS)} AND ts < {q.bind(end, TS)}"
     sql = [f"site_id = {q.bind(site_id)}", window, *event_conditions(q, filters)]
     visit = [f for f in filters if f.dimension in SESSION_DIMENSIONS]

@@ -9,7 +9,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import NamedTuple
 
-from storage.analytics import Filters, in_window, where
+from storage.analytics import Filters, where
 from storage.clickhouse import AnalyticsStore, Params
 
 
@@ -34,10 +34,9 @@ async def page_engagement(store: AnalyticsStore, site_id: str, start: datetime, 
     q = Params()
     # The condition's columns are site_events', which site_engagement shares; the table named is where a
     # visit-level filter (entry or exit page) finds the visits.
-    cond = where(q, store.table("site_events"), site_id, start, end, filters.terms())
     # The window's days stated whatever its length: the pages follow the day in the sorting key, and only with
-    # the days bound do the listed pages' granules alone get read (where() states them for short windows).
-    cond += f" AND {in_window(q, start, end)}"
+    # the days bound do the listed pages' granules alone get read.
+    cond = where(q, store.table("site_events"), site_id, start, end, filters.terms(), days=True)
     rows = await store.query(
         "SELECT page, round(avg(depth)), round(avg(ms) / 1000) FROM (SELECT page, session, max(scroll_depth) AS depth, "
         f"sum(engaged_ms) AS ms FROM {store.table('site_engagement')} FINAL WHERE {cond} "
