@@ -141,6 +141,12 @@ def change(current: float, previous: float, *, points: bool = False) -> float | 
     return None if previous == 0 else round(100 * (current - previous) / previous, 1)
 
 
+def bounce_rate_change(current: float, previous: float, visits: tuple[int, int]) -> float | None:
+    """A bounce rate's change in percentage points; null when either period has no visits (no rate to move
+    from or to)."""
+    return change(current, previous, points=True) if all(visits) else None
+
+
 async def overview(request: web.Request) -> web.Response:
     base = await base_params(request)
     mode = compare_param(request)
@@ -153,9 +159,9 @@ async def overview(request: web.Request) -> web.Response:
         prev = shifted(base.window, mode)
         before = await _headline(db, site, prev.start, prev.end, filters)
         body["comparison"] = {**before, "from": iso_ms(prev.start), "to": iso_ms(prev.end), "mode": mode}
-        body["change"] = {k: change(body[k], before[k], points=k == "bounceRate") for k in before}
-        if not (body["sessions"] and before["sessions"]):
-            body["change"]["bounceRate"] = None  # a period without visits has no bounce rate to move from or to
+        body["change"] = {k: change(body[k], before[k]) for k in before}
+        body["change"]["bounceRate"] = bounce_rate_change(body["bounceRate"], before["bounceRate"],
+                                                          (body["sessions"], before["sessions"]))
     return json_response(body)
 
 

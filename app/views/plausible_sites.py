@@ -9,7 +9,7 @@ from aiohttp import web
 
 from app.appkeys import POOL
 from app.responses import SiteError, json_response
-from app.views.stats_api import KEY, keyed, whole_number
+from app.views.stats_api import KEY, keyed, keyed_site, whole_number
 from storage import sites as site_store
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 100
@@ -35,9 +35,7 @@ async def get_site(request: web.Request) -> web.Response:
     """One site, named by its domain (or Tally's id). Tally keeps no allow-list of custom properties: every
     property sent is kept, so `custom_properties` is empty."""
     async with request.config_dict[POOL].acquire() as conn:
-        row = await site_store.site_by_name(conn, request[KEY].workspace_id, request.match_info["site_id"])
-    if row is None:
-        raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
+        row = await keyed_site(conn, request, request.match_info["site_id"])
     return json_response({"domain": row["domain"], "timezone": row["time_zone"], "custom_properties": []})
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
+import asyncpg
 import orjson
 from aiohttp import web
 
@@ -83,11 +84,8 @@ async def answer(request: web.Request, q: StatsQuery, *, compare: bool = False) 
     aggregate of as many days just before."""
     key = request[KEY]
     async with request.config_dict[POOL].acquire() as conn:
-        row = await site_store.site_by_name(conn, key.workspace_id, q.site)
-        since = await first_day(conn, row["id"], row["time_zone"]) \
-            if row is not None and getattr(q.asked, "name", None) == ALL else None
-    if row is None:
-        raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
+        row = await keyed_site(conn, request, q.site)
+        since = await first_day(conn, row["id"], row["time_zone"]) if getattr(q.asked, "name", None) == ALL else None
     site = Site(row["id"], row["domain"], row["time_zone"])
     w = window(q.asked, site.time_zone, since)
     filters, goals = await with_goals(request, site, store.Filters(extra=q.filters),
@@ -104,6 +102,14 @@ async def answer(request: web.Request, q: StatsQuery, *, compare: bool = False) 
         values, *previous = await asyncio.gather(*(_aggregate(db, site, period, filters, q.metrics)
                                                    for period in (w, before) if period is not None))
         return Answer(site, w, None, [([], values)], previous[0] if previous else None)
+
+
+async def keyed_site(conn: asyncpg.Connection, request: web.Request, name: str) -> asyncpg.Record:
+    """The key's workspace's site named by its domain (or Tally's id): id, domain, time_zone; else a 404."""
+    row = await site_store.site_by_name(conn, request[KEY].workspace_id, name)
+    if row is None:
+        raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
+    return row
 
 
 @keyed

@@ -14,11 +14,10 @@ from aiohttp import web
 
 from app.appkeys import POOL, SITE_RUNTIME
 from app.responses import SiteError, json_response
-from app.views.analytics import change
+from app.views.analytics import bounce_rate_change, change
 from app.views.analytics_params import FIRST_DAY, LAST_DAY, month_start
-from app.views.stats_api import KEY, answer, keyed, time_labels, whole_number
+from app.views.stats_api import answer, keyed, keyed_site, time_labels, whole_number
 from app.views.stats_query import parse
-from storage import sites as site_store
 
 PERIODS = ("day", "7d", "30d", "month", "6mo", "12mo")
 MONTHS_BACK = {"6mo": 5, "12mo": 11}  # this month and the n before it
@@ -93,8 +92,8 @@ async def aggregate(request: web.Request) -> web.Response:
     if found.previous is not None:
         before = dict(zip(q.metrics, found.previous, strict=True))
         for m in asked:
-            moved = m != "bounce_rate" or (values["visits"] and before["visits"])
-            results[m]["change"] = change(values[m], before[m], points=m == "bounce_rate") if moved else None
+            results[m]["change"] = bounce_rate_change(values[m], before[m], (values["visits"], before["visits"])) \
+                if m == "bounce_rate" else change(values[m], before[m])
     return json_response({"results": results})
 
 
@@ -135,9 +134,7 @@ async def breakdown(request: web.Request) -> web.Response:
 async def realtime_visitors(request: web.Request) -> web.Response:
     """The site's visitors of the last 5 minutes, from the live window (not the store), as a bare number."""
     async with request.config_dict[POOL].acquire() as conn:
-        row = await site_store.site_by_name(conn, request[KEY].workspace_id, request.query.get("site_id", ""))
-    if row is None:
-        raise SiteError(404, "site not found: name a site of this key's workspace by its domain")
+        row = await keyed_site(conn, request, request.query.get("site_id", ""))
     runtime = request.config_dict[SITE_RUNTIME]
     now_ms = int(runtime.clock().timestamp() * 1000)
     snap = await runtime.realtime.snapshot(row["id"], now_ms, REALTIME_SECONDS)
