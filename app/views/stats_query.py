@@ -120,7 +120,7 @@ def _dimension(name: str) -> str | None:
     if name.startswith(PROPS) and len(name) > len(PROPS):
         return "props:" + name[len(PROPS):]
     if name in TIME:
-        return TIME_BUCKETS.get(name) and name
+        return None if name == "time" else name  # "time" is placed by the window (stats_api.auto_time)
     if name in INSTEAD:
         raise _fail(f"Tally does not keep {name}: use {INSTEAD[name]}")
     raise _fail(f"invalid dimension: {name}")
